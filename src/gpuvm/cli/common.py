@@ -1,0 +1,71 @@
+"""What every command shares: one error handler, the consoles, loading and connecting."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import typer
+from rich.console import Console
+
+from gpuvm.errors import GpuvmError
+from gpuvm.secrets import redact
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False)
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    err.print(f"[red]error[/]: {redact(message)}", highlight=False, markup=True, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def handle_errors(fn: F) -> F:
+    """Expected failures print one clear message and exit with their code; never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GpuvmError as e:
+            raise fail(str(e), e.exit_code) from None
+        except KeyboardInterrupt:
+            raise fail("interrupted", 130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def load(runbook: Path) -> Any:
+    from gpuvm.runbook.loader import load_runbook
+
+    return load_runbook(runbook)
+
+
+def observe(runbook: Any, insecure: bool, snapshot: Path | None = None) -> Any:
+    """The inventory: from a snapshot file, or read live from vCenter in one request."""
+    from gpuvm.vsphere.facts import Inventory
+
+    if snapshot is not None:
+        return Inventory.load(snapshot)
+    with connect(runbook, insecure) as session:
+        from gpuvm.vsphere.inventory import read_inventory
+
+        return read_inventory(session)
+
+
+def connect(runbook: Any, insecure: bool) -> Any:
+    from gpuvm.vsphere.session import Session, resolve_target
+
+    target = resolve_target(runbook.vcenter, insecure)
+    if target.insecure:
+        err.print(f"[bold yellow]warning[/]: TLS certificate verification is OFF for {target.url}: "
+                  "anyone on the network path can impersonate vCenter and read the password", soft_wrap=True)
+    return Session(target)
+
+
+def interactive() -> bool:
+    return sys.stdin.isatty()

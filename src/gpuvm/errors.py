@@ -1,0 +1,63 @@
+"""The small taxonomy of errors a user can see. The exit code tells the kind.
+
+Every expected failure is one of these; the CLI prints `str(error)` on one line (or a few,
+for aggregate errors) and exits with `exit_code`, never with a traceback.
+"""
+
+from __future__ import annotations
+
+
+class GpuvmError(Exception):
+    """Base of every expected failure."""
+
+    exit_code = 1
+
+
+class InputError(GpuvmError):
+    """The runbook, a results file or a command-line argument is wrong. Nothing was touched."""
+
+    exit_code = 2
+
+
+class ConnectError(GpuvmError):
+    """A peer (vCenter, an SSH host) could not be reached or refused us."""
+
+    exit_code = 3
+
+
+class RemoteCommandError(GpuvmError):
+    """A command on a remote host failed or timed out."""
+
+    exit_code = 4
+
+
+class TaskError(GpuvmError):
+    """A vSphere task or call ended in a fault."""
+
+    exit_code = 4
+
+
+class DriftError(GpuvmError):
+    """`verify` found the world differs from the runbook."""
+
+    exit_code = 5
+
+
+class BenchmarkError(GpuvmError):
+    """A benchmark run failed, or its output held no figure."""
+
+    exit_code = 6
+
+
+class TargetFailures(GpuvmError):
+    """Some targets of a run failed; the others finished. Carries one line per failed target."""
+
+    def __init__(self, failures: dict[str, GpuvmError | Exception]):
+        self.failures = failures
+        lines = [f"{target}: {error}" for target, error in failures.items()]
+        super().__init__(f"{len(failures)} target(s) failed:\n  " + "\n  ".join(lines))
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        codes = {getattr(e, "exit_code", 1) for e in self.failures.values()}
+        return codes.pop() if len(codes) == 1 else 1

@@ -1,0 +1,55 @@
+"""The journal: every attempted change appended as one JSON line in the state directory.
+
+It records what was done (started / done / failed, with the error), so that after a failure or a
+killed run the user can see exactly how far gpuvm got. Re-running `apply` observes the world again
+and finishes the rest; the journal is the record, not the source of truth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpuvm.plan import Change
+from gpuvm.secrets import redact
+
+
+def state_dir(explicit: Path | None = None) -> Path:
+    """The state directory (mode 0700): --state-dir, $GPUVM_STATE_DIR, or ./.gpuvm."""
+    path = explicit or Path(os.environ.get("GPUVM_STATE_DIR", ".gpuvm"))
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+class Journal:
+    def __init__(self, directory: Path):
+        self.path = directory / "journal.jsonl"
+        self.run_id = uuid.uuid4().hex[:12]
+        self._lock = threading.Lock()
+
+    def record(self, status: str, change: Change | None = None, **extra: Any) -> None:
+        entry: dict[str, Any] = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                                 "run": self.run_id, "status": status}
+        if change is not None:
+            entry.update(change.to_dict())
+        entry.update(extra)
+        line = redact(json.dumps(entry, default=str, sort_keys=False))
+        with self._lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, (line + "\n").encode())
+                os.fsync(fd)  # a killed run still leaves what it did on disk
+            finally:
+                os.close(fd)
+
+    def entries(self, run: str | None = None) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        return [r for r in rows if run is None or r.get("run") == run]

@@ -1,0 +1,80 @@
+"""Plans are data: a list of `Change`s, each naming target, resource, field, before and after.
+
+Steps return changes from a pure `plan`; the renderer prints them, `apply` carries out exactly
+them, the journal records them. `spec` holds what `apply` needs (never shown, never a secret).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Disruption(str, Enum):
+    NONE = "none"
+    VM_POWER_OFF = "vm-power-off"       # the VM must be powered off for this change
+    HOST_REBOOT = "host-reboot"         # takes effect after a host reboot (maintenance mode)
+
+    @property
+    def label(self) -> str:
+        return {"none": "", "vm-power-off": "needs VM power-off", "host-reboot": "needs host reboot"}[self.value]
+
+
+@dataclass(frozen=True)
+class Change:
+    step: str
+    target: str
+    resource: str
+    field: str
+    before: Any
+    after: Any
+    disruption: Disruption = Disruption.NONE
+    spec: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["disruption"] = self.disruption.value
+        data.pop("spec")
+        return data
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something the user should know that is not a change (a warning, a skipped target)."""
+
+    target: str
+    step: str
+    message: str
+    level: str = "warning"
+
+
+@dataclass
+class Plan:
+    changes: list[Change] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.changes
+
+    def for_step(self, step: str) -> list[Change]:
+        return [c for c in self.changes if c.step == step]
+
+    def disruptive(self, kind: Disruption) -> list[Change]:
+        return [c for c in self.changes if c.disruption == kind]
+
+    def targets(self) -> list[str]:
+        return list(dict.fromkeys(c.target for c in self.changes))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "changes": [c.to_dict() for c in self.changes],
+            "notes": [asdict(n) for n in self.notes],
+            "summary": {
+                "changes": len(self.changes),
+                "targets": len(self.targets()),
+                "vm_power_off": len(self.disruptive(Disruption.VM_POWER_OFF)),
+                "host_reboot": len(self.disruptive(Disruption.HOST_REBOOT)),
+            },
+        }

@@ -1,0 +1,69 @@
+"""The one renderer: every table gpuvm prints goes through `table`; plans have text and JSON forms."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from gpuvm.plan import Disruption, Plan
+from gpuvm.secrets import redact
+from gpuvm.vsphere.facts import Inventory
+
+NO_CHANGES = "No changes. Infrastructure matches the runbook."
+
+
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+    out = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
+    for column in columns:
+        out.add_column(column, overflow="fold")
+    for row in rows:
+        out.add_row(*(redact("" if cell is None else str(cell)) for cell in row))
+    return out
+
+
+def _value(value: Any) -> str:
+    return "(none)" if value is None else str(value)
+
+
+def plan_summary(plan: Plan) -> str:
+    if plan.empty:
+        return NO_CHANGES
+    power = len(plan.disruptive(Disruption.VM_POWER_OFF))
+    reboot = len(plan.disruptive(Disruption.HOST_REBOOT))
+    marks = [f"{power} need VM power-off" if power else "", f"{reboot} need host reboot" if reboot else ""]
+    marked = ", ".join(m for m in marks if m)
+    return f"Plan: {len(plan.changes)} change(s) on {len(plan.targets())} target(s)" + (f" ({marked})." if marked else ".")
+
+
+def print_plan(console: Console, plan: Plan) -> None:
+    if not plan.empty:
+        rows = [(c.step, c.target, c.resource, c.field, _value(c.before), _value(c.after),
+                 ("! " + c.disruption.label) if c.disruption != Disruption.NONE else "") for c in plan.changes]
+        console.print(table(None, ["step", "target", "resource", "field", "before", "after", "disruption"], rows))
+    for note in plan.notes:
+        console.print(f"[yellow]{note.level}[/]: {note.target}: {redact(note.message)}", highlight=False)
+    console.print(plan_summary(plan), highlight=False)
+
+
+def plan_json(plan: Plan) -> str:
+    return redact(json.dumps(plan.to_dict(), indent=2, default=str))
+
+
+def print_inventory(console: Console, inventory: Inventory) -> None:
+    host_rows = []
+    for host in inventory.hosts.values():
+        state = "maintenance" if host.in_maintenance else host.connection_state
+        host_rows.append((host.name, state, f"{host.memory_mb // 1024} GB", host.graphics.default_type,
+                          len(host.vgpu_profiles), len(inventory.vms_on(host.name))))
+    console.print(table("Hosts", ["host", "state", "memory", "graphics", "vGPU profiles", "VMs"], host_rows))
+    device_rows = [(host.name, d.id, d.device_name, d.pci_id, "" if d.numa_node is None else d.numa_node,
+                    d.passthru_state)
+                   for host in inventory.hosts.values() for d in host.pci if d.is_gpu or d.is_mellanox]
+    console.print(table("GPUs and NICs", ["host", "address", "model", "id", "NUMA", "passthrough"], device_rows))
+    vm_rows = [(vm.name, vm.host, vm.power_state, vm.cpus, f"{vm.memory_mb // 1024} GB", vm.firmware,
+                "yes" if vm.reservation_locked else "no", ", ".join(d.describe() for d in vm.pci) or "-")
+               for vm in inventory.vms.values()]
+    console.print(table("VMs", ["vm", "host", "power", "CPUs", "memory", "firmware", "reserved", "PCI devices"], vm_rows))

@@ -1,0 +1,271 @@
+"""From runbook + inventory to the concrete desired state, checked against what exists.
+
+Everything a plan needs to know about the runbook is decided here, once: which PCI devices each
+host passes through, which GPU each VM gets, how large its MMIO window is. Errors name the runbook
+file, line and field; warnings become plan notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
+from gpuvm.plan import Note
+from gpuvm.runbook.model import DynamicGpus, Host, PassthroughGpus, Runbook, VgpuGpus, Vm
+from gpuvm.vsphere.facts import HostFacts, Inventory, PciDevice, VmFacts
+
+GRAPHICS_TYPES = {"shared": "shared", "shared_direct": "sharedDirect"}
+MANAGED_PREFIXES = ("pciPassthru.", "numa.nodeAffinity")
+
+
+@dataclass(frozen=True)
+class DesiredDevice:
+    kind: str  # classic | dynamic | vgpu
+    address: str | None = None
+    vendor_id: int | None = None
+    device_id: int | None = None
+    profile: str | None = None
+    label: str = ""
+
+    def describe(self) -> str:
+        if self.kind == "vgpu":
+            return f"vGPU {self.profile}"
+        if self.kind == "dynamic":
+            return f"dynamic {pci_id(self.vendor_id or 0, self.device_id or 0)}"
+        return f"{self.address} {self.label}".strip()
+
+
+@dataclass
+class DesiredHost:
+    name: str
+    passthrough: list[str]  # PCI addresses to enable
+    graphics: str | None  # API value: shared | sharedDirect
+    allow_reboot: bool
+
+
+@dataclass
+class DesiredVm:
+    name: str
+    host: str
+    cpus: int | None
+    memory_mb: int | None
+    firmware: str
+    reservation_locked: bool
+    devices: list[DesiredDevice]
+    extra_config: dict[str, str]
+    power: str
+    system_uuid: str = ""
+
+
+@dataclass
+class Desired:
+    hosts: dict[str, DesiredHost] = field(default_factory=dict)
+    vms: dict[str, DesiredVm] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)
+
+
+def _select(rb: Runbook, index: int, host: Host, facts: HostFacts) -> list[str]:
+    chosen: list[str] = []
+    for j, selector in enumerate(host.passthrough):
+        loc = ("hosts", index, "passthrough", j)
+        if selector.address:
+            matches = [d for d in facts.pci if d.id == selector.address]
+        elif selector.id:
+            matches = [d for d in facts.pci if d.pci_id == selector.id]
+        else:
+            needle = (selector.model or "").lower()
+            matches = [d for d in facts.pci if needle in d.device_name.lower() and d.passthru_capable]
+        if not matches:
+            raise rb.error(loc, f"no PCI device on host {host.name} matches '{selector.describe()}' "
+                                f"(devices: {_device_summary(facts)})")
+        for device in matches:
+            if not device.passthru_capable:
+                raise rb.error(loc, f"device {device.id} ({device.device_name}) on {host.name} "
+                                    "is not passthrough capable")
+            if device.id not in chosen:
+                chosen.append(device.id)
+    return chosen
+
+
+def _device_summary(facts: HostFacts) -> str:
+    capable = [f"{d.id} {d.device_name} [{d.pci_id}]" for d in facts.pci if d.passthru_capable]
+    return "; ".join(capable) or "none passthrough capable"
+
+
+def _passthrough_ok(rb: Runbook, loc: tuple, device: PciDevice, host: DesiredHost, facts: HostFacts) -> None:
+    if device.id not in host.passthrough and not device.passthru_enabled:
+        i = next(i for i, h in enumerate(rb.hosts) if h.name == facts.name)
+        raise rb.error(loc, f"device {device.id} is not enabled for passthrough on {facts.name}; "
+                            f"select it in hosts[{i}].passthrough")
+
+
+class _GpuPool:
+    """Hands out a host's passthrough GPUs to VMs in runbook order, keeping what VMs already have."""
+
+    def __init__(self, rb: Runbook, inventory: Inventory):
+        self.rb = rb
+        self.inventory = inventory
+        self.taken: dict[tuple[str, str], str] = {}  # (host, address) → VM
+        for vm in inventory.vms.values():  # devices attached to VMs the runbook does not manage
+            if rb_vm(rb, vm.name) is None:
+                for dev in vm.pci:
+                    if dev.kind == "classic" and vm.host and dev.address:
+                        self.taken[(vm.host, dev.address)] = vm.name
+        for vm in rb.vms:  # explicit addresses and NICs are claimed first
+            for address in _explicit(vm):
+                self.taken.setdefault((vm.host, address), vm.name)
+
+    def claim(self, vm: Vm, spec: PassthroughGpus, facts: HostFacts, current: VmFacts | None) -> list[PciDevice]:
+        if spec.addresses:
+            return [facts.device(a) for a in spec.addresses]  # type: ignore[misc]
+        gpus = [d for d in facts.gpus if d.passthru_capable]
+        mine = [d for d in gpus if current and any(p.kind == "classic" and p.address == d.id for p in current.pci)
+                and self.taken.get((facts.name, d.id), vm.name) == vm.name]
+        free = [d for d in gpus if (facts.name, d.id) not in self.taken and d not in mine]
+        if vm.numa_node is not None:  # same NUMA node first
+            free.sort(key=lambda d: d.numa_node != vm.numa_node)
+        chosen = (mine + free)[: spec.count]
+        for device in chosen:
+            self.taken[(facts.name, device.id)] = vm.name
+        return chosen
+
+
+def rb_vm(rb: Runbook, name: str) -> Vm | None:
+    return next((v for v in rb.vms if v.name == name), None)
+
+
+def _explicit(vm: Vm) -> list[str]:
+    addresses = [n.address for n in vm.nics]
+    if isinstance(vm.gpus, PassthroughGpus) and vm.gpus.addresses:
+        addresses += vm.gpus.addresses
+    return addresses
+
+
+def resolve(rb: Runbook, inventory: Inventory) -> Desired:
+    desired = Desired()
+    for i, host in enumerate(rb.hosts):
+        facts = inventory.hosts.get(host.name)
+        if facts is None:
+            raise rb.error(("hosts", i, "name"), f"host '{host.name}' not found in vCenter "
+                                                 f"(found: {', '.join(sorted(inventory.hosts)) or 'none'})")
+        if facts.connection_state != "connected":
+            raise rb.error(("hosts", i, "name"), f"host '{host.name}' is {facts.connection_state} in vCenter")
+        desired.hosts[host.name] = DesiredHost(
+            name=host.name, passthrough=_select(rb, i, host, facts),
+            graphics=GRAPHICS_TYPES[host.graphics] if host.graphics else None,
+            allow_reboot=host.allow_reboot and host.allow_maintenance,
+        )
+    pool = _GpuPool(rb, inventory)
+    memory_by_host: dict[str, int] = {}
+    for i, vm in enumerate(rb.vms):
+        desired.vms[vm.name] = _resolve_vm(rb, i, vm, inventory, desired, pool)
+        if vm.memory_gb:
+            memory_by_host[vm.host] = memory_by_host.get(vm.host, 0) + vm.memory_gb * 1024
+            host_mb = inventory.hosts[vm.host].memory_mb
+            if memory_by_host[vm.host] > host_mb:
+                raise rb.error(("vms", i, "memory_gb"),
+                               f"reserving {vm.memory_gb} GB does not fit: VMs on {vm.host} would reserve "
+                               f"{memory_by_host[vm.host] // 1024} GB of its {host_mb // 1024} GB")
+    return desired
+
+
+def _resolve_vm(rb: Runbook, i: int, vm: Vm, inventory: Inventory, desired: Desired, pool: _GpuPool) -> DesiredVm:
+    current = inventory.vms.get(vm.name)
+    if current is None:
+        raise rb.error(("vms", i, "name"), f"VM '{vm.name}' not found in vCenter; gpuvm configures existing VMs "
+                                           "(create it from your template first)")
+    if current.host != vm.host:
+        raise rb.error(("vms", i, "host"), f"VM '{vm.name}' runs on host {current.host}, not {vm.host} "
+                                           "(gpuvm does not migrate VMs)")
+    facts = inventory.hosts[vm.host]
+    host = desired.hosts[vm.host]
+    devices: list[DesiredDevice] = []
+    extra: dict[str, str] = {}
+    gpu_memory: list[int] = []
+    gpus = vm.gpus
+    if isinstance(gpus, PassthroughGpus):
+        for j, address in enumerate(gpus.addresses or []):
+            device = facts.device(address)
+            if device is None or not device.is_gpu:
+                raise rb.error(("vms", i, "gpus", "addresses", j), f"no GPU at {address} on host {vm.host} "
+                                                                  f"(GPUs: {', '.join(d.id for d in facts.gpus)})")
+        chosen = pool.claim(vm, gpus, facts, current)
+        if len(chosen) < gpus.count:
+            users = sorted({v for (h, _), v in pool.taken.items() if h == vm.host and v != vm.name})
+            raise rb.error(("vms", i, "gpus", "count"),
+                           f"needs {gpus.count} GPU(s) but host {vm.host} has {len(facts.gpus)}, "
+                           f"{len(facts.gpus) - len(chosen)} already given to: {', '.join(users) or 'none'}")
+        for device in chosen:
+            _passthrough_ok(rb, ("vms", i, "gpus"), device, host, facts)
+            devices.append(DesiredDevice("classic", address=device.id, vendor_id=device.vendor_id,
+                                         device_id=device.device_id, label=device.device_name))
+            gpu_memory.append(device.memory_gb or 0)
+        _warn_topology(desired, vm, chosen)
+    elif isinstance(gpus, DynamicGpus):
+        wanted = gpus.id or (facts.gpus[0].pci_id if facts.gpus else None)
+        matching = [d for d in facts.gpus if d.pci_id == wanted]
+        if not matching:
+            raise rb.error(("vms", i, "gpus", "id"), f"no GPU {wanted} on host {vm.host}")
+        usable = [d for d in matching if d.id in host.passthrough or d.passthru_enabled]
+        if len(usable) < gpus.count:
+            raise rb.error(("vms", i, "gpus", "count"), f"needs {gpus.count} GPU(s) {wanted} but host {vm.host} "
+                                                       f"passes through {len(usable)}")
+        for _ in range(gpus.count):
+            devices.append(DesiredDevice("dynamic", vendor_id=matching[0].vendor_id, device_id=matching[0].device_id,
+                                         label=matching[0].device_name))
+            gpu_memory.append(matching[0].memory_gb or 0)
+        if gpus.count > 2 and matching[0].device_id in NVLINK_PAIRED:
+            desired.notes.append(Note(vm.name, "resolve", f"{gpus.count} {matching[0].device_name} GPUs: NVLink "
+                                      "bridges join pairs, traffic between pairs crosses PCIe"))
+    elif isinstance(gpus, VgpuGpus):
+        if gpus.profile not in facts.vgpu_profiles:
+            offered = ", ".join(facts.vgpu_profiles[:12]) or "none (is the NVIDIA vGPU manager installed?)"
+            raise rb.error(("vms", i, "gpus", "profile"), f"vGPU profile '{gpus.profile}' is not offered by host "
+                                                         f"{vm.host} (offered: {offered})")
+        if (host.graphics or facts.graphics.default_type) != "sharedDirect":
+            h = next(j for j, x in enumerate(rb.hosts) if x.name == vm.host)
+            raise rb.error(("vms", i, "gpus"), f"vGPU needs host {vm.host} in Shared Direct graphics mode: "
+                                               f"set hosts[{h}].graphics: shared_direct")
+        for n in range(gpus.count):
+            devices.append(DesiredDevice("vgpu", profile=gpus.profile, label=f"vGPU {gpus.profile}"))
+            if gpus.uses_nvlink:
+                extra[f"pciPassthru{n}.cfg.enable_uvm"] = "0"
+    for j, nic in enumerate(vm.nics):
+        device = facts.device(nic.address)
+        if device is None or not device.passthru_capable:
+            raise rb.error(("vms", i, "nics", j, "address"), f"no passthrough-capable device at {nic.address} on "
+                                                            f"{vm.host} ({_device_summary(facts)})")
+        _passthrough_ok(rb, ("vms", i, "nics", j, "address"), device, host, facts)
+        devices.append(DesiredDevice("classic", address=device.id, vendor_id=device.vendor_id,
+                                     device_id=device.device_id, label=device.device_name))
+    if gpu_memory:
+        if vm.p2p:
+            extra["pciPassthru.allowP2P"] = "true"
+            extra["pciPassthru.RelaxACSforP2P"] = "true"
+        needed = mmio_size_gb(gpu_memory)
+        if isinstance(vm.mmio, int) and vm.mmio < next_power_of_two(sum(gpu_memory)):
+            raise rb.error(("vms", i, "mmio"), f"64-bit MMIO of {vm.mmio} GB is too small for {len(gpu_memory)} GPU(s) "
+                                               f"with {sum(gpu_memory)} GB in all (use 'auto' → {needed})")
+        extra["pciPassthru.use64bitMMIO"] = "TRUE"
+        extra["pciPassthru.64bitMMIOSizeGB"] = str(vm.mmio if isinstance(vm.mmio, int) else needed)
+        if vm.firmware != "efi":
+            raise rb.error(("vms", i, "firmware"), "GPU passthrough with large BARs needs firmware: efi")
+    if vm.numa_node is not None:
+        extra["numa.nodeAffinity"] = str(vm.numa_node)
+    return DesiredVm(
+        name=vm.name, host=vm.host, cpus=vm.cpus, memory_mb=vm.memory_gb * 1024 if vm.memory_gb else None,
+        firmware=vm.firmware, reservation_locked=vm.has_passthrough, devices=devices, extra_config=extra,
+        power=vm.power, system_uuid=facts.system_uuid,
+    )
+
+
+def _warn_topology(desired: Desired, vm: Vm, chosen: list[PciDevice]) -> None:
+    paired = [d for d in chosen if d.device_id in NVLINK_PAIRED]
+    if len(paired) > 2:
+        desired.notes.append(Note(vm.name, "resolve", f"{len(paired)} NVLinked {paired[0].device_name} GPUs in one "
+                                  "VM: NVLink bridges join pairs, traffic between pairs crosses PCIe"))
+    if vm.numa_node is not None:
+        away = [d.id for d in chosen if d.numa_node is not None and d.numa_node != vm.numa_node]
+        if away:
+            desired.notes.append(Note(vm.name, "resolve", f"GPU(s) {', '.join(away)} are not on NUMA node "
+                                      f"{vm.numa_node}"))

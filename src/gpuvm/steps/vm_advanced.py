@@ -1,0 +1,58 @@
+"""vm.advanced: extraConfig for P2P, 64-bit MMIO, NVLink with vGPU, NUMA affinity.
+
+gpuvm owns the keys it sets (`pciPassthru.*`, `pciPassthru<n>.cfg.*`, `numa.nodeAffinity`): one
+the runbook no longer asks for is removed. Other keys are left alone. On a powered-on VM a change
+takes effect at the next power cycle, so it is marked as needing a power-off.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuvm.plan import Change, Disruption
+from gpuvm.resolve import Desired, DesiredVm
+from gpuvm.steps.base import ApplyContext
+from gpuvm.steps.power import power_off
+from gpuvm.vsphere.facts import Inventory, VmFacts
+from gpuvm.vsphere.tasks import run_task
+
+NAME = "vm.advanced"
+OWNED = re.compile(r"^(pciPassthru\.(allowP2P|RelaxACSforP2P|use64bitMMIO|64bitMMIOSizeGB)"
+                   r"|pciPassthru\d+\.cfg\.enable_uvm|numa\.nodeAffinity)$")
+
+
+def _same(before: str | None, after: str | None) -> bool:
+    return (before or "").lower() == (after or "").lower()
+
+
+def plan_vm(vm: DesiredVm, facts: VmFacts) -> list[Change]:
+    off = Disruption.VM_POWER_OFF if facts.powered_on else Disruption.NONE
+    changes = []
+    for key, value in vm.extra_config.items():
+        if not _same(facts.extra_config.get(key), value):
+            changes.append(Change(NAME, vm.name, "extraConfig", key, facts.extra_config.get(key), value, off))
+    for key, value in facts.extra_config.items():
+        if OWNED.match(key) and key not in vm.extra_config and value != "":
+            changes.append(Change(NAME, vm.name, "extraConfig", key, value, None, off))
+    return changes
+
+
+def plan(desired: Desired, inventory: Inventory, prior: list[Change]) -> list[Change]:
+    return [c for vm in desired.vms.values() for c in plan_vm(vm, inventory.vms[vm.name])]
+
+
+def apply(ctx: ApplyContext, target: str, changes: list[Change]) -> None:
+    from pyVmomi import vim
+
+    if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
+        power_off(ctx, target, NAME)
+    vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[target].moid)
+    # An empty value removes the key.
+    spec = vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key=c.field, value=c.after or "") for c in changes])
+    run_task(target, NAME, "ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
+
+
+class VmAdvancedStep:
+    name, scope = NAME, "vm"
+    plan = staticmethod(plan)
+    apply = staticmethod(apply)

@@ -1,0 +1,135 @@
+"""vm.hardware: firmware, CPUs, memory, full memory reservation, and the VM's PCI devices.
+
+Devices (GPUs by classic DirectPath, dynamic DirectPath or vGPU profile; passed-through NICs)
+are compared as sets: present ones are kept, missing ones added, others removed — never a second
+copy. Changes to a powered-on VM are marked as needing a power-off (devices are added only while
+the VM is off; CPUs, memory and firmware are not hot-changed).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from gpuvm.plan import Change, Disruption
+from gpuvm.resolve import DesiredDevice, DesiredVm
+from gpuvm.resolve import Desired
+from gpuvm.steps.base import ApplyContext
+from gpuvm.steps.power import power_off
+from gpuvm.vsphere.facts import Inventory, VmFacts, VmPciDevice
+from gpuvm.vsphere.tasks import run_task
+
+NAME = "vm.hardware"
+
+
+def _identity(kind: str, address: str | None, vendor: int | None, device: int | None, profile: str | None) -> tuple:
+    if kind == "classic":
+        return ("classic", address)
+    if kind == "dynamic":
+        return ("dynamic", vendor, device)
+    return ("vgpu", profile)
+
+
+def _device_changes(vm: DesiredVm, facts: VmFacts, disruption: Disruption) -> list[Change]:
+    wanted = Counter(_identity(d.kind, d.address, d.vendor_id, d.device_id, d.profile) for d in vm.devices)
+    have = Counter(_identity(d.kind, d.address, d.vendor_id, d.device_id, d.profile) for d in facts.pci)
+    changes = []
+    surplus = have - wanted
+    for dev in facts.pci:
+        ident = _identity(dev.kind, dev.address, dev.vendor_id, dev.device_id, dev.profile)
+        if surplus[ident] > 0:
+            surplus[ident] -= 1
+            changes.append(Change(NAME, vm.name, f"pci device {dev.key}", "device", dev.describe(), None,
+                                  disruption, spec={"op": "remove", "key": dev.key}))
+    missing = wanted - have
+    for dev in vm.devices:
+        ident = _identity(dev.kind, dev.address, dev.vendor_id, dev.device_id, dev.profile)
+        if missing[ident] > 0:
+            missing[ident] -= 1
+            changes.append(Change(NAME, vm.name, "pci device (new)", "device", None, dev.describe(), disruption,
+                                  spec={"op": "add", "device": dev.__dict__, "system_uuid": vm.system_uuid}))
+    return changes
+
+
+def plan_vm(vm: DesiredVm, facts: VmFacts) -> list[Change]:
+    off = Disruption.VM_POWER_OFF if facts.powered_on else Disruption.NONE
+    changes = []
+
+    def want(field: str, before: Any, after: Any, disruption: Disruption = off) -> None:
+        if after is not None and before != after:
+            changes.append(Change(NAME, vm.name, "vm", field, before, after, disruption, spec={field: after}))
+
+    want("firmware", facts.firmware, vm.firmware)
+    want("cpus", facts.cpus, vm.cpus)
+    want("memory_mb", facts.memory_mb, vm.memory_mb)
+    if vm.reservation_locked:  # reserving all memory can be done while the VM runs
+        want("memoryReservationLockedToMax", facts.reservation_locked, True, Disruption.NONE)
+    return changes + _device_changes(vm, facts, off)
+
+
+def plan(desired: Desired, inventory: Inventory, prior: list[Change]) -> list[Change]:
+    return [c for vm in desired.vms.values() for c in plan_vm(vm, inventory.vms[vm.name])]
+
+
+def _signed16(value: int) -> int:
+    return value - 0x10000 if value > 0x7FFF else value
+
+
+def device_spec(device: dict[str, Any], system_uuid: str, key: int) -> Any:
+    from pyVmomi import vim
+
+    passthrough = vim.vm.device.VirtualPCIPassthrough
+    dev = DesiredDevice(**device)
+    if dev.kind == "classic":
+        backing = passthrough.DeviceBackingInfo(
+            id=dev.address, deviceId=format(dev.device_id or 0, "x"), vendorId=_signed16(dev.vendor_id or 0),
+            systemId=system_uuid, deviceName=dev.label)
+    elif dev.kind == "dynamic":
+        allowed = passthrough.AllowedDevice(vendorId=_signed16(dev.vendor_id or 0), deviceId=_signed16(dev.device_id or 0))
+        backing = passthrough.DynamicBackingInfo(allowedDevice=[allowed], customLabel=dev.label, deviceName="")
+    else:
+        backing = passthrough.VmiopBackingInfo(vgpu=dev.profile)
+    return vim.vm.device.VirtualDeviceSpec(operation=vim.vm.device.VirtualDeviceSpec.Operation.add,
+                                           device=passthrough(key=key, backing=backing))
+
+
+def config_spec(changes: list[Change]) -> Any:
+    from pyVmomi import vim
+
+    spec = vim.vm.ConfigSpec()
+    device_changes = []
+    for index, change in enumerate(changes):
+        if change.field == "firmware":
+            spec.firmware = change.after
+        elif change.field == "cpus":
+            spec.numCPUs = change.after
+        elif change.field == "memory_mb":
+            spec.memoryMB = change.after
+        elif change.field == "memoryReservationLockedToMax":
+            spec.memoryReservationLockedToMax = True
+        elif change.spec.get("op") == "remove":
+            device_changes.append(vim.vm.device.VirtualDeviceSpec(
+                operation=vim.vm.device.VirtualDeviceSpec.Operation.remove,
+                device=vim.vm.device.VirtualPCIPassthrough(key=change.spec["key"])))
+        elif change.spec.get("op") == "add":
+            device_changes.append(device_spec(change.spec["device"], change.spec["system_uuid"], -100 - index))
+    if device_changes:
+        spec.deviceChange = device_changes
+    return spec
+
+
+def apply(ctx: ApplyContext, target: str, changes: list[Change]) -> None:
+    if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
+        power_off(ctx, target, NAME)
+    vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[target].moid)
+    spec = config_spec(changes)
+    run_task(target, NAME, "ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
+
+
+class VmHardwareStep:
+    name, scope = NAME, "vm"
+    plan = staticmethod(plan)
+    apply = staticmethod(apply)
+
+
+__all__ = ["VmHardwareStep", "plan_vm", "config_spec", "VmPciDevice"]

@@ -1,0 +1,148 @@
+"""What gpuvm knows about vSphere after one inventory read: plain, serialisable facts.
+
+`Inventory` is what steps observe; it is also what `inventory --save` writes and
+`plan --snapshot` reads, so planning needs no vCenter.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from gpuvm.errors import InputError
+from gpuvm.pci import MELLANOX, NVIDIA, gpu_memory_gb, pci_id
+
+
+class PciDevice(BaseModel):
+    id: str
+    vendor_id: int
+    device_id: int
+    vendor_name: str = ""
+    device_name: str = ""
+    class_id: int = 0
+    numa_node: int | None = None
+    passthru_capable: bool = False
+    passthru_enabled: bool = False
+    passthru_active: bool = False
+
+    @property
+    def pci_id(self) -> str:
+        return pci_id(self.vendor_id, self.device_id)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.vendor_id == NVIDIA and (self.class_id >> 8) == 0x03
+
+    @property
+    def is_mellanox(self) -> bool:
+        return self.vendor_id == MELLANOX
+
+    @property
+    def memory_gb(self) -> int | None:
+        return gpu_memory_gb(self.vendor_id, self.device_id)
+
+    @property
+    def passthru_state(self) -> str:
+        if not self.passthru_capable:
+            return "not capable"
+        if self.passthru_enabled and self.passthru_active:
+            return "active"
+        if self.passthru_enabled:
+            return "enabled (reboot pending)"
+        if self.passthru_active:
+            return "disabled (reboot pending)"
+        return "off"
+
+
+class Graphics(BaseModel):
+    default_type: str = "shared"
+    assignment_policy: str = "performance"
+
+
+class HostFacts(BaseModel):
+    name: str
+    moid: str
+    system_uuid: str = ""
+    memory_mb: int = 0
+    connection_state: str = "connected"
+    in_maintenance: bool = False
+    power_state: str = "poweredOn"
+    rebind_without_reboot: bool = False
+    graphics: Graphics = Graphics()
+    vgpu_profiles: list[str] = []
+    pci: list[PciDevice] = []
+    passthru_system: str | None = None  # moid of configManager.pciPassthruSystem
+    graphics_manager: str | None = None
+
+    def device(self, address: str) -> PciDevice | None:
+        return next((d for d in self.pci if d.id == address), None)
+
+    @property
+    def gpus(self) -> list[PciDevice]:
+        return [d for d in self.pci if d.is_gpu]
+
+
+VmDeviceKind = Literal["classic", "dynamic", "vgpu"]
+
+
+class VmPciDevice(BaseModel):
+    key: int
+    kind: VmDeviceKind
+    label: str = ""
+    address: str | None = None  # classic DirectPath
+    vendor_id: int | None = None  # classic and dynamic
+    device_id: int | None = None
+    profile: str | None = None  # vGPU
+
+    def describe(self) -> str:
+        if self.kind == "vgpu":
+            return f"vGPU {self.profile}"
+        if self.kind == "dynamic":
+            return f"dynamic {pci_id(self.vendor_id or 0, self.device_id or 0)}"
+        return f"{self.address}"
+
+
+class VmFacts(BaseModel):
+    name: str
+    moid: str
+    host: str | None = None  # host name
+    power_state: str = "poweredOff"
+    cpus: int = 1
+    memory_mb: int = 1024
+    firmware: str = "bios"
+    reservation_locked: bool = False
+    hw_version: str = ""
+    extra_config: dict[str, str] = {}
+    pci: list[VmPciDevice] = []
+
+    @property
+    def powered_on(self) -> bool:
+        return self.power_state == "poweredOn"
+
+
+class Inventory(BaseModel):
+    format: Literal["gpuvm-inventory/1"] = "gpuvm-inventory/1"
+    source: str = ""  # vCenter URL (no credentials)
+    taken: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    hosts: dict[str, HostFacts] = {}
+    vms: dict[str, VmFacts] = {}
+
+    def vms_on(self, host: str) -> list[VmFacts]:
+        return [vm for vm in self.vms.values() if vm.host == host]
+
+    def save(self, path: Path) -> None:
+        path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> "Inventory":
+        try:
+            return cls.model_validate_json(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise InputError(f"{path}: cannot read snapshot: {e.strerror}") from None
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InputError(f"{path}: not a gpuvm inventory snapshot ({where}: {first['msg']})") from None

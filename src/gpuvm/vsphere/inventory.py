@@ -1,0 +1,182 @@
+"""Read every host and VM in one PropertyCollector request (ContainerView + RetrievePropertiesEx).
+
+Explicit property paths, the paging token followed, the view destroyed in `finally`. Never walk
+managed-object attributes in a loop: each would be a network round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuvm.pci import unsigned16
+from gpuvm.vsphere.facts import Graphics, HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
+from gpuvm.vsphere.session import Session
+
+HOST_PROPERTIES = [
+    "name",
+    "hardware.pciDevice",
+    "hardware.numaInfo",
+    "hardware.systemInfo.uuid",
+    "hardware.memorySize",
+    "config.pciPassthruInfo",
+    "config.graphicsConfig",
+    "config.sharedPassthruGpuTypes",
+    "capability.deviceRebindWithoutRebootSupported",
+    "runtime.connectionState",
+    "runtime.inMaintenanceMode",
+    "runtime.powerState",
+    "configManager.pciPassthruSystem",
+    "configManager.graphicsManager",
+]
+
+VM_PROPERTIES = [
+    "name",
+    "runtime.host",
+    "runtime.powerState",
+    "config.template",
+    "config.firmware",
+    "config.version",
+    "config.hardware.numCPU",
+    "config.hardware.memoryMB",
+    "config.hardware.device",
+    "config.extraConfig",
+    "config.memoryReservationLockedToMax",
+]
+
+PAGE_SIZE = 5000  # objects per page; vCenter may return fewer
+
+
+def retrieve(session: Session) -> list[Any]:
+    """All host and VM objects with the properties above, in one request (plus paging)."""
+    from pyVmomi import vim, vmodl
+
+    content = session.content
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine], True)
+    try:
+        traverse = vmodl.query.PropertyCollector.TraversalSpec(name="view", path="view", skip=False,
+                                                               type=vim.view.ContainerView)
+        spec = vmodl.query.PropertyCollector.FilterSpec(
+            objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
+            propSet=[
+                vmodl.query.PropertyCollector.PropertySpec(type=vim.HostSystem, pathSet=HOST_PROPERTIES),
+                vmodl.query.PropertyCollector.PropertySpec(type=vim.VirtualMachine, pathSet=VM_PROPERTIES),
+            ],
+        )
+        collector = content.propertyCollector
+        options = vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=PAGE_SIZE)
+        result = collector.RetrievePropertiesEx(specSet=[spec], options=options)
+        objects: list[Any] = []
+        while result is not None:
+            objects.extend(result.objects)
+            if not result.token:
+                break
+            result = collector.ContinueRetrievePropertiesEx(token=result.token)
+        return objects
+    finally:
+        view.DestroyView()
+
+
+def _props(obj: Any) -> dict[str, Any]:
+    return {p.name: p.val for p in (obj.propSet or [])}
+
+
+def host_facts(moid: str, props: dict[str, Any]) -> HostFacts:
+    numa: dict[str, int] = {}
+    numa_info = props.get("hardware.numaInfo")
+    for index, node in enumerate(getattr(numa_info, "numaNode", None) or []):
+        for pci in node.pciId or []:
+            numa[pci] = int(node.typeId) if node.typeId is not None else index
+    passthru = {p.id: p for p in props.get("config.pciPassthruInfo") or []}
+    devices = []
+    for dev in props.get("hardware.pciDevice") or []:
+        info = passthru.get(dev.id)
+        devices.append(PciDevice(
+            id=dev.id, vendor_id=unsigned16(dev.vendorId), device_id=unsigned16(dev.deviceId),
+            vendor_name=dev.vendorName or "", device_name=dev.deviceName or "", class_id=unsigned16(dev.classId),
+            numa_node=numa.get(dev.id),
+            passthru_capable=bool(info and info.passthruCapable),
+            passthru_enabled=bool(info and info.passthruEnabled),
+            passthru_active=bool(info and info.passthruActive),
+        ))
+    graphics = props.get("config.graphicsConfig")
+    return HostFacts(
+        name=props["name"], moid=moid,
+        system_uuid=props.get("hardware.systemInfo.uuid") or "",
+        memory_mb=int(props.get("hardware.memorySize") or 0) // (1024 * 1024),
+        connection_state=str(props.get("runtime.connectionState") or ""),
+        in_maintenance=bool(props.get("runtime.inMaintenanceMode")),
+        power_state=str(props.get("runtime.powerState") or ""),
+        rebind_without_reboot=bool(props.get("capability.deviceRebindWithoutRebootSupported")),
+        graphics=Graphics(default_type=graphics.hostDefaultGraphicsType or "shared",
+                          assignment_policy=graphics.sharedPassthruAssignmentPolicy or "performance")
+        if graphics else Graphics(),
+        vgpu_profiles=list(props.get("config.sharedPassthruGpuTypes") or []),
+        pci=devices,
+        passthru_system=_moid(props.get("configManager.pciPassthruSystem")),
+        graphics_manager=_moid(props.get("configManager.graphicsManager")),
+    )
+
+
+def _moid(ref: Any) -> str | None:
+    return ref._moId if ref is not None else None
+
+
+def vm_pci_devices(devices: list[Any]) -> list[VmPciDevice]:
+    from pyVmomi import vim
+
+    out = []
+    for dev in devices or []:
+        if not isinstance(dev, vim.vm.device.VirtualPCIPassthrough):
+            continue
+        backing = dev.backing
+        label = dev.deviceInfo.label if dev.deviceInfo else ""
+        if isinstance(backing, vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo):
+            out.append(VmPciDevice(key=dev.key, kind="vgpu", label=label, profile=backing.vgpu))
+        elif isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DynamicBackingInfo):
+            allowed = (backing.allowedDevice or [None])[0]
+            out.append(VmPciDevice(key=dev.key, kind="dynamic", label=label,
+                                   vendor_id=unsigned16(allowed.vendorId) if allowed else None,
+                                   device_id=unsigned16(allowed.deviceId) if allowed else None))
+        elif isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo):
+            out.append(VmPciDevice(key=dev.key, kind="classic", label=label, address=backing.id,
+                                   vendor_id=unsigned16(backing.vendorId or 0),
+                                   device_id=int(backing.deviceId, 16) if backing.deviceId else None))
+    return out
+
+
+def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str]) -> VmFacts:
+    host_ref = props.get("runtime.host")
+    return VmFacts(
+        name=props["name"], moid=moid,
+        host=host_names.get(host_ref._moId) if host_ref is not None else None,
+        power_state=str(props.get("runtime.powerState") or "poweredOff"),
+        cpus=int(props.get("config.hardware.numCPU") or 1),
+        memory_mb=int(props.get("config.hardware.memoryMB") or 0),
+        firmware=str(props.get("config.firmware") or "bios"),
+        reservation_locked=bool(props.get("config.memoryReservationLockedToMax")),
+        hw_version=str(props.get("config.version") or ""),
+        extra_config={o.key: str(o.value) for o in props.get("config.extraConfig") or []},
+        pci=vm_pci_devices(props.get("config.hardware.device") or []),
+    )
+
+
+def read_inventory(session: Session) -> Inventory:
+    from pyVmomi import vim
+
+    objects = retrieve(session)
+    hosts: dict[str, HostFacts] = {}
+    host_names: dict[str, str] = {}
+    vm_objects = []
+    for obj in objects:
+        props = _props(obj)
+        if isinstance(obj.obj, vim.HostSystem):
+            facts = host_facts(obj.obj._moId, props)
+            hosts[facts.name] = facts
+            host_names[facts.moid] = facts.name
+        elif not props.get("config.template"):
+            vm_objects.append((obj.obj._moId, props))
+    vms = {}
+    for moid, props in vm_objects:
+        facts = vm_facts(moid, props, host_names)
+        vms[facts.name] = facts
+    return Inventory(source=session.target.url, hosts=hosts, vms=vms)

@@ -1,0 +1,150 @@
+"""Connecting to vCenter: settings from the runbook, govc's variables and the command line.
+
+TLS verification is on unless the user turns it off (`insecure: true`, `GOVC_INSECURE=1` or
+`--insecure`). A CA bundle can be given (`ca_file`, `GOVC_TLS_CA_CERTS`). The password is read
+from an environment variable and registered as a secret.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from gpuvm.errors import ConnectError, InputError
+from gpuvm.runbook.model import VCenter, env_flag
+from gpuvm.secrets import redact, remember, secret_from_env
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    port: int
+    path: str
+    user: str
+    password: str
+    insecure: bool
+    ca_file: Path | None
+
+    @property
+    def url(self) -> str:  # never carries credentials
+        return f"https://{self.host}:{self.port}{self.path}"
+
+
+def resolve_target(config: VCenter, insecure: bool = False) -> Target:
+    """The vCenter to talk to. Runbook values win; govc's variables fill the gaps."""
+    url = config.url or os.environ.get("GOVC_URL")
+    if not url:
+        raise InputError("vcenter.url: no vCenter URL (set vcenter.url in the runbook or GOVC_URL)")
+    if "://" not in url:
+        url = "https://" + url
+    parts = urlsplit(url)
+    if parts.scheme != "https":
+        raise InputError(f"vcenter.url: '{parts.scheme}://' is not supported; vCenter speaks https")
+    user = config.user or parts.username or os.environ.get("GOVC_USERNAME")
+    if not user:
+        raise InputError("vcenter.user: no user (set vcenter.user or GOVC_USERNAME)")
+    if config.password_env:
+        password = secret_from_env(config.password_env, "vcenter.password_env")
+    elif parts.password:
+        password = remember(parts.password)  # type: ignore[assignment]
+    elif os.environ.get("GOVC_PASSWORD"):
+        password = remember(os.environ["GOVC_PASSWORD"])  # type: ignore[assignment]
+    else:
+        raise InputError("vcenter.password_env: no password (name an environment variable in "
+                         "vcenter.password_env, or set GOVC_PASSWORD)")
+    turn_off = insecure or bool(config.insecure) or bool(env_flag("GOVC_INSECURE"))
+    ca = config.ca_file or (Path(os.environ["GOVC_TLS_CA_CERTS"]) if os.environ.get("GOVC_TLS_CA_CERTS") else None)
+    if ca is not None and not ca.is_file():
+        raise InputError(f"vcenter.ca_file: {ca} does not exist")
+    return Target(host=parts.hostname or "", port=parts.port or 443, path=parts.path or "/sdk",
+                  user=user, password=password, insecure=turn_off, ca_file=ca)
+
+
+class RequestCounter:
+    """Counts SOAP round trips by method name (for `--stats` and the plan benchmark)."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            self.calls[name] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+
+def _count_requests(stub: Any, counter: RequestCounter) -> None:
+    invoke_method, invoke_accessor = stub.InvokeMethod, stub.InvokeAccessor
+
+    def method(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
+        counter.add(info.wsdlName)
+        return invoke_method(mo, info, args, *rest)
+
+    def accessor(mo: Any, info: Any, *rest: Any) -> Any:
+        counter.add(f"get {info.name}")
+        return invoke_accessor(mo, info, *rest)
+
+    stub.InvokeMethod, stub.InvokeAccessor = method, accessor
+
+
+class Session:
+    """A logged-in vCenter session. Use as a context manager; logs out on exit."""
+
+    def __init__(self, target: Target, counter: RequestCounter | None = None):
+        self.target = target
+        self.counter = counter or RequestCounter()
+        self.si: Any = None
+
+    def __enter__(self) -> "Session":
+        from pyVim.connect import SmartConnect
+        from pyVmomi import vim
+
+        if self.target.insecure:
+            context = ssl._create_unverified_context()  # the user turned verification off
+        else:
+            context = ssl.create_default_context(cafile=str(self.target.ca_file) if self.target.ca_file else None)
+        try:
+            self.si = SmartConnect(host=self.target.host, port=self.target.port, path=self.target.path,
+                                   user=self.target.user, pwd=self.target.password, sslContext=context,
+                                   connectionPoolTimeout=-1)
+        except vim.fault.InvalidLogin:
+            raise ConnectError(f"{self.target.url}: login refused for user {self.target.user}") from None
+        except ssl.SSLCertVerificationError as e:
+            raise ConnectError(f"{self.target.url}: TLS certificate not trusted ({e.verify_message}); "
+                               "give vcenter.ca_file or GOVC_TLS_CA_CERTS, or --insecure to turn checks off") from None
+        except (OSError, ssl.SSLError) as e:
+            raise ConnectError(f"{self.target.url}: cannot connect: {redact(str(e))}") from None
+        except Exception as e:  # pyvmomi wraps some transport errors in its own types
+            raise ConnectError(f"{self.target.url}: cannot connect: {redact(str(e))}") from None
+        _count_requests(self.si._stub, self.counter)
+        self._content = self.si.RetrieveContent()  # `si.content` would be a round trip per use
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from pyVim.connect import Disconnect
+
+        if self.si is not None:
+            try:
+                Disconnect(self.si)
+            except Exception:
+                pass  # the session may already be gone; nothing useful to tell the user
+            self.si = None
+
+    @property
+    def content(self) -> Any:
+        return self._content
+
+    def ref(self, kind: str, moid: str) -> Any:
+        """A managed-object reference from a moid (as kept in facts and snapshots)."""
+        from pyVmomi import vim
+
+        return getattr(vim, kind)(moid, self.si._stub)

@@ -1,0 +1,63 @@
+"""vSphere tasks and faults, turned into gpuvm's errors naming the target and step."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, TypeVar
+
+from gpuvm.errors import TaskError
+from gpuvm.secrets import redact
+
+T = TypeVar("T")
+
+POLL_START, POLL_MAX = 0.05, 1.0
+
+
+def fault_text(fault: Any) -> str:
+    """The most useful words in a vSphere fault: its message, nested fault messages, its type."""
+    parts: list[str] = []
+    message = getattr(fault, "msg", None) or getattr(fault, "localizedMessage", None)
+    if message:
+        parts.append(str(message))
+    for item in getattr(fault, "faultMessage", None) or []:
+        if getattr(item, "message", None):
+            parts.append(str(item.message))
+    reason = getattr(fault, "reason", None)
+    if reason and str(reason) not in " ".join(parts):
+        parts.append(str(reason))
+    name = type(fault).__name__.split(".")[-1]
+    text = "; ".join(dict.fromkeys(p.strip() for p in parts if p and p.strip())) or "no details"
+    return redact(f"{text} ({name})")
+
+
+def call(target: str, step: str, action: str, fn: Callable[[], T]) -> T:
+    """Run one vSphere call; a fault becomes a TaskError naming target, step and action."""
+    from pyVmomi import vmodl
+
+    try:
+        return fn()
+    except vmodl.MethodFault as fault:
+        raise TaskError(f"{step}: {action} failed: {fault_text(fault)}") from None
+
+
+def wait(task: Any, target: str, step: str, action: str, timeout: float = 1800) -> Any:
+    """Wait for a task, polling its `info` with backoff; a failed task raises TaskError."""
+    from pyVmomi import vim
+
+    deadline = time.monotonic() + timeout
+    delay = POLL_START
+    while True:
+        info = call(target, step, action, lambda: task.info)
+        if info.state == vim.TaskInfo.State.success:
+            return info.result
+        if info.state == vim.TaskInfo.State.error:
+            raise TaskError(f"{step}: {action} failed: {fault_text(info.error)}")
+        if time.monotonic() > deadline:
+            raise TaskError(f"{step}: {action} did not finish within {timeout:.0f} s (task {task._moId})")
+        time.sleep(delay)
+        delay = min(delay * 2, POLL_MAX)
+
+
+def run_task(target: str, step: str, action: str, start: Callable[[], Any], timeout: float = 1800) -> Any:
+    task = call(target, step, action, start)
+    return wait(task, target, step, action, timeout)
