@@ -80,7 +80,7 @@ def _message(error: dict[str, Any]) -> str:
     return message.removeprefix("Value error, ")
 
 
-def _model_path(loc: tuple[Any, ...], data: Any) -> Path_:
+def _model_path(loc: tuple[Any, ...], data: Any, kind: str = "") -> Path_:
     """pydantic's error location as a path in the document: union tags (e.g. 'vgpu') dropped."""
     path: list[str | int] = []
     node = data
@@ -90,7 +90,7 @@ def _model_path(loc: tuple[Any, ...], data: Any) -> Path_:
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             node = node[part]
-        elif not last:
+        elif not last or kind not in ("missing", "extra_forbidden"):
             continue  # a tag pydantic added, not a key the user wrote
         path.append(part)
     return tuple(path)
@@ -119,7 +119,7 @@ def load_runbook(path: str | Path) -> Runbook:
     try:
         runbook = Runbook.model_validate(data)
     except ValidationError as e:
-        messages = [f"{locator.where(_model_path(err['loc'], data))}: {_message(err)}" for err in e.errors()]
+        messages = [f"{locator.where(_model_path(err['loc'], data, err['type']))}: {_message(err)}" for err in e.errors()]
         raise InputError("\n".join(dict.fromkeys(messages))) from None
     runbook.attach(file, locator, text)
     runbook.check_references()

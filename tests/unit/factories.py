@@ -1,0 +1,31 @@
+"""Small builders of inventory facts for table-driven plan tests (like the simulator's R750xa)."""
+
+from __future__ import annotations
+
+from gpuvm.vsphere.facts import HostFacts, Inventory, PciDevice, VmFacts
+
+GPU_ADDRESSES = [("0000:17:00.0", 0), ("0000:31:00.0", 0), ("0000:b1:00.0", 1), ("0000:ca:00.0", 1)]
+
+
+def r750xa(name: str = "esx-01", enabled: bool = False, active: bool = False, **extra) -> HostFacts:
+    pci = [PciDevice(id=a, vendor_id=0x10DE, device_id=0x20B5, device_name="GA100 [A100 PCIe 80GB]", class_id=0x0302,
+                     numa_node=n, passthru_capable=True, passthru_enabled=enabled, passthru_active=active)
+           for a, n in GPU_ADDRESSES]
+    pci += [PciDevice(id=f"0000:4b:00.{f}", vendor_id=0x15B3, device_id=0x101B, class_id=0x0207,
+                      device_name="MT28908 Family [ConnectX-6]", numa_node=0, passthru_capable=True,
+                      passthru_enabled=enabled, passthru_active=active) for f in (0, 1)]
+    pci.append(PciDevice(id="0000:00:00.0", vendor_id=0x8086, device_id=0x09A2, device_name="Ice Lake Memory Map"))
+    defaults = dict(name=name, moid=f"host-{name}", system_uuid=f"uuid-{name}", memory_mb=1024 * 1024,
+                    vgpu_profiles=["grid_a100d-3-40c", "grid_a100d-80c"], pci=pci)
+    defaults.update(extra)
+    return HostFacts(**defaults)
+
+
+def vm(name: str, host: str = "esx-01", **extra) -> VmFacts:
+    defaults = dict(name=name, moid=f"vm-{name}", host=host, cpus=4, memory_mb=8192, firmware="bios")
+    defaults.update(extra)
+    return VmFacts(**defaults)
+
+
+def inventory(hosts: list[HostFacts], vms: list[VmFacts]) -> Inventory:
+    return Inventory(hosts={h.name: h for h in hosts}, vms={v.name: v for v in vms})
