@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -15,8 +16,15 @@ from gpuvm.secrets import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-out = Console(highlight=False, soft_wrap=False)
-err = Console(stderr=True, highlight=False)
+def _console(stderr: bool = False) -> Console:
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 160  # logs and pipes: no terminal to fit, keep rows on one line
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
 
 
 def fail(message: str, code: int) -> typer.Exit:

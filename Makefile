@@ -1,0 +1,46 @@
+# gpuvm: two commands on a fresh Debian machine (as root, or with sudo for the apt step).
+#   make demo   installs, builds and starts the bundled simulated vCenter, shows the whole flow
+#   make test   installs everything the tests need (simulator, SSH test hosts, Open MPI), runs all tests
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := golang-go golang-github-vmware-govmomi-dev openssh-server sudo iproute2 openmpi-bin \
+                python3-mpi4py python3-numpy
+GOVMOMI := /usr/share/gocode/src/github.com/vmware/govmomi
+
+.PHONY: demo test deps apt venv sim bench clean
+
+demo: deps
+	bash scripts/demo.sh
+
+test: deps
+	$(VENV)/bin/pytest -q
+
+bench: deps
+	$(PY) bench/plan_scaling.py
+
+deps: apt venv sim
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+sim: build/gpusim
+
+build/gpusim: $(wildcard simulator/gpusim/*.go)
+	$(PY) -m gpuvm.simulator build
+
+clean:
+	rm -rf build $(VENV) .gpuvm results reports
