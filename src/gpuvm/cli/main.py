@@ -127,7 +127,7 @@ def verify(runbook: Path = RUNBOOK, insecure: bool = INSECURE) -> None:
         out.print("No drift: infrastructure matches the runbook.")
         return
     print_plan(out, the_plan)
-    raise DriftError(f"drift: {len(the_plan.changes)} setting(s) differ from {runbook}")
+    raise DriftError(f"drift: {len(the_plan.changes)} change(s) needed to match {runbook}")
 
 
 def _register_optional() -> None:

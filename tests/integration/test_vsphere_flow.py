@@ -1,0 +1,135 @@
+"""plan → apply → re-plan against the simulated vCenter, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuvm.cli.main import app
+from gpuvm.simulator import Simulator
+from tests.integration.vcenter import env_for, raw_state
+
+pytestmark = pytest.mark.integration
+LAB = Path(__file__).parents[2] / "playbooks" / "lab.yaml"
+
+
+@pytest.fixture
+def sim(monkeypatch, tmp_path):
+    with Simulator(hosts=2, vms_per_host=2) as running:
+        for key, value in env_for(running).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        yield running
+
+
+def gpuvm(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def test_plan_apply_replan_is_empty_and_vms_power_on(sim, tmp_path):
+    before = raw_state(sim)
+    planned = gpuvm("plan", str(LAB), "--detailed-exitcode")
+    assert planned.exit_code == 2, planned.output
+    assert raw_state(sim) == before, "a dry run changed the simulator"
+
+    applied = gpuvm("apply", str(LAB), "--yes", "--allow-host-reboot")
+    assert applied.exit_code == 0, applied.output
+    after = raw_state(sim)
+    for vm in ("esx-01-vm1", "esx-01-vm2", "esx-02-vm1", "esx-02-vm2"):
+        assert after[vm]["power"] == "poweredOn", (vm, after[vm])  # so reservation and MMIO were right
+        assert after[vm]["firmware"] == "efi" and after[vm]["reserved"] is True
+    assert len(after["esx-01-vm1"]["pci"]) == 3  # two GPUs and a ConnectX-6 port
+    assert ("pciPassthru.64bitMMIOSizeGB", "512") in after["esx-01-vm1"]["extra"]
+    assert all(enabled == active for _, enabled, active in after["esx-01"]["passthru"])
+    assert after["esx-02"]["graphics"] == "sharedDirect" and not after["esx-02"]["maintenance"]
+
+    replanned = gpuvm("plan", str(LAB), "--detailed-exitcode")
+    assert replanned.exit_code == 0, replanned.output
+    assert "No changes. Infrastructure matches the runbook." in replanned.output
+    assert gpuvm("verify", str(LAB)).exit_code == 0
+    again = gpuvm("apply", str(LAB), "--yes")
+    assert again.exit_code == 0 and raw_state(sim) == after  # idempotent: no second copy of anything
+
+    journal = [json.loads(line) for line in (tmp_path / "state" / "journal.jsonl").read_text().splitlines()]
+    assert {e["status"] for e in journal} >= {"run-start", "started", "done", "run-end"}
+    assert not [e for e in journal if e["status"] == "failed"]
+
+
+def test_disruptive_changes_are_refused_without_flags(sim):
+    before = raw_state(sim)
+    result = gpuvm("apply", str(LAB), "--yes")
+    assert result.exit_code == 2
+    assert "must reboot: pass --allow-host-reboot" in result.output and "nothing was changed" in result.output
+    assert raw_state(sim) == before
+
+
+def test_snapshot_plan_equals_live_plan(sim, tmp_path):
+    snapshot = tmp_path / "inventory.json"
+    assert gpuvm("inventory", str(LAB), "--save", str(snapshot)).exit_code == 0
+    live = json.loads(gpuvm("plan", str(LAB), "--json").stdout)
+    offline = json.loads(gpuvm("plan", str(LAB), "--json", "--snapshot", str(snapshot)).stdout)
+    assert live == offline and live["summary"]["changes"] > 0
+
+
+def test_drift_is_reported_by_verify(sim):
+    assert gpuvm("apply", str(LAB), "--yes", "--allow-host-reboot").exit_code == 0
+    from pyVmomi import vim
+
+    from tests.integration.vcenter import pyvmomi
+
+    with pyvmomi(sim) as si:
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        vm = next(v for v in view.view if v.name == "esx-01-vm1")
+        vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(
+            extraConfig=[vim.option.OptionValue(key="pciPassthru.64bitMMIOSizeGB", value="64")]))
+    result = gpuvm("verify", str(LAB))
+    assert result.exit_code == 5
+    assert "pciPassthru.64bitMMIOSizeGB" in result.output
+    # The running VM must be powered off for the fix, then on again: two changes.
+    assert "drift: 2 change(s) needed to match" in result.output and "needs VM power-off" in result.output
+
+
+def test_injected_reconfigure_fault_then_rerun_completes(monkeypatch, tmp_path):
+    with Simulator(hosts=2, vms_per_host=2, faults=["fail-reconfigure=esx-01-vm2:1"]) as sim:
+        for key, value in env_for(sim).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        first = gpuvm("apply", str(LAB), "--yes", "--allow-host-reboot")
+        assert first.exit_code == 4, first.output
+        assert "esx-01-vm2 (vm.hardware): vm.hardware: ReconfigVM failed: gpusim injected fault" in first.output
+        state = raw_state(sim)
+        assert state["esx-01-vm1"]["power"] == "poweredOn"  # independent targets finished
+        assert state["esx-01-vm2"]["pci"] == []
+        journal = [json.loads(line) for line in (tmp_path / "state" / "journal.jsonl").read_text().splitlines()]
+        failed = [e for e in journal if e["status"] == "failed"]
+        assert failed and all(e["target"] == "esx-01-vm2" and e["step"] == "vm.hardware" for e in failed)
+        skipped = {(e["target"], e["step"]) for e in journal if e["status"] == "skipped"}
+        assert ("esx-01-vm2", "vm.advanced") in skipped and ("esx-01-vm2", "vm.power") in skipped
+
+        second = gpuvm("apply", str(LAB), "--yes")
+        assert second.exit_code == 0, second.output
+        assert raw_state(sim)["esx-01-vm2"]["power"] == "poweredOn"
+        assert gpuvm("plan", str(LAB), "--detailed-exitcode").exit_code == 0
+
+
+def test_bad_password_is_one_clear_line_without_traceback(sim, tmp_path):
+    env = dict(env_for(sim), GPUVM_VCENTER_PASSWORD="wrong-canary-pass", PATH="/usr/bin:/bin")
+    result = subprocess.run([sys.executable, "-m", "gpuvm.cli.main", "plan", str(LAB)], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    assert "login refused for user administrator@vsphere.local" in result.stderr
+    assert "Traceback" not in result.stderr and "wrong-canary-pass" not in result.stderr + result.stdout
+
+
+def test_untrusted_certificate_is_refused(sim, monkeypatch):
+    monkeypatch.delenv("GOVC_TLS_CA_CERTS")
+    result = gpuvm("plan", str(LAB))
+    assert result.exit_code == 3 and "TLS certificate not trusted" in result.output
+    insecure = gpuvm("plan", str(LAB), "--insecure")
+    assert insecure.exit_code == 0 and "TLS certificate verification is OFF" in insecure.output

@@ -1,0 +1,54 @@
+"""Helpers for tests against the simulated vCenter: environment for gpuvm, and an independent read-back."""
+
+from __future__ import annotations
+
+import ssl
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from gpuvm.simulator import Simulator
+
+
+def env_for(sim: Simulator) -> dict[str, str]:
+    return {"GOVC_URL": sim.url, "GOVC_TLS_CA_CERTS": str(sim.cert_file), "GOVC_USERNAME": sim.username,
+            "GPUVM_VCENTER_PASSWORD": sim.password}
+
+
+@contextmanager
+def pyvmomi(sim: Simulator) -> Iterator[Any]:
+    from pyVim.connect import Disconnect, SmartConnect
+
+    si = SmartConnect(host=sim.host, port=sim.port, user=sim.username, pwd=sim.password,
+                      sslContext=ssl.create_default_context(cafile=str(sim.cert_file)))
+    try:
+        yield si
+    finally:
+        Disconnect(si)
+
+
+def raw_state(sim: Simulator) -> dict[str, Any]:
+    """Everything gpuvm may change, read attribute by attribute with plain pyvmomi (not gpuvm's reader)."""
+    from pyVmomi import vim
+
+    with pyvmomi(sim) as si:
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine], True)
+        state: dict[str, Any] = {}
+        for obj in view.view:
+            if isinstance(obj, vim.HostSystem):
+                state[obj.name] = {
+                    "passthru": sorted((p.id, p.passthruEnabled, p.passthruActive) for p in obj.config.pciPassthruInfo),
+                    "graphics": obj.config.graphicsConfig.hostDefaultGraphicsType,
+                    "maintenance": obj.runtime.inMaintenanceMode,
+                }
+            else:
+                cfg = obj.config
+                state[obj.name] = {
+                    "power": str(obj.runtime.powerState), "firmware": cfg.firmware, "cpus": cfg.hardware.numCPU,
+                    "memory": cfg.hardware.memoryMB, "reserved": cfg.memoryReservationLockedToMax,
+                    "pci": sorted(type(d.backing).__name__ + ":" + str(getattr(d.backing, "id", "") or getattr(d.backing, "vgpu", ""))
+                                  for d in cfg.hardware.device if isinstance(d, vim.vm.device.VirtualPCIPassthrough)),
+                    "extra": sorted((o.key, str(o.value)) for o in cfg.extraConfig if o.key.startswith(("pciPassthru", "numa."))),
+                }
+        view.DestroyView()
+        return state
