@@ -1,0 +1,350 @@
+"""Turn a `Comparison` into a terminal table, Markdown, self-contained HTML and PNG plots.
+
+Every rendering starts from `table_rows`, so the terminal, Markdown and HTML tables always show
+the same cells. Speedups print with 3 decimals, percentages with 1.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuvm.bench.compare import BenchmarkComparison, Comparison, exceeds
+from gpuvm.errors import GpuvmError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+TEMPLATE_NAMES = ("report.md.j2", "report.html.j2")
+
+
+@dataclass(frozen=True)
+class Row:
+    cells: tuple[str, ...]
+    sub: bool = False  # a per-VM line under a concurrent point
+    violation: bool = False  # overhead above the limit
+    first: bool = False  # first row of a benchmark
+
+
+# ------------------------------------------------------------------------------------ formatting
+
+
+def fmt_value(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if abs(value) >= 1000:
+        return f"{value:,.1f}"
+    if abs(value) >= 10:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def fmt_speedup(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def fmt_percent(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}%"
+
+
+def columns(comparison: Comparison) -> tuple[str, ...]:
+    base = comparison.baseline_environment
+    base_name = "Bare metal" if base == "bare-metal" else "Baseline"
+    ratio = "VM / BM" if (comparison.environment, base) == ("vm", "bare-metal") else "Ratio"
+    return (
+        "Benchmark", "Point", "Runs", "Median", "Min – max", "Stdev",
+        "Speedup", "Efficiency", base_name, ratio, "Overhead",
+    )  # fmt: skip
+
+
+def _benchmark_cell(bench: BenchmarkComparison) -> str:
+    kind = f"{bench.scaling} scaling" if bench.scaling else bench.scenario
+    better = "" if bench.higher_is_better else ", lower is better"
+    return f"{bench.name}\n({kind}, {bench.unit or 'no unit'}{better})"
+
+
+def table_rows(comparison: Comparison) -> list[Row]:
+    """The cells of the comparison table, one row per point (and per VM for concurrent points)."""
+    limit = comparison.max_overhead
+    rows: list[Row] = []
+    for bench in comparison.benchmarks:
+        for i, point in enumerate(bench.points):
+            s = point.spread
+            rows.append(
+                Row(
+                    cells=(
+                        _benchmark_cell(bench) if i == 0 else "",
+                        point.label,
+                        str(s.repeats),
+                        fmt_value(point.total if point.total is not None else s.median),
+                        "—" if s.repeats < 2 else f"{fmt_value(s.min)} – {fmt_value(s.max)}",
+                        fmt_value(s.stdev),
+                        fmt_speedup(point.speedup),
+                        fmt_percent(point.efficiency),
+                        fmt_value(point.baseline),
+                        fmt_percent(point.ratio),
+                        fmt_percent(point.overhead),
+                    ),
+                    violation=exceeds(point.overhead, limit),
+                    first=i == 0,
+                )
+            )
+            if point.per_vm and (point.vms > 1 or len(point.per_vm) > 1):
+                for vm, value in point.per_vm.items():
+                    blank = ("",) * 7
+                    rows.append(
+                        Row(cells=("", f"  └ {vm}", "", fmt_value(value), *blank), sub=True)
+                    )
+    return rows
+
+
+def notes(comparison: Comparison) -> list[str]:
+    """Lines under the table: where figures come from and how speedup was measured."""
+    lines = []
+    if comparison.note:
+        lines.append(f"Results: {comparison.note}")
+    if comparison.baseline_note:
+        lines.append(f"Baseline: {comparison.baseline_note}")
+    for bench in comparison.benchmarks:
+        if bench.reference_nodes not in (None, 1):
+            lines.append(
+                f"{bench.name}: speedup is relative to {bench.reference_nodes} nodes "
+                "(no 1-node point)."
+            )
+        if any(p.per_vm for p in bench.points):
+            lines.append(f"{bench.name}: concurrent points show the sum of the per-VM medians.")
+    return lines
+
+
+# -------------------------------------------------------------------------------------- terminal
+
+
+def render_terminal(comparison: Comparison) -> Table:
+    """The comparison as one rich Table; `compare` and `report` both print this."""
+    from rich.table import Table
+
+    title = f"Results ({comparison.environment})"
+    if comparison.baseline_environment:
+        title += f" against baseline ({comparison.baseline_environment})"
+    table = Table(title=title, caption="\n".join(notes(comparison)) or None, caption_justify="left")
+    for i, name in enumerate(columns(comparison)):
+        table.add_column(name, justify="left" if i < 2 else "right", no_wrap=i > 0)
+    for row in table_rows(comparison):
+        if row.first and table.row_count:
+            table.add_section()
+        style = "red" if row.violation else ("dim" if row.sub else None)
+        table.add_row(*row.cells, style=style)
+    return table
+
+
+# ---------------------------------------------------------------------------------------- report
+
+
+def write_report(comparison: Comparison, out_dir: Path | str) -> list[Path]:
+    """Write report.md, a self-contained report.html and the PNG plots; return their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    env = _templates()
+    plots = write_plots(comparison, out)
+    context = {
+        "title": "gpuvm benchmark report",
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "comparison": comparison,
+        "columns": columns(comparison),
+        "rows": table_rows(comparison),
+        "notes": notes(comparison),
+        "violations": [str(v) for v in comparison.violations],
+        "max_overhead": fmt_percent(comparison.max_overhead)
+        if comparison.max_overhead is not None
+        else None,
+        "plots": [
+            {"title": title, "file": path.name, "data_uri": _data_uri(path)}
+            for title, path in plots
+        ],
+    }
+    written = []
+    for name in TEMPLATE_NAMES:
+        path = out / name.removesuffix(".j2")
+        path.write_text(env.get_template(name).render(context), encoding="utf-8")
+        written.append(path)
+    return written + [path for _, path in plots]
+
+
+def templates_dir() -> Path:
+    """`templates/` at the top of the source tree (or beside the package when installed)."""
+    here = Path(__file__).resolve()
+    candidates = [here.parents[3] / "templates", here.parents[1] / "templates"]
+    for candidate in candidates:
+        if all((candidate / name).is_file() for name in TEMPLATE_NAMES):
+            return candidate
+    raise GpuvmError(
+        f"report templates {', '.join(TEMPLATE_NAMES)} not found in "
+        f"{' or '.join(str(c) for c in candidates)} (run gpuvm from its source checkout)"
+    )
+
+
+def _templates():
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    return Environment(
+        loader=FileSystemLoader(templates_dir()),
+        autoescape=lambda name: bool(name and name.endswith(".html.j2")),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+# ----------------------------------------------------------------------------------------- plots
+
+
+def write_plots(comparison: Comparison, out: Path) -> list[tuple[str, Path]]:
+    """PNG plots (matplotlib, Agg): throughput and efficiency against nodes, VM vs bare metal."""
+    plots: list[tuple[str, Path]] = []
+    for bench in comparison.benchmarks:
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", bench.name).strip("-") or "benchmark"
+        if bench.scenario == "scaling" and len(bench.points) >= 2:
+            plots.append((f"{bench.name}: {_quantity(bench)} vs nodes",
+                          _throughput_plot(bench, out / f"{slug}-throughput.png")))  # fmt: skip
+            plots.append((f"{bench.name}: scaling efficiency",
+                          _efficiency_plot(bench, out / f"{slug}-efficiency.png")))  # fmt: skip
+        if bench.scenario == "concurrent":
+            plots.append((f"{bench.name}: concurrent VMs",
+                          _concurrent_plot(bench, out / f"{slug}-concurrent.png")))  # fmt: skip
+        if any(p.baseline is not None for p in bench.points):
+            label = (
+                "VM vs bare metal"
+                if comparison.baseline_environment == "bare-metal"
+                else "vs baseline"
+            )
+            plots.append((f"{bench.name}: {label}",
+                          _baseline_plot(comparison, bench, out / f"{slug}-vs-baseline.png")))  # fmt: skip
+    return plots
+
+
+def _quantity(bench: BenchmarkComparison) -> str:
+    return "throughput" if bench.higher_is_better else "time"
+
+
+def _figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6.4, 4.0), dpi=100)
+    FigureCanvasAgg(figure)
+    return figure, figure.add_subplot()
+
+
+def _save(figure, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    return path
+
+
+def _throughput_plot(bench: BenchmarkComparison, path: Path) -> Path:
+    figure, ax = _figure()
+    nodes = [p.nodes for p in bench.points]
+    medians = [p.spread.median for p in bench.points]
+    low = [m - p.spread.min for m, p in zip(medians, bench.points, strict=True)]
+    high = [p.spread.max - m for m, p in zip(medians, bench.points, strict=True)]
+    ref, ref_gpus = (
+        bench.points[0].spread.median,
+        bench.points[0].nodes * bench.points[0].gpus_per_node,
+    )
+    scale = [(p.nodes * p.gpus_per_node) / ref_gpus for p in bench.points]
+    ideal = [ref * s if bench.higher_is_better else ref / s for s in scale]
+    ax.plot(nodes, ideal, "--", color="grey", label="ideal (linear)")
+    ax.errorbar(nodes, medians, yerr=[low, high], marker="o", capsize=4, label="median (min–max)")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel(bench.unit or "value")
+    ax.set_xticks(nodes)
+    ax.set_title(f"{bench.name}: {_quantity(bench)}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return _save(figure, path)
+
+
+def _efficiency_plot(bench: BenchmarkComparison, path: Path) -> Path:
+    figure, ax = _figure()
+    nodes = [p.nodes for p in bench.points]
+    efficiency = [(p.efficiency or 0) * 100 for p in bench.points]
+    ax.axhline(100, linestyle="--", color="grey", label="ideal")
+    ax.plot(
+        nodes, efficiency, marker="o", label=f"{bench.scaling or ''} scaling efficiency".strip()
+    )
+    for x, y in zip(nodes, efficiency, strict=True):
+        ax.annotate(f"{y:.1f}%", (x, y), textcoords="offset points", xytext=(0, -14), ha="center")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("efficiency (%)")
+    ax.set_xticks(nodes)
+    ax.set_ylim(0, max(110, max(efficiency) + 10))
+    ax.set_title(f"{bench.name}: efficiency")
+    ax.legend(loc="lower left")
+    ax.grid(alpha=0.3)
+    return _save(figure, path)
+
+
+def _concurrent_plot(bench: BenchmarkComparison, path: Path) -> Path:
+    figure, ax = _figure()
+    labels = [p.label for p in bench.points]
+    bottoms = [0.0] * len(bench.points)
+    slots = max((len(p.per_vm or {}) for p in bench.points), default=0)
+    if slots:
+        for slot in range(slots):
+            heights = [
+                list((p.per_vm or {}).values())[slot] if slot < len(p.per_vm or {}) else 0.0
+                for p in bench.points
+            ]
+            ax.bar(labels, heights, bottom=bottoms, label=f"VM {slot + 1}")
+            bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+        ax.legend()
+    else:
+        bottoms = [p.spread.median for p in bench.points]
+        ax.bar(labels, bottoms)
+    for x, total in enumerate(bottoms):
+        ax.annotate(
+            fmt_value(total), (x, total), textcoords="offset points", xytext=(0, 3), ha="center"
+        )
+    ax.set_ylim(0, max(bottoms, default=1) * 1.12 or 1)
+    ax.set_ylabel(bench.unit or "value")
+    ax.set_title(f"{bench.name}: total across VMs")
+    return _save(figure, path)
+
+
+def _baseline_plot(comparison: Comparison, bench: BenchmarkComparison, path: Path) -> Path:
+    figure, ax = _figure()
+    points = [p for p in bench.points if p.baseline is not None]
+    xs = range(len(points))
+    width = 0.38
+    ax.bar(
+        [x - width / 2 for x in xs],
+        [p.spread.median for p in points],
+        width,
+        label=comparison.environment,
+    )
+    ax.bar([x + width / 2 for x in xs], [p.baseline for p in points], width,
+           label=comparison.baseline_environment or "baseline")  # fmt: skip
+    for x, p in zip(xs, points, strict=True):
+        top = max(p.spread.median, p.baseline or 0)
+        ax.annotate(
+            f"{fmt_percent(p.ratio)}",
+            (x, top),
+            textcoords="offset points",
+            xytext=(0, 3),
+            ha="center",
+        )
+    ax.set_xticks(list(xs), [p.label for p in points])
+    ax.set_ylabel(bench.unit or "value")
+    ax.set_title(f"{bench.name}: {comparison.environment} vs {comparison.baseline_environment}")
+    ax.set_ylim(0, max(max(p.spread.median, p.baseline or 0) for p in points) * 1.2)
+    ax.legend(loc="upper right", ncol=2)
+    return _save(figure, path)

@@ -1,0 +1,285 @@
+"""The results of a benchmark run, as typed models and as files on disk.
+
+A results directory holds `results.json` (format `gpuvm-results/1`) and `logs/` with the raw
+output of every repeat. A baseline may also be a short YAML file:
+
+    environment: bare-metal
+    benchmarks:
+      resnet50-scaling: {1: 2790, 2: 5470, 4: 10818}   # nodes: value (one repeat each)
+
+The models forbid unknown fields, so nothing but figures and inventory (never credentials) can be
+written or read.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpuvm.errors import InputError
+
+FORMAT = "gpuvm-results/1"
+RESULTS_FILE = "results.json"
+LOGS_DIR = "logs"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunbookRef(_Model):
+    path: str
+    sha256: str
+
+
+class VmInfo(_Model):
+    name: str
+    host: str
+    gpus: int = Field(ge=0)
+    cpus: int = Field(ge=1)
+    memory_gb: float = Field(gt=0)
+
+
+class Repeat(_Model):
+    """One run of one point. For concurrent points `value` is the total over `per_vm`."""
+
+    value: float
+    per_vm: dict[str, float] | None = None
+    log: str | None = None
+
+
+class Point(_Model):
+    """One configuration: `nodes` hosts, `gpus_per_node` GPUs used on each, `vms` VMs in all."""
+
+    nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(default=1, ge=1)
+    vms: int = Field(default=1, ge=1)
+    repeats: list[Repeat] = Field(min_length=1)
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+class Benchmark(_Model):
+    name: str = Field(min_length=1)
+    kind: str
+    unit: str = ""
+    higher_is_better: bool = True
+    scenario: Literal["concurrent", "scaling"] = "scaling"
+    scaling: Literal["weak", "strong"] | None = None
+    points: list[Point] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _points_are_distinct(self) -> Benchmark:
+        keys = [point_key(self, p) for p in self.points]
+        duplicates = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicates:
+            raise ValueError(
+                f"points repeat the same configuration {duplicates}; put runs in `repeats`"
+            )
+        return self
+
+
+class Results(_Model):
+    format: Literal["gpuvm-results/1"] = FORMAT
+    environment: Literal["vm", "bare-metal"]
+    note: str | None = None
+    runbook: RunbookRef | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+    hosts: list[str] = Field(default_factory=list)
+    vms: list[VmInfo] = Field(default_factory=list)
+    software: dict[str, dict[str, str]] = Field(default_factory=dict)
+    benchmarks: list[Benchmark] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _names_are_distinct(self) -> Results:
+        names = [b.name for b in self.benchmarks]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"benchmark names repeat: {', '.join(duplicates)}")
+        return self
+
+    def benchmark(self, name: str) -> Benchmark | None:
+        return next((b for b in self.benchmarks if b.name == name), None)
+
+
+def point_key(benchmark: Benchmark, point: Point) -> tuple[int, ...]:
+    """What identifies a point: node count when scaling; nodes, GPUs and VMs when concurrent."""
+    if benchmark.scenario == "scaling":
+        return (point.nodes,)
+    return (point.nodes, point.gpus_per_node, point.vms)
+
+
+# ---------------------------------------------------------------------------------------- saving
+
+
+def save_results(directory: Path | str, results: Results) -> Path:
+    """Write `results.json` into `directory` (created, with `logs/`); return its path."""
+    directory = Path(directory)
+    (directory / LOGS_DIR).mkdir(parents=True, exist_ok=True)
+    path = directory / RESULTS_FILE
+    text = json.dumps(results.model_dump(mode="json"), indent=2) + "\n"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# --------------------------------------------------------------------------------------- loading
+
+
+def load_results(path: Path | str) -> Results:
+    """Read a results directory, a results JSON file, or a YAML (short or full) baseline."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+        if not path.is_file():
+            raise InputError(
+                f"{path.parent}: no {RESULTS_FILE} (expected a results directory or a results file)"
+            )
+    elif not path.is_file():
+        raise InputError(f"{path}: no such file or directory (expected results or a baseline)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read: {e}") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return _load_yaml(path, text)
+    return _load_json(path, text)
+
+
+def _load_json(path: Path, text: str) -> Results:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object with format {FORMAT!r}")
+    if data.get("format") != FORMAT:
+        raise InputError(f"{path}: format is {data.get('format')!r} (expected {FORMAT!r})")
+    return _validate(path, data, source=None)
+
+
+def _load_yaml(path: Path, text: str) -> Results:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        data = YAML(typ="rt").load(text)
+    except YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping with `environment` and `benchmarks`")
+    source = data
+    benchmarks = data.get("benchmarks")
+    if isinstance(benchmarks, dict):
+        data = dict(data)
+        data["benchmarks"] = [
+            _short_benchmark(path, benchmarks, name, spec) for name, spec in benchmarks.items()
+        ]
+    data = dict(data)
+    data.setdefault("format", FORMAT)
+    return _validate(path, _plain(data), source=source)
+
+
+def _short_benchmark(path: Path, parent: Any, name: Any, spec: Any) -> dict:
+    """`name: {nodes: value | [values]}` (or with `points:` and settings) → a full benchmark."""
+    where = _line(path, parent, name)
+    settings: dict = {}
+    points = spec
+    if isinstance(spec, dict) and "points" in spec:
+        settings = {k: v for k, v in spec.items() if k != "points"}
+        points = spec["points"]
+        where = _line(path, spec, "points")
+    if not isinstance(points, dict) or not points:
+        raise InputError(
+            f"{where}: benchmarks.{name}: expected a mapping of node count to value, "
+            "such as {1: 2790, 2: 5470}"
+        )
+    full_points = []
+    for nodes, values in points.items():
+        at = _line(path, points, nodes)
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+            raise InputError(
+                f"{at}: benchmarks.{name}: node count {nodes!r} is not a positive integer"
+            )
+        values = values if isinstance(values, list) else [values]
+        if not values or not all(_is_number(v) for v in values):
+            raise InputError(
+                f"{at}: benchmarks.{name}.{nodes}: expected a number or a list of numbers, "
+                f"got {_plain(values)!r}"
+            )
+        full_points.append({"nodes": nodes, "repeats": [{"value": float(v)} for v in values]})
+    return {"name": str(name), "kind": "baseline", **settings, "points": full_points}
+
+
+def _validate(path: Path, data: dict, source: Any) -> Results:
+    try:
+        return Results.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = _dotted(first["loc"])
+        where = _line_of_loc(path, source, first["loc"]) if source is not None else str(path)
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise InputError(f"{where}: {field or 'top level'}: {first['msg']}{more}") from None
+
+
+def _dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _line(path: Path, mapping: Any, key: Any) -> str:
+    """`path:line` of `key` in a ruamel mapping, or just `path` when unknown."""
+    try:
+        return f"{path}:{mapping.lc.key(key)[0] + 1}"
+    except (AttributeError, KeyError, TypeError):
+        return str(path)
+
+
+def _line_of_loc(path: Path, source: Any, loc: tuple) -> str:
+    """Walk the YAML as far as `loc` goes and name the line of the deepest key found."""
+    where, node = str(path), source
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            where, node = _line(path, node, part), node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            try:
+                where = f"{path}:{node.lc.item(part)[0] + 1}"
+            except (AttributeError, KeyError, TypeError):
+                pass
+            node = node[part]
+        else:
+            break
+    return where
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _plain(value: Any) -> Any:
+    """ruamel's commented containers and scalars → plain Python, for pydantic."""
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value

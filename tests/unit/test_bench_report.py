@@ -1,0 +1,138 @@
+"""The terminal table, the report files, and the `bench compare` / `bench report` commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer
+from rich.console import Console
+from typer.testing import CliRunner
+
+from gpuvm.bench.compare import compare
+from gpuvm.bench.report import render_terminal, table_rows, write_report
+from gpuvm.bench.results import load_results
+from gpuvm.cli.bench_report import parse_fraction, register
+from gpuvm.errors import InputError
+
+REPO = Path(__file__).parents[2]
+STUDY_VM = REPO / "playbooks" / "results" / "study-vm"
+STUDY_BM = REPO / "playbooks" / "results" / "study-baremetal.yaml"
+STUDY_NUMBERS = ("1.956", "3.872", "97.8", "96.8", "98.7")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def study():
+    return compare(load_results(STUDY_VM), load_results(STUDY_BM))
+
+
+@pytest.fixture
+def cli():
+    app, bench = typer.Typer(), typer.Typer()
+    register(bench)
+    app.add_typer(bench, name="bench")
+    return lambda *args: CliRunner().invoke(app, ["bench", *map(str, args)])
+
+
+def test_terminal_table_shows_study_numbers(study):
+    console = Console(width=200, record=True)
+    console.print(render_terminal(study))
+    text = console.export_text()
+    for number in STUDY_NUMBERS:
+        assert number in text
+    assert "VM / BM" in text and "Bare metal" in text and "weak scaling" in text
+
+
+def test_rows_format_speedup_with_3_decimals_and_percentages_with_1(study):
+    four = next(r for r in table_rows(study) if r.cells[1] == "4 nodes")
+    assert four.cells[6:] == ("3.872", "96.8%", "10,818.0", "98.7%", "1.3%")
+
+
+def test_write_report(study, tmp_path):
+    written = write_report(study, tmp_path / "out")
+    names = {p.name for p in written}
+    assert {"report.md", "report.html"} <= names
+    assert {"resnet50-scaling-throughput.png", "resnet50-scaling-efficiency.png",
+            "resnet50-scaling-vs-baseline.png", "resnet50-concurrent-concurrent.png"} <= names  # fmt: skip
+    for path in written:
+        assert path.is_file()
+        if path.suffix == ".png":
+            assert path.read_bytes().startswith(PNG_MAGIC)
+    html = (tmp_path / "out" / "report.html").read_text()
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    for number in STUDY_NUMBERS:
+        assert number in html and number in markdown
+    assert html.count('<img src="data:image/png;base64,') == 4
+    # self-contained: no external scripts, stylesheets or images
+    assert not re.search(r'(src|href)="(?!data:)', html)
+    assert "![resnet50-scaling: throughput vs nodes](resnet50-scaling-throughput.png)" in markdown
+
+
+def test_report_without_baseline_has_no_baseline_plot(tmp_path):
+    written = write_report(compare(load_results(STUDY_VM)), tmp_path)
+    assert not any("vs-baseline" in p.name for p in written)
+
+
+def test_report_marks_violations(tmp_path):
+    comparison = compare(load_results(STUDY_VM), load_results(STUDY_BM), max_overhead=0.01)
+    write_report(comparison, tmp_path)
+    assert (
+        "resnet50-scaling at 4 nodes: overhead 1.3% exceeds 1.0%"
+        in (tmp_path / "report.md").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    "text, value", [("2%", 0.02), ("0.02", 0.02), (" 1.5% ", 0.015), ("0", 0.0)]
+)
+def test_parse_fraction(text, value):
+    assert parse_fraction(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["2", "abc", "-1%", "100%", ""])
+def test_parse_fraction_rejects(text):
+    with pytest.raises(InputError, match="--max-overhead"):
+        parse_fraction(text)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_compare_prints_study_numbers(cli):
+    result = cli("compare", STUDY_VM, "--baseline", STUDY_BM, "--max-overhead", "2%")
+    assert result.exit_code == 0, result.output
+    for number in STUDY_NUMBERS:
+        assert number in result.output
+
+
+def test_cli_compare_fails_on_overhead(cli):
+    result = cli("compare", STUDY_VM, "--baseline", STUDY_BM, "--max-overhead", "0.01")
+    assert result.exit_code == 1
+    assert "error: overhead above 0.01" in result.output
+    assert "resnet50-scaling at 4 nodes: overhead 1.3% exceeds 1.0%" in result.output
+
+
+def test_cli_report(cli, tmp_path):
+    result = cli("report", STUDY_VM, "--baseline", STUDY_BM, "--out", tmp_path / "rep")
+    assert result.exit_code == 0, result.output
+    for number in STUDY_NUMBERS:
+        assert number in result.output
+    assert str(tmp_path / "rep" / "report.html") in result.output
+    assert (tmp_path / "rep" / "report.md").is_file()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("compare", "/nonexistent/results"), "error: /nonexistent/results: no such file"),
+        (("compare", STUDY_VM, "--max-overhead", "two"), "error: --max-overhead 'two'"),
+        (("report", STUDY_VM, "--baseline", "/nonexistent.yaml"), "error: /nonexistent.yaml"),
+    ],
+)
+def test_cli_errors_are_one_line_with_exit_2(cli, args, message):
+    result = cli(*args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
