@@ -1,0 +1,152 @@
+// Command gpusim is a vCenter simulator with a GPU host model, built on the
+// govmomi simulator (vcsim). See ../README.md for flags, model and faults.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vmware/govmomi/simulator"
+)
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+type options struct {
+	hosts, vmsPerHost int
+	gpu               string
+	listen            string
+	tls               bool
+	certOut           string
+	username          string
+	password          string
+	vmPower           string
+	rebind            bool
+	failReconfigure   multiFlag
+	failTask          int
+	latency           multiFlag
+}
+
+func parseFlags() *options {
+	o := &options{}
+	flag.IntVar(&o.hosts, "hosts", 2, "number of GPU hosts (esx-01, esx-02, ...)")
+	flag.IntVar(&o.vmsPerHost, "vms-per-host", 2, "VMs per host (<host>-vm1, ...)")
+	flag.StringVar(&o.gpu, "gpu", "a100-80", "GPU model: a100-80, a100-40 or h100-80")
+	flag.StringVar(&o.listen, "listen", "127.0.0.1:0", "listen address (port 0 picks a free port)")
+	flag.BoolVar(&o.tls, "tls", true, "serve https")
+	flag.StringVar(&o.certOut, "cert-out", "", "write the server's TLS certificate (PEM) to this file")
+	flag.StringVar(&o.username, "username", "administrator@vsphere.local", "login user")
+	flag.StringVar(&o.password, "password", "gpusim-pass", "login password")
+	flag.StringVar(&o.vmPower, "vm-power", "off", "initial VM power state: on or off")
+	flag.BoolVar(&o.rebind, "rebind-without-reboot", false, "passthrough changes become active without a host reboot")
+	flag.Var(&o.failReconfigure, "fail-reconfigure", "VMNAME[:COUNT]: ReconfigVM_Task on VMNAME fails COUNT times (repeatable)")
+	flag.IntVar(&o.failTask, "fail-task", 0, "the Nth task created (after startup) fails once")
+	flag.Var(&o.latency, "latency", "METHOD=DURATION, e.g. ReconfigVM_Task=1s (repeatable)")
+	flag.Parse()
+	return o
+}
+
+func main() {
+	log.SetPrefix("gpusim: ")
+	o := parseFlags()
+	if err := run(o); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(o *options) error {
+	gpu, ok := gpuModels[o.gpu]
+	if !ok {
+		return fmt.Errorf("unknown -gpu %q (want a100-80, a100-40 or h100-80)", o.gpu)
+	}
+	if o.hosts < 1 || o.vmsPerHost < 0 {
+		return fmt.Errorf("-hosts must be >= 1 and -vms-per-host >= 0")
+	}
+	if o.vmPower != "on" && o.vmPower != "off" {
+		return fmt.Errorf("-vm-power must be on or off")
+	}
+	faults, err := parseFaults(o.failReconfigure, o.failTask, o.latency)
+	if err != nil {
+		return err
+	}
+
+	model := simulator.VPX()
+	model.Datacenter = 1
+	model.Cluster = 1
+	model.ClusterHost = o.hosts
+	model.Host = 0
+	model.Machine = 0
+	model.Autostart = false
+	// Advertise vSphere 7.0U3: clients such as pyvmomi serialize newer types
+	// (dynamic DirectPath backings, vGPU) as their base type for older APIs.
+	about := &model.ServiceContent.About
+	about.Version, about.ApiVersion, about.Build = "7.0.3", "7.0.3.0", "19234570"
+	about.FullName = "VMware vCenter Server 7.0.3 build-19234570 (gpusim)"
+	if err := model.Create(); err != nil {
+		return fmt.Errorf("create model: %w", err)
+	}
+	defer model.Remove()
+
+	g := &gpusim{gpu: gpu, rebind: o.rebind, faults: faults, hosts: map[string]*gpuHost{}}
+	if err := g.buildHosts(); err != nil {
+		return err
+	}
+
+	if o.tls {
+		cert, err := selfSignedCert(o.listen)
+		if err != nil {
+			return err
+		}
+		model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
+	model.Service.Listen = &url.URL{Host: o.listen, User: url.UserPassword(o.username, o.password)}
+	server := model.Service.NewServer()
+	defer server.Close()
+	// Route the methods gpusim overrides to its proxy objects (see proxy.go).
+	server.Server.Config.Handler = &router{next: server.Server.Config.Handler, g: g}
+
+	if o.tls && o.certOut != "" {
+		if err := writeCertPEM(o.certOut, server.Server.TLS.Certificates[0].Certificate[0]); err != nil {
+			return err
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	err = g.createVMs(ctx, server.URL, o.vmsPerHost, o.vmPower == "on")
+	cancel()
+	if err != nil {
+		return fmt.Errorf("create VMs: %w", err)
+	}
+
+	// Fault injection and latency start only now, so that setup tasks do not count.
+	g.installFaults(model)
+
+	u := *server.URL
+	u.User = nil
+	host, port, _ := net.SplitHostPort(u.Host)
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	u.Host = net.JoinHostPort(host, port)
+	fmt.Printf("GPUSIM_URL=%s\n", u.String())
+	_ = os.Stdout.Sync()
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	log.Printf("shutting down")
+	return nil
+}

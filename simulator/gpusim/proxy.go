@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"regexp"
+	"sync"
+
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// The stock simulator code asserts Map objects to *simulator.HostSystem and
+// *simulator.VirtualMachine in many places, so wrapping those objects in the
+// Map (as example_extend_test.go does) would break it. Instead the router
+// rewrites the _this reference of the few overridden methods to a proxy type
+// ("GpusimVirtualMachine"/"GpusimHostSystem", same moref value). The proxy
+// gets the call, with the stock session checks and SOAP encoding, and works
+// on the real object. Nothing else sees the proxies.
+
+const proxyPrefix = "Gpusim"
+
+var proxiedMethods = map[string]bool{
+	"ReconfigVM_Task":           true,
+	"PowerOnVM_Task":            true,
+	"PowerOffVM_Task":           true,
+	"EnterMaintenanceMode_Task": true,
+	"RebootHost_Task":           true,
+}
+
+var (
+	methodRe = regexp.MustCompile(`<(?:[A-Za-z0-9_.-]+:)?Body[^>]*>\s*<(?:[A-Za-z0-9_.-]+:)?([A-Za-z0-9_]+)[\s>/]`)
+	thisRe   = regexp.MustCompile(`(<(?:[A-Za-z0-9_.-]+:)?_this\b[^>]*\btype=")(VirtualMachine|HostSystem)("[^>]*>)\s*([^<\s]+)\s*<`)
+)
+
+type router struct {
+	next http.Handler
+	g    *gpusim
+	mu   sync.Mutex
+}
+
+func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.Body != nil {
+		body, err := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if m := methodRe.FindSubmatch(body); m != nil && proxiedMethods[string(m[1])] {
+			if t := thisRe.FindSubmatch(body); t != nil && rt.ensureProxy(string(t[2]), string(t[4])) {
+				body = thisRe.ReplaceAll(body, []byte("${1}"+proxyPrefix+"${2}${3}${4}<"))
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+	}
+	rt.next.ServeHTTP(w, r)
+}
+
+// ensureProxy registers the proxy for a VM or host the first time it is needed.
+func (rt *router) ensureProxy(kind, value string) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	real := types.ManagedObjectReference{Type: kind, Value: value}
+	pref := types.ManagedObjectReference{Type: proxyPrefix + kind, Value: value}
+	if simulator.Map.Get(pref) != nil {
+		return true
+	}
+	switch simulator.Map.Get(real).(type) {
+	case *simulator.VirtualMachine:
+		simulator.Map.Put(&vmProxy{self: pref, real: real, g: rt.g})
+	case *simulator.HostSystem:
+		if rt.g.host(real) == nil {
+			return false
+		}
+		simulator.Map.Put(&hostProxy{self: pref, real: real, g: rt.g})
+	default:
+		return false // let the stock code report the unknown object
+	}
+	return true
+}
+
+type vmProxy struct {
+	self, real types.ManagedObjectReference
+	g          *gpusim
+}
+
+func (p *vmProxy) Reference() types.ManagedObjectReference { return p.self }
+
+func (p *vmProxy) vm() *simulator.VirtualMachine {
+	vm, _ := simulator.Map.Get(p.real).(*simulator.VirtualMachine)
+	return vm
+}
+
+type hostProxy struct {
+	self, real types.ManagedObjectReference
+	g          *gpusim
+}
+
+func (p *hostProxy) Reference() types.ManagedObjectReference { return p.self }

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	"github.com/vmware/govmomi"
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// createVMs makes <host>-vm<j> on every host through the simulator's own API,
+// so the stock code lays out files, devices and runtime.host as usual.
+func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn bool) error {
+	c, err := govmomi.NewClient(ctx, u, true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Logout(context.Background()) }()
+
+	dc, ok := simulator.Map.Any("Datacenter").(*simulator.Datacenter)
+	if !ok {
+		return fmt.Errorf("no datacenter")
+	}
+	ds, ok := simulator.Map.Any("Datastore").(*simulator.Datastore)
+	if !ok {
+		return fmt.Errorf("no datastore")
+	}
+	folder := object.NewFolder(c.Client, dc.VmFolder)
+	for _, h := range g.order {
+		parent := simulator.Map.Get(*h.hs.Parent)
+		cr, ok := parent.(*simulator.ClusterComputeResource)
+		if !ok {
+			return fmt.Errorf("host %s is not in a cluster", h.hs.Name)
+		}
+		pool := object.NewResourcePool(c.Client, *cr.ResourcePool)
+		host := object.NewHostSystem(c.Client, h.hs.Self)
+		for j := 1; j <= perHost; j++ {
+			spec := types.VirtualMachineConfigSpec{
+				Name:                         fmt.Sprintf("%s-vm%d", h.hs.Name, j),
+				GuestId:                      string(types.VirtualMachineGuestOsIdentifierUbuntu64Guest),
+				NumCPUs:                      4,
+				MemoryMB:                     8192,
+				Firmware:                     string(types.GuestOsDescriptorFirmwareTypeBios),
+				MemoryReservationLockedToMax: types.NewBool(false),
+				Files:                        &types.VirtualMachineFileInfo{VmPathName: fmt.Sprintf("[%s]", ds.Name)},
+			}
+			task, err := folder.CreateVM(ctx, spec, pool, host)
+			if err != nil {
+				return err
+			}
+			info, err := task.WaitForResult(ctx, nil)
+			if err != nil {
+				return fmt.Errorf("create %s: %w", spec.Name, err)
+			}
+			if powerOn {
+				vm := object.NewVirtualMachine(c.Client, info.Result.(types.ManagedObjectReference))
+				t, err := vm.PowerOn(ctx)
+				if err != nil {
+					return err
+				}
+				if err := t.Wait(ctx); err != nil {
+					return fmt.Errorf("power on %s: %w", spec.Name, err)
+				}
+			}
+		}
+	}
+	return nil
+}
