@@ -1,28 +1,33 @@
-"""The engine: observe once, plan every step, apply step by step with targets in parallel.
+"""The engine: observe, plan every step, apply step by step with targets in parallel.
 
-Steps run in a fixed order (hosts first, then VMs). Within a step its targets run in parallel,
-bounded by `parallel`. A target that fails does not stop the others; later steps skip the targets
-that depend on it (the same VM, or VMs on a failed host). One summary at the end.
+Steps run in a fixed order: ESXi shells, hosts, reboots, VMs, then guest OSes. vSphere steps
+observe through one bulk inventory read; SSH steps observe every target in parallel. Within a step
+targets run in parallel, bounded by `parallel`. A failing target does not stop the others; later
+steps skip the targets that depend on it (the same VM or host, or VMs on a failed host).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuvm.errors import GpuvmError, InputError, TargetFailures
+from gpuvm.executors.group import run_parallel
 from gpuvm.journal import Journal
-from gpuvm.plan import Change, Disruption, Plan
+from gpuvm.plan import Change, Disruption, Note, Plan
+from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
-from gpuvm.steps import host_graphics, host_passthrough, host_reboot, vm_advanced, vm_hardware, vm_power
+from gpuvm.steps import (esxi_ats, host_graphics, host_passthrough, host_reboot, vm_advanced, vm_hardware,
+                         vm_power)
 from gpuvm.steps.base import ApplyContext
 from gpuvm.vsphere.facts import Inventory
 
-STEPS = [
+STEPS: list[Any] = [
+    esxi_ats.EsxiAtsStep,
     host_passthrough.HostPassthroughStep,
     host_graphics.HostGraphicsStep,
     host_reboot.HostRebootStep,
@@ -31,12 +36,55 @@ STEPS = [
     vm_power.VmPowerStep,
 ]
 
+Facts = dict[tuple[str, str], Any]  # (step, target) → observed fact
+Progress = Callable[[str, str, str], None]
 
-def make_plan(runbook: Runbook, inventory: Inventory) -> tuple[Plan, Desired]:
+
+def register(step: Any, before: str | None = None) -> None:
+    """Add a step to the run order (before the named step, else at the end)."""
+    if any(s.name == step.name for s in STEPS):
+        return
+    index = next((i for i, s in enumerate(STEPS) if s.name == before), len(STEPS))
+    STEPS.insert(index, step)
+
+
+def is_remote(step: Any) -> bool:
+    return hasattr(step, "role")
+
+
+def observe_remote(cluster: Cluster, role: str | None = None, parallel: int = 8) -> Facts:
+    """Every wanted SSH step's fact for every target (of `role`), targets in parallel."""
+    steps = [s for s in STEPS if is_remote(s) and (role is None or s.role == role)]
+    targets = {n: t for n, t in cluster.targets.items() if any(s.role == t.role for s in steps)}
+
+    def observe(target: Any) -> dict[str, Any]:
+        return {s.name: s.observe(target, cluster) for s in steps
+                if s.role == target.role and s.wanted(target, cluster)}
+
+    return _facts_of(run_parallel(targets, observe, parallel))
+
+
+def _plan_remote(step: Any, cluster: Cluster, facts: Facts) -> list[Change]:
+    changes: list[Change] = []
+    for name, target in cluster.of_role(step.role).items():
+        if (step.name, name) in facts:
+            changes.extend(step.plan(target, facts[(step.name, name)], cluster))
+    return changes
+
+
+def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = None,
+              facts: Facts | None = None) -> tuple[Plan, Desired]:
     desired = resolve(runbook, inventory)
     plan = Plan(notes=list(desired.notes))
+    remote_wanted = any(is_remote(s) for s in STEPS) and (runbook.guests or any(h.ssh for h in runbook.hosts))
+    if cluster is None and remote_wanted:
+        plan.notes.append(Note("-", "plan", "SSH steps (ESXi shell, guests) are not planned from a snapshot",
+                               level="info"))
     for step in STEPS:
-        plan.changes.extend(step.plan(desired, inventory, list(plan.changes)))
+        if not is_remote(step):
+            plan.changes.extend(step.plan(desired, inventory, list(plan.changes)))
+        elif cluster is not None:
+            plan.changes.extend(_plan_remote(step, cluster, facts or {}))
     return plan, desired
 
 
@@ -66,71 +114,114 @@ class Outcome:
     seconds: float = 0.0
 
 
-def _blocked(target: str, step_scope: str, failed_targets: set[str], desired: Desired) -> str | None:
+def _blocked(target: str, failed_targets: set[str], desired: Desired) -> str | None:
     if target in failed_targets:
         return f"an earlier step failed on {target}"
-    if step_scope == "vm":
-        host = desired.vms[target].host if target in desired.vms else None
-        if host in failed_targets:
-            return f"its host {host} failed"
+    host = desired.vms[target].host if target in desired.vms else None
+    if host in failed_targets:
+        return f"its host {host} failed"
     return None
 
 
+class _Runner:
+    """Applies one step's changes: journal, progress, per-target errors."""
+
+    def __init__(self, step: Any, ctx: ApplyContext, journal: Journal, progress: Progress | None):
+        self.step, self.ctx, self.journal, self.progress = step, ctx, journal, progress
+
+    def __call__(self, item: tuple[str, list[Change]]) -> None:
+        target, changes = item
+        for change in changes:
+            self.journal.record("started", change)
+        self._say(target, "started")
+        try:
+            if is_remote(self.step):
+                self.step.apply(self.ctx.cluster.targets[target], changes, self.ctx.cluster)
+            else:
+                self.step.apply(self.ctx, target, changes)
+        except Exception as error:
+            message = redact(str(error) if isinstance(error, GpuvmError) else f"{type(error).__name__}: {error}")
+            for change in changes:
+                self.journal.record("failed", change, error=message)
+            self._say(target, f"failed: {message}")
+            raise
+        for change in changes:
+            self.journal.record("done", change)
+        self._say(target, f"done ({len(changes)} change(s))")
+
+    def _say(self, target: str, status: str) -> None:
+        if self.progress:
+            self.progress(self.step.name, target, status)
+
+
 def apply_plan(plan: Plan, desired: Desired, ctx: ApplyContext, journal: Journal, parallel: int = 8,
-               progress: Callable[[str, str, str], None] | None = None) -> Outcome:
+               progress: Progress | None = None) -> Outcome:
     outcome = Outcome()
     start = time.monotonic()
     failed_targets: set[str] = set()
     journal.record("run-start", changes=len(plan.changes))
+    guests_replanned = False
     for step in STEPS:
-        changes = plan.for_step(step.name)
+        if is_remote(step) and step.role == "guest" and not guests_replanned:
+            guests_replanned = True
+            _replan_guests(plan, ctx, outcome, parallel, progress)
         by_target: dict[str, list[Change]] = {}
-        for change in changes:
+        for change in plan.for_step(step.name):
             by_target.setdefault(change.target, []).append(change)
         runnable = {}
-        for target, target_changes in by_target.items():
-            reason = _blocked(target, step.scope, failed_targets, desired)
+        for target, changes in by_target.items():
+            reason = _blocked(target, failed_targets, desired)
             if reason:
                 outcome.skipped[f"{target} ({step.name})"] = reason
-                for change in target_changes:
+                for change in changes:
                     journal.record("skipped", change, reason=reason)
             else:
-                runnable[target] = target_changes
+                runnable[target] = (target, changes)
         if not runnable:
             continue
-
-        def run(target: str, step=step) -> None:  # noqa: B023 - bound per step
-            target_changes = runnable[target]
-            for change in target_changes:
-                journal.record("started", change)
-            if progress:
-                progress(step.name, target, "started")
-            try:
-                step.apply(ctx, target, target_changes)
-            except Exception as error:
-                message = redact(str(error)) if isinstance(error, GpuvmError) else redact(f"{type(error).__name__}: {error}")
-                for change in target_changes:
-                    journal.record("failed", change, error=message)
-                if progress:
-                    progress(step.name, target, f"failed: {message}")
-                raise
-            for change in target_changes:
-                journal.record("done", change)
-            if progress:
-                progress(step.name, target, f"done ({len(target_changes)} change(s))")
-
-        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-            futures = {target: pool.submit(run, target) for target in runnable}
-        for target, future in futures.items():
-            error = future.exception()
-            if error is None:
-                outcome.done.setdefault(target, []).extend(runnable[target])
-            else:
+        runner = _Runner(step, ctx, journal, progress)
+        try:
+            run_parallel(runnable, runner, parallel)
+            failures: dict[str, Exception] = {}
+        except TargetFailures as e:
+            failures = e.failures  # type: ignore[assignment]
+        for target, (_, changes) in runnable.items():
+            if target in failures:
                 failed_targets.add(target)
-                outcome.failed[f"{target} ({step.name})"] = error
+                outcome.failed[f"{target} ({step.name})"] = failures[target]
+            else:
+                outcome.done.setdefault(target, []).extend(changes)
     outcome.seconds = time.monotonic() - start
     journal.record("run-end", failed=len(outcome.failed), seconds=round(outcome.seconds, 3))
     return outcome
+
+
+def _replan_guests(plan: Plan, ctx: ApplyContext, outcome: Outcome, parallel: int, progress: Progress | None) -> None:
+    """Guests are observed again once the VM steps changed something (they may just have booted)."""
+    cluster = ctx.cluster
+    vm_steps = {vm_hardware.NAME, vm_advanced.NAME, vm_power.NAME}
+    if cluster is None or not cluster.of_role("guest"):
+        return
+    if not any(c.step in vm_steps for changes in outcome.done.values() for c in changes):
+        return
+    guest_steps = {s.name for s in STEPS if is_remote(s) and s.role == "guest"}
+    plan.changes = [c for c in plan.changes if c.step not in guest_steps]
+    try:
+        facts = observe_remote(cluster, "guest", parallel)
+    except TargetFailures as e:
+        for name, error in e.failures.items():
+            outcome.failed[f"{name} (observe)"] = error
+        facts = _facts_of(e.results)
+    for step in STEPS:
+        if is_remote(step) and step.role == "guest":
+            plan.changes.extend(_plan_remote(step, cluster, facts))
+    if progress:
+        progress("guest.*", "all guests", f"observed again after VM changes: "
+                                          f"{sum(1 for c in plan.changes if c.step in guest_steps)} change(s)")
+
+
+def _facts_of(results: dict[str, dict[str, Any]]) -> Facts:
+    return {(step, target): fact for target, by_step in results.items() for step, fact in by_step.items()}
 
 
 def raise_failures(outcome: Outcome) -> None:

@@ -6,7 +6,8 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, TypeVar
 
 import typer
 from rich.console import Console
@@ -63,6 +64,23 @@ def observe(runbook: Any, insecure: bool, snapshot: Path | None = None) -> Any:
         from gpuvm.vsphere.inventory import read_inventory
 
         return read_inventory(session)
+
+
+@contextmanager
+def remote(runbook: Any, accept_new_host_keys: bool, state: Path | None = None, parallel: int = 8) -> Iterator[Any]:
+    """The SSH targets of the runbook and what they look like now: (cluster, facts), or (None, {})."""
+    from gpuvm.engine import observe_remote
+    from gpuvm.journal import state_dir
+    from gpuvm.remote import RemoteOptions, build_cluster
+
+    if not runbook.guests and not any(h.ssh for h in runbook.hosts):
+        yield None, {}
+        return
+    cluster = build_cluster(runbook, state_dir(state), RemoteOptions(accept_new_host_keys=accept_new_host_keys))
+    try:
+        yield cluster, observe_remote(cluster, parallel=parallel)
+    finally:
+        cluster.close()
 
 
 def connect(runbook: Any, insecure: bool) -> Any:

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gpuvm.cli.common import connect, err, fail, handle_errors, interactive, load, observe, out
+from gpuvm.cli.common import connect, err, fail, handle_errors, interactive, load, observe, out, remote
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Turn vSphere hosts with NVIDIA GPUs into a deep-learning cluster, and prove it performs.")
@@ -16,6 +16,9 @@ app.add_typer(bench_app, name="bench")
 
 RUNBOOK = typer.Argument(..., exists=False, help="The runbook (YAML)", show_default=False)
 INSECURE = typer.Option(False, "--insecure", help="Turn TLS certificate verification OFF (says so loudly)")
+ACCEPT_KEYS = typer.Option(False, "--accept-new-host-keys",
+                           help="Trust SSH host keys seen for the first time (records them, prints fingerprints)")
+STATE = typer.Option(None, "--state-dir", help="State directory: journal, keys (default $GPUVM_STATE_DIR or .gpuvm)")
 
 
 @app.command()
@@ -47,6 +50,7 @@ def plan(runbook: Path = RUNBOOK,
          json_: bool = typer.Option(False, "--json", help="Print the plan as JSON"),
          detailed_exitcode: bool = typer.Option(False, "--detailed-exitcode",
                                                 help="Exit 0: no changes, 2: changes, 1: error"),
+         accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
          insecure: bool = INSECURE) -> None:
     """Dry run: every change on every host and VM, disruptive ones marked. Changes nothing."""
     from gpuvm.engine import make_plan
@@ -55,7 +59,12 @@ def plan(runbook: Path = RUNBOOK,
 
     try:
         book = load(runbook)
-        the_plan, _ = make_plan(book, observe(book, insecure, snapshot))
+        inventory = observe(book, insecure, snapshot)
+        if snapshot is not None:
+            the_plan, _ = make_plan(book, inventory)
+        else:
+            with remote(book, accept_new_host_keys, state_dir) as (cluster, facts):
+                the_plan, _ = make_plan(book, inventory, cluster, facts)
     except GpuvmError as e:
         raise fail(str(e), 1 if detailed_exitcode else e.exit_code) from None
     if json_:
@@ -73,9 +82,9 @@ def apply(runbook: Path = RUNBOOK,
           allow_power_off: bool = typer.Option(False, help="Allow powering VMs off (guest shutdown first)"),
           allow_host_reboot: bool = typer.Option(False, help="Allow maintenance mode and host reboots"),
           parallel: int = typer.Option(8, min=1, max=64, help="Targets changed at once"),
-          state_dir: Optional[Path] = typer.Option(None, help="Journal directory (default $GPUVM_STATE_DIR or .gpuvm)"),
+          state_dir: Optional[Path] = STATE,
           shutdown_timeout: float = typer.Option(300, help="Seconds to wait for a guest shutdown"),
-          insecure: bool = INSECURE) -> None:
+          accept_new_host_keys: bool = ACCEPT_KEYS, insecure: bool = INSECURE) -> None:
     """Show the plan, ask (or --yes), apply it in parallel, journal every change."""
     from gpuvm.engine import apply_plan, check_allowed, make_plan, raise_failures
     from gpuvm.journal import Journal, state_dir as make_state_dir
@@ -84,9 +93,9 @@ def apply(runbook: Path = RUNBOOK,
     from gpuvm.vsphere.inventory import read_inventory
 
     book = load(runbook)
-    with connect(book, insecure) as session:
+    with connect(book, insecure) as session, remote(book, accept_new_host_keys, state_dir, parallel) as (cluster, seen):
         facts = read_inventory(session)
-        the_plan, desired = make_plan(book, facts)
+        the_plan, desired = make_plan(book, facts, cluster, seen)
         print_plan(out, the_plan)
         if the_plan.empty:
             return
@@ -104,7 +113,8 @@ def apply(runbook: Path = RUNBOOK,
             mark = "[red]✗[/]" if status.startswith("failed") else ("[green]✓[/]" if status.startswith("done") else "…")
             err.print(f"{mark} {step:<17} {target}: {status}", highlight=False)
 
-        outcome = apply_plan(the_plan, desired, ApplyContext(session, facts, options), journal, parallel, progress)
+        context = ApplyContext(session, facts, options, cluster)
+        outcome = apply_plan(the_plan, desired, context, journal, parallel, progress)
     done = sum(len(c) for c in outcome.done.values())
     out.print(f"Applied {done} of {len(the_plan.changes)} change(s) in {outcome.seconds:.1f} s; "
               f"{len(outcome.failed)} target(s) failed, {len(outcome.skipped)} skipped. Journal: {journal.path}")
@@ -115,14 +125,17 @@ def apply(runbook: Path = RUNBOOK,
 
 @app.command()
 @handle_errors
-def verify(runbook: Path = RUNBOOK, insecure: bool = INSECURE) -> None:
+def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
+           insecure: bool = INSECURE) -> None:
     """Exit non-zero (5) if the world drifted from the runbook, listing the drift."""
     from gpuvm.engine import make_plan
     from gpuvm.errors import DriftError
     from gpuvm.render import print_plan
 
     book = load(runbook)
-    the_plan, _ = make_plan(book, observe(book, insecure))
+    inventory = observe(book, insecure)
+    with remote(book, accept_new_host_keys, state_dir) as (cluster, facts):
+        the_plan, _ = make_plan(book, inventory, cluster, facts)
     if the_plan.empty:
         out.print("No drift: infrastructure matches the runbook.")
         return

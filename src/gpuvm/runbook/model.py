@@ -95,13 +95,46 @@ class PciSelector(Strict):
 GraphicsMode = Literal["shared", "shared_direct"]
 
 
+class SshAccess(Strict):
+    """How gpuvm logs in: key file or a password from an environment variable."""
+
+    address: str = Field(min_length=1)
+    user: str = "root"
+    port: int = Field(default=22, ge=1, le=65535)
+    key_file: Path | None = None
+    password_env: str | None = None
+    sudo: bool = False
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9.:_-]+$", value):
+            raise ValueError(f"'{value}' is not a host name or IP address")
+        return value
+
+
+class SshSettings(Strict):
+    known_hosts: Path | None = None  # trusted host keys besides ~/.ssh/known_hosts; new keys are recorded here
+    connect_timeout: float = Field(default=10, gt=0)
+    command_timeout: float = Field(default=600, gt=0)
+
+
 class Host(Strict):
     name: Name
     passthrough: list[PciSelector] = []
     graphics: GraphicsMode | None = None
     allow_maintenance: bool = False
     allow_reboot: bool = False
-    ssh: dict[str, Any] | None = None  # ESXi shell access: see the guest-configuration steps
+    ssh: SshAccess | None = None  # ESXi shell access, for ATS and MIG
+    ats: bool | None = None  # PCIe Address Translation Services (for P2P), via esxcli
+    ats_option: str = "atsSupport"  # the kernel setting's name is unconfirmed: configurable
+    mig: Literal["all"] | list[Annotated[int, Field(ge=0, le=15)]] | None = None  # GPUs in MIG mode (MIG-backed vGPU)
+
+    @model_validator(mode="after")
+    def _needs_ssh(self) -> "Host":
+        if (self.ats is not None or self.mig is not None) and self.ssh is None:
+            raise ValueError("ats and mig are set through the ESXi shell: give ssh (address, user, key_file)")
+        return self
 
     _n = field_validator("name")(lambda cls, v: _name(v))
 
@@ -183,23 +216,113 @@ class Vm(Strict):
         return self.gpus is not None or bool(self.nics)
 
 
+class RdmaPort(Strict):
+    """A ConnectX port in the guest: by RDMA device and port (mapped with ibdev2netdev) or interface."""
+
+    device: str | None = None  # mlx5_0
+    port: int = Field(default=1, ge=1, le=2)
+    interface: str | None = None  # ens64np1
+    ip: str | None = None  # 192.168.100.11/24
+    mtu: int | None = Field(default=None, ge=576, le=9216)
+
+    @field_validator("ip")
+    @classmethod
+    def _ip(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        import ipaddress
+
+        try:
+            ipaddress.ip_interface(value)
+        except ValueError:
+            raise ValueError(f"'{value}' is not an address with prefix like 192.168.100.11/24") from None
+        if "/" not in value:
+            raise ValueError(f"'{value}' needs a prefix length, like {value}/24")
+        return value
+
+    @model_validator(mode="after")
+    def _one(self) -> "RdmaPort":
+        if (self.device is None) == (self.interface is None):
+            raise ValueError("give exactly one of device (with port) or interface")
+        for name in (self.device, self.interface):
+            if name is not None and not re.match(r"^[A-Za-z0-9_.-]{1,15}$", name):
+                raise ValueError(f"'{name}' is not a device or interface name")
+        return self
+
+    def describe(self) -> str:
+        return self.interface or f"{self.device} port {self.port}"
+
+
+class MigDevices(Strict):
+    """One entry of NVIDIA mig-parted's format: which GPUs, MIG on/off, the instances to create."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    devices: Literal["all"] | list[Annotated[int, Field(ge=0, le=15)]] = "all"
+    mig_enabled: bool = Field(alias="mig-enabled")
+    mig_devices: dict[str, Annotated[int, Field(ge=1, le=7)]] = Field(default={}, alias="mig-devices")
+
+
+class Guest(Strict):
+    vm: Name  # the VM this guest OS runs in
+    ssh: SshAccess
+    rdma_ports: list[RdmaPort] = []
+    nic_ats: bool | None = None  # ConnectX ATS_ENABLED via mlxconfig (needs a host reboot)
+    mig: str | list[MigDevices] | None = None  # a named layout (all-3g.40gb, all-disabled) or mig-parted entries
+    slots: int = Field(default=1, ge=1, le=16)  # MPI slots (GPUs used by a job)
+
+    @field_validator("mig")
+    @classmethod
+    def _layout(cls, value: Any) -> Any:
+        if isinstance(value, str) and not re.match(r"^all-(disabled|enabled|\d+g\.\d+gb)$", value):
+            raise ValueError(f"'{value}' is not a named MIG layout (all-disabled, all-enabled, all-<profile> "
+                             "such as all-3g.40gb) — or give mig-parted entries")
+        return value
+
+
+class Image(Strict):
+    """The training container: OFED user space, Open MPI, the framework, Horovod, sshd for MPI."""
+
+    name: str = "gpuvm/dl"
+    base: str = "nvcr.io/nvidia/tensorflow:22.01-tf2-py3"
+    ofed: str = "5.4-3.1.0.0"
+    openmpi: str = "4.1.2"
+    framework: Literal["tensorflow", "pytorch"] = "tensorflow"
+    horovod: str = "0.23.0"
+    sshd_port: int = Field(default=12345, ge=1, le=65535)
+    registry: str | None = None  # pull <registry>/<name>:<tag> instead of building
+    builder: str | None = None  # the guest (VM name) that builds; default the first guest
+
+
+class SshMesh(Strict):
+    enabled: bool = True
+    user: str | None = None  # default: each guest's SSH user
+    container_port: int | None = Field(default=None, ge=1, le=65535)  # sshd port inside containers
+
+
+class Guests(Strict):
+    hosts: list[Guest] = []
+    image: Image | None = None
+    ssh_mesh: SshMesh | None = None
+
+
 class Runbook(Strict):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
     vcenter: VCenter = VCenter()
     hosts: list[Host] = []
     vms: list[Vm] = []
-    guests: dict[str, Any] | list[Any] | None = None
+    ssh: SshSettings = SshSettings()
+    guests: Guests | None = None
     benchmarks: dict[str, Any] | list[Any] | None = None
 
     _file: Path | None = PrivateAttr(default=None)
     _locator: "Locator | None" = PrivateAttr(default=None)
     _digest: str = PrivateAttr(default="")
 
-    @field_validator("guests", "benchmarks")
+    @field_validator("benchmarks")
     @classmethod
     def _reserved(cls, value: Any) -> Any:
-        return value  # validated by their own steps
+        return value  # validated by the benchmark runner
 
     def attach(self, file: Path, locator: "Locator", text: str) -> None:
         self._file, self._locator = file, locator
@@ -253,8 +376,22 @@ class Runbook(Strict):
                 if owner == vm.name and loc[0] == "nics" and sum(1 for _, a in addresses if a == address) > 1:
                     raise self.error(("vms", i) + loc, f"device {address} is listed twice")
 
-    def vm_location(self, vm: Vm) -> tuple[str | int, ...]:
-        return ("vms", self.vms.index(vm))
+        self._check_guests(vms)
+
+    def _check_guests(self, vms: dict[str, int]) -> None:
+        if self.guests is None:
+            return
+        seen: dict[str, int] = {}
+        for i, guest in enumerate(self.guests.hosts):
+            loc = ("guests", "hosts", i, "vm")
+            if guest.vm not in vms:
+                raise self.error(loc, f"VM '{guest.vm}' is not in vms (declared: {', '.join(vms) or 'none'})")
+            if guest.vm in seen:
+                raise self.error(loc, f"guest for VM '{guest.vm}' is declared twice (also guests.hosts[{seen[guest.vm]}])")
+            seen[guest.vm] = i
+        image = self.guests.image
+        if image and image.builder and image.builder not in seen:
+            raise self.error(("guests", "image", "builder"), f"'{image.builder}' is not a guest (guests: {', '.join(seen)})")
 
 
 def env_flag(name: str) -> bool | None:

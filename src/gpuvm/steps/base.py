@@ -28,6 +28,7 @@ class ApplyContext:
     session: Any  # gpuvm.vsphere.session.Session
     inventory: Inventory
     options: Options = field(default_factory=Options)
+    cluster: Any = None  # gpuvm.remote.Cluster, when the runbook names SSH targets
 
 
 class Step(Protocol):

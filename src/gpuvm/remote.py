@@ -1,0 +1,98 @@
+"""The SSH side of a run: one executor per ESXi shell and guest OS named in the runbook.
+
+Connections open lazily and are reused. Host keys come from ~/.ssh/known_hosts, the runbook's
+`ssh.known_hosts` and the state directory's known_hosts; an unknown key is refused unless the
+user passes --accept-new-host-keys, which records it (in the runbook's file, else the state's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from gpuvm.executors.base import Executor
+from gpuvm.runbook.model import Guest, Host, Runbook, SshAccess
+from gpuvm.secrets import secret_from_env
+
+Role = Literal["esxi", "guest"]
+
+
+@dataclass
+class RemoteTarget:
+    name: str  # the host's name, or the guest's VM name
+    role: Role
+    access: SshAccess
+    executor: Executor
+    host: Host | None = None
+    guest: Guest | None = None
+
+    @property
+    def sudo(self) -> bool:
+        return self.access.sudo
+
+
+@dataclass
+class RemoteOptions:
+    accept_new_host_keys: bool = False
+    executor_factory: Callable[[str, SshAccess], Executor] | None = None  # tests inject fakes here
+
+
+@dataclass
+class Cluster:
+    """Everything remote steps share: the runbook, every target, the state directory, timeouts."""
+
+    runbook: Runbook
+    state_dir: Path
+    targets: dict[str, RemoteTarget] = field(default_factory=dict)
+    command_timeout: float = 600
+
+    def of_role(self, role: Role) -> dict[str, RemoteTarget]:
+        return {n: t for n, t in self.targets.items() if t.role == role}
+
+    def close(self) -> None:
+        for target in self.targets.values():
+            target.executor.close()
+
+
+def _relative(runbook: Runbook, path: Path | None) -> Path | None:
+    if path is None:
+        return None
+    path = path.expanduser()
+    return path if path.is_absolute() else runbook.file.parent / path
+
+
+def ssh_executor(runbook: Runbook, state_dir: Path, options: RemoteOptions, name: str, access: SshAccess,
+                 where: tuple[str | int, ...]) -> Executor:
+    if options.executor_factory is not None:
+        return options.executor_factory(name, access)
+    from gpuvm.executors.ssh import SshExecutor
+
+    password = secret_from_env(access.password_env, runbook.where(where + ("password_env",))) \
+        if access.password_env else None
+    own = _relative(runbook, runbook.ssh.known_hosts)
+    known = [Path("~/.ssh/known_hosts").expanduser(), state_dir / "known_hosts"] + ([own] if own else [])
+    return SshExecutor(name, access.address, access.user, port=access.port,
+                       key_file=_relative(runbook, access.key_file), password=password,
+                       known_hosts=[p for p in known if p.exists()], accept_new_host_keys=options.accept_new_host_keys,
+                       record_to=own or state_dir / "known_hosts", connect_timeout=runbook.ssh.connect_timeout)
+
+
+def build_cluster(runbook: Runbook, state_dir: Path, options: RemoteOptions | None = None) -> Cluster:
+    options = options or RemoteOptions()
+    cluster = Cluster(runbook, state_dir, command_timeout=runbook.ssh.command_timeout)
+    for i, host in enumerate(runbook.hosts):
+        if host.ssh is not None:
+            executor = ssh_executor(runbook, state_dir, options, host.name, host.ssh, ("hosts", i, "ssh"))
+            cluster.targets[host.name] = RemoteTarget(host.name, "esxi", host.ssh, executor, host=host)
+    for i, guest in enumerate(runbook.guests.hosts if runbook.guests else []):
+        executor = ssh_executor(runbook, state_dir, options, guest.vm, guest.ssh, ("guests", "hosts", i, "ssh"))
+        cluster.targets[guest.vm] = RemoteTarget(guest.vm, "guest", guest.ssh, executor, guest=guest)
+    return cluster
+
+
+def run(target: RemoteTarget, cluster: Cluster, argv: list[str], *, sudo: bool | None = None,
+        check: bool = True, **kwargs: Any):
+    """Run argv on a target with its sudo setting and the runbook's command timeout."""
+    kwargs.setdefault("timeout", cluster.command_timeout)
+    return target.executor.run(argv, sudo=target.sudo if sudo is None else sudo, check=check, **kwargs)
