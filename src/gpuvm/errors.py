@@ -52,8 +52,9 @@ class BenchmarkError(GpuvmError):
 class TargetFailures(GpuvmError):
     """Some targets of a run failed; the others finished. Carries one line per failed target."""
 
-    def __init__(self, failures: dict[str, GpuvmError | Exception]):
+    def __init__(self, failures: dict[str, GpuvmError | Exception], results: dict | None = None):
         self.failures = failures
+        self.results = results if results is not None else {}  # the targets that succeeded
         lines = [f"{target}: {error}" for target, error in failures.items()]
         super().__init__(f"{len(failures)} target(s) failed:\n  " + "\n  ".join(lines))
 

@@ -1,0 +1,36 @@
+"""Run one function for many targets in a bounded thread pool; one failure never hides another."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Mapping, TypeVar
+
+from gpuvm.errors import TargetFailures
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def run_parallel(items: Mapping[str, T], fn: Callable[[T], R], max_workers: int = 8) -> dict[str, R]:
+    """`fn(item)` for every target; the results by target name, in the order of `items`.
+
+    Every target runs to its end. If any raised, `TargetFailures` is raised afterwards with
+    each failure by target, and the successful results on its `.results`.
+    """
+    if not items:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items))), thread_name_prefix="gpuvm") as pool:
+        futures = {name: pool.submit(fn, item) for name, item in items.items()}
+    results: dict[str, R] = {}
+    failures: dict[str, Exception] = {}
+    for name, future in futures.items():
+        error = future.exception()
+        if error is None:
+            results[name] = future.result()
+        elif isinstance(error, Exception):
+            failures[name] = error
+        else:  # KeyboardInterrupt and friends are not a target's failure
+            raise error
+    if failures:
+        raise TargetFailures(failures, results=results)
+    return results

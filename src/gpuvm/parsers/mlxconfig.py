@@ -1,0 +1,61 @@
+"""`mlxconfig -d DEV q [PARAM...]`: parameter -> value of the "Next Boot" column (or all three with -e)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuvm.parsers._common import unparseable
+
+_ROW = re.compile(r"^[ *]\s+([A-Z0-9_]+(?:\[\d+\])?)\s+(\S+)(?:\s+(\S+)\s+(\S+))?\s*$")
+
+
+@dataclass(frozen=True)
+class MlxParam:
+    default: str | None
+    current: str | None
+    next_boot: str
+
+
+def parse_mlxconfig_params(text: str) -> dict[str, MlxParam]:
+    """Every parameter; `default`/`current` are only known from `mlxconfig -e q`."""
+    lines = text.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith("Configurations:"))
+    except StopIteration:
+        raise unparseable("mlxconfig q", "a 'Configurations:' section", text) from None
+    extended = "Default" in lines[start]
+    params = {}
+    for line in lines[start + 1 :]:
+        if not line.strip() or line.startswith("The '*'"):
+            continue
+        m = _ROW.match(line)
+        if not m or bool(m[3]) != extended:
+            raise unparseable("mlxconfig q", "rows 'PARAM  VALUE' under 'Configurations:'", line)
+        if extended:
+            params[m[1]] = MlxParam(default=m[2], current=m[3], next_boot=m[4])
+        else:
+            params[m[1]] = MlxParam(default=None, current=None, next_boot=m[2])
+    return params
+
+
+def parse_mlxconfig_query(text: str) -> dict[str, str]:
+    """Parameter -> the value mlxconfig shows (the "Next Boot" value), e.g. {"ATS_ENABLED": "False(0)"}."""
+    return {name: p.next_boot for name, p in parse_mlxconfig_params(text).items()}
+
+
+def mlx_bool(value: str) -> bool:
+    """`True(1)` / `False(0)` (also bare `True`, `1`...) as a bool."""
+    v = value.strip()
+    m = re.fullmatch(r"(?i)(true|false)(?:\((\d)\))?|([01])", v)
+    if not m:
+        raise unparseable("mlxconfig q", "a boolean such as True(1) or False(0)", v)
+    return (m[1] or "").lower() == "true" or m[3] == "1"
+
+
+def ats_enabled(text: str) -> bool:
+    """Whether ATS_ENABLED is on (for the next boot) in `mlxconfig -d DEV q [ATS_ENABLED]` output."""
+    params = parse_mlxconfig_query(text)
+    if "ATS_ENABLED" not in params:
+        raise unparseable("mlxconfig q ATS_ENABLED", "an ATS_ENABLED row", text)
+    return mlx_bool(params["ATS_ENABLED"])

@@ -1,0 +1,407 @@
+"""The SSH test bed: ESXi hosts and GPU guests as network namespaces, each with a real sshd.
+
+Every host is a network namespace `gpuvm-<name>` joined by a veth pair to the bridge
+`gpuvmbr0` (10.250.0.1/24) in the root namespace; hosts get 10.250.0.11, .12, ... in order
+(ESXi hosts first). Each host's sshd runs in a private mount (and UTS) namespace where
+`/root`, `/home`, `/etc` (a copy of this machine's, with the host's own `ssh/` and `hosts`),
+`/tmp` and `/var/lib/gpuvm-fake` are the host's own directories under `<root>/hosts/<name>/`,
+and the stand-in tools of `testbed/bin` are on PATH at `/usr/local/bin` (in the default PATH of root and of ordinary users alike). Everything an
+ssh session starts lives in those namespaces, so `down()` ends a host by killing the
+processes of its network namespace and deleting it: no mount outlives it.
+
+Run as root: `python testbed/bed.py up|down|status --root DIR [--esxi 2 --guests 4]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+BIN = Path(__file__).resolve().parent / "bin"
+sys.path.insert(0, str(BIN))
+import _gpuvm_fake as fake  # noqa: E402
+
+BRIDGE = "gpuvmbr0"
+NETNS_PREFIX = "gpuvm-"
+VETH_PREFIX = "gvh-"
+SUBNET = "10.250.0"
+GUEST_USER = "gpuadmin"
+NIC_NAMES = ("ens64np1", "ens64np2")
+FAKE_STATE_DIR = "/var/lib/gpuvm-fake"
+TOOLS_MOUNT = "/usr/local/bin"
+REQUIRED_TOOLS = ("ip", "unshare", "ssh-keygen", "sudo", "useradd")
+
+
+@dataclass(frozen=True)
+class BedHost:
+    name: str
+    role: str  # "esxi" | "guest"
+    address: str
+    port: int
+    user: str
+    key_file: Path
+    host_key_line: str  # the host's key as a known_hosts line ("name,address ssh-ed25519 AAAA...")
+
+
+def _run(*argv: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=check, capture_output=True, text=True, **kwargs)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _netns_pids(netns: str) -> list[int]:
+    out = _run("ip", "netns", "pids", netns, check=False).stdout
+    return [int(p) for p in out.split()]
+
+
+def _kill_netns_processes(netns: str, timeout: float = 5.0) -> None:
+    """SIGKILL every process in the network namespace (sshd, sessions, tools) and wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = _netns_pids(netns)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes {pids} in {netns} would not die")
+        time.sleep(0.05)
+
+
+class TestBed:
+    """A set of SSH test hosts; see the module docstring for the layout."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, root: Path, esxi: int = 2, guests: int = 4):
+        if esxi + guests > 200:
+            raise ValueError("at most 200 hosts fit in 10.250.0.11-.210")
+        self.root = Path(root).resolve()
+        self.esxi = esxi
+        self.guests = guests
+        self.client_key = self.root / "client_key"
+        self.known_hosts_file = self.root / "known_hosts"
+        self._names = [f"esx-{i:02d}" for i in range(1, esxi + 1)] + [
+            f"gpu-vm-{i:02d}" for i in range(1, guests + 1)
+        ]
+
+    # -- layout -----------------------------------------------------------------------------
+
+    def role(self, name: str) -> str:
+        return "esxi" if name.startswith("esx-") else "guest"
+
+    def address(self, name: str) -> str:
+        return f"{SUBNET}.{11 + self._names.index(name)}"
+
+    def host_dir(self, name: str) -> Path:
+        return self.root / "hosts" / name
+
+    def netns(self, name: str) -> str:
+        return NETNS_PREFIX + name
+
+    @property
+    def hosts(self) -> list[BedHost]:
+        return [self.host(name) for name in self._names]
+
+    def host(self, name: str) -> BedHost:
+        if name not in self._names:
+            raise KeyError(f"no bed host {name!r}; hosts are {', '.join(self._names)}")
+        pub = self.host_dir(name) / "etc" / "ssh" / "ssh_host_ed25519_key.pub"
+        key_type, key_b64 = pub.read_text().split()[:2] if pub.exists() else ("", "")
+        return BedHost(
+            name=name,
+            role=self.role(name),
+            address=self.address(name),
+            port=22,
+            user="root" if self.role(name) == "esxi" else GUEST_USER,
+            key_file=self.client_key,
+            host_key_line=f"{name},{self.address(name)} {key_type} {key_b64}",
+        )
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def up(self) -> None:
+        """Build every host and start its sshd; a previous bed (even a crashed one) goes first."""
+        self._check_prerequisites()
+        self.down()
+        self._ensure_guest_user()
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o755)
+        shutil.rmtree(self.root / "hosts", ignore_errors=True)
+        if not self.client_key.exists():
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuvm-testbed-client", "-f", str(self.client_key))
+        Path(FAKE_STATE_DIR).mkdir(parents=True, exist_ok=True)
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        self._make_bridge()
+        for name in self._names:
+            self._make_host_files(name)
+            self._make_netns(name)
+        self.known_hosts_file.write_text("".join(h.host_key_line + "\n" for h in self.hosts))
+        (self.root / "bed.json").write_text(
+            json.dumps({"esxi": self.esxi, "guests": self.guests, "hosts": [self._host_json(h) for h in self.hosts]}, indent=1)
+        )
+        for name in self._names:
+            self.start_sshd(name)
+
+    def down(self) -> None:
+        """Remove every bed namespace, link and process, ours or a crashed run's. Idempotent."""
+        netns_list = _run("ip", "netns", "list", check=False).stdout.split("\n")
+        for line in netns_list:
+            netns = line.split(" ")[0].strip()
+            if netns.startswith(NETNS_PREFIX):
+                _kill_netns_processes(netns)
+                _run("ip", "netns", "del", netns, check=False)
+        links = _run("ip", "-o", "link", "show", check=False).stdout.splitlines()
+        for line in links:
+            ifname = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+            if ifname.startswith(VETH_PREFIX) or ifname == BRIDGE:
+                _run("ip", "link", "del", ifname, check=False)
+
+    def start_sshd(self, name: str) -> None:
+        """Start the host's sshd (its whole "OS": sessions run inside its namespaces)."""
+        d = self.host_dir(name)
+        if self._sshd_pid(name):
+            return
+        mounts = "; ".join(
+            f"mount --bind {src} {dst}"
+            for src, dst in [
+                (d / "root", "/root"),
+                (d / "home", "/home"),
+                (d / "fake", FAKE_STATE_DIR),
+                (BIN, TOOLS_MOUNT),
+                (d / "etc", "/etc"),
+                (d / "tmp", "/tmp"),  # last: the bed's own root may be under /tmp
+            ]
+        )
+        script = f"set -e; {mounts}; hostname {name}; exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config"
+        log = open(d / "sshd.log", "ab")
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.netns(name), "unshare", "--mount", "--uts", "--propagation", "private",
+             "sh", "-c", script],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        )
+        log.close()
+        (d / "run" / "sshd.pid").write_text(f"{proc.pid}\n")
+        self._wait_listening(name, proc)
+
+    def stop_sshd(self, name: str) -> None:
+        """Take the host down: its sshd, every session and every process it started."""
+        _kill_netns_processes(self.netns(name))
+        (self.host_dir(name) / "run" / "sshd.pid").unlink(missing_ok=True)
+
+    # -- stand-in tool state ----------------------------------------------------------------
+
+    def state(self, name: str) -> dict:
+        with self._state_env(name):
+            return fake.read_state()
+
+    def set_state(self, name: str, key: str, value) -> None:
+        """Set a state knob, e.g. `set_state("gpu-vm-01", "hang", ["nvidia-smi"])`."""
+        with self._state_env(name), fake.locked_state() as state:
+            state[key] = value
+
+    def _state_env(self, name: str):
+        import contextlib
+
+        @contextlib.contextmanager
+        def patched():
+            old = (fake.STATE_DIR, fake.STATE_FILE, fake.LOCK_FILE)
+            state_dir = str(self.host_dir(name) / "fake")
+            fake.STATE_DIR, fake.STATE_FILE, fake.LOCK_FILE = (
+                state_dir, os.path.join(state_dir, "state.json"), os.path.join(state_dir, "state.lock"))
+            try:
+                yield
+            finally:
+                fake.STATE_DIR, fake.STATE_FILE, fake.LOCK_FILE = old
+
+        return patched()
+
+    def status(self) -> list[tuple[BedHost, bool]]:
+        return [(h, self._sshd_pid(h.name) is not None) for h in self.hosts]
+
+    # -- building blocks --------------------------------------------------------------------
+
+    def _check_prerequisites(self) -> None:
+        if os.geteuid() != 0:
+            raise RuntimeError("the test bed needs root (network and mount namespaces)")
+        missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
+        if not Path("/usr/sbin/sshd").exists():
+            missing.append("sshd (openssh-server)")
+        if missing:
+            raise RuntimeError(f"the test bed needs {', '.join(missing)}; apt-get install -y sudo openssh-server iproute2")
+
+    def _ensure_guest_user(self) -> None:
+        try:
+            pwd.getpwnam(GUEST_USER)
+        except KeyError:
+            _run("useradd", "-M", "-d", f"/home/{GUEST_USER}", "-s", "/bin/bash", GUEST_USER)
+        # "*" (no password, not locked): sshd refuses key logins to locked ("!") accounts
+        _run("usermod", "-p", "*", GUEST_USER)
+        sudoers = Path("/etc/sudoers.d/gpuvm-testbed")
+        if not sudoers.exists():
+            sudoers.write_text(f"{GUEST_USER} ALL=(ALL) NOPASSWD:ALL\n")
+            os.chmod(sudoers, 0o440)
+
+    def _make_bridge(self) -> None:
+        _run("ip", "link", "add", BRIDGE, "type", "bridge")
+        _run("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
+        _run("ip", "link", "set", BRIDGE, "up")
+
+    def _make_netns(self, name: str) -> None:
+        netns, veth = self.netns(name), VETH_PREFIX + name
+        _run("ip", "netns", "add", netns)
+        _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
+        _run("ip", "link", "set", veth, "master", BRIDGE, "up")
+        ip = ["ip", "-n", netns]
+        _run(*ip, "link", "set", "lo", "up")
+        _run(*ip, "addr", "add", f"{self.address(name)}/24", "dev", "eth0")
+        _run(*ip, "link", "set", "eth0", "up")
+        _run(*ip, "route", "add", "default", "via", f"{SUBNET}.1")
+        if self.role(name) == "guest":
+            for i, nic in enumerate(NIC_NAMES, 1):
+                # The kernel may lack the dummy driver; a veth pair whose peer stays up is the
+                # same to `ip` and to ibdev2netdev (its operstate follows `ip link set ... up|down`).
+                if _run(*ip, "link", "add", nic, "type", "dummy", check=False).returncode != 0:
+                    _run(*ip, "link", "add", nic, "type", "veth", "peer", "name", f"peer-np{i}")
+                    _run(*ip, "link", "set", f"peer-np{i}", "up")
+
+    def _make_host_files(self, name: str) -> None:
+        d = self.host_dir(name)
+        user = self.host(name).user
+        pw = pwd.getpwnam(user)
+        for sub in ("root", "home", "tmp", "fake", "run"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(d / "root", 0o700)
+        os.chmod(d / "home", 0o755)
+        os.chmod(d / "tmp", 0o1777)
+        os.chmod(d / "fake", 0o777)
+        # /etc: a copy of this machine's (users, sudoers, ssh client config), with the host's
+        # own sshd config, host key and /etc/hosts naming every bed host
+        shutil.copytree("/etc", d / "etc", symlinks=True)
+        etc_ssh = d / "etc" / "ssh"
+        for old in etc_ssh.glob("ssh_host_*"):
+            old.unlink()
+        shutil.rmtree(etc_ssh / "sshd_config.d", ignore_errors=True)
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}",
+             "-f", str(etc_ssh / "ssh_host_ed25519_key"))
+        (etc_ssh / "sshd_config").write_text(self._sshd_config(name))
+        hosts = "127.0.0.1\tlocalhost\n" + "".join(f"{self.address(n)}\t{n}\n" for n in self._names)
+        (d / "etc" / "hosts").write_text(hosts)
+        (d / "etc" / "hostname").write_text(name + "\n")
+        # the login user's home, with the test client key authorised
+        home = d / "root" if user == "root" else d / "home" / user
+        ssh_dir = home / ".ssh"
+        ssh_dir.mkdir(parents=True, exist_ok=True)
+        (ssh_dir / "authorized_keys").write_text(Path(f"{self.client_key}.pub").read_text())
+        for path, mode in ((home, 0o700 if user == "root" else 0o755), (ssh_dir, 0o700), (ssh_dir / "authorized_keys", 0o600)):
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+            os.chmod(path, mode)
+        state = fake.default_state(role=self.role(name), hostname=name)
+        (d / "fake" / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
+        os.chmod(d / "fake" / "state.json", 0o666)
+
+    def _sshd_config(self, name: str) -> str:
+        return f"""# gpuvm test bed host {name}
+ListenAddress {self.address(name)}:22
+HostKey /etc/ssh/ssh_host_ed25519_key
+PidFile none
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes yes
+AuthorizedKeysFile .ssh/authorized_keys
+MaxStartups 200:30:400
+MaxSessions 64
+Subsystem sftp internal-sftp
+AcceptEnv LANG LC_*
+LogLevel INFO
+"""
+
+    def _sshd_pid(self, name: str) -> int | None:
+        pid_file = self.host_dir(name) / "run" / "sshd.pid"
+        try:
+            pid = int(pid_file.read_text())
+        except (OSError, ValueError):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        return pid if b"sshd" in cmdline and _pid_alive(pid) else None
+
+    def _wait_listening(self, name: str, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                log = (self.host_dir(name) / "sshd.log").read_text(errors="replace")
+                raise RuntimeError(f"{name}: sshd exited with {proc.returncode}:\n{log}")
+            try:
+                with socket.create_connection((self.address(name), 22), timeout=0.5) as s:
+                    if s.recv(4).startswith(b"SSH-"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"{name}: sshd is not listening on {self.address(name)}:22 after {timeout:g}s")
+
+    @staticmethod
+    def _host_json(host: BedHost) -> dict:
+        data = asdict(host)
+        data["key_file"] = str(host.key_file)
+        return data
+
+
+def _bed_from_args(args: argparse.Namespace) -> TestBed:
+    esxi, guests = args.esxi, args.guests
+    saved = Path(args.root) / "bed.json"
+    if args.command != "up" and saved.exists() and esxi is None and guests is None:
+        data = json.loads(saved.read_text())
+        esxi, guests = data["esxi"], data["guests"]
+    return TestBed(Path(args.root), esxi=2 if esxi is None else esxi, guests=4 if guests is None else guests)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="gpuvm SSH test bed (run as root)")
+    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("--root", required=True, help="directory for keys and per-host files")
+    parser.add_argument("--esxi", type=int, default=None, help="number of ESXi hosts (default 2)")
+    parser.add_argument("--guests", type=int, default=None, help="number of GPU guests (default 4)")
+    args = parser.parse_args(argv)
+    bed = _bed_from_args(args)
+    if args.command == "down":
+        bed.down()
+        print("test bed is down")
+        return 0
+    if args.command == "up":
+        bed.up()
+    print(f"client key: {bed.client_key}\nknown hosts: {bed.known_hosts_file}")
+    print(f"{'NAME':<12}{'ROLE':<7}{'ADDRESS':<14}{'USER':<10}SSHD")
+    for host, running in bed.status():
+        print(f"{host.name:<12}{host.role:<7}{host.address:<14}{host.user:<10}{'running' if running else 'stopped'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

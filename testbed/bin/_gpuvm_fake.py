@@ -1,0 +1,124 @@
+"""Shared state for the stand-in tools of the gpuvm test bed (stdlib only).
+
+Each test host keeps its simulated hardware in `$GPUVM_FAKE_STATE/state.json` (default
+/var/lib/gpuvm-fake, bind-mounted per host by the bed). Every read-modify-write holds an
+exclusive flock on `state.lock`, so parallel sessions on one host do not lose updates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+
+STATE_DIR = os.environ.get("GPUVM_FAKE_STATE", "/var/lib/gpuvm-fake")
+STATE_FILE = os.path.join(STATE_DIR, "state.json")
+LOCK_FILE = os.path.join(STATE_DIR, "state.lock")
+
+GPU_NAME = "NVIDIA A100 80GB PCIe"
+GPU_BUS_IDS = ["00000000:17:00.0", "00000000:31:00.0", "00000000:B1:00.0", "00000000:CA:00.0"]
+NIC_PCI = "0000:ca:00.0"
+NIC_DEV = "/dev/mst/mt4123_pciconf0"
+
+
+def default_state(role: str = "guest", hostname: str | None = None, gpus: int = 4) -> dict:
+    hostname = hostname or socket.gethostname()
+    return {
+        "role": role,
+        "hostname": hostname,
+        "hang": [],
+        "reboots": 0,
+        "mig_needs_reset": role == "esxi",
+        "kernel": {"atsSupport": {"configured": "FALSE", "runtime": "FALSE", "default": "FALSE"}},
+        "gpus": [
+            {
+                "index": i,
+                "name": GPU_NAME,
+                "uuid": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{hostname}/gpu{i}")),
+                "bus_id": GPU_BUS_IDS[i % len(GPU_BUS_IDS)],
+                "mig_current": "Disabled",
+                "mig_pending": "Disabled",
+                "gpu_instances": [],
+            }
+            for i in range(gpus)
+        ],
+        "mst_started": False,
+        "mlx": {"ATS_ENABLED": {"default": "False(0)", "current": "False(0)", "next": "False(0)"}},
+        "docker": {"server_version": "24.0.7", "images": {}},
+    }
+
+
+@contextlib.contextmanager
+def locked_state(write: bool = True):
+    """Yield the state dict under the lock; written back on exit when `write`."""
+    os.makedirs(STATE_DIR, exist_ok=True)
+    with open(LOCK_FILE, "a") as lock:
+        with contextlib.suppress(OSError):
+            os.chmod(LOCK_FILE, 0o666)
+        fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+        try:
+            with open(STATE_FILE) as f:
+                state = json.load(f)
+        except FileNotFoundError:
+            state = default_state()
+        try:
+            yield state
+        except SystemExit:
+            # a tool that fails half-way (e.g. the 2nd of 2 GPU instances) keeps what it did
+            if write:
+                _write(state)
+            raise
+        if write:
+            _write(state)
+
+
+def _write(state: dict) -> None:
+    tmp = f"{STATE_FILE}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f, indent=1, sort_keys=True)
+    os.chmod(tmp, 0o666)
+    os.replace(tmp, STATE_FILE)
+
+
+def read_state() -> dict:
+    with locked_state(write=False) as state:
+        return state
+
+
+def enter(tool: str, allowed_roles: tuple[str, ...] = ("esxi", "guest")) -> dict:
+    """Common start of every tool: honour the `hang` knob and the host's role."""
+    state = read_state()
+    if tool in state.get("hang", []):
+        while True:  # a hung tool, for timeout tests
+            time.sleep(3600)
+    if state.get("role") not in allowed_roles:
+        sys.stderr.write(f"sh: {tool}: not found\n")
+        sys.exit(127)
+    return state
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def die(message: str, code: int = 1, stream=None) -> None:
+    (stream or sys.stderr).write(message if message.endswith("\n") else message + "\n")
+    sys.exit(code)
+
+
+def apply_reboot(state: dict) -> None:
+    """What a host reboot does: pending settings become effective."""
+    state["reboots"] = state.get("reboots", 0) + 1
+    for setting in state.get("kernel", {}).values():
+        setting["runtime"] = setting["configured"]
+    for gpu in state.get("gpus", []):
+        gpu["mig_current"] = gpu["mig_pending"]
+        gpu["gpu_instances"] = []  # MIG instances do not survive a reboot
+    for param in state.get("mlx", {}).values():
+        param["current"] = param["next"]
+    state["mst_started"] = False

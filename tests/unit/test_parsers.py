@@ -1,0 +1,167 @@
+"""Tool output (real formats, tests/fixtures/tools) in, typed facts out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuvm.errors import RemoteCommandError
+from gpuvm.parsers import esxcli, ibdev2netdev, mlxconfig, mst, nvidia_smi
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+@pytest.mark.parametrize(
+    "file, name, expected",
+    [
+        ("esxcli_kernel_list_atsSupport.txt", "atsSupport", ("Bool", "FALSE", "FALSE", "FALSE")),
+        ("esxcli_kernel_list_iovDisableIR.txt", "iovDisableIR", ("Bool", "FALSE", "FALSE", "TRUE")),
+    ],
+)
+def test_kernel_setting(file, name, expected):
+    setting = esxcli.parse_kernel_setting(fixture(file), name)
+    assert (setting.type, setting.configured, setting.runtime, setting.default) == expected
+    assert not setting.pending
+
+
+def test_kernel_setting_description_keeps_spaces():
+    setting = esxcli.parse_kernel_setting(fixture("esxcli_kernel_list_iovDisableIR.txt"), "iovDisableIR")
+    assert setting.description == "Disable Interrupt Routing in the IOMMU."
+
+
+@pytest.mark.parametrize(
+    "file, gpus, mig_counts",
+    [("nvidia_smi_L.txt", 4, [0, 0, 0, 0]), ("nvidia_smi_L_mig.txt", 4, [2, 2, 0, 0])],
+)
+def test_gpu_list(file, gpus, mig_counts):
+    parsed = nvidia_smi.parse_gpu_list(fixture(file))
+    assert [g.index for g in parsed] == list(range(gpus))
+    assert [len(g.mig_devices) for g in parsed] == mig_counts
+    assert parsed[0].name == "NVIDIA A100 80GB PCIe"
+    assert parsed[0].uuid.startswith("GPU-")
+
+
+def test_gpu_list_mig_devices():
+    gpu1 = nvidia_smi.parse_gpu_list(fixture("nvidia_smi_L_mig.txt"))[1]
+    assert [(m.profile, m.device) for m in gpu1.mig_devices] == [("1g.10gb", 0), ("2g.20gb", 1)]
+
+
+def test_mig_query_csv():
+    modes = nvidia_smi.parse_mig_query_csv(fixture("nvidia_smi_query_mig.csv"))
+    assert [(m.index, m.current, m.pending) for m in modes] == [
+        (0, "Enabled", "Enabled"), (1, "Disabled", "Enabled"), (2, "Disabled", "Disabled"), (3, "[N/A]", "[N/A]"),
+    ]
+    assert modes[0].enabled and not modes[0].pending_change
+    assert modes[1].pending_change
+
+
+@pytest.mark.parametrize(
+    "file, expected",
+    [
+        ("nvidia_smi_mig_lgi.txt", [(0, "3g.40gb", 9, 1, 0, 4), (0, "3g.40gb", 9, 2, 4, 4), (1, "1g.10gb", 19, 7, 0, 1), (1, "2g.20gb", 14, 3, 2, 2)]),
+        ("nvidia_smi_mig_lgi_a100_40gb.txt", [(0, "1g.5gb", 19, 7, 4, 1), (0, "1g.5gb", 19, 8, 5, 1), (0, "1g.5gb", 19, 9, 6, 1), (0, "2g.10gb", 14, 3, 0, 2), (0, "2g.10gb", 14, 4, 2, 2)]),
+    ],
+)
+def test_gpu_instances(file, expected):
+    got = nvidia_smi.parse_gpu_instances(fixture(file))
+    assert [(g.gpu, g.profile, g.profile_id, g.instance_id, g.placement_start, g.placement_size) for g in got] == expected
+
+
+@pytest.mark.parametrize("text", ["No MIG-enabled devices found.\n", "No GPU instances found: Not Found\n"])
+def test_gpu_instances_none(text):
+    assert nvidia_smi.parse_gpu_instances(text) == []
+
+
+def test_gpu_instance_profiles():
+    profiles = nvidia_smi.parse_gpu_instance_profiles(fixture("nvidia_smi_mig_lgip.txt"))
+    assert {p.profile: p.profile_id for p in profiles} == {
+        "1g.10gb": 19, "1g.10gb+me": 20, "1g.20gb": 15, "2g.20gb": 14, "3g.40gb": 9, "4g.40gb": 5, "7g.80gb": 0,
+    }
+    assert profiles[0].free == 7 and profiles[0].total == 7 and profiles[-1].memory_gib == 79.25
+
+
+def test_created_instances():
+    created = nvidia_smi.parse_created_instances(fixture("nvidia_smi_mig_cgi.txt"))
+    assert [(c.kind, c.instance_id, c.gpu_instance_id) for c in created] == [
+        ("GPU", 2, None), ("compute", 0, 2), ("GPU", 1, None), ("compute", 0, 1),
+    ]
+
+
+def test_mlxconfig_query_full():
+    params = mlxconfig.parse_mlxconfig_query(fixture("mlxconfig_q.txt"))
+    assert params["ATS_ENABLED"] == "False(0)"
+    assert params["LINK_TYPE_P1"] == "ETH(2)"
+    assert len(params) > 50
+    assert mlxconfig.ats_enabled(fixture("mlxconfig_q.txt")) is False
+
+
+def test_mlxconfig_extended_shows_pending():
+    params = mlxconfig.parse_mlxconfig_params(fixture("mlxconfig_e_q_ats_pending.txt"))
+    assert params["ATS_ENABLED"] == mlxconfig.MlxParam("False(0)", "False(0)", "True(1)")
+    assert mlxconfig.ats_enabled(fixture("mlxconfig_e_q_ats_pending.txt")) is True
+
+
+@pytest.mark.parametrize("value, expected", [("True(1)", True), ("False(0)", False), ("1", True), ("false", False)])
+def test_mlx_bool(value, expected):
+    assert mlxconfig.mlx_bool(value) is expected
+
+
+@pytest.mark.parametrize(
+    "file, expected",
+    [
+        ("ibdev2netdev.txt", [("mlx5_0", 1, "ens64np1", True, None), ("mlx5_1", 1, "ens64np2", False, None)]),
+        ("ibdev2netdev_v.txt", [("mlx5_0", 1, "ens64np1", True, "0000:ca:00.0"), ("mlx5_1", 1, "ens64np2", False, "0000:ca:00.1")]),
+        ("ibdev2netdev_v_cx5.txt", [("mlx5_0", 1, "enp59s0f0", True, "0000:3b:00.0"), ("mlx5_1", 1, "enp59s0f1", False, "0000:3b:00.1")]),
+    ],
+)
+def test_ibdev2netdev(file, expected):
+    got = ibdev2netdev.parse_ibdev2netdev(fixture(file))
+    assert [(p.ibdev, p.port, p.netdev, p.up, p.pci) for p in got] == expected
+
+
+def test_ibdev2netdev_verbose_port_state():
+    got = ibdev2netdev.parse_ibdev2netdev(fixture("ibdev2netdev_v.txt"))
+    assert [p.port_state for p in got] == ["ACTIVE", "DOWN"]
+
+
+@pytest.mark.parametrize(
+    "file, expected",
+    [
+        ("mst_status_v.txt", [("/dev/mst/mt4123_pciconf0.1", "ca:00.1", "mlx5_1", "ens64np2"), ("/dev/mst/mt4123_pciconf0", "ca:00.0", "mlx5_0", "ens64np1")]),
+        ("mst_status_v_connectx7.txt", [("/dev/mst/mt4129_pciconf0", "17:00.0", "mlx5_0", "ibp23s0"), ("/dev/mst/mt4125_pciconf0.1", "b1:00.1", "mlx5_2", "ens6f1np1"), ("/dev/mst/mt4125_pciconf0", "b1:00.0", "mlx5_1", "ens6f0np0")]),
+    ],
+)
+def test_mst_status(file, expected):
+    got = mst.parse_mst_status(fixture(file))
+    assert [(d.mst, d.pci, d.rdma, d.net) for d in got] == expected
+
+
+def test_mst_status_device_type():
+    assert {d.device_type for d in mst.parse_mst_status(fixture("mst_status_v_connectx7.txt"))} == {"ConnectX7", "ConnectX6DX"}
+
+
+@pytest.mark.parametrize(
+    "parse, text, names",
+    [
+        (lambda t: esxcli.parse_kernel_setting(t, "atsSupport"), "Error: Unknown command or namespace\n", "esxcli"),
+        (lambda t: esxcli.parse_kernel_setting(t, "atsSupport"), fixture("esxcli_kernel_list_iovDisableIR.txt"), "atsSupport"),
+        (nvidia_smi.parse_gpu_list, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "nvidia-smi -L"),
+        (nvidia_smi.parse_mig_query_csv, "0, NVIDIA A100 80GB PCIe, Enabled\n", "--query-gpu"),
+        (nvidia_smi.parse_gpu_instances, "+----+\n| GPU instances: |\n|   0  garbage |\n", "mig -lgi"),
+        (nvidia_smi.parse_created_instances, "Unable to create a GPU instance on GPU  0 using profile 9: Insufficient Resources", "mig -cgi"),
+        (mlxconfig.parse_mlxconfig_query, "-E- Failed to open device: /dev/mst/mt4123_pciconf0. No such file or directory", "mlxconfig q"),
+        (mlxconfig.ats_enabled, fixture("mlxconfig_q.txt").replace("ATS_ENABLED", "ATS_DISABLED"), "ATS_ENABLED"),
+        (ibdev2netdev.parse_ibdev2netdev, "mlx5_0 port 1 --> ens64np1\n", "ibdev2netdev"),
+        (mst.parse_mst_status, "-E- You must be root to use mst tool\n", "mst status -v"),
+        (mst.parse_mst_status, "DEVICE_TYPE MST PCI RDMA NET NUMA\nConnectX6\n", "mst status -v"),
+    ],
+)
+def test_malformed_output_names_the_command(parse, text, names):
+    with pytest.raises(RemoteCommandError, match="could not parse") as info:
+        parse(text)
+    assert names in str(info.value)
