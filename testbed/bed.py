@@ -221,6 +221,11 @@ class TestBed:
         with self._state_env(name), fake.locked_state() as state:
             state[key] = value
 
+    def reboot(self, name: str) -> None:
+        """What a reboot does to a host's tools: pending ESXi, GPU and NIC settings take effect."""
+        with self._state_env(name), fake.locked_state() as state:
+            fake.apply_reboot(state)
+
     def _state_env(self, name: str):
         import contextlib
 
@@ -384,7 +389,8 @@ def _bed_from_args(args: argparse.Namespace) -> TestBed:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="gpuvm SSH test bed (run as root)")
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "status", "reboot"])
+    parser.add_argument("name", nargs="?", help="with reboot: the host (e.g. esx-01)")
     parser.add_argument("--root", required=True, help="directory for keys and per-host files")
     parser.add_argument("--esxi", type=int, default=None, help="number of ESXi hosts (default 2)")
     parser.add_argument("--guests", type=int, default=None, help="number of GPU guests (default 4)")
@@ -393,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "down":
         bed.down()
         print("test bed is down")
+        return 0
+    if args.command == "reboot":
+        if args.name not in [h.name for h in bed.hosts]:
+            return 0  # a simulated host without a test host behind it: nothing to do
+        bed.reboot(args.name)
+        print(f"{args.name}: rebooted")
         return 0
     if args.command == "up":
         bed.up()

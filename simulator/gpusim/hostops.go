@@ -58,6 +58,11 @@ func (p *hostProxy) RebootHostTask(req *types.RebootHost_Task) soap.HasFault {
 			info.PassthruActive = info.PassthruEnabled && info.PassthruCapable
 		}
 		h.passthru.publish()
+		if err := p.g.runRebootHook(h.hs.Name); err != nil {
+			return nil, &types.SystemError{RuntimeFault: types.RuntimeFault{MethodFault: types.MethodFault{
+				FaultMessage: []types.LocalizableMessage{{Key: "gpusim.reboot", Message: err.Error()}}}},
+				Reason: err.Error()}
+		}
 		now := time.Now()
 		simulator.Map.Update(h.hs, []types.PropertyChange{{Name: "runtime.bootTime", Val: &now}})
 		return nil, nil

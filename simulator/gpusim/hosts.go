@@ -145,6 +145,9 @@ type gpusim struct {
 	gpu    gpuModel
 	rebind bool
 	faults *faultConfig
+	// onReboot is run when a host reboots, so that a test host standing in for the
+	// ESXi shell reboots with it (applies pending kernel settings, MIG modes).
+	onReboot string
 
 	mu    sync.Mutex
 	hosts map[string]*gpuHost // by HostSystem moref value

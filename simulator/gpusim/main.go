@@ -38,6 +38,7 @@ type options struct {
 	failReconfigure   multiFlag
 	failTask          int
 	latency           multiFlag
+	onReboot          string
 }
 
 func parseFlags() *options {
@@ -55,6 +56,7 @@ func parseFlags() *options {
 	flag.Var(&o.failReconfigure, "fail-reconfigure", "VMNAME[:COUNT]: ReconfigVM_Task on VMNAME fails COUNT times (repeatable)")
 	flag.IntVar(&o.failTask, "fail-task", 0, "the Nth task created (after startup) fails once")
 	flag.Var(&o.latency, "latency", "METHOD=DURATION, e.g. ReconfigVM_Task=1s (repeatable)")
+	flag.StringVar(&o.onReboot, "on-reboot", "", "command run (via sh -c, with GPUSIM_HOST set) when a host reboots, e.g. to reboot a test host's ESXi shell")
 	flag.Parse()
 	return o
 }
@@ -100,7 +102,7 @@ func run(o *options) error {
 	}
 	defer model.Remove()
 
-	g := &gpusim{gpu: gpu, rebind: o.rebind, faults: faults, hosts: map[string]*gpuHost{}}
+	g := &gpusim{gpu: gpu, rebind: o.rebind, faults: faults, hosts: map[string]*gpuHost{}, onReboot: o.onReboot}
 	if err := g.buildHosts(); err != nil {
 		return err
 	}

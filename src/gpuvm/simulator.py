@@ -71,6 +71,7 @@ class Simulator:
         faults: Iterable[str] = (),
         latency: Mapping[str, str] | None = None,
         rebind: bool = False,
+        on_reboot: str | None = None,
         binary: str | Path | None = None,
         workdir: str | Path | None = None,
         username: str = DEFAULT_USERNAME,
@@ -84,6 +85,7 @@ class Simulator:
         self.faults = list(faults)
         self.latency = dict(latency or {})
         self.rebind = rebind
+        self.on_reboot = on_reboot
         self.binary = Path(binary) if binary else binary_path()
         self.username = username
         self.password = password
@@ -112,6 +114,8 @@ class Simulator:
         ]
         if self.tls and self.cert_file is not None:
             cmd.append(f"-cert-out={self.cert_file}")
+        if self.on_reboot:
+            cmd.append(f"-on-reboot={self.on_reboot}")
         for f in self.faults:
             cmd.append("-" + f.lstrip("-"))
         for method, duration in self.latency.items():
