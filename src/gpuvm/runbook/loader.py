@@ -109,8 +109,11 @@ def load_runbook(path: str | Path) -> Runbook:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else 1
         raise InputError(f"{file}:{line}: YAML syntax error: {e.problem or e.context}") from None
-    except Exception as e:  # ruamel raises a few unmarked errors (e.g. duplicate keys)
-        raise InputError(f"{file}: YAML error: {e}") from None
+    except Exception as e:  # ruamel raises a few unmarked errors (e.g. a control character)
+        position = getattr(e, "position", None)
+        line = text[:position].count("\n") + 1 if isinstance(position, int) else 1
+        reason = str(e).splitlines()[-1].strip() if str(e).strip() else type(e).__name__
+        raise InputError(f"{file}:{line}: YAML error: {reason}") from None
     if not isinstance(data, dict):
         raise InputError(f"{file}:1: (top level): a runbook is a mapping with vcenter, hosts and vms")
     lines: dict[Path_, int] = {}
