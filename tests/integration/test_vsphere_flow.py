@@ -15,7 +15,28 @@ from gpuvm.simulator import Simulator
 from tests.integration.vcenter import env_for, raw_state
 
 pytestmark = pytest.mark.integration
-LAB = Path(__file__).parents[2] / "playbooks" / "lab.yaml"
+LAB_FILE = Path(__file__).parents[2] / "playbooks" / "lab.yaml"
+
+
+def vsphere_only(source: Path, target: Path) -> Path:
+    """The lab runbook without its SSH parts (ESXi shells, guests): these tests talk to vCenter only."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    data = yaml.load(source.read_text())
+    data.pop("guests", None)
+    data.pop("ssh", None)
+    for host in data["hosts"]:
+        for key in ("ssh", "ats", "mig"):
+            host.pop(key, None)
+    with target.open("w") as out:
+        yaml.dump(data, out)
+    return target
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Path:
+    return vsphere_only(LAB_FILE, tmp_path_factory.mktemp("runbook") / "lab.yaml")
 
 
 @pytest.fixture
@@ -31,13 +52,13 @@ def gpuvm(*args: str):
     return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
-def test_plan_apply_replan_is_empty_and_vms_power_on(sim, tmp_path):
+def test_plan_apply_replan_is_empty_and_vms_power_on(sim, lab, tmp_path):
     before = raw_state(sim)
-    planned = gpuvm("plan", str(LAB), "--detailed-exitcode")
+    planned = gpuvm("plan", str(lab), "--detailed-exitcode")
     assert planned.exit_code == 2, planned.output
     assert raw_state(sim) == before, "a dry run changed the simulator"
 
-    applied = gpuvm("apply", str(LAB), "--yes", "--allow-host-reboot")
+    applied = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot")
     assert applied.exit_code == 0, applied.output
     after = raw_state(sim)
     for vm in ("esx-01-vm1", "esx-01-vm2", "esx-02-vm1", "esx-02-vm2"):
@@ -48,11 +69,11 @@ def test_plan_apply_replan_is_empty_and_vms_power_on(sim, tmp_path):
     assert all(enabled == active for _, enabled, active in after["esx-01"]["passthru"])
     assert after["esx-02"]["graphics"] == "sharedDirect" and not after["esx-02"]["maintenance"]
 
-    replanned = gpuvm("plan", str(LAB), "--detailed-exitcode")
+    replanned = gpuvm("plan", str(lab), "--detailed-exitcode")
     assert replanned.exit_code == 0, replanned.output
     assert "No changes. Infrastructure matches the runbook." in replanned.output
-    assert gpuvm("verify", str(LAB)).exit_code == 0
-    again = gpuvm("apply", str(LAB), "--yes")
+    assert gpuvm("verify", str(lab)).exit_code == 0
+    again = gpuvm("apply", str(lab), "--yes")
     assert again.exit_code == 0 and raw_state(sim) == after  # idempotent: no second copy of anything
 
     journal = [json.loads(line) for line in (tmp_path / "state" / "journal.jsonl").read_text().splitlines()]
@@ -60,24 +81,24 @@ def test_plan_apply_replan_is_empty_and_vms_power_on(sim, tmp_path):
     assert not [e for e in journal if e["status"] == "failed"]
 
 
-def test_disruptive_changes_are_refused_without_flags(sim):
+def test_disruptive_changes_are_refused_without_flags(sim, lab):
     before = raw_state(sim)
-    result = gpuvm("apply", str(LAB), "--yes")
+    result = gpuvm("apply", str(lab), "--yes")
     assert result.exit_code == 2
     assert "must reboot: pass --allow-host-reboot" in result.output and "nothing was changed" in result.output
     assert raw_state(sim) == before
 
 
-def test_snapshot_plan_equals_live_plan(sim, tmp_path):
+def test_snapshot_plan_equals_live_plan(sim, lab, tmp_path):
     snapshot = tmp_path / "inventory.json"
-    assert gpuvm("inventory", str(LAB), "--save", str(snapshot)).exit_code == 0
-    live = json.loads(gpuvm("plan", str(LAB), "--json").stdout)
-    offline = json.loads(gpuvm("plan", str(LAB), "--json", "--snapshot", str(snapshot)).stdout)
+    assert gpuvm("inventory", str(lab), "--save", str(snapshot)).exit_code == 0
+    live = json.loads(gpuvm("plan", str(lab), "--json").stdout)
+    offline = json.loads(gpuvm("plan", str(lab), "--json", "--snapshot", str(snapshot)).stdout)
     assert live == offline and live["summary"]["changes"] > 0
 
 
-def test_drift_is_reported_by_verify(sim):
-    assert gpuvm("apply", str(LAB), "--yes", "--allow-host-reboot").exit_code == 0
+def test_drift_is_reported_by_verify(sim, lab):
+    assert gpuvm("apply", str(lab), "--yes", "--allow-host-reboot").exit_code == 0
     from pyVmomi import vim
 
     from tests.integration.vcenter import pyvmomi
@@ -88,19 +109,19 @@ def test_drift_is_reported_by_verify(sim):
         vm = next(v for v in view.view if v.name == "esx-01-vm1")
         vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(
             extraConfig=[vim.option.OptionValue(key="pciPassthru.64bitMMIOSizeGB", value="64")]))
-    result = gpuvm("verify", str(LAB))
+    result = gpuvm("verify", str(lab))
     assert result.exit_code == 5
     assert "pciPassthru.64bitMMIOSizeGB" in result.output
     # The running VM must be powered off for the fix, then on again: two changes.
     assert "drift: 2 change(s) needed to match" in result.output and "needs VM power-off" in result.output
 
 
-def test_injected_reconfigure_fault_then_rerun_completes(monkeypatch, tmp_path):
+def test_injected_reconfigure_fault_then_rerun_completes(monkeypatch, tmp_path, lab):
     with Simulator(hosts=2, vms_per_host=2, faults=["fail-reconfigure=esx-01-vm2:1"]) as sim:
         for key, value in env_for(sim).items():
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
-        first = gpuvm("apply", str(LAB), "--yes", "--allow-host-reboot")
+        first = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot")
         assert first.exit_code == 4, first.output
         assert "esx-01-vm2 (vm.hardware): vm.hardware: ReconfigVM failed: gpusim injected fault" in first.output
         state = raw_state(sim)
@@ -112,24 +133,24 @@ def test_injected_reconfigure_fault_then_rerun_completes(monkeypatch, tmp_path):
         skipped = {(e["target"], e["step"]) for e in journal if e["status"] == "skipped"}
         assert ("esx-01-vm2", "vm.advanced") in skipped and ("esx-01-vm2", "vm.power") in skipped
 
-        second = gpuvm("apply", str(LAB), "--yes")
+        second = gpuvm("apply", str(lab), "--yes")
         assert second.exit_code == 0, second.output
         assert raw_state(sim)["esx-01-vm2"]["power"] == "poweredOn"
-        assert gpuvm("plan", str(LAB), "--detailed-exitcode").exit_code == 0
+        assert gpuvm("plan", str(lab), "--detailed-exitcode").exit_code == 0
 
 
-def test_bad_password_is_one_clear_line_without_traceback(sim, tmp_path):
+def test_bad_password_is_one_clear_line_without_traceback(sim, lab, tmp_path):
     env = dict(env_for(sim), GPUVM_VCENTER_PASSWORD="wrong-canary-pass", PATH="/usr/bin:/bin")
-    result = subprocess.run([sys.executable, "-m", "gpuvm.cli.main", "plan", str(LAB)], env=env,
+    result = subprocess.run([sys.executable, "-m", "gpuvm.cli.main", "plan", str(lab)], env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 3
     assert "login refused for user administrator@vsphere.local" in result.stderr
     assert "Traceback" not in result.stderr and "wrong-canary-pass" not in result.stderr + result.stdout
 
 
-def test_untrusted_certificate_is_refused(sim, monkeypatch):
+def test_untrusted_certificate_is_refused(sim, lab, monkeypatch):
     monkeypatch.delenv("GOVC_TLS_CA_CERTS")
-    result = gpuvm("plan", str(LAB))
+    result = gpuvm("plan", str(lab))
     assert result.exit_code == 3 and "TLS certificate not trusted" in result.output
-    insecure = gpuvm("plan", str(LAB), "--insecure")
+    insecure = gpuvm("plan", str(lab), "--insecure")
     assert insecure.exit_code == 0 and "TLS certificate verification is OFF" in insecure.output
