@@ -14,7 +14,7 @@ from gpuvm.resolve import Desired, DesiredVm
 from gpuvm.steps.base import ApplyContext
 from gpuvm.steps.power import power_off
 from gpuvm.vsphere.facts import Inventory, VmFacts
-from gpuvm.vsphere.tasks import run_task
+from gpuvm.vsphere.tasks import run_task, wait_for_other_tasks
 
 NAME = "vm.advanced"
 OWNED = re.compile(r"^(pciPassthru\.(allowP2P|RelaxACSforP2P|use64bitMMIO|64bitMMIOSizeGB)"
@@ -47,6 +47,7 @@ def apply(ctx: ApplyContext, target: str, changes: list[Change]) -> None:
     if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
         power_off(ctx, target, NAME)
     vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[target].moid)
+    wait_for_other_tasks(ctx.session, vm, target, NAME, ctx.options.task_timeout)
     # An empty value removes the key.
     spec = vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key=c.field, value=c.after or "") for c in changes])
     run_task(target, NAME, "ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)

@@ -17,7 +17,7 @@ from gpuvm.resolve import Desired
 from gpuvm.steps.base import ApplyContext
 from gpuvm.steps.power import power_off
 from gpuvm.vsphere.facts import Inventory, VmFacts, VmPciDevice
-from gpuvm.vsphere.tasks import run_task
+from gpuvm.vsphere.tasks import run_task, wait_for_other_tasks
 
 NAME = "vm.hardware"
 
@@ -118,10 +118,30 @@ def config_spec(changes: list[Change]) -> Any:
     return spec
 
 
+def _devices(pci: list[VmPciDevice]) -> Counter:
+    return Counter(_identity(d.kind, d.address, d.vendor_id, d.device_id, d.profile) for d in pci)
+
+
+def _check_unchanged(vm: Any, target: str, planned: VmFacts) -> None:
+    """Devices are added exactly once: refuse if the VM's devices changed since the plan was made
+    (a task of a killed run finishing late, or a person at the console)."""
+    from gpuvm.errors import TaskError
+    from gpuvm.vsphere.inventory import vm_pci_devices
+    from gpuvm.vsphere.tasks import call
+
+    now = vm_pci_devices(call(target, NAME, "read devices", lambda: vm.config.hardware.device))
+    if _devices(now) != _devices(planned.pci):
+        raise TaskError(f"{NAME}: the VM's PCI devices changed since the plan was made "
+                        f"(now: {', '.join(d.describe() for d in now) or 'none'}); run apply again to re-plan")
+
+
 def apply(ctx: ApplyContext, target: str, changes: list[Change]) -> None:
     if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
         power_off(ctx, target, NAME)
     vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[target].moid)
+    wait_for_other_tasks(ctx.session, vm, target, NAME, ctx.options.task_timeout)
+    if any(c.field == "device" for c in changes):
+        _check_unchanged(vm, target, ctx.inventory.vms[target])
     spec = config_spec(changes)
     run_task(target, NAME, "ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
 

@@ -61,3 +61,35 @@ def wait(task: Any, target: str, step: str, action: str, timeout: float = 1800) 
 def run_task(target: str, step: str, action: str, start: Callable[[], Any], timeout: float = 1800) -> Any:
     task = call(target, step, action, start)
     return wait(task, target, step, action, timeout)
+
+
+def wait_for_other_tasks(session: Any, entity: Any, target: str, step: str, timeout: float = 1800) -> int:
+    """Wait until no task runs on `entity` (e.g. one a killed gpuvm run left behind), so that a
+    reconfiguration is never stacked on top of an unfinished one. One request per poll. Returns
+    how many tasks were waited for."""
+    from pyVmomi import vim, vmodl
+
+    collector = session.content.propertyCollector
+    traverse = vmodl.query.PropertyCollector.TraversalSpec(name="recent", path="recentTask", skip=False,
+                                                           type=vim.TaskManager)
+    spec = vmodl.query.PropertyCollector.FilterSpec(
+        objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=session.content.taskManager, skip=True,
+                                                            selectSet=[traverse])],
+        propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.Task, pathSet=["info.entity", "info.state"])])
+    busy = {vim.TaskInfo.State.queued, vim.TaskInfo.State.running}
+    deadline = time.monotonic() + timeout
+    waited: set[str] = set()
+    while True:
+        result = call(target, step, "read running tasks", lambda: collector.RetrieveContents([spec]))
+        running = []
+        for obj in result or []:
+            props = {p.name: p.val for p in obj.propSet or []}
+            owner = props.get("info.entity")
+            if owner is not None and owner._moId == entity._moId and props.get("info.state") in busy:
+                running.append(obj.obj._moId)
+        if not running:
+            return len(waited)
+        waited.update(running)
+        if time.monotonic() > deadline:
+            raise TaskError(f"{step}: task(s) {', '.join(running)} still running on the target after {timeout:.0f} s")
+        time.sleep(POLL_MAX)

@@ -1,0 +1,125 @@
+"""The fault matrix, vSphere side: each fault ends with a clear message naming target and step, a
+non-zero exit, a journal that says what was done, and — after one re-run — the state the runbook
+asks for, with no duplicated device or setting."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuvm.simulator import Simulator
+from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
+from tests.integration.vcenter import env_for, pyvmomi, raw_state
+
+pytestmark = pytest.mark.integration
+VMS = ("esx-01-vm1", "esx-01-vm2", "esx-02-vm1", "esx-02-vm2")
+EXPECTED_DEVICES = {"esx-01-vm1": 3, "esx-01-vm2": 3, "esx-02-vm1": 1, "esx-02-vm2": 2}
+
+
+def start_apply(sim: Simulator, runbook: Path, state: Path, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, **env_for(sim), GPUVM_STATE_DIR=str(state))
+    return subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(runbook), "--yes",
+                             "--allow-host-reboot", *extra], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def journal(state: Path) -> list[dict]:
+    path = state / "journal.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_for(predicate, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def assert_converged(sim: Simulator) -> None:
+    state = raw_state(sim)
+    for vm, count in EXPECTED_DEVICES.items():
+        assert state[vm]["power"] == "poweredOn", (vm, state[vm])
+        assert len(state[vm]["pci"]) == count, (vm, state[vm]["pci"])  # no duplicated device
+        keys = [k for k, _ in state[vm]["extra"]]
+        assert len(keys) == len(set(keys))
+
+
+@pytest.fixture
+def runbook(tmp_path) -> Path:
+    return vsphere_only(LAB_FILE, tmp_path / "lab.yaml")
+
+
+def test_sigkill_mid_apply_then_rerun(runbook, tmp_path):
+    state = tmp_path / "state"
+    with Simulator(latency={"ReconfigVM_Task": "1500ms"}) as sim:
+        proc = start_apply(sim, runbook, state)
+        wait_for(lambda: any(e["status"] == "started" and e["step"] == "vm.hardware" for e in journal(state)
+                             if "step" in e))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        entries = journal(state)
+        started = {e["target"] for e in entries if e.get("step") == "vm.hardware" and e["status"] == "started"}
+        done = {e["target"] for e in entries if e.get("step") == "vm.hardware" and e["status"] == "done"}
+        assert started and not done, "the journal shows what was under way when the process died"
+        assert not any(e["status"] == "run-end" for e in entries)
+
+        # The killed run's reconfigure tasks still finish in vCenter; the re-run must not add devices twice.
+        time.sleep(2)
+        rerun = start_apply(sim, runbook, state)
+        out, err = rerun.communicate(timeout=120)
+        assert rerun.returncode == 0, out + err
+        assert_converged(sim)
+
+
+def test_inflight_task_from_another_run_is_not_doubled(runbook, tmp_path):
+    """A re-run started while the killed run's task is still running refuses instead of doubling."""
+    state = tmp_path / "state"
+    with Simulator(latency={"ReconfigVM_Task": "3s"}) as sim:
+        proc = start_apply(sim, runbook, state)
+        wait_for(lambda: any(e.get("step") == "vm.hardware" and e["status"] == "started" for e in journal(state)))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        rerun = start_apply(sim, runbook, state)  # plans before the old tasks finish
+        out, err = rerun.communicate(timeout=120)
+        if rerun.returncode != 0:
+            assert "changed since the plan was made" in out + err, out + err
+        final = start_apply(sim, runbook, state)
+        out, err = final.communicate(timeout=120)
+        assert final.returncode == 0, out + err
+        assert_converged(sim)
+
+
+def test_vcenter_session_dropped_mid_apply(runbook, tmp_path):
+    state = tmp_path / "state"
+    with Simulator(latency={"ReconfigVM_Task": "1s"}) as sim:
+        proc = start_apply(sim, runbook, state)
+        wait_for(lambda: any(e.get("step") == "vm.hardware" and e["status"] == "started" for e in journal(state)))
+        with pyvmomi(sim) as si:
+            manager = si.RetrieveContent().sessionManager
+            mine = manager.currentSession.key
+            for session in manager.sessionList or []:
+                if session.key != mine:
+                    manager.TerminateSession(sessionId=[session.key])
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode != 0
+        assert "Traceback" not in err
+        assert "vm.hardware" in err and "NotAuthenticated" in err, err
+        failed = [e for e in journal(state) if e["status"] == "failed"]
+        assert failed and all(e["error"] for e in failed)
+        # The dropped session's tasks run on in vCenter: a re-run waits for them, and refuses to stack
+        # devices on a VM that changed since its plan; the next run finishes.
+        for _ in range(2):
+            rerun = start_apply(sim, runbook, state)
+            out, err = rerun.communicate(timeout=120)
+            if rerun.returncode == 0:
+                break
+            assert "changed since the plan was made" in err, err
+        assert rerun.returncode == 0, out + err
+        assert_converged(sim)
