@@ -10,7 +10,7 @@ from gpuvm.secrets import redact
 
 T = TypeVar("T")
 
-POLL_START, POLL_MAX = 0.05, 1.0
+POLL_START, POLL_MAX = 0.05, 0.5
 
 
 def fault_text(fault: Any) -> str:
