@@ -70,10 +70,12 @@ def ssh_executor(runbook: Runbook, state_dir: Path, options: RemoteOptions, name
 
     password = secret_from_env(access.password_env, runbook.where(where + ("password_env",))) \
         if access.password_env else None
+    passphrase = secret_from_env(access.passphrase_env, runbook.where(where + ("passphrase_env",))) \
+        if access.passphrase_env else None
     own = _relative(runbook, runbook.ssh.known_hosts)
     known = [Path("~/.ssh/known_hosts").expanduser(), state_dir / "known_hosts"] + ([own] if own else [])
     return SshExecutor(name, access.address, access.user, port=access.port,
-                       key_file=_relative(runbook, access.key_file), password=password,
+                       key_file=_relative(runbook, access.key_file), password=password, passphrase=passphrase,
                        known_hosts=[p for p in known if p.exists()], accept_new_host_keys=options.accept_new_host_keys,
                        record_to=own or state_dir / "known_hosts", connect_timeout=runbook.ssh.connect_timeout)
 

@@ -66,3 +66,50 @@ def test_full_pipeline(lab, testbed):
     again = gpuvm("plan", str(runbook), "--detailed-exitcode")
     assert again.exit_code == 0, again.output
     assert gpuvm("verify", str(runbook)).exit_code == 0
+
+
+VC_CANARY = "vc-CANARY-5f1e9a"
+KEY_CANARY = "key-CANARY-03bd77"
+
+
+def test_secrets_never_leak(testbed, tmp_path, monkeypatch):
+    """A canary vCenter password and key passphrase appear in no output, plan, journal, log or file."""
+    import subprocess
+
+    key = tmp_path / "protected_key"
+    key.write_bytes(testbed.client_key.read_bytes())
+    key.chmod(0o600)
+    subprocess.run(["ssh-keygen", "-q", "-p", "-N", KEY_CANARY, "-f", str(key)], check=True)
+    runbook = lab_for_bed(testbed, tmp_path / "lab.yaml")
+    text = runbook.read_text().replace(str(testbed.client_key), str(key))
+    text = text.replace("sudo: true}", "sudo: true, passphrase_env: GPUVM_KEY_PASSPHRASE}")
+    text = text.replace("user: root, key_file", "user: root, passphrase_env: GPUVM_KEY_PASSPHRASE, key_file")
+    runbook.write_text(text)
+    assert text.count("passphrase_env") == 6
+    state = tmp_path / "state"
+    hook = f"{shlex.quote(sys.executable)} {REPO / 'testbed' / 'bed.py'} reboot \"$GPUSIM_HOST\" --root {testbed.root}"
+    outputs = []
+    with Simulator(hosts=2, vms_per_host=2, password=VC_CANARY, on_reboot=hook) as sim:
+        env = dict(env_for(sim), GPUVM_STATE_DIR=str(state), GPUVM_KEY_PASSPHRASE=KEY_CANARY,
+                   PATH="/usr/bin:/bin")
+        for args in (["validate"], ["inventory", "--save", str(tmp_path / "inv.json")], ["plan"], ["plan", "--json"],
+                     ["apply", "--yes", "--allow-host-reboot"], ["verify"]):
+            done = subprocess.run([sys.executable, "-m", "gpuvm.cli.main", args[0], str(runbook), *args[1:]],
+                                  env=env, capture_output=True, text=True, timeout=300)
+            outputs.append(done.stdout + done.stderr)
+            assert done.returncode == 0, done.stdout + done.stderr
+        bad = subprocess.run([sys.executable, "-m", "gpuvm.cli.main", "plan", str(runbook)],
+                             env=dict(env, GPUVM_VCENTER_PASSWORD=VC_CANARY + "x"), capture_output=True, text=True)
+        outputs.append(bad.stdout + bad.stderr)
+        assert bad.returncode == 3 and "login refused" in bad.stderr
+        wrong_key = subprocess.run([sys.executable, "-m", "gpuvm.cli.main", "plan", str(runbook)],
+                                   env=dict(env, GPUVM_KEY_PASSPHRASE=KEY_CANARY[::-1]), capture_output=True, text=True)
+        outputs.append(wrong_key.stdout + wrong_key.stderr)
+        assert wrong_key.returncode != 0 and "Traceback" not in wrong_key.stderr
+    everything = "\n".join(outputs)
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and p != key]
+    for path in files:
+        everything += path.read_bytes().decode(errors="replace")
+    assert "journal.jsonl" in {p.name for p in files}
+    assert VC_CANARY not in everything and KEY_CANARY not in everything
+    assert oct(state.stat().st_mode & 0o777) == "0o700"

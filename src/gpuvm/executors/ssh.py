@@ -92,6 +92,7 @@ class SshExecutor:
         port: int = 22,
         key_file: Path | str | None = None,
         password: str | None = None,
+        passphrase: str | None = None,
         known_hosts: Sequence[Path | str] = (),
         accept_new_host_keys: bool = False,
         record_to: Path | str | None = None,
@@ -103,6 +104,7 @@ class SshExecutor:
         self.port = port
         self.key_file = Path(key_file) if key_file else None
         self._password = remember(password)
+        self._passphrase = remember(passphrase)
         self.known_hosts = [Path(p) for p in known_hosts]
         self.accept_new_host_keys = accept_new_host_keys
         self.record_to = Path(record_to) if record_to else None
@@ -183,6 +185,8 @@ class SshExecutor:
             connect_kwargs["key_filename"] = str(self.key_file)
         if self._password:
             connect_kwargs["password"] = self._password
+        if self._passphrase:
+            connect_kwargs["passphrase"] = self._passphrase
         connection = Connection(
             self.host,
             user=self.user,

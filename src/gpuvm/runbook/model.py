@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from gpuvm.bench.spec import BenchmarkSpec
 from gpuvm.errors import InputError
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ class SshAccess(Strict):
     user: str = "root"
     port: int = Field(default=22, ge=1, le=65535)
     key_file: Path | None = None
+    passphrase_env: str | None = None  # environment variable holding the key file's passphrase
     password_env: str | None = None
     sudo: bool = False
 
@@ -291,6 +293,8 @@ class Image(Strict):
     sshd_port: int = Field(default=12345, ge=1, le=65535)
     registry: str | None = None  # pull <registry>/<name>:<tag> instead of building
     builder: str | None = None  # the guest (VM name) that builds; default the first guest
+    ofed_os: str = Field(default="ubuntu20.04", pattern=r"^[a-z]+[0-9][0-9.]*$")  # OFED tarball's OS (the base's)
+    build_timeout: float = Field(default=10800, gt=0)  # seconds for a build, save, load or pull (OFED + MPI + Horovod)
 
 
 class SshMesh(Strict):
@@ -313,7 +317,7 @@ class Runbook(Strict):
     vms: list[Vm] = []
     ssh: SshSettings = SshSettings()
     guests: Guests | None = None
-    benchmarks: dict[str, Any] | list[Any] | None = None
+    benchmarks: BenchmarkSpec | None = None
 
     _file: Path | None = PrivateAttr(default=None)
     _locator: "Locator | None" = PrivateAttr(default=None)
