@@ -58,6 +58,54 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+class ShellExecutor:
+    """The interface on top of one primitive, `_execute(command_line, ...)`: local and SSH share it."""
+
+    name: str
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        sudo: bool = False,
+        timeout: float = 60,
+        check: bool = True,
+        stdin: bytes | None = None,
+        stdout_to: BinaryIO | None = None,
+    ) -> CommandResult:
+        return self._execute(command_line(argv, sudo), timeout, check, stdin, stdout_to)
+
+    def run_script(
+        self,
+        script: str,
+        *,
+        sudo: bool = False,
+        timeout: float = 60,
+        check: bool = True,
+        stdin: bytes | None = None,
+        stdout_to: BinaryIO | None = None,
+    ) -> CommandResult:
+        return self._execute(script_line(script, sudo), timeout, check, stdin, stdout_to)
+
+    def put(self, data: bytes, path: str, mode: int = 0o644, sudo: bool = False) -> None:
+        self.run(put_argv(path, mode), sudo=sudo, stdin=data)
+
+    def get(self, path: str) -> bytes:
+        import io
+
+        buffer = io.BytesIO()
+        self.run(["cat", path], stdout_to=buffer)
+        return buffer.getvalue()
+
+    def close(self) -> None:
+        pass
+
+    def _execute(
+        self, command: str, timeout: float, check: bool, stdin: bytes | None, stdout_to: BinaryIO | None
+    ) -> CommandResult:
+        raise NotImplementedError
+
+
 def command_line(argv: Sequence[str], sudo: bool = False) -> str:
     """The shell text for argv: every word quoted; `sudo -n` (never prompt) in front if asked."""
     if isinstance(argv, str):

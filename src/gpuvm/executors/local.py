@@ -6,61 +6,17 @@ import os
 import signal
 import subprocess
 import threading
-from typing import BinaryIO, Sequence
+from typing import BinaryIO
 
 from gpuvm.errors import RemoteCommandError
-from gpuvm.executors.base import (
-    CommandResult,
-    check_result,
-    command_line,
-    put_argv,
-    script_line,
-    timeout_message,
-)
+from gpuvm.executors.base import CommandResult, ShellExecutor, check_result, timeout_message
 
 
-class LocalExecutor:
+class LocalExecutor(ShellExecutor):
     """Runs each command line with `sh -c` in its own process group (killed whole on timeout)."""
 
     def __init__(self, name: str = "local"):
         self.name = name
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        sudo: bool = False,
-        timeout: float = 60,
-        check: bool = True,
-        stdin: bytes | None = None,
-        stdout_to: BinaryIO | None = None,
-    ) -> CommandResult:
-        return self._execute(command_line(argv, sudo), timeout, check, stdin, stdout_to)
-
-    def run_script(
-        self,
-        script: str,
-        *,
-        sudo: bool = False,
-        timeout: float = 60,
-        check: bool = True,
-        stdin: bytes | None = None,
-        stdout_to: BinaryIO | None = None,
-    ) -> CommandResult:
-        return self._execute(script_line(script, sudo), timeout, check, stdin, stdout_to)
-
-    def put(self, data: bytes, path: str, mode: int = 0o644, sudo: bool = False) -> None:
-        self.run(put_argv(path, mode), sudo=sudo, stdin=data)
-
-    def get(self, path: str) -> bytes:
-        import io
-
-        buffer = io.BytesIO()
-        self.run(["cat", path], stdout_to=buffer)
-        return buffer.getvalue()
-
-    def close(self) -> None:
-        pass
 
     def _execute(
         self, command: str, timeout: float, check: bool, stdin: bytes | None, stdout_to: BinaryIO | None

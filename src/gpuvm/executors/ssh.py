@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import logging
 import socket
 import threading
@@ -27,14 +26,7 @@ from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.message import Message
 
 from gpuvm.errors import ConnectError, RemoteCommandError
-from gpuvm.executors.base import (
-    CommandResult,
-    check_result,
-    command_line,
-    put_argv,
-    script_line,
-    timeout_message,
-)
+from gpuvm.executors.base import CommandResult, ShellExecutor, check_result, timeout_message
 from gpuvm.secrets import redact, remember
 
 log = logging.getLogger(__name__)
@@ -81,7 +73,7 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         )
 
 
-class SshExecutor:
+class SshExecutor(ShellExecutor):
     """Commands on one host over SSH. Thread-safe: commands may run in parallel on one executor."""
 
     def __init__(
@@ -116,38 +108,6 @@ class SshExecutor:
         return f"SshExecutor({self.name!r}, {self.user}@{self.host}:{self.port})"
 
     # -- the interface ----------------------------------------------------------------------
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        sudo: bool = False,
-        timeout: float = 60,
-        check: bool = True,
-        stdin: bytes | None = None,
-        stdout_to: BinaryIO | None = None,
-    ) -> CommandResult:
-        return self._execute(command_line(argv, sudo), timeout, check, stdin, stdout_to)
-
-    def run_script(
-        self,
-        script: str,
-        *,
-        sudo: bool = False,
-        timeout: float = 60,
-        check: bool = True,
-        stdin: bytes | None = None,
-        stdout_to: BinaryIO | None = None,
-    ) -> CommandResult:
-        return self._execute(script_line(script, sudo), timeout, check, stdin, stdout_to)
-
-    def put(self, data: bytes, path: str, mode: int = 0o644, sudo: bool = False) -> None:
-        self.run(put_argv(path, mode), sudo=sudo, stdin=data)
-
-    def get(self, path: str) -> bytes:
-        buffer = io.BytesIO()
-        self.run(["cat", path], stdout_to=buffer)
-        return buffer.getvalue()
 
     def close(self) -> None:
         with self._lock:
