@@ -21,8 +21,8 @@ from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
-from gpuvm.steps import (esxi_ats, host_graphics, host_passthrough, host_reboot, vm_advanced, vm_hardware,
-                         vm_power)
+from gpuvm.steps import (esxi_ats, guest_docker, host_graphics, host_passthrough, host_reboot, vm_advanced,
+                         vm_hardware, vm_power)
 from gpuvm.steps.base import ApplyContext
 from gpuvm.vsphere.facts import Inventory
 
@@ -34,6 +34,7 @@ STEPS: list[Any] = [
     vm_hardware.VmHardwareStep,
     vm_advanced.VmAdvancedStep,
     vm_power.VmPowerStep,
+    guest_docker.GuestDockerStep,
 ]
 
 Facts = dict[tuple[str, str], Any]  # (step, target) → observed fact
@@ -131,23 +132,44 @@ class _Runner:
 
     def __call__(self, item: tuple[str, list[Change]]) -> None:
         target, changes = item
-        for change in changes:
-            self.journal.record("started", change)
-        self._say(target, "started")
+        self._start(target, changes)
         try:
             if is_remote(self.step):
                 self.step.apply(self.ctx.cluster.targets[target], changes, self.ctx.cluster)
             else:
                 self.step.apply(self.ctx, target, changes)
         except Exception as error:
-            message = redact(str(error) if isinstance(error, GpuvmError) else f"{type(error).__name__}: {error}")
-            for change in changes:
-                self.journal.record("failed", change, error=message)
-            self._say(target, f"failed: {message}")
+            self._finish(target, changes, error)
             raise
+        self._finish(target, changes, None)
+
+    def all(self, by_target: dict[str, list[Change]], parallel: int) -> dict[str, Exception]:
+        """Apply through the step's `apply_all` (it orders its targets); failures by target."""
+        for target, changes in by_target.items():
+            self._start(target, changes)
+        try:
+            failures = self.step.apply_all(self.ctx.cluster, by_target, parallel)
+        except Exception as error:  # the step itself broke: every target failed with it
+            failures = {target: error for target in by_target}
+        for target, changes in by_target.items():
+            self._finish(target, changes, failures.get(target))
+        return failures
+
+    def _start(self, target: str, changes: list[Change]) -> None:
         for change in changes:
-            self.journal.record("done", change)
-        self._say(target, f"done ({len(changes)} change(s))")
+            self.journal.record("started", change)
+        self._say(target, "started")
+
+    def _finish(self, target: str, changes: list[Change], error: Exception | None) -> None:
+        if error is None:
+            for change in changes:
+                self.journal.record("done", change)
+            self._say(target, f"done ({len(changes)} change(s))")
+            return
+        message = redact(str(error) if isinstance(error, GpuvmError) else f"{type(error).__name__}: {error}")
+        for change in changes:
+            self.journal.record("failed", change, error=message)
+        self._say(target, f"failed: {message}")
 
     def _say(self, target: str, status: str) -> None:
         if self.progress:
@@ -180,11 +202,14 @@ def apply_plan(plan: Plan, desired: Desired, ctx: ApplyContext, journal: Journal
         if not runnable:
             continue
         runner = _Runner(step, ctx, journal, progress)
-        try:
-            run_parallel(runnable, runner, parallel)
-            failures: dict[str, Exception] = {}
-        except TargetFailures as e:
-            failures = e.failures  # type: ignore[assignment]
+        if hasattr(step, "apply_all"):  # the step orders its targets itself (build once, then ship)
+            failures = runner.all({t: changes for t, (_, changes) in runnable.items()}, parallel)
+        else:
+            try:
+                run_parallel(runnable, runner, parallel)
+                failures = {}
+            except TargetFailures as e:
+                failures = e.failures  # type: ignore[assignment]
         for target, (_, changes) in runnable.items():
             if target in failures:
                 failed_targets.add(target)

@@ -1,0 +1,390 @@
+"""guest.docker: Docker with the NVIDIA runtime on every guest, and the same training image on all.
+
+The image is rendered from `templates/Dockerfile.j2`; its tag is the first 12 hex digits of the
+recipe's sha256, so "does this guest have the right image?" is one `docker image inspect` and
+never a build. One guest (the runbook's `image.builder`, else the first guest) builds it; the
+others load the builder's `docker save` — or every guest pulls it when a registry is given.
+Because the builder must go first, the engine applies this step through `apply_all`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import BinaryIO
+
+from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailures
+from gpuvm.executors.group import run_parallel
+from gpuvm.plan import Change
+from gpuvm.remote import Cluster, RemoteTarget, run
+from gpuvm.runbook.model import Image
+
+NAME = "guest.docker"
+HOST_KEYS_DIR = "/etc/ssh/vm"  # where containers see the VM's /etc/ssh (read-only): sshd's host keys
+STDIN_LIMIT = 256 << 20  # larger saved images go to the guest in chunks, then `docker load -i`
+CHUNK = 64 << 20
+
+
+@dataclass(frozen=True)
+class Recipe:
+    dockerfile: str  # the rendered text, label line included
+    digest: str  # sha256 of the text without the label line
+    ref: str  # name:tag, tag = digest[:12]
+
+
+@dataclass(frozen=True)
+class DockerFact:
+    server_version: str | None  # None: docker is not installed
+    daemon_error: str | None  # installed, but the daemon did not answer
+    nvidia_runtime: bool  # `docker info` lists the nvidia runtime
+    toolkit_installed: bool  # nvidia-container-toolkit's package (only looked at without the runtime)
+    image_id: str | None  # this guest's id of the recipe's name:tag
+    builder_id: str | None  # the builder's id of it (this guest's own on the builder)
+
+
+# -- the recipe (pure) --------------------------------------------------------------------------
+
+def templates_dir() -> Path:
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[3] / "templates", here.parents[1] / "templates"):
+        if (candidate / "Dockerfile.j2").is_file():
+            return candidate
+    raise GpuvmError(f"{NAME}: templates/Dockerfile.j2 not found (run gpuvm from its source checkout)")
+
+
+def render_dockerfile(image: Image, template: str | None = None) -> str:
+    """The Dockerfile without its label line; StrictUndefined: a missing value is an error."""
+    from jinja2 import Environment, StrictUndefined, UndefinedError
+
+    env = Environment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    text = template if template is not None else (templates_dir() / "Dockerfile.j2").read_text()
+    values = image.model_dump()
+    values.update(openmpi_series=".".join(image.openmpi.split(".")[:2]), host_keys_dir=HOST_KEYS_DIR)
+    try:
+        return env.from_string(text).render(values)
+    except UndefinedError as e:
+        raise InputError(f"{NAME}: Dockerfile template: {e.message}") from None
+
+
+@lru_cache(maxsize=8)
+def recipe(image: Image) -> Recipe:
+    body = render_dockerfile(image)
+    digest = hashlib.sha256(body.encode()).hexdigest()
+    return Recipe(body.rstrip("\n") + f"\nLABEL org.gpuvm.recipe={digest}\n", digest, f"{image.name}:{digest[:12]}")
+
+
+def image_ref(image: Image) -> str:
+    """The local name:tag of the training image (what `docker run` uses on every guest)."""
+    return recipe(image).ref
+
+
+def container_run_args(image: Image) -> list[str]:
+    """The `docker run` words a training container needs: host network, RDMA, GPUs, the VM's host keys."""
+    return ["--network=host", "--ipc=host", "--cap-add=IPC_LOCK", "--device=/dev/infiniband", "--gpus", "all",
+            "-v", f"/etc/ssh:{HOST_KEYS_DIR}:ro"]
+
+
+def builder_name(cluster: Cluster) -> str:
+    guests = cluster.runbook.guests
+    return guests.image.builder or guests.hosts[0].vm  # type: ignore[union-attr]
+
+
+def _image(cluster: Cluster) -> Image:
+    return cluster.runbook.guests.image  # type: ignore[union-attr]
+
+
+# -- observe ------------------------------------------------------------------------------------
+
+def wanted(target: RemoteTarget, cluster: Cluster) -> bool:
+    guests = cluster.runbook.guests
+    return target.guest is not None and guests is not None and guests.image is not None
+
+
+def _missing(result) -> bool:
+    # plain: exit 127; under sudo: "sudo: docker: command not found" and exit 1
+    return result.exit_code == 127 or "command not found" in result.stderr
+
+
+def inspect_id(target: RemoteTarget, cluster: Cluster, ref: str) -> str | None:
+    """The image id of `ref` on the target; None when it has no such image (or no docker)."""
+    result = run(target, cluster, ["docker", "image", "inspect", "--format", "{{.Id}}", ref], check=False)
+    if result.ok:
+        return result.stdout.strip() or None
+    if "No such image" in result.stderr or _missing(result):
+        return None
+    raise RemoteCommandError(f"{target.name}: {NAME}: cannot inspect image {ref}: {_last(result)}")
+
+
+def _last(result) -> str:
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    return lines[-1].strip() if lines else f"exit {result.exit_code}"
+
+
+def observe(target: RemoteTarget, cluster: Cluster) -> DockerFact:
+    ref, builder = image_ref(_image(cluster)), builder_name(cluster)
+    version = run(target, cluster, ["docker", "version", "--format", "{{.Server.Version}}"], check=False)
+    if not version.ok or not version.stdout.strip():  # no docker, or its daemon does not answer
+        server, error = (None, None) if _missing(version) else ("", _last(version))
+        return DockerFact(server, error, False, _toolkit(target, cluster), None,
+                          _builder_id(target, cluster, builder, ref))
+    runtimes = run(target, cluster, ["docker", "info", "--format", "{{json .Runtimes}}"]).stdout
+    nvidia = "nvidia" in parse_runtimes(runtimes)
+    own = inspect_id(target, cluster, ref)
+    builder_id = own if target.name == builder else _builder_id(target, cluster, builder, ref)
+    return DockerFact(version.stdout.strip(), None, nvidia, nvidia or _toolkit(target, cluster), own, builder_id)
+
+
+def parse_runtimes(text: str) -> list[str]:
+    """`docker info --format '{{json .Runtimes}}'` → runtime names."""
+    try:
+        data = json.loads(text.strip() or "{}")
+    except ValueError:
+        return []
+    return sorted(data) if isinstance(data, dict) else []
+
+
+def _toolkit(target: RemoteTarget, cluster: Cluster) -> bool:
+    result = run(target, cluster, ["dpkg-query", "-W", "-f", "${Status}", "nvidia-container-toolkit"], check=False)
+    return result.ok and "install ok installed" in result.stdout
+
+
+def _builder_id(target: RemoteTarget, cluster: Cluster, builder: str, ref: str) -> str | None:
+    if target.name == builder:
+        return None
+    try:
+        return inspect_id(cluster.targets[builder], cluster, ref)
+    except GpuvmError as e:
+        raise RemoteCommandError(f"{target.name}: {NAME}: cannot read the image on the builder {builder}: {e}") from None
+
+
+# -- plan (pure) --------------------------------------------------------------------------------
+
+def plan(target: RemoteTarget, fact: DockerFact, cluster: Cluster) -> list[Change]:
+    image, builder = _image(cluster), builder_name(cluster)
+    changes: list[Change] = []
+    if fact.server_version is None:
+        changes.append(Change(NAME, target.name, "package docker.io", "installed", None, "installed",
+                              spec={"install": ["docker.io"]}))
+    elif fact.daemon_error:
+        changes.append(Change(NAME, target.name, "service docker", "running", fact.daemon_error, "running",
+                              spec={"start": True}))
+    if not fact.nvidia_runtime:
+        changes.append(Change(NAME, target.name, "docker runtime nvidia", "present",
+                              "toolkit installed, runtime not configured" if fact.toolkit_installed else None,
+                              "nvidia-container-toolkit",
+                              spec={"install": [] if fact.toolkit_installed else ["nvidia-container-toolkit"],
+                                    "configure": True}))
+    ref = recipe(image).ref
+    if image.registry:
+        how, source = "pull", f"pulled from {image.registry}"
+    elif target.name == builder:
+        how, source = "build", f"built on {builder}"
+    else:
+        how, source = "copy", f"copied from {builder}"
+    spec = {"image": ref, "how": how, "builder": builder}
+    if fact.image_id is None:
+        changes.append(Change(NAME, target.name, f"image {ref}", "present", None, source, spec=spec))
+    elif target.name != builder and fact.image_id != fact.builder_id:
+        # the builder has another build of the recipe, or has none yet and will build one
+        changes.append(Change(NAME, target.name, f"image {ref}", "id", fact.image_id, fact.builder_id or source,
+                              spec=spec))
+    return changes
+
+
+# -- apply --------------------------------------------------------------------------------------
+
+def _image_change(changes: list[Change]) -> Change | None:
+    return next((c for c in changes if "how" in c.spec), None)
+
+
+def _set_up(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
+    """Packages, daemon and runtime: everything but the image."""
+    packages = [p for c in changes for p in c.spec.get("install", [])]
+    if packages:
+        env = ["env", "DEBIAN_FRONTEND=noninteractive"]
+        run(target, cluster, env + ["apt-get", "update"])
+        result = run(target, cluster, env + ["apt-get", "install", "-y", *packages], check=False)
+        if not result.ok:
+            hint = (" (nvidia-container-toolkit comes from NVIDIA's apt repository: add "
+                    "https://nvidia.github.io/libnvidia-container to the guest's sources)"
+                    if "nvidia-container-toolkit" in packages and "Unable to locate" in result.stderr else "")
+            raise RemoteCommandError(f"{target.name}: {NAME}: apt-get install {' '.join(packages)} failed: "
+                                     f"{_last(result)}{hint}")
+    if any(c.spec.get("start") for c in changes) or "docker.io" in packages:
+        run(target, cluster, ["systemctl", "enable", "--now", "docker"])
+    if any(c.spec.get("configure") for c in changes):
+        run(target, cluster, ["nvidia-ctk", "runtime", "configure", "--runtime=docker"])
+        run(target, cluster, ["systemctl", "restart", "docker"])
+
+
+def _check_recipe(target: RemoteTarget, change: Change, cluster: Cluster) -> Recipe:
+    current = recipe(_image(cluster))
+    if change.spec["image"] != current.ref:
+        raise InputError(f"{target.name}: {NAME}: the plan is for image {change.spec['image']} but the runbook "
+                         f"now renders {current.ref}; plan again")
+    return current
+
+
+def _build(target: RemoteTarget, cluster: Cluster, current: Recipe) -> None:
+    run(target, cluster, ["docker", "build", "-t", current.ref, "-"],
+        stdin=current.dockerfile.encode(), timeout=max(cluster.command_timeout, _image(cluster).build_timeout))
+
+
+def _pull(target: RemoteTarget, cluster: Cluster, current: Recipe) -> None:
+    image = _image(cluster)
+    remote = f"{image.registry.rstrip('/')}/{current.ref}"  # type: ignore[union-attr]
+    run(target, cluster, ["docker", "pull", remote], timeout=max(cluster.command_timeout, image.build_timeout))
+    run(target, cluster, ["docker", "tag", remote, current.ref])
+
+
+def _save(builder: RemoteTarget, cluster: Cluster, ref: str, sink: BinaryIO) -> None:
+    run(builder, cluster, ["docker", "save", ref], stdout_to=sink,
+        timeout=max(cluster.command_timeout, _image(cluster).build_timeout))
+
+
+def _load(target: RemoteTarget, cluster: Cluster, saved: Path, stdin_limit: int = STDIN_LIMIT) -> None:
+    """`docker load` the saved image: on stdin when small, else sent in chunks to a temp file first."""
+    timeout = max(cluster.command_timeout, _image(cluster).build_timeout)
+    if saved.stat().st_size <= stdin_limit:
+        run(target, cluster, ["docker", "load"], stdin=saved.read_bytes(), timeout=timeout)
+        return
+    remote = run(target, cluster, ["mktemp", "/tmp/gpuvm-image.XXXXXX"], sudo=False).stdout.strip()
+    try:
+        with open(saved, "rb") as f:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                run(target, cluster, ["sh", "-c", 'cat >> "$1"', "gpuvm-load", remote], sudo=False, stdin=chunk)
+        run(target, cluster, ["docker", "load", "-i", remote], timeout=timeout)
+    finally:
+        run(target, cluster, ["rm", "-f", remote], sudo=False, check=False)
+
+
+def _ship(builder: RemoteTarget, cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget],
+          parallel: int = 4) -> dict[str, Exception]:
+    """Save once on the builder into a local temp file, then load it on every receiver (bounded)."""
+    if not receivers:
+        return {}
+    where = cluster.state_dir if cluster.state_dir.is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="gpuvm-image-", dir=where) as tmp:
+        saved = Path(tmp) / "image.tar"
+        with open(saved, "wb") as sink:
+            try:
+                _save(builder, cluster, ref, sink)
+            except Exception as e:
+                return {name: RemoteCommandError(f"{name}: {NAME}: cannot fetch {ref} from the builder: {e}")
+                        for name in receivers}
+        os.chmod(saved, 0o600)
+        return _parallel(receivers, lambda t: _load(t, cluster, saved), parallel)
+
+
+def _parallel(targets: dict[str, RemoteTarget], fn, parallel: int = 8) -> dict[str, Exception]:
+    try:
+        run_parallel(targets, fn, parallel)
+    except TargetFailures as e:
+        return dict(e.failures)
+    return {}
+
+
+def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dict[str, Exception]:
+    """Every named guest must have `ref` with the reference guest's id (else the first named's)."""
+    targets = {n: cluster.targets[n] for n in dict.fromkeys([reference, *names])}
+    failures: dict[str, Exception] = {}
+    try:
+        ids = run_parallel(targets, lambda t: inspect_id(t, cluster, ref))
+    except TargetFailures as e:
+        ids, failures = dict(e.results), dict(e.failures)
+    want = ids.get(reference) or next((ids[n] for n in names if ids.get(n)), None)
+    for name in names:
+        if name not in failures and (ids.get(name) is None or ids[name] != want):
+            seen = ", ".join(f"{n} {ids.get(n) or 'none'}" for n in targets if n not in failures)
+            failures[name] = RemoteCommandError(f"{name}: {NAME}: image {ref} differs between guests ({seen})")
+    return {n: e for n, e in failures.items() if n in names}
+
+
+def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], parallel: int) -> dict[str, Exception]:
+    """Ship the builder's image to the receivers whose copy differs from it."""
+    builder = builder_name(cluster)
+    try:
+        want = inspect_id(cluster.targets[builder], cluster, ref)
+    except GpuvmError as e:
+        want, error = None, str(e)
+    else:
+        error = "it has no such image (its build failed?)"
+    if want is None:
+        return {n: RemoteCommandError(f"{n}: {NAME}: cannot copy {ref} from the builder {builder}: {error}")
+                for n in receivers}
+    # a guest whose copy already has the builder's id (e.g. the build was repeatable) needs no transfer
+    try:
+        have = run_parallel(receivers, lambda t: inspect_id(t, cluster, ref), parallel)
+        failures: dict[str, Exception] = {}
+    except TargetFailures as e:
+        have, failures = dict(e.results), dict(e.failures)
+    send = {n: t for n, t in receivers.items() if n not in failures and have.get(n) != want}
+    return failures | _ship(cluster.targets[builder], cluster, ref, send, parallel)
+
+
+def apply_all(cluster: Cluster, changes_by_target: dict[str, list[Change]], parallel: int = 8) -> dict[str, Exception]:
+    """Set up docker everywhere, build on the builder (or pull), ship to the rest, check the ids.
+
+    Returns the failures by target; an empty dict when every target ended with the same image.
+    """
+    targets = {n: cluster.targets[n] for n in changes_by_target}
+    setup = {n: t for n, t in targets.items() if any("how" not in c.spec for c in changes_by_target[n])}
+    failures = _parallel(setup, lambda t: _set_up(t, changes_by_target[t.name], cluster), parallel)
+
+    image_changes = {n: c for n, cs in changes_by_target.items() if (c := _image_change(cs)) and n not in failures}
+    if not image_changes:
+        return failures
+    first = next(iter(image_changes))
+    try:
+        current = _check_recipe(targets[first], image_changes[first], cluster)
+    except GpuvmError as e:
+        return failures | {n: e for n in image_changes}
+    by_how: dict[str, dict[str, RemoteTarget]] = {"build": {}, "pull": {}, "copy": {}}
+    for name, change in image_changes.items():
+        by_how[change.spec["how"]][name] = targets[name]
+    for name, target in by_how["build"].items():  # the builder: at most one, before any copy
+        try:
+            _build(target, cluster, current)
+        except Exception as e:
+            failures[name] = e
+    failures.update(_parallel(by_how["pull"], lambda t: _pull(t, cluster, current), parallel))
+    failures.update(_copy_to(cluster, current.ref, by_how["copy"], min(parallel, 4)))
+    checked = [n for n in image_changes if n not in failures]
+    failures.update(_verify(cluster, current.ref, checked, builder_name(cluster)))
+    return failures
+
+
+def apply(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
+    """This guest alone: set up, then build, pull or fetch the image from the builder."""
+    _set_up(target, [c for c in changes if "how" not in c.spec], cluster)
+    change = _image_change(changes)
+    if change is None:
+        return
+    current = _check_recipe(target, change, cluster)
+    how = change.spec["how"]
+    if how == "build":
+        _build(target, cluster, current)
+        return
+    if how == "pull":
+        _pull(target, cluster, current)
+    else:
+        failure = _copy_to(cluster, current.ref, {target.name: target}, 1).get(target.name)
+        if failure is not None:
+            raise failure
+    failure = _verify(cluster, current.ref, [target.name], builder_name(cluster)).get(target.name)
+    if failure is not None:
+        raise failure
+
+
+class GuestDockerStep:
+    name, role = NAME, "guest"
+    wanted = staticmethod(wanted)
+    observe = staticmethod(observe)
+    plan = staticmethod(plan)
+    apply = staticmethod(apply)
+    apply_all = staticmethod(apply_all)

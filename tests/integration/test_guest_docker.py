@@ -1,0 +1,140 @@
+"""guest.docker against the SSH test bed: plan, build once, ship, re-plan empty, dry run touches nothing."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpuvm.executors import SshExecutor
+from gpuvm.remote import build_cluster
+from gpuvm.runbook.loader import load_runbook
+from gpuvm.steps import guest_docker as step
+from gpuvm.steps.guest_docker import GuestDockerStep
+
+pytestmark = pytest.mark.integration
+
+GUESTS = ["gpu-vm-01", "gpu-vm-02", "gpu-vm-03", "gpu-vm-04"]
+
+
+class Recording:
+    """An executor that notes every command line before passing it on."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.lines = inner, inner.name, []
+
+    def run(self, argv, **kwargs):
+        self.lines.append(" ".join(argv))
+        return self.inner.run(argv, **kwargs)
+
+    def run_script(self, script, **kwargs):
+        self.lines.append(script)
+        return self.inner.run_script(script, **kwargs)
+
+    def put(self, *args, **kwargs):
+        return self.inner.put(*args, **kwargs)
+
+    def get(self, path):
+        return self.inner.get(path)
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.fixture
+def cluster(testbed, tmp_path):
+    for guest in GUESTS:  # every test starts from guests without images
+        state = testbed.state(guest)["docker"]
+        testbed.set_state(guest, "docker", {**state, "images": {}})
+    text = f"ssh: {{known_hosts: {testbed.known_hosts_file}}}\nhosts: [{{name: esx-01}}]\nvms:\n"
+    text += "".join(f"  - {{name: {g}, host: esx-01}}\n" for g in GUESTS)
+    text += "guests:\n  image: {name: gpuvm/horovod, horovod: 0.28.1}\n  hosts:\n"
+    for g in GUESTS:
+        host = testbed.host(g)
+        text += (f"    - {{vm: {g}, ssh: {{address: {host.address}, user: {host.user}, "
+                 f"key_file: {host.key_file}, sudo: true}}}}\n")
+    (tmp_path / "runbook.yaml").write_text(text)
+    (tmp_path / "state").mkdir()
+    c = build_cluster(load_runbook(tmp_path / "runbook.yaml"), tmp_path / "state")
+    for target in c.targets.values():
+        target.executor = Recording(target.executor)
+    yield c
+    c.close()
+
+
+def plain(testbed, name) -> SshExecutor:
+    host = testbed.host(name)
+    return SshExecutor(name, host.address, host.user, key_file=host.key_file, known_hosts=[testbed.known_hosts_file])
+
+
+def observe_and_plan(cluster):
+    planned = {}
+    for name, target in cluster.targets.items():
+        assert GuestDockerStep.wanted(target, cluster)
+        planned[name] = GuestDockerStep.plan(target, GuestDockerStep.observe(target, cluster), cluster)
+    return planned
+
+
+def docker_state(testbed):
+    return {g: testbed.state(g)["docker"] for g in GUESTS}
+
+
+def test_plan_build_ship_replan(testbed, cluster):
+    ref = step.image_ref(cluster.runbook.guests.image)
+    assert re.fullmatch(r"gpuvm/horovod:[0-9a-f]{12}", ref)
+    before = docker_state(testbed)
+
+    planned = observe_and_plan(cluster)  # a dry run: observe and plan only
+    assert {g: [(c.resource, c.field, c.before, c.after) for c in cs] for g, cs in planned.items()} == {
+        "gpu-vm-01": [(f"image {ref}", "present", None, "built on gpu-vm-01")],
+        **{g: [(f"image {ref}", "present", None, "copied from gpu-vm-01")] for g in GUESTS[1:]},
+    }
+    assert docker_state(testbed) == before
+    for target in cluster.targets.values():  # observing only reads
+        assert all(re.match(r"docker (version|info|image inspect) ", line) for line in target.executor.lines)
+        target.executor.lines.clear()
+
+    assert GuestDockerStep.apply_all(cluster, planned) == {}
+    lines = {g: cluster.targets[g].executor.lines for g in GUESTS}
+    assert [g for g in GUESTS for line in lines[g] if line.startswith("docker build")] == ["gpu-vm-01"]
+    assert sum(line.startswith("docker save") for line in lines["gpu-vm-01"]) == 1
+    assert all(lines[g].count("docker load") == 1 for g in GUESTS[1:])
+
+    ids = set()
+    for g in GUESTS:  # read back over a plain SSH connection
+        ex = plain(testbed, g)
+        ids.add(ex.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref]).stdout.strip())
+        ex.close()
+    assert len(ids) == 1 and re.fullmatch(r"sha256:[0-9a-f]{64}", ids.pop())
+
+    for target in cluster.targets.values():
+        target.executor.lines.clear()
+    replanned = observe_and_plan(cluster)
+    assert replanned == {g: [] for g in GUESTS}
+    assert GuestDockerStep.apply_all(cluster, {g: cs for g, cs in replanned.items() if cs}) == {}
+    assert not any(line.startswith(("docker build", "docker save", "docker load"))
+                   for t in cluster.targets.values() for line in t.executor.lines)
+
+
+def test_one_guest_lost_its_image(testbed, cluster):
+    assert GuestDockerStep.apply_all(cluster, observe_and_plan(cluster)) == {}
+    ref = step.image_ref(cluster.runbook.guests.image)
+    state = testbed.state("gpu-vm-03")["docker"]
+    testbed.set_state("gpu-vm-03", "docker", {**state, "images": {}})
+    planned = observe_and_plan(cluster)
+    assert [(g, c.after) for g, cs in planned.items() for c in cs] == [("gpu-vm-03", "copied from gpu-vm-01")]
+    # the per-target apply fetches from the builder on its own
+    GuestDockerStep.apply(cluster.targets["gpu-vm-03"], planned["gpu-vm-03"], cluster)
+    assert observe_and_plan(cluster) == {g: [] for g in GUESTS}
+    assert testbed.state("gpu-vm-03")["docker"]["images"][ref] == testbed.state("gpu-vm-01")["docker"]["images"][ref]
+
+
+def test_a_guest_without_the_nvidia_runtime(testbed, cluster):
+    state = testbed.state("gpu-vm-02")["docker"]
+    testbed.set_state("gpu-vm-02", "docker", {**state, "runtimes": {"runc": "runc"}})
+    try:
+        planned = observe_and_plan(cluster)
+    finally:
+        testbed.set_state("gpu-vm-02", "docker", state)
+    runtime = [(g, c.resource, c.after) for g, cs in planned.items() for c in cs if c.resource.startswith("docker runtime")]
+    assert runtime == [("gpu-vm-02", "docker runtime nvidia", "nvidia-container-toolkit")]

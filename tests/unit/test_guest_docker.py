@@ -1,0 +1,386 @@
+"""guest.docker: the recipe, plans from facts (pure), observe and apply against scripted executors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpuvm.errors import InputError, RemoteCommandError
+from gpuvm.executors.base import CommandResult
+from gpuvm.executors.fake import FakeCall, FakeExecutor, ok
+from gpuvm.remote import RemoteOptions, build_cluster
+from gpuvm.runbook.loader import load_runbook
+from gpuvm.runbook.model import Image
+from gpuvm.steps import guest_docker as step
+from gpuvm.steps.guest_docker import DockerFact, GuestDockerStep
+
+GUESTS = ["gpu-vm-01", "gpu-vm-02", "gpu-vm-03", "gpu-vm-04"]
+A, B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+
+
+def runbook(tmp_path: Path, image: str = "{}", guests: list[str] = GUESTS):
+    text = "hosts: [{name: esx-01}]\nvms:\n" + "".join(f"  - {{name: {g}, host: esx-01}}\n" for g in guests)
+    text += "guests:\n  image: " + image + "\n  hosts:\n"
+    text += "".join(f"    - {{vm: {g}, ssh: {{address: 10.0.0.{i + 1}, user: gpuadmin, sudo: true}}}}\n"
+                    for i, g in enumerate(guests))
+    path = tmp_path / "rb.yaml"
+    path.write_text(text)
+    return load_runbook(path)
+
+
+class DockerWorld:
+    """Scripted docker on every guest: images by tag, builds and loads recorded."""
+
+    def __init__(self, guests=GUESTS, installed=True, runtimes=("nvidia", "runc")):
+        self.images: dict[str, dict[str, str]] = {g: {} for g in guests}
+        self.builds: list[str] = []
+        self.loads: list[str] = []
+        self.load_id: dict[str, str] = {}  # guest → id a load gives there (to fake a mismatch)
+        self.fail: dict[str, str] = {}  # guest → command prefix that fails there
+        self.executors = {g: self._executor(g, installed, runtimes) for g in guests}
+
+    def _executor(self, guest: str, installed: bool, runtimes) -> FakeExecutor:
+        images = self.images[guest]
+
+        def failing(prefix, answer):
+            def respond(call: FakeCall) -> CommandResult:
+                if self.fail.get(guest) and call.command.startswith(self.fail[guest]):
+                    return CommandResult(call.command, 1, "", f"{self.fail[guest]}: boom")
+                return answer(call)
+            return respond
+
+        def inspect(call):
+            ref = call.command.rsplit(" ", 1)[1]
+            if ref in images:
+                return ok(call.command, images[ref] + "\n")
+            return CommandResult(call.command, 1, "", f"Error: No such image: {ref}")
+
+        def build(call):
+            ref = call.command.split()[3]
+            self.builds.append(guest)
+            images[ref] = "sha256:" + hashlib.sha256(call.stdin).hexdigest()
+            return ok(call.command, "Successfully built\n")
+
+        def save(call):
+            ref = call.command.split()[2]
+            return ok(call.command, json.dumps({"ref": ref, "id": images[ref]}))
+
+        def load(call):
+            data = json.loads(call.stdin)
+            self.loads.append(guest)
+            images[data["ref"]] = self.load_id.get(guest, data["id"])
+            return ok(call.command, f"Loaded image: {data['ref']}\n")
+
+        def pull(call):
+            remote = call.command.split()[2]
+            images[remote] = A
+            return ok(call.command)
+
+        def tag(call):
+            _, _, src, dst = call.command.split()
+            images[dst] = images[src]
+            return ok(call.command)
+
+        if not installed:
+            return FakeExecutor(guest, {
+                re.compile(r"^docker "): CommandResult("", 1, "", "sudo: docker: command not found"),
+                re.compile(r"^dpkg-query "): CommandResult("", 1, "", "dpkg-query: no packages found"),
+                re.compile(r"^(env|systemctl|nvidia-ctk) "): ok(""),
+            })
+        runtime_json = json.dumps({r: {"path": r} for r in runtimes})
+        return FakeExecutor(guest, {
+            "docker version --format '{{.Server.Version}}'": ok("", "24.0.7\n"),
+            "docker info --format '{{json .Runtimes}}'": ok("", runtime_json + "\n"),
+            re.compile(r"^docker image inspect "): inspect,
+            re.compile(r"^docker build "): failing("docker build", build),
+            re.compile(r"^docker save "): failing("docker save", save),
+            re.compile(r"^docker load$"): failing("docker load", load),
+            re.compile(r"^docker pull "): failing("docker pull", pull),
+            re.compile(r"^docker tag "): tag,
+            re.compile(r"^dpkg-query "): ok("", "install ok installed"),
+            re.compile(r"^(env|systemctl|nvidia-ctk) "): ok(""),
+        })
+
+    def cluster(self, rb, tmp_path):
+        return build_cluster(rb, tmp_path, RemoteOptions(executor_factory=lambda name, access: self.executors[name]))
+
+
+def observe_and_plan(cluster):
+    changes = {}
+    for name, target in cluster.targets.items():
+        changes[name] = step.plan(target, step.observe(target, cluster), cluster)
+    return changes
+
+
+# -- the recipe ---------------------------------------------------------------------------------
+
+def test_dockerfile_has_versions_port_and_label():
+    image = Image(openmpi="4.1.5", horovod="0.28.1", sshd_port=2222, ofed="5.8-3.0.7.0")
+    r = step.recipe(image)
+    text = r.dockerfile
+    assert text.startswith("# gpuvm training image") and "\nFROM nvcr.io/nvidia/tensorflow:22.01-tf2-py3\n" in text
+    assert "MLNX_OFED-${MOFED_VERSION}/MLNX_OFED_LINUX-${MOFED_VERSION}-${MOFED_OS}-x86_64.tgz" in text
+    assert "ARG MOFED_VERSION=5.8-3.0.7.0\nARG MOFED_OS=ubuntu20.04" in text
+    assert "mlnxofedinstall --user-space-only --without-fw-update --all -q" in text
+    assert "open-mpi/v4.1/openmpi-4.1.5.tar.gz" in text and "horovod==0.28.1" in text
+    assert "HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_WITH_MPI=1" in text and "HOROVOD_WITH_TENSORFLOW=1" in text
+    assert '"Port 2222"' in text and "EXPOSE 2222" in text and "mkdir -p /var/run/sshd" in text
+    assert "PermitRootLogin prohibit-password" in text and f"-v /etc/ssh:{step.HOST_KEYS_DIR}:ro" in text
+    assert text.rstrip().endswith(f"LABEL org.gpuvm.recipe={r.digest}")
+    body = text[: text.index("LABEL org.gpuvm.recipe")]
+    assert hashlib.sha256(body.encode()).hexdigest() == r.digest
+    assert r.ref == f"gpuvm/dl:{r.digest[:12]}"
+
+
+@pytest.mark.parametrize("image, present, absent", [
+    (Image(ofed="inbox"), ["libibverbs1 librdmacm1 ibverbs-providers"], ["mlnxofedinstall"]),
+    (Image(framework="pytorch"), ["import torch", "HOROVOD_WITH_PYTORCH=1"], ["HOROVOD_WITH_TENSORFLOW=1"]),
+    (Image(), ["import tensorflow", "HOROVOD_WITHOUT_PYTORCH=1"], ["HOROVOD_WITH_PYTORCH=1", "libibverbs1"]),
+])
+def test_dockerfile_variants(image, present, absent):
+    text = step.recipe(image).dockerfile
+    assert all(p in text for p in present) and not any(a in text for a in absent)
+    assert "{{" not in text and "{%" not in text
+
+
+def test_any_change_in_the_recipe_changes_the_tag():
+    refs = {step.image_ref(i) for i in (Image(), Image(horovod="0.24.0"), Image(sshd_port=2222), Image(ofed="inbox"))}
+    assert len(refs) == 4
+    assert step.image_ref(Image(registry="r.example:5000", builder="x")) == step.image_ref(Image())  # not the recipe
+
+
+def test_template_with_an_unknown_value_is_an_input_error():
+    with pytest.raises(InputError, match="guest.docker: Dockerfile template: 'no_such' is undefined"):
+        step.render_dockerfile(Image(), template="FROM {{ base }}\nRUN echo {{ no_such }}\n")
+
+
+# -- plan (pure) --------------------------------------------------------------------------------
+
+def fact(image_id=None, builder_id=None, version="24.0.7", error=None, runtime=True, toolkit=True):
+    return DockerFact(version, error, runtime, toolkit, image_id, builder_id)
+
+
+@pytest.mark.parametrize("image, target, f, expected", [
+    ("{}", "gpu-vm-01", fact(A), []),
+    ("{}", "gpu-vm-02", fact(A, A), []),
+    ("{}", "gpu-vm-01", fact(), [("present", None, "built on gpu-vm-01", "build")]),
+    ("{}", "gpu-vm-03", fact(None, A), [("present", None, "copied from gpu-vm-01", "copy")]),
+    ("{}", "gpu-vm-03", fact(B, A), [("id", B, A, "copy")]),
+    ("{}", "gpu-vm-03", fact(B, None), [("id", B, "copied from gpu-vm-01", "copy")]),  # the builder will build
+    ("{builder: gpu-vm-02}", "gpu-vm-02", fact(), [("present", None, "built on gpu-vm-02", "build")]),
+    ("{builder: gpu-vm-02}", "gpu-vm-01", fact(), [("present", None, "copied from gpu-vm-02", "copy")]),
+    ("{registry: r.example:5000}", "gpu-vm-01", fact(), [("present", None, "pulled from r.example:5000", "pull")]),
+    ("{registry: r.example:5000}", "gpu-vm-04", fact(None, A), [("present", None, "pulled from r.example:5000", "pull")]),
+])
+def test_plan_image(tmp_path, image, target, f, expected):
+    cluster = DockerWorld().cluster(runbook(tmp_path, image), tmp_path)
+    changes = step.plan(cluster.targets[target], f, cluster)
+    ref = step.image_ref(cluster.runbook.guests.image)
+    assert [(c.field, c.before, c.after, c.spec["how"]) for c in changes] == expected
+    assert all(c.resource == f"image {ref}" and c.step == "guest.docker" and c.target == target for c in changes)
+
+
+@pytest.mark.parametrize("f, expected", [
+    (fact(A, version=None, runtime=False, toolkit=False),
+     [("package docker.io", "installed", None, "installed", ["docker.io"]),
+      ("docker runtime nvidia", "present", None, "nvidia-container-toolkit", ["nvidia-container-toolkit"])]),
+    (fact(A, version="", error="Cannot connect to the Docker daemon"),
+     [("service docker", "running", "Cannot connect to the Docker daemon", "running", [])]),
+    (fact(A, runtime=False, toolkit=True),
+     [("docker runtime nvidia", "present", "toolkit installed, runtime not configured", "nvidia-container-toolkit", [])]),
+])
+def test_plan_engine_and_toolkit(tmp_path, f, expected):
+    cluster = DockerWorld().cluster(runbook(tmp_path), tmp_path)
+    changes = step.plan(cluster.targets["gpu-vm-01"], f, cluster)
+    assert [(c.resource, c.field, c.before, c.after, c.spec.get("install", [])) for c in changes] == expected
+
+
+# -- observe ------------------------------------------------------------------------------------
+
+def test_observe_fresh_guests(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    assert step.observe(cluster.targets["gpu-vm-02"], cluster) == fact(None, None)
+    world.images["gpu-vm-01"][step.image_ref(cluster.runbook.guests.image)] = A
+    assert step.observe(cluster.targets["gpu-vm-02"], cluster) == fact(None, A)
+    assert step.observe(cluster.targets["gpu-vm-01"], cluster) == fact(A, A)
+    assert all(c.sudo for c in world.executors["gpu-vm-02"].calls)  # the guests' sudo setting
+
+
+def test_observe_without_docker_or_runtime(tmp_path):
+    bare = DockerWorld(installed=False)
+    cluster = bare.cluster(runbook(tmp_path), tmp_path)
+    assert step.observe(cluster.targets["gpu-vm-01"], cluster) == fact(None, None, version=None, runtime=False,
+                                                                       toolkit=False)
+    plain = DockerWorld(runtimes=("runc",))
+    cluster = plain.cluster(runbook(tmp_path), tmp_path)
+    assert step.observe(cluster.targets["gpu-vm-01"], cluster) == fact(runtime=False, toolkit=True)
+    assert step.parse_runtimes('{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}') == \
+        ["nvidia", "runc"]
+
+
+def test_unexpected_inspect_failure_names_target_and_step(tmp_path):
+    world = DockerWorld()
+    world.executors["gpu-vm-01"].responses = {
+        "docker version --format '{{.Server.Version}}'": ok("", "24.0.7\n"),
+        "docker info --format '{{json .Runtimes}}'": ok("", '{"nvidia":{}}'),
+        re.compile("^docker image inspect"): CommandResult("", 1, "", "permission denied while trying to connect"),
+    }
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    with pytest.raises(RemoteCommandError, match=r"^gpu-vm-01: guest.docker: cannot inspect image gpuvm/dl:\w{12}: "
+                                                 "permission denied"):
+        step.observe(cluster.targets["gpu-vm-01"], cluster)
+
+
+# -- apply --------------------------------------------------------------------------------------
+
+def test_apply_all_builds_once_and_ships_to_the_rest(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    planned = observe_and_plan(cluster)
+    assert [c.after for cs in planned.values() for c in cs] == ["built on gpu-vm-01"] + ["copied from gpu-vm-01"] * 3
+    assert GuestDockerStep.apply_all(cluster, planned) == {}
+    assert world.builds == ["gpu-vm-01"]
+    assert sorted(world.loads) == ["gpu-vm-02", "gpu-vm-03", "gpu-vm-04"]
+    saves = [c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker save")]
+    assert len(saves) == 1
+    build = next(c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker build"))
+    assert build.sudo and build.stdin == step.recipe(cluster.runbook.guests.image).dockerfile.encode()
+    assert build.timeout == 10800
+    assert len({tuple(i.values()) for i in world.images.values()}) == 1
+    assert observe_and_plan(cluster) == {g: [] for g in GUESTS}
+
+
+def test_apply_all_sets_up_docker_and_the_toolkit_first(tmp_path):
+    world = DockerWorld(runtimes=("runc",))
+    world.executors["gpu-vm-02"].responses[re.compile(r"^dpkg-query ")] = CommandResult("", 1, "", "no packages")
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    planned = observe_and_plan(cluster)
+    assert GuestDockerStep.apply_all(cluster, planned) == {}
+    commands = world.executors["gpu-vm-02"].commands
+    install = commands.index("sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y nvidia-container-toolkit")
+    assert commands[install + 1:install + 3] == ["sudo -n nvidia-ctk runtime configure --runtime=docker",
+                                                 "sudo -n systemctl restart docker"]
+    assert install < commands.index("sudo -n docker load")
+    assert not any("apt-get" in c for c in world.executors["gpu-vm-03"].commands)  # toolkit there, runtime not set
+
+
+def test_copies_that_already_match_are_not_sent_again(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    ref = step.image_ref(cluster.runbook.guests.image)
+    world.images["gpu-vm-02"][ref] = "sha256:" + hashlib.sha256(
+        step.recipe(cluster.runbook.guests.image).dockerfile.encode()).hexdigest()  # what the build will give
+    planned = observe_and_plan(cluster)
+    assert [c.field for c in planned["gpu-vm-02"]] == ["id"]
+    assert GuestDockerStep.apply_all(cluster, planned) == {}
+    assert sorted(world.loads) == ["gpu-vm-03", "gpu-vm-04"]
+
+
+def test_mismatch_after_load_is_reported_with_guests_and_ids(tmp_path):
+    world = DockerWorld()
+    world.load_id["gpu-vm-03"] = B
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    failures = GuestDockerStep.apply_all(cluster, observe_and_plan(cluster))
+    assert list(failures) == ["gpu-vm-03"]
+    message = str(failures["gpu-vm-03"])
+    assert isinstance(failures["gpu-vm-03"], RemoteCommandError)
+    assert message.startswith("gpu-vm-03: guest.docker: image gpuvm/dl:") and "differs between guests" in message
+    assert f"gpu-vm-03 {B}" in message and "gpu-vm-01 sha256:" in message
+
+
+def test_failed_build_fails_every_copy_without_a_transfer(tmp_path):
+    world = DockerWorld()
+    world.fail["gpu-vm-01"] = "docker build"
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    failures = GuestDockerStep.apply_all(cluster, observe_and_plan(cluster))
+    assert sorted(failures) == GUESTS
+    assert "docker build" in str(failures["gpu-vm-01"]) and "boom" in str(failures["gpu-vm-01"])
+    assert "cannot copy gpuvm/dl:" in str(failures["gpu-vm-02"]) and "builder gpu-vm-01" in str(failures["gpu-vm-02"])
+    assert world.loads == []
+
+
+def test_one_failed_load_does_not_hide_the_others(tmp_path):
+    world = DockerWorld()
+    world.fail["gpu-vm-04"] = "docker load"
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    failures = GuestDockerStep.apply_all(cluster, observe_and_plan(cluster))
+    assert list(failures) == ["gpu-vm-04"] and "docker load" in str(failures["gpu-vm-04"])
+    assert sorted(world.loads) == ["gpu-vm-02", "gpu-vm-03"]
+
+
+def test_registry_pulls_everywhere_and_tags_locally(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(runbook(tmp_path, "{registry: r.example:5000}"), tmp_path)
+    assert GuestDockerStep.apply_all(cluster, observe_and_plan(cluster)) == {}
+    ref = step.image_ref(cluster.runbook.guests.image)
+    for guest in GUESTS:
+        assert f"sudo -n docker pull r.example:5000/{ref}" in world.executors[guest].commands
+        assert world.images[guest][ref] == A
+    assert world.builds == [] and world.loads == []
+
+
+def test_apply_one_guest_fetches_from_the_builder(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    planned = observe_and_plan(cluster)
+    with pytest.raises(RemoteCommandError, match="gpu-vm-03: guest.docker: cannot copy .* from the builder gpu-vm-01"):
+        GuestDockerStep.apply(cluster.targets["gpu-vm-03"], planned["gpu-vm-03"], cluster)
+    GuestDockerStep.apply(cluster.targets["gpu-vm-01"], planned["gpu-vm-01"], cluster)
+    GuestDockerStep.apply(cluster.targets["gpu-vm-03"], planned["gpu-vm-03"], cluster)
+    assert world.builds == ["gpu-vm-01"] and world.loads == ["gpu-vm-03"]
+    assert observe_and_plan(cluster)["gpu-vm-03"] == []
+
+
+def test_a_stale_plan_is_refused(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    planned = observe_and_plan(cluster)
+    cluster.runbook = runbook(tmp_path, "{horovod: 0.28.1}")
+    failures = GuestDockerStep.apply_all(cluster, planned)
+    assert sorted(failures) == GUESTS and "plan again" in str(failures["gpu-vm-01"])
+    assert world.builds == []
+
+
+def test_large_images_go_in_chunks_then_load_from_a_file(tmp_path, monkeypatch):
+    world = DockerWorld()
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    ex = world.executors["gpu-vm-02"]
+    ex.responses.update({
+        re.compile(r"^mktemp "): ok("", "/tmp/gpuvm-image.Ab12Cd\n"),
+        re.compile(r"^sh -c "): ok(""),
+        re.compile(r"^docker load -i "): ok(""),
+        re.compile(r"^rm -f "): ok(""),
+    })
+    monkeypatch.setattr(step, "CHUNK", 4)
+    saved = tmp_path / "image.tar"
+    saved.write_bytes(b"0123456789")
+    step._load(cluster.targets["gpu-vm-02"], cluster, saved, stdin_limit=5)
+    sent = [c for c in ex.calls if c.command.startswith("sh -c")]
+    assert [c.stdin for c in sent] == [b"0123", b"4567", b"89"] and not any(c.sudo for c in sent)
+    assert ex.commands[-2:] == ["sudo -n docker load -i /tmp/gpuvm-image.Ab12Cd", "rm -f /tmp/gpuvm-image.Ab12Cd"]
+
+
+def test_apt_failure_for_the_toolkit_says_where_it_comes_from(tmp_path):
+    world = DockerWorld(installed=False)
+    world.executors["gpu-vm-01"].responses = {
+        re.compile(r"apt-get update"): ok(""),
+        re.compile(r"apt-get install"): CommandResult("", 100, "", "E: Unable to locate package nvidia-container-toolkit"),
+    }
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    changes = step.plan(cluster.targets["gpu-vm-01"], fact(A, A, version=None, runtime=False, toolkit=False), cluster)
+    with pytest.raises(RemoteCommandError, match=r"^gpu-vm-01: guest.docker: apt-get install docker.io "
+                                                 r"nvidia-container-toolkit failed: E: Unable to locate.*nvidia.github.io"):
+        GuestDockerStep.apply(cluster.targets["gpu-vm-01"], changes, cluster)
+
+
+def test_step_shape():
+    assert (GuestDockerStep.name, GuestDockerStep.role) == ("guest.docker", "guest")
+    assert callable(GuestDockerStep.apply_all)
+    assert step.container_run_args(Image())[:1] == ["--network=host"]
+    assert textwrap.dedent(step.__doc__ or "").startswith("guest.docker:")
