@@ -21,19 +21,22 @@ from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
-from gpuvm.steps import (esxi_ats, guest_docker, host_graphics, host_passthrough, host_reboot, vm_advanced,
-                         vm_hardware, vm_power)
+from gpuvm.steps import (esxi_ats, esxi_mig, guest_docker, guest_mig, guest_nic, host_graphics, host_passthrough,
+                         host_reboot, vm_advanced, vm_hardware, vm_power)
 from gpuvm.steps.base import ApplyContext
 from gpuvm.vsphere.facts import Inventory
 
 STEPS: list[Any] = [
     esxi_ats.EsxiAtsStep,
+    esxi_mig.EsxiMigStep,
     host_passthrough.HostPassthroughStep,
     host_graphics.HostGraphicsStep,
     host_reboot.HostRebootStep,
     vm_hardware.VmHardwareStep,
     vm_advanced.VmAdvancedStep,
     vm_power.VmPowerStep,
+    guest_nic.GuestNicStep,
+    guest_mig.GuestMigStep,
     guest_docker.GuestDockerStep,
 ]
 

@@ -165,3 +165,26 @@ def test_malformed_output_names_the_command(parse, text, names):
     with pytest.raises(RemoteCommandError, match="could not parse") as info:
         parse(text)
     assert names in str(info.value)
+
+
+def test_ip_addr_json():
+    from gpuvm.parsers import ip
+
+    links = ip.parse_ip_addr_json(fixture("ip_j_addr_show.json"))
+    assert list(links) == ["lo", "p1", "ens64np1", "ens64np2"]
+    assert links["ens64np1"] == ip.Link("ens64np1", True, 9000, ("192.168.100.11/24", "fe80::58db:2aff:fec1:9d4e/64"), "UP")
+    assert (links["ens64np2"].up, links["ens64np2"].mtu, links["ens64np2"].addresses) == (False, 1500, ())
+
+
+def test_ip_addr_json_skips_empty_entries_of_old_iproute2():
+    from gpuvm.parsers import ip
+
+    assert list(ip.parse_ip_addr_json('[{}, {"ifname": "eth0", "flags": ["UP"], "mtu": 1500, "addr_info": [{}]}]')) == ["eth0"]
+
+
+@pytest.mark.parametrize("text", ["Object \"addr\" is unknown, try \"ip help\".", '{"ifname": "eth0"}'])
+def test_ip_addr_json_malformed(text):
+    from gpuvm.parsers import ip
+
+    with pytest.raises(RemoteCommandError, match="could not parse the output of `ip -j addr show`"):
+        ip.parse_ip_addr_json(text)

@@ -1,0 +1,189 @@
+"""guest.mig: MIG mode and GPU instances inside a guest with passthrough GPUs.
+
+The runbook's `mig` (a named layout or mig-parted entries, see `gpuvm.mig`) is expanded per GPU
+with the GPU names observed. Per GPU, the plan has at most a `mig.mode` change and one
+`gpu instances` change; apply destroys the GPU's compute and GPU instances, then creates the
+wanted ones with their default compute instance (`nvidia-smi mig -cgi ... -C`), and reads back.
+
+Enabling MIG usually takes effect at once in a passthrough VM. Where it stays pending (the GPU is
+in use, or the platform needs a reset) apply stops with an error; the next plan shows a GPU reset,
+marked "needs VM power-off" because it ends every GPU process in the VM, as a power cycle would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import islice, permutations
+
+from gpuvm.errors import RemoteCommandError
+from gpuvm.executors.base import CommandResult
+from gpuvm.mig import GpuLayout, MigLayoutError, canonical, describe, expand, gpu_model
+from gpuvm.parsers.nvidia_smi import GpuInstance, MigMode, parse_gpu_instances, parse_mig_query_csv
+from gpuvm.plan import Change, Disruption
+from gpuvm.remote import Cluster, RemoteTarget, run
+
+NAME = "guest.mig"
+QUERY = ["nvidia-smi", "--query-gpu=index,name,mig.mode.current,mig.mode.pending", "--format=csv,noheader"]
+NOTHING_THERE = ("No MIG-enabled devices found", "No GPU instances found", "No compute instances found")
+
+
+@dataclass(frozen=True)
+class GpuMig:
+    index: int
+    name: str
+    current: str  # "Enabled" | "Disabled" | "[N/A]"
+    pending: str
+    instances: tuple[str, ...] = ()  # GPU instance profiles, largest first
+
+
+def wanted(target: RemoteTarget, cluster: Cluster) -> bool:
+    return target.guest is not None and target.guest.mig is not None
+
+
+def _root(target: RemoteTarget) -> bool:
+    """MIG operations need root: sudo unless the login user is root."""
+    return target.sudo or target.access.user != "root"
+
+
+def observe(target: RemoteTarget, cluster: Cluster) -> tuple[GpuMig, ...]:
+    modes = parse_mig_query_csv(run(target, cluster, QUERY).stdout)
+    instances: dict[int, list[str]] = {}
+    if any(m.current == "Enabled" for m in modes):
+        for gi in _list_instances(target, cluster):
+            instances.setdefault(gi.gpu, []).append(gi.profile)
+    return tuple(GpuMig(m.index, m.name, m.current, m.pending,
+                        canonical(instances.get(m.index, []), gpu_model(m.name))) for m in modes)
+
+
+def _list_instances(target: RemoteTarget, cluster: Cluster, gpu: int | None = None) -> list[GpuInstance]:
+    argv = ["nvidia-smi", "mig", "-lgi"] + (["-i", str(gpu)] if gpu is not None else [])
+    result = run(target, cluster, argv, sudo=_root(target), check=False)
+    if result.exit_code != 0 and not any(s in result.stdout + result.stderr for s in NOTHING_THERE):
+        raise _failed(target, result)
+    return parse_gpu_instances(result.stdout)
+
+
+def _failed(target: RemoteTarget, result: CommandResult, gpu: int | None = None) -> RemoteCommandError:
+    output = (result.stdout + result.stderr).strip().splitlines()
+    where = f"GPU {gpu}: " if gpu is not None else ""
+    return RemoteCommandError(f"{target.name}: {NAME}: {where}`{result.command}` exited {result.exit_code}: "
+                              f"{output[-1] if output else 'no output'}")
+
+
+def plan(target: RemoteTarget, fact: tuple[GpuMig, ...], cluster: Cluster) -> list[Change]:
+    """Per GPU the layout names: a mode change and/or an instance change. A layout that does not fit
+    the GPUs found is an InputError at the guest's `mig` line."""
+    guest = target.guest
+    assert guest is not None and guest.mig is not None
+    try:
+        layouts = expand(guest.mig, {g.index: g.name for g in fact})
+        return [c for gpu in fact if gpu.index in layouts for c in _plan_gpu(target.name, gpu, layouts[gpu.index])]
+    except MigLayoutError as e:
+        label = guest.mig if isinstance(guest.mig, str) else "mig-parted entries"
+        guests = cluster.runbook.guests.hosts if cluster.runbook.guests else []
+        index = next((i for i, g in enumerate(guests) if g.vm == guest.vm), 0)
+        raise cluster.runbook.error(("guests", "hosts", index, "mig"),
+                                    f"{NAME}: guest {target.name}: layout {label}: {e}") from None
+
+
+def _plan_gpu(name: str, gpu: GpuMig, want: GpuLayout) -> list[Change]:
+    resource = f"GPU {gpu.index} ({gpu.name})"
+    mode = "Enabled" if want.enabled else "Disabled"
+    if gpu.current == "[N/A]":  # the GPU (or this VM's view of it, e.g. a vGPU) has no MIG
+        if want.enabled:
+            raise MigLayoutError(f"GPU {gpu.index} ({gpu.name}) reports MIG mode [N/A]: MIG is not available here")
+        return []
+    have = canonical(gpu.instances, gpu_model(gpu.name)) if gpu.current == "Enabled" else ()
+    instances = None
+    if have != want.profiles:
+        instances = Change(NAME, name, resource, "gpu instances", describe(have), describe(want.profiles),
+                           spec={"gpu": gpu.index, "destroy": bool(have), "create": list(want.profiles)})
+    shown = gpu.current if gpu.pending == gpu.current else f"{gpu.current} (pending {gpu.pending})"
+    mode_change = None
+    if gpu.pending != mode:
+        mode_change = Change(NAME, name, resource, "mig.mode", shown, mode, spec={"gpu": gpu.index, "mode": mode})
+    elif gpu.current != mode:  # set before; takes effect with a GPU reset
+        mode_change = Change(NAME, name, resource, "mig.mode", shown, f"{mode} (GPU reset)", Disruption.VM_POWER_OFF,
+                             spec={"gpu": gpu.index, "mode": mode, "reset": True})
+    # instances are made after MIG is enabled, and go before it is disabled
+    ordered = [mode_change, instances] if want.enabled else [instances, mode_change]
+    return [c for c in ordered if c is not None]
+
+
+def apply(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
+    by_gpu: dict[int, dict[str, Change]] = {}
+    for change in changes:
+        by_gpu.setdefault(change.spec["gpu"], {})[change.field] = change
+    for gpu, todo in by_gpu.items():
+        instances, mode = todo.get("gpu instances"), todo.get("mig.mode")
+        if instances and instances.spec["destroy"]:
+            _destroy(target, cluster, gpu)
+        if mode:
+            _set_mode(target, cluster, gpu, mode.spec["mode"], reset=mode.spec.get("reset", False))
+        if instances and instances.spec["create"]:
+            _create(target, cluster, gpu, instances.spec["create"])
+
+
+def _mode_of(target: RemoteTarget, cluster: Cluster, gpu: int) -> MigMode:
+    return parse_mig_query_csv(run(target, cluster, QUERY[:1] + ["-i", str(gpu)] + QUERY[1:]).stdout)[0]
+
+
+def _set_mode(target: RemoteTarget, cluster: Cluster, gpu: int, mode: str, reset: bool) -> None:
+    if reset:
+        result = run(target, cluster, ["nvidia-smi", "--gpu-reset", "-i", str(gpu)], sudo=_root(target), check=False)
+        if result.exit_code != 0:
+            raise RemoteCommandError(f"{_failed(target, result, gpu)}; the GPU reset makes MIG mode {mode} effective: "
+                                     "stop the GPU's processes or power-cycle the VM, then apply again")
+    else:
+        run(target, cluster, ["nvidia-smi", "-i", str(gpu), "-mig", "1" if mode == "Enabled" else "0"],
+            sudo=_root(target))
+    now = _mode_of(target, cluster, gpu)
+    if now.current != mode:
+        raise RemoteCommandError(f"{target.name}: {NAME}: GPU {gpu}: MIG mode {mode} is pending until the GPU is "
+                                 "reset; apply again with --allow-power-off to reset it, or reboot the VM")
+
+
+def _destroy(target: RemoteTarget, cluster: Cluster, gpu: int) -> None:
+    for flag in ("-dci", "-dgi"):  # compute instances first: a GPU instance in use cannot go
+        result = run(target, cluster, ["nvidia-smi", "mig", flag, "-i", str(gpu)], sudo=_root(target), check=False)
+        if result.exit_code != 0 and not any(s in result.stdout + result.stderr for s in NOTHING_THERE):
+            raise _failed(target, result, gpu)
+
+
+def _create(target: RemoteTarget, cluster: Cluster, gpu: int, profiles: list[str]) -> None:
+    """Create the instances. nvidia-smi puts each at its first free placement, so an order can fail
+    where another fits (3g.40gb first takes slices 0-3; then 2g.20gb + 2 x 1g.10gb do not fit):
+    like mig-parted, try the orders of the profiles, largest first, until one fits."""
+    tried = 0
+    for order in _orders(profiles):
+        argv = ["nvidia-smi", "mig", "-i", str(gpu), "-cgi", ",".join(order), "-C"]
+        result = run(target, cluster, argv, sudo=_root(target), check=False)
+        tried += 1
+        if result.exit_code == 0:
+            break
+        if "Insufficient Resources" not in result.stdout + result.stderr:
+            raise _failed(target, result, gpu)
+        _destroy(target, cluster, gpu)  # what the failed order made
+    else:
+        raise RemoteCommandError(f"{target.name}: {NAME}: GPU {gpu}: {describe(profiles)} does not fit "
+                                 f"(nvidia-smi: Insufficient Resources, {tried} order(s) tried)")
+    model = gpu_model(_mode_of(target, cluster, gpu).name)
+    made = canonical([gi.profile for gi in _list_instances(target, cluster, gpu)], model)
+    if made != tuple(profiles):
+        raise RemoteCommandError(f"{target.name}: {NAME}: GPU {gpu}: wanted {describe(profiles)} "
+                                 f"but nvidia-smi lists {describe(made)}")
+
+
+def _orders(profiles: list[str], limit: int = 24):
+    """Orders of the profile groups ("3g.40gb", "2g.20gb", "1g.10gb" x2 → 3 groups), the given one first."""
+    groups = list(dict.fromkeys(profiles))
+    for order in islice(permutations(groups), limit):
+        yield [p for name in order for p in profiles if p == name]
+
+
+class GuestMigStep:
+    name, role = NAME, "guest"
+    wanted = staticmethod(wanted)
+    observe = staticmethod(observe)
+    plan = staticmethod(plan)
+    apply = staticmethod(apply)
