@@ -21,8 +21,8 @@ from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
-from gpuvm.steps import (esxi_ats, esxi_mig, guest_docker, guest_mig, guest_nic, host_graphics, host_passthrough,
-                         host_reboot, vm_advanced, vm_hardware, vm_power)
+from gpuvm.steps import (esxi_ats, esxi_mig, guest_docker, guest_mig, guest_nic, guest_ssh_mesh, host_graphics,
+                         host_passthrough, host_reboot, vm_advanced, vm_hardware, vm_power)
 from gpuvm.steps.base import ApplyContext
 from gpuvm.vsphere.facts import Inventory
 
@@ -38,6 +38,7 @@ STEPS: list[Any] = [
     guest_nic.GuestNicStep,
     guest_mig.GuestMigStep,
     guest_docker.GuestDockerStep,
+    guest_ssh_mesh.GuestSshMeshStep,
 ]
 
 Facts = dict[tuple[str, str], Any]  # (step, target) → observed fact

@@ -34,6 +34,14 @@ def lab_for_bed(bed, target: Path) -> Path:
     return target
 
 
+@pytest.fixture(autouse=True, scope="module")
+def fresh_bed(testbed):
+    """These tests change every test host: start from new ones, and leave new ones behind."""
+    testbed.up()
+    yield
+    testbed.up()
+
+
 @pytest.fixture
 def lab(testbed, tmp_path, monkeypatch):
     hook = f"{shlex.quote(sys.executable)} {REPO / 'testbed' / 'bed.py'} reboot \"$GPUSIM_HOST\" --root {testbed.root}"

@@ -162,18 +162,15 @@ class FakeGuest:
 GUEST = f"nic_ats: true\n{FULL}"
 
 
-def test_observe_starts_mst_once_and_queries_each_card_once(tmp_path):
+def test_observe_never_starts_mst_and_queries_each_card_once_by_pci_address(tmp_path):
     fake = FakeExecutor("gpu-vm-01", FakeGuest().responses())
     c = cluster(tmp_path, GUEST, fake)
     observed = guest_nic.observe(c.targets["gpu-vm-01"], c)
-    assert observed.cards == (Card("ca:00.0", MST, False),)
+    assert observed.cards == (Card("ca:00.0", "ca:00.0", False),)
     assert [p.netdev for p in observed.ports] == ["ens64np1", "ens64np2"]
     assert observed.links["ens64np1"] == Link("ens64np1", False, 1500, (), "UP")
-    assert fake.commands == ["sudo -n mst status -v", "sudo -n mst start", "sudo -n mst status -v",
-                             f"sudo -n mlxconfig -d {MST} q ATS_ENABLED", "ibdev2netdev", "ip -j addr show"]
-    fake.calls.clear()
-    guest_nic.observe(c.targets["gpu-vm-01"], c)
-    assert "sudo -n mst start" not in fake.commands
+    assert fake.commands == ["sudo -n mst status -v", "sudo -n mlxconfig -d ca:00.0 q ATS_ENABLED",
+                             "ibdev2netdev", "ip -j addr show"]
 
 
 def test_observe_reads_only_what_the_runbook_asks(tmp_path):
@@ -193,7 +190,7 @@ def test_apply_then_replan_is_empty(tmp_path):
     fake.calls.clear()
     guest_nic.apply(target, changes, c)
     assert fake.commands == [
-        f"sudo -n mlxconfig -y -d {MST} set ATS_ENABLED=true", f"sudo -n mlxconfig -d {MST} q ATS_ENABLED",
+        "sudo -n mlxconfig -y -d ca:00.0 set ATS_ENABLED=true", "sudo -n mlxconfig -d ca:00.0 q ATS_ENABLED",
         "sudo -n ip link set dev ens64np1 mtu 9000", "sudo -n ip link set dev ens64np1 up",
         "sudo -n ip addr add 192.168.100.11/24 dev ens64np1", "ip -j addr show"]
     assert guest_nic.plan(target, guest_nic.observe(target, c), c) == []

@@ -124,9 +124,10 @@ def exceeds(overhead: float | None, limit: float | None) -> bool:
 
 
 def _compare_benchmark(bench: Benchmark, base: Benchmark | None) -> BenchmarkComparison:
-    points = sorted(bench.points, key=lambda p: (p.nodes, p.gpus_per_node, p.vms))
-    spreads = [Spread.of([r.value for r in p.repeats]) for p in points]
-    reference = points[0] if bench.scenario == "scaling" else None
+    # only points with a successful repeat have a figure; failed repeats carry no value
+    points = sorted((p for p in bench.points if _values(p)), key=lambda p: (p.nodes, p.gpus_per_node, p.vms))
+    spreads = [Spread.of(_values(p)) for p in points]
+    reference = points[0] if bench.scenario == "scaling" and points else None
     base_medians = _baseline_medians(bench, base)
     compared = []
     for point, spread in zip(points, spreads, strict=True):
@@ -191,14 +192,20 @@ def _baseline_key(bench: Benchmark, point: Point) -> tuple[int, ...]:
 def _baseline_medians(bench: Benchmark, base: Benchmark | None) -> dict[tuple[int, ...], float]:
     if base is None:
         return {}
-    return {_baseline_key(bench, p): median(r.value for r in p.repeats) for p in base.points}
+    return {_baseline_key(bench, p): median(_values(p)) for p in base.points if _values(p)}
+
+
+def _values(point: Point) -> list[float]:
+    """The figures of the point's successful repeats."""
+    return [r.value for r in point.repeats if r.value is not None]
 
 
 def _per_vm_medians(point: Point) -> dict[str, float] | None:
-    if not any(r.per_vm for r in point.repeats):
+    repeats = [r for r in point.repeats if r.value is not None]
+    if not any(r.per_vm for r in repeats):
         return None
-    names = sorted({name for r in point.repeats for name in (r.per_vm or {})})
+    names = sorted({name for r in repeats for name in (r.per_vm or {})})
     return {
-        name: median(r.per_vm[name] for r in point.repeats if r.per_vm and name in r.per_vm)
+        name: median(r.per_vm[name] for r in repeats if r.per_vm and name in r.per_vm)
         for name in names
     }

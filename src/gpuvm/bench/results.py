@@ -45,11 +45,26 @@ class VmInfo(_Model):
 
 
 class Repeat(_Model):
-    """One run of one point. For concurrent points `value` is the total over `per_vm`."""
+    """One run of one point. For concurrent points `value` is the total over `per_vm`.
 
-    value: float
+    A failed run (non-zero exit, timeout, no figure in its log) has no `value` and says why in
+    `error`; comparisons read only the runs that succeeded.
+    """
+
+    value: float | None = None
     per_vm: dict[str, float] | None = None
     log: str | None = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _value_or_error(self) -> Repeat:
+        if (self.value is None) == (self.error is None):
+            raise ValueError("a repeat has either a value or an error")
+        return self
+
+    @property
+    def ok(self) -> bool:
+        return self.value is not None
 
 
 class Point(_Model):

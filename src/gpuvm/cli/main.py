@@ -146,10 +146,11 @@ def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, st
 def _register_optional() -> None:
     """Sub-commands that live in their own modules."""
     try:
-        from gpuvm.cli import bench_report
+        from gpuvm.cli import bench_report, bench_run
     except ImportError:
         return
     bench_report.register(bench_app)
+    bench_run.register(bench_app)
 
 
 _register_optional()

@@ -68,20 +68,16 @@ def observe(target: RemoteTarget, cluster: Cluster) -> NicFact:
 
 
 def _mst_devices(target: RemoteTarget, cluster: Cluster) -> list[MstDevice]:
-    """`mst status -v`, after `mst start` when the device files are missing (start is idempotent)."""
-    devices = parse_mst_status(run(target, cluster, ["mst", "status", "-v"], sudo=_root(target)).stdout)
-    if any(d.mst is None for d in devices):
-        run(target, cluster, ["mst", "start"], sudo=_root(target))
-        devices = parse_mst_status(run(target, cluster, ["mst", "status", "-v"], sudo=_root(target)).stdout)
-    return devices
+    """`mst status -v`. Observing never runs `mst start` (a dry run loads no driver): without the
+    mst device files, mlxconfig is given the card's PCI address instead."""
+    return parse_mst_status(run(target, cluster, ["mst", "status", "-v"], sudo=_root(target)).stdout)
 
 
 def _cards(devices: list[MstDevice]) -> list[tuple[str, str]]:
-    """(pci, mst device) of each card's first function with a device file: "ca:00.0" and "ca:00.1" are one card."""
+    """(pci, device for mlxconfig) of each card's first function: "ca:00.0" and "ca:00.1" are one card."""
     cards: dict[str, tuple[str, str]] = {}
     for d in sorted(devices, key=lambda d: d.pci):
-        if d.mst is not None:
-            cards.setdefault(d.pci.rsplit(".", 1)[0], (d.pci, d.mst))
+        cards.setdefault(d.pci.rsplit(".", 1)[0], (d.pci, d.mst or d.pci))
     return list(cards.values())
 
 

@@ -1,0 +1,176 @@
+"""Benchmark: SSH mesh setup + verification on 1, 4, 8 and 16 guests of the test bed.
+
+gpuvm's way (every guest observed, written and verified at once; one command per guest to
+verify all its peers) side by side with a sequential loop measured in the same run: guests set
+up one after another, then N·(N-1) verification logins one after another, each from a fresh
+connection (`ssh origin ssh peer true`). Counts the SSH connections the executors open.
+Goal: 16 guests in less than 3x the time of 1.
+
+Needs root (the bed uses network namespaces); takes the bed's machine-wide lock.
+Run: `.venv/bin/python bench/ssh_mesh.py [--sizes 1,4,8,16]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import pwd
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "testbed"))
+
+from bed import TestBed  # noqa: E402
+
+from gpuvm.executors.group import run_parallel  # noqa: E402
+from gpuvm.executors.ssh import SshExecutor  # noqa: E402
+from gpuvm.journal import state_dir  # noqa: E402
+from gpuvm.remote import build_cluster  # noqa: E402
+from gpuvm.runbook.loader import load_runbook  # noqa: E402
+from gpuvm.steps import guest_ssh_mesh as mesh  # noqa: E402
+
+CONNECTIONS = 0
+_original_open = SshExecutor._open
+
+
+def _counting_open(self, connection):
+    global CONNECTIONS
+    CONNECTIONS += 1
+    return _original_open(self, connection)
+
+
+SshExecutor._open = _counting_open  # count every SSH connection an executor opens
+
+VERIFY_S = 0.0
+_original_verify = mesh.verify_mesh
+
+
+def _timed_verify(*args, **kwargs):
+    global VERIFY_S
+    start = time.perf_counter()
+    try:
+        return _original_verify(*args, **kwargs)
+    finally:
+        VERIFY_S += time.perf_counter() - start
+
+
+mesh.verify_mesh = _timed_verify  # apply_all calls it through the module: time the verification part
+
+
+def write_runbook(bed: TestBed, path: Path, n: int) -> Path:
+    names = [f"gpu-vm-{i:02d}" for i in range(1, n + 1)]
+    lines = [f"ssh: {{known_hosts: {bed.known_hosts_file}, connect_timeout: 10, command_timeout: 120}}",
+             "hosts: [{name: esx-01}]", "vms:"] + [f"  - {{name: {g}, host: esx-01}}" for g in names]
+    lines += ["guests:", "  ssh_mesh: {}", "  hosts:"]
+    lines += [f"    - {{vm: {g}, ssh: {{address: {bed.address(g)}, user: gpuadmin, key_file: {bed.client_key}}}}}"
+              for g in names]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def reset(bed: TestBed, n: int) -> None:
+    """Each guest's ~gpuadmin/.ssh back to the bed's: only the client key authorised."""
+    user = pwd.getpwnam("gpuadmin")
+    client = Path(f"{bed.client_key}.pub").read_text()
+    for i in range(1, n + 1):
+        d = bed.host_dir(f"gpu-vm-{i:02d}") / "home" / "gpuadmin" / ".ssh"
+        for name in (mesh.IDENTITY, mesh.IDENTITY + ".pub", "known_hosts", "config"):
+            (d / name).unlink(missing_ok=True)
+        (d / "authorized_keys").write_text(client)
+        os.chown(d / "authorized_keys", user.pw_uid, user.pw_gid)
+        os.chmod(d / "authorized_keys", 0o600)
+
+
+def gpuvm_way(bed: TestBed, n: int, work: Path) -> tuple[float, int, float]:
+    global CONNECTIONS, VERIFY_S
+    CONNECTIONS, VERIFY_S = 0, 0.0
+    book = load_runbook(write_runbook(bed, work / f"rb-{n}.yaml", n))
+    start = time.perf_counter()
+    cluster = build_cluster(book, state_dir(work / f"state-par-{n}"))
+    try:
+        guests = cluster.of_role("guest")
+        facts = run_parallel(guests, lambda t: mesh.observe(t, cluster), max_workers=n)
+        plans = {name: mesh.plan(guests[name], fact, cluster) for name, fact in facts.items()}
+        failures = mesh.apply_all(cluster, plans, parallel=n)
+        if failures:
+            raise SystemExit(f"mesh failed at {n}: {failures}")
+    finally:
+        cluster.close()
+    return time.perf_counter() - start, CONNECTIONS, VERIFY_S
+
+
+def sequential_way(bed: TestBed, n: int, work: Path) -> tuple[float, int]:
+    global CONNECTIONS
+    CONNECTIONS = 0
+    book = load_runbook(write_runbook(bed, work / f"rb-{n}.yaml", n))
+    start = time.perf_counter()
+    cluster = build_cluster(book, state_dir(work / f"state-seq-{n}"))
+    try:
+        guests = cluster.of_role("guest")
+        for target in guests.values():  # one guest after another
+            mesh.apply(target, mesh.plan(target, mesh.observe(target, cluster), cluster), cluster)
+        for origin, target in guests.items():  # N·(N-1) logins, one after another, fresh connection each
+            for peer, other in guests.items():
+                if peer == origin:
+                    continue
+                ex = SshExecutor(origin, target.access.address, "gpuadmin", key_file=bed.client_key,
+                                 known_hosts=[bed.known_hosts_file], connect_timeout=10)
+                try:
+                    ex.run(["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                            "-i", f"~/.ssh/{mesh.IDENTITY}", other.access.address, "true"], timeout=60)
+                finally:
+                    ex.close()
+    finally:
+        cluster.close()
+    return time.perf_counter() - start, CONNECTIONS
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1,4,8,16", help="guest counts (at most 16)")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if os.geteuid() != 0:
+        print("bench/ssh_mesh.py needs root (the test bed uses network namespaces)", file=sys.stderr)
+        return 2
+    lock = open("/tmp/gpuvm-testbed.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one bed per machine: wait for a test session using it
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpuvm-bench-mesh-") as tmp:
+        work = Path(tmp)
+        bed = TestBed(work / "bed", esxi=0, guests=max(sizes))
+        try:
+            bed.up()
+            for n in sizes:
+                reset(bed, n)
+                par_s, par_conn, verify_s = gpuvm_way(bed, n, work)
+                reset(bed, n)
+                seq_s, seq_conn = sequential_way(bed, n, work)
+                reset(bed, n)
+                rows.append((n, par_s, par_conn, seq_s, seq_conn, verify_s))
+                print(f"  measured {n} guest(s)", file=sys.stderr)
+        finally:
+            bed.down()
+            lock.close()
+    print(f"SSH mesh on the test bed ({os.cpu_count()} CPUs shared by every guest); seconds, SSH connections "
+          "opened by the executors (mesh logins: pairs, in both columns)")
+    print(f"{'guests':>6} {'pairs':>6} {'gpuvm_s':>8} {'setup_s':>8} {'verify_s':>9} {'gpuvm_conns':>11} {'serial_s':>9} "
+          f"{'serial_conns':>12} {'serial/gpuvm':>12}")
+    for n, par_s, par_conn, seq_s, seq_conn, verify_s in rows:
+        print(f"{n:>6} {n * (n - 1):>6} {par_s:>8.2f} {par_s - verify_s:>8.2f} {verify_s:>9.2f} {par_conn:>11} "
+              f"{seq_s:>9.2f} {seq_conn:>12} {seq_s / par_s:>12.1f}")
+    by_n = {r[0]: r for r in rows}
+    if 1 in by_n and 16 in by_n:
+        print(f"growth 1→16: {by_n[16][1] / by_n[1][1]:.2f}x in all, {(by_n[16][1] - by_n[16][5]) / (by_n[1][1] - by_n[1][5]):.2f}x "
+              "for setup without the N·(N-1) verification logins (goal < 3x)")
+        print(f"mesh_s_16={by_n[16][1]:.2f} mesh_s_1={by_n[1][1]:.2f} serial_ratio={by_n[16][3] / by_n[16][1]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,313 @@
+"""The runbook's `benchmarks` section: what to run, where, how often (typed, checked up front).
+
+    benchmarks:
+      launcher: gpu-vm-01          # guest that starts mpirun (default: the first guest)
+      container: false             # true: mpirun runs inside guests.image (docker run --network=host ...)
+      runs:
+        - name: resnet50-scaling
+          kind: tf_cnn_benchmarks  # tf_cnn_benchmarks | horovod_synthetic | nccl_allreduce | mlperf_log | command
+          batch_size: 1024         # per GPU (strong scaling: the global batch)
+          nodes: [1, 2, 4]         # guests used, launcher first, then runbook order
+
+Field-level checks live on the models (pydantic, so errors carry file:line); checks that need the
+rest of the runbook (guest names, node counts, batch divisibility, upload files) are in
+`check_benchmarks`, run before anything is touched.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from gpuvm.runbook.model import Guest, Runbook
+
+Kind = Literal["tf_cnn_benchmarks", "horovod_synthetic", "nccl_allreduce", "mlperf_log", "command"]
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# The program each kind runs when the run gives no `program` (paths relative to the workdir).
+DEFAULT_PROGRAMS: dict[str, str] = {
+    "tf_cnn_benchmarks": "benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py",
+    "horovod_synthetic/tensorflow": "tensorflow2_synthetic_benchmark.py",
+    "horovod_synthetic/pytorch": "pytorch_synthetic_benchmark.py",
+    "nccl_allreduce": "all_reduce_perf",
+}
+DEFAULT_MODELS = {"tf_cnn_benchmarks": "resnet50", "horovod_synthetic/tensorflow": "ResNet50",
+                  "horovod_synthetic/pytorch": "resnet50"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _one_line(value: str, what: str) -> str:
+    if "\n" in value or "\r" in value:
+        raise ValueError(f"{what} must be one line")
+    return value
+
+
+class BenchmarkRun(_Strict):
+    """One benchmark: a kind of program, its settings, and the points (node counts or VM groups)."""
+
+    name: str
+    kind: Kind
+    framework: Literal["tensorflow", "pytorch"] | None = None  # horovod_synthetic only
+    model: str | None = None  # default per kind: resnet50 (TF2 Keras: ResNet50)
+    batch_size: int = Field(default=64, ge=1)  # per GPU; strong scaling: global
+    precision: Literal["fp32", "fp16"] = "fp32"
+    data: str = "synthetic"  # or a data directory on the guests (tf_cnn_benchmarks --data_dir)
+    steps: int | None = Field(default=None, ge=1)  # timed steps: --num_batches / --num-iters
+    scenario: Literal["scaling", "concurrent"] = "scaling"
+    scaling: Literal["weak", "strong"] | None = None  # scenario scaling: default weak
+    nodes: list[Annotated[int, Field(ge=1, le=1024)]] | None = None  # scaling: default [1]
+    groups: list[list[str]] | None = None  # concurrent: VMs each running their own job at once
+    gpus_per_vm: int | None = Field(default=None, ge=1, le=16)  # default: each guest's `slots`
+    repeats: int = Field(default=3, ge=1, le=100)
+    warmup: int = Field(default=0, ge=0, le=10)  # whole runs first, discarded
+    timeout: float = Field(default=3600, gt=0)  # seconds, per run
+    env: dict[str, str] = {}  # exported to every rank (mpirun -x NAME=VALUE)
+    program: str | None = None  # the script or binary (default per kind)
+    python: str = "python3"  # interpreter for Python programs
+    args: list[str] = []  # extra arguments for the program
+    command: str | None = None  # the whole program line (shell text; jinja2 variables allowed)
+    pattern: str | None = None  # kind command: regular expression with one group
+    unit: str = ""  # kind command: unit of the captured figure
+    higher_is_better: bool = True  # kind command
+    upload: dict[str, str] = {}  # local file → path on every participating guest (relative: workdir)
+    mpirun_args: list[str] = []  # extra mpirun words, e.g. ["-mca", "btl_tcp_if_include", "10.0.0.0/24"]
+    launch: Literal["mpirun", "horovodrun"] = "mpirun"  # the launcher program (templates/bench/<launch>.j2)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME.match(value):
+            raise ValueError(f"'{value}' is not a valid name (letters, digits, '.', '_', '-'; max 80)")
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for name, item in value.items():
+            if not isinstance(name, str) or not ENV_NAME.match(name):
+                raise ValueError(f"'{name}' is not an environment variable name")
+            if isinstance(item, bool):
+                item = "1" if item else "0"
+            if not isinstance(item, str | int | float):
+                raise ValueError(f"{name}: expected a string or number, got {type(item).__name__}")
+            out[name] = _one_line(str(item), f"env {name}")
+        return out
+
+    @field_validator("command", "program", "python", "data", "model")
+    @classmethod
+    def _single_line(cls, value: str | None) -> str | None:
+        if value is not None:
+            _one_line(value, "the value")
+            if not value.strip():
+                raise ValueError("must not be empty")
+        return value
+
+    @field_validator("args", "mpirun_args")
+    @classmethod
+    def _words(cls, value: list[str]) -> list[str]:
+        for word in value:
+            _one_line(word, f"'{word[:20]}'")
+        return value
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("give at least one node count, such as [1, 2, 4]")
+            if len(set(value)) != len(value):
+                raise ValueError(f"node counts repeat in {value}; put runs in `repeats`")
+        return value
+
+    @field_validator("groups")
+    @classmethod
+    def _groups(cls, value: list[list[str]] | None) -> list[list[str]] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("give at least one group of VMs, such as [[vm1], [vm1, vm2]]")
+            for group in value:
+                if not group:
+                    raise ValueError("a group is empty")
+                if len(set(group)) != len(group):
+                    raise ValueError(f"group {group} names a VM twice")
+        return value
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            groups = re.compile(value).groups
+        except re.error as e:
+            raise ValueError(f"{value!r} is not a valid regular expression: {e}") from None
+        if groups != 1:
+            raise ValueError(f"{value!r} has {groups} groups; give exactly one, around the number")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BenchmarkRun:
+        if self.kind in ("command", "mlperf_log") and self.command is None:
+            raise ValueError(f"kind {self.kind} needs `command`: the program line to run")
+        if self.kind == "command" and self.pattern is None:
+            raise ValueError("kind command needs `pattern`: a regular expression with one group")
+        if self.kind != "command" and self.pattern is not None:
+            raise ValueError(f"`pattern` is read only with kind command (kind {self.kind} has its own parser)")
+        if self.launch == "horovodrun" and self.mpirun_args:
+            raise ValueError("`mpirun_args` is read only with launch: mpirun")
+        if self.framework is not None and self.kind != "horovod_synthetic":
+            raise ValueError("`framework` is read only with kind horovod_synthetic")
+        if self.scenario == "scaling":
+            if self.groups is not None:
+                raise ValueError("`groups` is for scenario concurrent; scaling runs take `nodes`")
+        else:
+            if self.groups is None:
+                raise ValueError("scenario concurrent needs `groups`: lists of VMs, such as [[vm1], [vm1, vm2]]")
+            if self.nodes is not None:
+                raise ValueError("`nodes` is for scenario scaling; concurrent runs take `groups`")
+            if self.scaling is not None:
+                raise ValueError("`scaling` (weak/strong) is for scenario scaling")
+        return self
+
+    @property
+    def node_counts(self) -> list[int]:
+        return list(self.nodes or [1])
+
+    @property
+    def scaling_mode(self) -> Literal["weak", "strong"] | None:
+        return None if self.scenario == "concurrent" else (self.scaling or "weak")
+
+    @property
+    def variant(self) -> str:
+        """`kind`, or `kind/framework` for Horovod's synthetic benchmarks."""
+        if self.kind == "horovod_synthetic":
+            return f"{self.kind}/{self.framework or 'tensorflow'}"
+        return self.kind
+
+    def per_gpu_batch(self, gpus: int) -> int:
+        """The per-GPU batch at a point of `gpus` GPUs (strong scaling splits the global batch)."""
+        if self.scaling_mode == "strong":
+            return self.batch_size // gpus
+        return self.batch_size
+
+
+class BenchmarkSpec(_Strict):
+    """The whole `benchmarks` section."""
+
+    launcher: str | None = None  # guest VM name; default the first guest
+    container: bool = False  # run mpirun inside guests.image
+    workdir: str = ".gpuvm-bench"  # on each guest; relative to the login directory
+    docker_args: list[str] = []  # extra `docker run` words (container: true)
+    runs: list[BenchmarkRun] = Field(min_length=1)
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, value: str) -> str:
+        if not value.strip() or "\n" in value or value.startswith("~"):
+            raise ValueError("give a directory path (absolute, or relative to the login directory; no '~')")
+        return value
+
+    def run(self, name: str) -> BenchmarkRun | None:
+        return next((r for r in self.runs if r.name == name), None)
+
+
+# ----------------------------------------------------------------------------- runbook checks
+
+
+def guests_in_order(runbook: Runbook, launcher: str | None) -> list[Guest]:
+    """The guests a scaling run takes: the launcher first, then the others in runbook order."""
+    guests = list(runbook.guests.hosts) if runbook.guests else []
+    first = next((g for g in guests if g.vm == launcher), None)
+    if first is None:
+        return guests
+    return [first] + [g for g in guests if g is not first]
+
+
+def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
+    """Everything about `benchmarks` that needs the rest of the runbook; InputError at file:line."""
+    spec: BenchmarkSpec | None = runbook.benchmarks
+    if spec is None:
+        raise runbook.error(("benchmarks",), "the runbook has no `benchmarks` section (see README 'Benchmarks')")
+    guests = {g.vm: g for g in (runbook.guests.hosts if runbook.guests else [])}
+    seen: dict[str, int] = {}
+    for i, run in enumerate(spec.runs):
+        if run.name in seen:
+            raise runbook.error(("benchmarks", "runs", i, "name"),
+                                f"benchmark '{run.name}' is declared twice (also runs[{seen[run.name]}])")
+        seen[run.name] = i
+        for source in run.upload:
+            path = upload_source(runbook, source)
+            if not path.is_file():
+                raise runbook.error(("benchmarks", "runs", i, "upload", source), f"{path}: no such file to upload")
+    if local:
+        _check_local(runbook, spec)
+        return spec
+    if not guests:
+        raise runbook.error(("benchmarks",), "benchmarks run on guests: add guests.hosts (or pass --local)")
+    if spec.launcher is not None and spec.launcher not in guests:
+        raise runbook.error(("benchmarks", "launcher"),
+                            f"'{spec.launcher}' is not a guest (guests: {', '.join(guests)})")
+    if spec.container and (runbook.guests is None or runbook.guests.image is None):
+        raise runbook.error(("benchmarks", "container"), "container: true needs guests.image (the training image)")
+    ordered = guests_in_order(runbook, spec.launcher)
+    for i, run in enumerate(spec.runs):
+        loc = ("benchmarks", "runs", i)
+        if run.scenario == "scaling":
+            for j, count in enumerate(run.node_counts):
+                if count > len(ordered):
+                    raise runbook.error(loc + ("nodes", j),
+                                        f"{count} nodes, but the runbook has {len(ordered)} guest(s)")
+                _check_batch(runbook, run, loc, count, gpus_per_vm(run, ordered[:count], runbook, loc))
+        else:
+            for j, group in enumerate(run.groups or []):
+                for vm in group:
+                    if vm not in guests:
+                        raise runbook.error(loc + ("groups", j),
+                                            f"'{vm}' is not a guest (guests: {', '.join(guests)})")
+                gpus_per_vm(run, [guests[vm] for vm in group], runbook, loc)
+    return spec
+
+
+def _check_local(runbook: Runbook, spec: BenchmarkSpec) -> None:
+    for i, run in enumerate(spec.runs):
+        loc = ("benchmarks", "runs", i)
+        if run.scenario == "concurrent":
+            raise runbook.error(loc + ("scenario",),
+                                "concurrent runs need guests; --local runs scaling benchmarks on this machine")
+        for count in run.node_counts:
+            _check_batch(runbook, run, loc, count, run.gpus_per_vm or 1)
+
+
+def _check_batch(runbook: Runbook, run: BenchmarkRun, loc: tuple, nodes: int, per_vm: int) -> None:
+    gpus = nodes * per_vm
+    if run.scaling_mode == "strong" and run.batch_size % gpus:
+        raise runbook.error(loc + ("batch_size",),
+                            f"strong scaling splits the global batch {run.batch_size} over {gpus} GPU(s) "
+                            f"at {nodes} node(s); it must divide evenly")
+
+
+def gpus_per_vm(run: BenchmarkRun, guests: list[Guest], runbook: Runbook, loc: tuple) -> int:
+    """GPUs (MPI ranks) per VM: the run's `gpus_per_vm`, else the guests' `slots` (which must agree)."""
+    if run.gpus_per_vm is not None:
+        return run.gpus_per_vm
+    slots = {g.slots for g in guests}
+    if len(slots) > 1:
+        names = ", ".join(f"{g.vm}={g.slots}" for g in guests)
+        raise runbook.error(loc, f"the guests have different slots ({names}); set gpus_per_vm")
+    return slots.pop() if slots else 1
+
+
+def upload_source(runbook: Runbook, source: str) -> Path:
+    path = Path(source).expanduser()
+    return path if path.is_absolute() else runbook.file.parent / path

@@ -1,0 +1,162 @@
+"""guest.ssh_mesh against the test bed's four guests: real OpenSSH servers and clients."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuvm.journal import state_dir
+from gpuvm.keys import key_path
+from gpuvm.remote import build_cluster
+from gpuvm.runbook.loader import load_runbook
+from gpuvm.steps import guest_ssh_mesh as mesh
+
+pytestmark = pytest.mark.integration
+
+GUESTS = ["gpu-vm-01", "gpu-vm-02", "gpu-vm-03", "gpu-vm-04"]
+HOME = "/home/gpuadmin/.ssh"
+
+
+def write_runbook(bed, path: Path, container_port: int | None = None) -> Path:
+    lines = [f"ssh: {{known_hosts: {bed.known_hosts_file}, connect_timeout: 5, command_timeout: 60}}",
+             "hosts: [{name: esx-01}]", "vms:"]
+    lines += [f"  - {{name: {g}, host: esx-01}}" for g in GUESTS]
+    lines += ["guests:", "  ssh_mesh: " + (f"{{container_port: {container_port}}}" if container_port else "{}"),
+              "  hosts:"]
+    lines += [f"    - {{vm: {g}, slots: 1, ssh: {{address: {bed.address(g)}, user: gpuadmin, key_file: {bed.client_key}}}}}"
+              for g in GUESTS]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def cluster(testbed, tmp_path):
+    book = load_runbook(write_runbook(testbed, tmp_path / "runbook.yaml", container_port=12345))
+    c = build_cluster(book, state_dir(tmp_path / "state"))
+    yield c
+    _reset(c)
+    c.close()
+
+
+def _reset(cluster) -> None:
+    """Leave the bed's guests as they were: only the bed's client key authorised."""
+    for target in cluster.of_role("guest").values():
+        target.executor.run_script(f"cd {HOME} && rm -f {mesh.IDENTITY} {mesh.IDENTITY}.pub known_hosts config && "
+                                   "grep -v gpuvm-mesh authorized_keys > a.new; mv a.new authorized_keys; "
+                                   "chmod 600 authorized_keys")
+
+
+def observe_all(cluster) -> dict:
+    return {n: mesh.observe(t, cluster) for n, t in cluster.of_role("guest").items()}
+
+
+def plan_all(cluster) -> dict:
+    facts = observe_all(cluster)
+    return {n: mesh.plan(cluster.targets[n], f, cluster) for n, f in facts.items()}
+
+
+def snapshot(cluster) -> dict:
+    return {n: t.executor.run_script(f"ls -la {HOME}; cat {HOME}/* 2>/dev/null | sha256sum").stdout
+            for n, t in cluster.of_role("guest").items()}
+
+
+def test_dry_run_changes_nothing(cluster):
+    before = snapshot(cluster)
+    plans = plan_all(cluster)
+    assert all({c.field for c in changes} == {"identity", "authorized_keys", "known_hosts", "config"}
+               for changes in plans.values())
+    assert snapshot(cluster) == before
+    assert not key_path(cluster.state_dir).exists()  # planning makes no key
+
+
+def test_apply_replan_empty_then_real_ssh_between_every_pair(cluster, testbed):
+    plans = plan_all(cluster)
+    failures = mesh.apply_all(cluster, plans)
+    assert failures == {}
+    assert plan_all(cluster) == {g: [] for g in GUESTS}  # re-plan: nothing to do
+    # idempotent: applying again changes nothing on disk and still verifies
+    before = snapshot(cluster)
+    assert mesh.apply_all(cluster, {g: [] for g in GUESTS}) == {}
+    assert snapshot(cluster) == before
+
+    # every ordered pair, with plain ssh as gpuadmin: only the tool's key, config and known_hosts
+    addresses = {g: testbed.address(g) for g in GUESTS}
+    for origin, target in cluster.of_role("guest").items():
+        for peer in GUESTS:
+            if peer == origin:
+                continue
+            # -F default config (ours); no agent; the bed's client key is not in the guest
+            out = target.executor.run(["ssh", "-o", "BatchMode=yes", addresses[peer], "hostname"])
+            assert out.stdout == f"{peer}\n"
+    g1 = cluster.targets["gpu-vm-01"].executor
+    stat = g1.run(["stat", "-c", "%n %U %a", HOME, f"{HOME}/{mesh.IDENTITY}", f"{HOME}/authorized_keys",
+                   f"{HOME}/known_hosts", f"{HOME}/config"]).stdout.split("\n")
+    assert stat[:5] == [f"{HOME} gpuadmin 700", f"{HOME}/{mesh.IDENTITY} gpuadmin 600",
+                        f"{HOME}/authorized_keys gpuadmin 600", f"{HOME}/known_hosts gpuadmin 644",
+                        f"{HOME}/config gpuadmin 600"]
+    # the bed's own client key is still authorised (we append, never replace), once each
+    authorized = g1.get(f"{HOME}/authorized_keys").decode()
+    assert "gpuvm-testbed-client" in authorized and authorized.count("gpuvm-mesh") == 1
+    known = g1.get(f"{HOME}/known_hosts").decode().splitlines()
+    assert len(known) == 8 and f"[{addresses['gpu-vm-02']}]:12345" in {line.split()[0] for line in known}
+    # keys came from gpuadmin's verified connection: they equal the bed's host keys
+    assert {" ".join(line.split()[1:]) for line in known} == {
+        " ".join(testbed.host(g).host_key_line.split()[1:]) for g in GUESTS}
+
+
+def test_broken_authorized_keys_reports_exactly_the_pairs_into_that_guest(cluster):
+    assert mesh.apply_all(cluster, plan_all(cluster)) == {}
+    victim = cluster.targets["gpu-vm-03"].executor
+    victim.run_script(f"grep -v gpuvm-mesh {HOME}/authorized_keys > /tmp/a; cat /tmp/a > {HOME}/authorized_keys")
+    pairs = mesh.verify_mesh(cluster, parallel=4)
+    assert sorted((p.origin, p.peer) for p in pairs) == [("gpu-vm-01", "gpu-vm-03"), ("gpu-vm-02", "gpu-vm-03"),
+                                                         ("gpu-vm-04", "gpu-vm-03")]
+    assert all("Permission denied" in p.reason for p in pairs)
+    with pytest.raises(mesh.RemoteCommandError) as info:
+        mesh.check_mesh(cluster)
+    message = str(info.value)
+    assert "3 of 12 guest pair(s)" in message and "gpu-vm-02  gpu-vm-03  " in message
+    # the plan sees it, and apply mends it
+    plans = plan_all(cluster)
+    assert [(c.target, c.field, c.before) for cs in plans.values() for c in cs] == [
+        ("gpu-vm-03", "authorized_keys", "missing mesh key")]
+    assert mesh.apply_all(cluster, plans) == {}
+    assert mesh.verify_mesh(cluster) == []
+
+
+def test_other_mesh_user_through_sudo(testbed, tmp_path):
+    """ssh_mesh.user other than the login user: files written with sudo, owned by that user."""
+    path = write_runbook(testbed, tmp_path / "runbook.yaml")
+    path.write_text(path.read_text().replace("ssh_mesh: {}", "ssh_mesh: {user: mpiuser}"))
+    cluster = build_cluster(load_runbook(path), state_dir(tmp_path / "state"))
+    add = "id -u mpiuser >/dev/null 2>&1 || useradd -m -d /home/mpiuser -s /bin/sh mpiuser; usermod -p '*' mpiuser"
+    for target in cluster.of_role("guest").values():
+        target.executor.run(["sh", "-c", add], sudo=True)
+    try:
+        plans = plan_all(cluster)
+        assert {c.field for c in plans["gpu-vm-01"]} == {"directory", "identity", "authorized_keys",
+                                                           "known_hosts", "config"}
+        assert mesh.apply_all(cluster, plans) == {}
+        assert plan_all(cluster) == {g: [] for g in GUESTS}
+        g1 = cluster.targets["gpu-vm-01"].executor
+        assert g1.run(["stat", "-c", "%U %a", "/home/mpiuser/.ssh"], sudo=True).stdout == "mpiuser 700\n"
+        out = g1.run(["sudo", "-n", "-u", "mpiuser", "-H", "ssh", testbed.address("gpu-vm-04"), "id", "-un"])
+        assert out.stdout == "mpiuser\n"
+    finally:
+        for target in cluster.of_role("guest").values():
+            target.executor.run(["sh", "-c", "userdel -r mpiuser 2>/dev/null; true"], sudo=True)
+        cluster.close()
+
+
+def test_state_key_is_reused_across_runs(cluster, tmp_path, testbed):
+    assert mesh.apply_all(cluster, plan_all(cluster)) == {}
+    first = key_path(cluster.state_dir).read_bytes()
+    # a second run (new connections, same state directory) plans nothing and keeps the key
+    again = build_cluster(load_runbook(write_runbook(testbed, tmp_path / "rb2.yaml", container_port=12345)),
+                          cluster.state_dir)
+    try:
+        assert plan_all(again) == {g: [] for g in GUESTS}
+    finally:
+        again.close()
+    assert key_path(cluster.state_dir).read_bytes() == first

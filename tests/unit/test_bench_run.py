@@ -1,0 +1,500 @@
+"""`gpuvm bench run`: the runbook section, the rendered launch lines, and the campaign over fakes."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuvm.bench.compare import compare
+from gpuvm.bench.results import Benchmark, Point, Repeat, Results, load_results
+from gpuvm.bench.run import (
+    LOCAL,
+    CampaignRunner,
+    describe,
+    launch_script,
+    plan_campaign,
+    render_hostfile,
+    stop_script,
+    uploads,
+)
+from gpuvm.errors import InputError, RemoteCommandError
+from gpuvm.executors.base import CommandResult
+from gpuvm.executors.fake import FakeExecutor
+from gpuvm.runbook.loader import load_runbook
+from gpuvm.secrets import remember
+
+INFRA = """\
+hosts: [{name: esx-01}, {name: esx-02}]
+vms:
+  - {name: vm1, host: esx-01, cpus: 32, memory_gb: 64, gpus: {mode: passthrough, count: 2}}
+  - {name: vm2, host: esx-01, cpus: 32, memory_gb: 64, gpus: {mode: passthrough, count: 2}}
+  - {name: vm3, host: esx-02, cpus: 32, memory_gb: 64, gpus: {mode: passthrough, count: 1}}
+  - {name: vm4, host: esx-02}
+guests:
+  image: {name: gpuvm/dl, sshd_port: 12345}
+  ssh_mesh: {container_port: 12345}
+  hosts:
+    - {vm: vm1, ssh: {address: 10.0.0.1, user: gpuadmin}}
+    - {vm: vm2, ssh: {address: 10.0.0.2, user: gpuadmin}}
+    - {vm: vm3, ssh: {address: 10.0.0.3, user: gpuadmin}}
+    - {vm: vm4, ssh: {address: 10.0.0.4, user: root}}
+"""
+
+MPIRUN_COMMON = ("--tag-output -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_DEBUG=INFO "
+                 "-x 'NCCL_SOCKET_IFNAME=^lo,docker0'")
+
+
+def book(tmp_path: Path, benchmarks: str, infra: str = INFRA):
+    path = tmp_path / "lab.yaml"
+    path.write_text(infra + "benchmarks:\n" + textwrap.indent(textwrap.dedent(benchmarks), "  "))
+    return load_runbook(path)
+
+
+def one_run(**fields) -> str:
+    lines = "\n".join(f"      {k}: {json.dumps(v)}" for k, v in fields.items())
+    return "runs:\n    - name: b\n" + lines + "\n"
+
+
+def commands(points) -> list[str]:
+    return [job.command for point in points for job in point.jobs]
+
+
+# ------------------------------------------------------------------------------------ rendering
+
+
+def test_full_mpirun_line_for_tf_cnn_benchmarks(tmp_path):
+    runbook = book(tmp_path, one_run(kind="tf_cnn_benchmarks", batch_size=1024, precision="fp16",
+                                     nodes=[2], env={"NCCL_IB_HCA": "mlx5_0", "NCCL_IB_DISABLE": 0},
+                                     mpirun_args=["-mca", "btl_tcp_if_include", "10.0.0.0/24"]))
+    [point] = plan_campaign(runbook)
+    assert point.jobs[0].command == (
+        "mpirun -np 2 --hostfile hostfile-b-nodes-2 " + MPIRUN_COMMON + " -x NCCL_IB_HCA=mlx5_0 "
+        "-x NCCL_IB_DISABLE=0 -mca pml ob1 -mca btl '^openib' -mca btl_tcp_if_include 10.0.0.0/24 "
+        "python3 benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py --model=resnet50 --batch_size=1024 "
+        "--use_fp16 --variable_update=horovod --horovod_device=gpu"
+    )
+    assert point.jobs[0].launcher == "vm1"
+    assert point.jobs[0].hosts == (("10.0.0.1", 1), ("10.0.0.2", 1))
+
+
+@pytest.mark.parametrize("fields, program", [
+    (dict(kind="horovod_synthetic"),
+     "python3 tensorflow2_synthetic_benchmark.py --model ResNet50 --batch-size 64"),
+    (dict(kind="horovod_synthetic", framework="pytorch", precision="fp16", steps=20, batch_size=32),
+     "python3 pytorch_synthetic_benchmark.py --model resnet50 --batch-size 32 --fp16-allreduce --num-iters 20"),
+    (dict(kind="nccl_allreduce"), "all_reduce_perf -b 8 -e 8G -f 2 -g 1"),
+    (dict(kind="nccl_allreduce", program="/opt/nccl-tests/build/all_reduce_perf", args=["-n", "50"]),
+     "/opt/nccl-tests/build/all_reduce_perf -b 8 -e 8G -f 2 -g 1 -n 50"),
+    (dict(kind="tf_cnn_benchmarks", data="/data/imagenet train", steps=500),
+     "python3 benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py --model=resnet50 --batch_size=64 "
+     "--variable_update=horovod --horovod_device=gpu --data_dir='/data/imagenet train' --data_name=imagenet "
+     "--num_batches=500"),
+    (dict(kind="mlperf_log", command="./run_and_time.sh --batch {{ batch_size }} --seed $SEED"),
+     "./run_and_time.sh --batch 64 --seed $SEED"),
+    (dict(kind="command", command="python3 {{ workload }} --batch-size {{ batch_size }} --tag {{ name }}",
+          pattern=r"Total img/sec on \d+ CPU\(s\): ([\d.]+)"),
+     "python3 mpi_synthetic.py --batch-size 64 --tag b"),
+    (dict(kind="command", command="echo {{ model }}", model="it's; rm -rf /", pattern="(x)"),
+     "echo 'it'\"'\"'s; rm -rf /'"),
+])  # fmt: skip
+def test_program_per_kind(tmp_path, fields, program):
+    [point] = plan_campaign(book(tmp_path, one_run(**fields)))
+    line = point.jobs[0].command
+    assert line.startswith("mpirun -np 1 --hostfile hostfile-b-nodes-1 " + MPIRUN_COMMON)
+    assert line.endswith(" " + program)
+
+
+def test_values_are_quoted_so_the_shell_reads_them_back(tmp_path):
+    nasty = "$(reboot); `id` & 'x' \"y\""
+    [point] = plan_campaign(book(tmp_path, one_run(kind="nccl_allreduce", env={"NASTY": nasty}, args=[nasty])))
+    words = shlex.split(point.jobs[0].command)
+    assert f"NASTY={nasty}" in words and words[-1] == nasty
+
+
+def test_weak_and_strong_scaling_batch_sizes(tmp_path):
+    weak = plan_campaign(book(tmp_path, one_run(kind="horovod_synthetic", batch_size=1024, nodes=[1, 2, 4])))
+    assert [p.jobs[0].batch_size for p in weak] == [1024, 1024, 1024]
+    strong = plan_campaign(book(tmp_path, one_run(kind="horovod_synthetic", batch_size=1024, nodes=[1, 2, 4],
+                                                   scaling="strong", gpus_per_vm=2)))
+    assert [p.jobs[0].batch_size for p in strong] == [512, 256, 128]
+    assert [p.jobs[0].np for p in strong] == [2, 4, 8]
+    assert "--batch-size 128" in strong[2].jobs[0].command
+
+
+def test_hostfile_and_nodes_taken_launcher_first(tmp_path):
+    runbook = book(tmp_path, "launcher: vm3\n" + one_run(kind="nccl_allreduce", nodes=[1, 3], gpus_per_vm=2))
+    one, three = plan_campaign(runbook)
+    assert (one.guests, three.guests) == (("vm3",), ("vm3", "vm1", "vm2"))
+    assert {j.launcher for j in one.jobs + three.jobs} == {"vm3"}
+    assert render_hostfile(three.jobs[0].hosts) == "10.0.0.3 slots=2\n10.0.0.1 slots=2\n10.0.0.2 slots=2\n"
+    assert (three.nodes, three.gpus_per_node, three.vms, three.jobs[0].np) == (3, 2, 3, 6)
+
+
+def test_slots_of_guests_are_the_default_gpus_per_vm(tmp_path):
+    infra = INFRA.replace("user: gpuadmin}}", "user: gpuadmin}, slots: 2}")
+    [point] = plan_campaign(book(tmp_path, one_run(kind="nccl_allreduce", nodes=[3]), infra=infra))
+    assert point.jobs[0].hosts == (("10.0.0.1", 2), ("10.0.0.2", 2), ("10.0.0.3", 2))
+
+
+def test_root_login_gets_allow_run_as_root(tmp_path):
+    [point] = plan_campaign(book(tmp_path, "launcher: vm4\n" + one_run(kind="nccl_allreduce")))
+    assert point.jobs[0].command.startswith("mpirun --allow-run-as-root -np 1 ")
+    [local] = plan_campaign(book(tmp_path, one_run(kind="nccl_allreduce")), local=True, local_root=False)
+    assert local.jobs[0].command.startswith("mpirun -np 1 ")
+
+
+def test_concurrent_groups_expand_to_one_job_per_vm(tmp_path):
+    runbook = book(tmp_path, one_run(kind="tf_cnn_benchmarks", scenario="concurrent",
+                                     groups=[["vm1"], ["vm1", "vm2"], ["vm1", "vm3"]], gpus_per_vm=2))
+    solo, pair, spread = plan_campaign(runbook)
+    assert (solo.label, solo.nodes, solo.gpus_per_node, solo.vms) == ("group-1-vm1", 1, 2, 1)
+    assert (pair.label, pair.nodes, pair.gpus_per_node, pair.vms) == ("group-2-vm1+vm2", 1, 4, 2)
+    assert (spread.nodes, spread.gpus_per_node, spread.vms) == (2, 2, 2)
+    assert [(j.launcher, j.vm, j.hosts) for j in pair.jobs] == [
+        ("vm1", "vm1", (("localhost", 2),)), ("vm2", "vm2", (("localhost", 2),))]
+    assert all("-np 2 " in j.command and "--batch_size=64" in j.command for j in pair.jobs)
+
+
+def test_container_runs_wrap_mpirun_in_docker(tmp_path):
+    runbook = book(tmp_path, "container: true\ndocker_args: [-v, /data:/data]\n"
+                   + one_run(kind="nccl_allreduce", nodes=[2]))
+    [point] = plan_campaign(runbook)
+    line = point.jobs[0].command
+    assert line.startswith(
+        "docker run --rm --name gpuvm-b-nodes-2 --network=host --ipc=host --gpus all --cap-add=IPC_LOCK "
+        "--device=/dev/infiniband -v /etc/ssh:/etc/ssh:ro -v \"$PWD:$PWD\" -w \"$PWD\" -v /data:/data gpuvm/dl "
+        "mpirun --allow-run-as-root -np 2 ")
+    assert "-mca plm_rsh_args '-p 12345'" in line
+    assert point.jobs[0].container == "gpuvm-b-nodes-2"
+    assert "docker rm -f gpuvm-b-nodes-2" in stop_script(".gpuvm-bench", point.jobs[0].container)
+
+
+def test_horovodrun_launcher(tmp_path):
+    [point] = plan_campaign(book(tmp_path, one_run(kind="horovod_synthetic", launch="horovodrun", nodes=[2],
+                                                    env={"NCCL_IB_HCA": "mlx5_0"})))
+    assert point.jobs[0].command.startswith(
+        "env NCCL_DEBUG=INFO 'NCCL_SOCKET_IFNAME=^lo,docker0' NCCL_IB_HCA=mlx5_0 horovodrun -np 2 "
+        "-H 10.0.0.1:1,10.0.0.2:1 python3 tensorflow2_synthetic_benchmark.py")
+
+
+def test_only_selects_runs_and_names_unknown_ones(tmp_path):
+    runbook = book(tmp_path, "runs:\n  - {name: a, kind: nccl_allreduce}\n  - {name: c, kind: nccl_allreduce}\n")
+    assert [p.run.name for p in plan_campaign(runbook, only=["c"])] == ["c"]
+    with pytest.raises(InputError, match=r"--only zz: no such benchmark \(the runbook has: a, c\)"):
+        plan_campaign(runbook, only=["zz"])
+
+
+def test_uploads_go_to_every_participant_once(tmp_path):
+    (tmp_path / "train.py").write_text("print(1)\n")
+    runbook = book(tmp_path, one_run(kind="command", command="python3 {{ workload }} x", pattern="(x)",
+                                     nodes=[1, 2], upload={"train.py": "scripts/train.py"}))
+    found = {(u.target, u.destination) for u in uploads(runbook, plan_campaign(runbook), local=False)}
+    assert found == {("vm1", "scripts/train.py"), ("vm2", "scripts/train.py"),
+                     ("vm1", "mpi_synthetic.py"), ("vm2", "mpi_synthetic.py")}
+
+
+# ----------------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("section, error", [
+    ("runs:\n  - {name: a, kind: nccl_allreduce}\n  - {name: a, kind: nccl_allreduce}\n",
+     r"lab\.yaml:\d+: benchmarks\.runs\[1\]\.name: benchmark 'a' is declared twice"),
+    (one_run(kind="nccl_allreduce", nodes=[1, 5]),
+     r"lab\.yaml:\d+: benchmarks\.runs\[0\]\.nodes\[1\]: 5 nodes, but the runbook has 4 guest\(s\)"),
+    (one_run(kind="nccl_allreduce", scenario="concurrent", groups=[["vm1", "vm9"]]),
+     r"benchmarks\.runs\[0\]\.groups\[0\]: 'vm9' is not a guest"),
+    (one_run(kind="command", command="x", pattern=r"(\d+) (\d+)"),
+     r"lab\.yaml:\d+: benchmarks\.runs\[0\]\.pattern: .* has 2 groups; give exactly one"),
+    (one_run(kind="command", command="x", pattern="(oops"), r"is not a valid regular expression"),
+    (one_run(kind="command", command="x"), r"kind command needs `pattern`"),
+    (one_run(kind="command", pattern="(x)"), r"kind command needs `command`"),
+    (one_run(kind="nccl_allreduce", pattern="(x)"), r"`pattern` is read only with kind command"),
+    (one_run(kind="nccl_allreduce", batch_size=100, nodes=[1, 3], scaling="strong"),
+     r"benchmarks\.runs\[0\]\.batch_size: strong scaling splits the global batch 100 over 3 GPU\(s\)"),
+    ("launcher: vm9\n" + one_run(kind="nccl_allreduce"), r"benchmarks\.launcher: 'vm9' is not a guest"),
+    (one_run(kind="nccl_allreduce", nodes=[2, 2]), r"node counts repeat"),
+    (one_run(kind="nccl_allreduce", scenario="concurrent"), r"scenario concurrent needs `groups`"),
+    (one_run(kind="nccl_allreduce", groups=[["vm1"]]), r"`groups` is for scenario concurrent"),
+    (one_run(kind="nccl_allreduce", scenario="concurrent", groups=[["vm1"], ["vm2"]]),
+     r"groups\[1\]: same configuration as group 1"),
+    (one_run(kind="nccl_allreduce", env={"BAD-NAME": "1"}), r"'BAD-NAME' is not an environment variable name"),
+    (one_run(kind="nccl_allreduce", upload={"missing.py": "x.py"}),
+     r"benchmarks\.runs\[0\]\.upload\.missing\.py: .*missing\.py: no such file to upload"),
+    (one_run(kind="command", command="run {{ nope }}", pattern="(x)"),
+     r"benchmarks\.runs\[0\]\.command: cannot render: 'nope' is undefined \(variables: .*batch_size"),
+    (one_run(kind="nccl_allreduce", color="red"), r"benchmarks\.runs\[0\]\.color: unknown field"),
+    (one_run(kind="tpu"), r"benchmarks\.runs\[0\]\.kind: Input should be 'tf_cnn_benchmarks'"),
+    ("runs: []\n", r"benchmarks\.runs: List should have at least 1 item"),
+])  # fmt: skip
+def test_bad_benchmarks_name_file_line_and_field(tmp_path, section, error):
+    with pytest.raises(InputError, match=error):
+        plan_campaign(book(tmp_path, section))
+
+
+def test_container_needs_an_image(tmp_path):
+    infra = INFRA.replace("  image: {name: gpuvm/dl, sshd_port: 12345}\n", "")
+    with pytest.raises(InputError, match=r"lab\.yaml:\d+: benchmarks\.container: container: true needs guests\.image"):
+        plan_campaign(book(tmp_path, "container: true\n" + one_run(kind="nccl_allreduce"), infra=infra))
+
+
+def test_local_refuses_concurrent_and_needs_no_guests(tmp_path):
+    with pytest.raises(InputError, match=r"scenario: concurrent runs need guests"):
+        plan_campaign(book(tmp_path, one_run(kind="nccl_allreduce", scenario="concurrent", groups=[["vm1"]])),
+                      local=True)
+    bare = book(tmp_path, one_run(kind="nccl_allreduce", nodes=[1, 8]), infra="")
+    assert [p.jobs[0].hosts for p in plan_campaign(bare, local=True)] == [(("localhost", 1),), (("localhost", 8),)]
+    with pytest.raises(InputError, match=r"benchmarks run on guests: add guests\.hosts \(or pass --local\)"):
+        plan_campaign(bare)
+
+
+def test_no_benchmarks_section(tmp_path):
+    path = tmp_path / "lab.yaml"
+    path.write_text(INFRA)
+    with pytest.raises(InputError, match=r"lab\.yaml:1: benchmarks: the runbook has no `benchmarks` section"):
+        plan_campaign(load_runbook(path))
+
+
+# ------------------------------------------------------------------------------ the campaign
+
+
+def horovod_output(total: float, workers: int = 1) -> str:
+    return (f"[1,0]<stdout>:Model: ResNet50\n[1,0]<stdout>:Iter #0: {total / workers:.1f} img/sec per GPU\n"
+            f"[1,0]<stdout>:Total img/sec on {workers} GPU(s): {total:.1f} +-1.0\n")
+
+
+def ok(stdout: str = "") -> CommandResult:
+    return CommandResult("", 0, stdout, "")
+
+
+class Script:
+    """A fake launcher: answers each mpirun from a queue of results (or exceptions to raise)."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+
+    def __call__(self, call):
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def fake(name: str, launch=None) -> FakeExecutor:
+    responses = {re.compile(r"exec mpirun|exec docker run"): launch or (lambda call: ok(horovod_output(100.0)))}
+    responses.update({
+        re.compile(r"^mpirun --version"): ok("mpirun (Open MPI) 4.1.2\n\nReport bugs\n"),
+        re.compile(r"^python3 --version"): ok("Python 3.8.10\n"),
+        re.compile(r"^nvidia-smi"): ok("470.82.01\n"),
+        re.compile(r"^docker image inspect"): ok("sha256:" + "a" * 64 + "\n"),
+        re.compile(r"^mkdir -p"): ok(),
+        re.compile(r"pid=\$\(cat"): ok(),
+    })
+    return FakeExecutor(name, responses)
+
+
+def campaign(tmp_path, section: str, executors: dict, **kwargs):
+    runbook = book(tmp_path, section)
+    points = plan_campaign(runbook, **kwargs)
+    runner = CampaignRunner(runbook, points, executors, tmp_path / "results", local=kwargs.get("local", False))
+    runner.prepare()
+    return runner.run(), runner
+
+
+def test_campaign_writes_results_logs_hostfiles_and_versions(tmp_path):
+    vm1, vm2 = fake("vm1", Script(ok(horovod_output(100.0)), ok(horovod_output(101.0)),
+                                  ok(horovod_output(195.0, 2)), ok(horovod_output(197.0, 2)))), fake("vm2")
+    (tmp_path / "train.py").write_text("x")
+    done, _ = campaign(tmp_path, one_run(kind="horovod_synthetic", nodes=[1, 2], repeats=2,
+                                         upload={"train.py": "train.py"}), {"vm1": vm1, "vm2": vm2})
+    assert not done.failures and not done.interrupted and done.runs_done == 2 * 2
+    results = load_results(done.results_file)
+    assert results.environment == "vm"
+    assert results.runbook.sha256 and results.runbook.path.endswith("lab.yaml")
+    assert results.hosts == ["esx-01"]
+    assert [(v.name, v.gpus, v.cpus) for v in results.vms] == [("vm1", 2, 32), ("vm2", 2, 32)]
+    assert results.software["vm1"] == {"mpirun": "mpirun (Open MPI) 4.1.2", "python": "Python 3.8.10",
+                                       "nvidia_driver": "470.82.01"}
+    [bench] = results.benchmarks
+    assert (bench.unit, bench.scaling) == ("img/sec", "weak")
+    assert [[r.value for r in p.repeats] for p in bench.points] == [[100.0, 101.0], [195.0, 197.0]]
+    assert bench.points[1].repeats[0].log == "logs/b/nodes-2/repeat-1.log"
+    log = done.directory / "logs" / "b" / "nodes-2" / "repeat-1.log"
+    assert "Total img/sec on 2 GPU(s): 195.0" in log.read_text()
+    assert vm1.files[".gpuvm-bench/hostfile-b-nodes-2"][0] == b"10.0.0.1 slots=1\n10.0.0.2 slots=1\n"
+    assert vm2.files[".gpuvm-bench/train.py"][0] == b"x"  # uploads reach every participant
+    assert ".gpuvm-bench/hostfile-b-nodes-2" not in vm2.files  # hostfiles only on the launcher
+    launches = [c for c in vm1.calls if "exec mpirun" in c.command]
+    assert re.match(r"cd \.gpuvm-bench && rm -f gpuvm-run\*\.pid && echo \$\$ > gpuvm-run-\w+\.pid && exec mpirun ",
+                    launches[0].command)
+    assert launches[0].command.endswith(" 2>&1") and launches[0].timeout == 3600 + 60  # the runner's own timer stops it first
+    speedup = compare(results).benchmarks[0].points[1].speedup
+    assert speedup == pytest.approx(196.0 / 100.5)
+
+
+def test_failed_runs_are_recorded_and_the_campaign_goes_on(tmp_path):
+    vm1 = fake("vm1", Script(
+        CommandResult("", 1, "[1,0]<stderr>:CUDA error: out of memory\n", ""),  # non-zero exit
+        ok("[1,0]<stdout>:nothing useful\n"),  # no figure
+        RemoteCommandError("vm1: `mpirun ...` timed out after 5s; the command was stopped"),
+        ok(horovod_output(100.0)),
+    ))
+    done, _ = campaign(tmp_path, one_run(kind="horovod_synthetic", repeats=4, timeout=5), {"vm1": vm1})
+    assert [f.repeat for f in done.failures] == [1, 2, 3]
+    repeats = load_results(done.results_file).benchmarks[0].points[0].repeats
+    assert [r.value for r in repeats] == [None, None, None, 100.0]
+    assert repeats[0].error == "exited 1: [1,0]<stderr>:CUDA error: out of memory"
+    assert "no 'Total img/sec on N GPU(s)' line found" in repeats[1].error
+    assert "logs/b/nodes-1/repeat-2.log" in repeats[1].error
+    assert "timed out after 5s" in repeats[2].error
+    stops = [c for c in vm1.calls if c.command.startswith("pid=$(cat")]
+    assert len(stops) == 1  # the timed-out job's process group was stopped
+    assert "env kill -TERM -- -$pid" in stops[0].command
+    with pytest.raises(Exception) as info:
+        done.raise_for_failures()
+    message = str(info.value)
+    assert "3 of 4 benchmark run(s) failed" in message
+    assert "b at nodes-1, repeat 3: vm1: `mpirun ...` timed out after 5s" in message
+    assert "(log: logs/b/nodes-1/repeat-1.log)" in message
+    assert info.value.exit_code == 6
+    assert compare(load_results(done.results_file)).benchmarks[0].points[0].spread.repeats == 1
+
+
+def test_timeout_stops_the_job_with_term_and_is_recorded(tmp_path):
+    import threading
+
+    stopped = threading.Event()
+
+    def hang(call):  # a job that runs until it is stopped
+        assert stopped.wait(10)
+        return CommandResult("", 143, "[1,0]<stdout>:Iter #0: 1.0 img/sec per GPU\n", "")
+
+    def stop(call):
+        stopped.set()
+        return ok()
+
+    vm1 = fake("vm1", hang)
+    vm1.responses[re.compile(r"pid=\$\(cat")] = stop
+    done, _ = campaign(tmp_path, one_run(kind="horovod_synthetic", repeats=1, timeout=0.3), {"vm1": vm1})
+    [failure] = done.failures
+    assert failure.error == "timed out after 0.3s; the job was stopped: [1,0]<stdout>:Iter #0: 1.0 img/sec per GPU"
+    assert load_results(done.results_file).benchmarks[0].points[0].repeats[0].value is None
+
+
+def test_ctrl_c_stops_the_job_and_keeps_what_was_measured(tmp_path):
+    vm1 = fake("vm1", Script(ok(horovod_output(100.0)), ok(horovod_output(102.0)), KeyboardInterrupt()))
+    done, _ = campaign(tmp_path, one_run(kind="horovod_synthetic", nodes=[1, 2], repeats=2), {"vm1": vm1, "vm2": fake("vm2")})
+    assert done.interrupted and done.runs_done == 2 and not done.failures
+    results = load_results(done.results_file)
+    assert results.note == "interrupted: 2 of 4 run(s) done"
+    assert [p.nodes for p in results.benchmarks[0].points] == [1]
+    launched, stopped = [c.command for c in vm1.calls][-2:]
+    pidfile = re.search(r"echo \$\$ > (gpuvm-run-[0-9a-f]{8}\.pid)", launched).group(1)
+    assert stopped.startswith(f"pid=$(cat .gpuvm-bench/{pidfile} 2>/dev/null)")
+
+
+def test_warm_up_runs_are_logged_not_recorded(tmp_path):
+    vm1 = fake("vm1", Script(ok(horovod_output(10.0)), ok(horovod_output(100.0))))
+    done, _ = campaign(tmp_path, one_run(kind="horovod_synthetic", repeats=1, warmup=1), {"vm1": vm1})
+    assert [r.value for r in load_results(done.results_file).benchmarks[0].points[0].repeats] == [100.0]
+    assert (done.directory / "logs" / "b" / "nodes-1" / "warmup-1.log").exists()
+
+
+def test_concurrent_point_sums_the_vms(tmp_path):
+    executors = {"vm1": fake("vm1", lambda c: ok(horovod_output(2700.0))),
+                 "vm2": fake("vm2", lambda c: ok(horovod_output(2600.0)))}
+    done, _ = campaign(tmp_path, one_run(kind="horovod_synthetic", scenario="concurrent",
+                                         groups=[["vm1", "vm2"]], repeats=1, gpus_per_vm=1), executors)
+    [point] = load_results(done.results_file).benchmarks[0].points
+    assert (point.nodes, point.gpus_per_node, point.vms) == (1, 2, 2)
+    assert point.repeats[0].value == 5300.0 and point.repeats[0].per_vm == {"vm1": 2700.0, "vm2": 2600.0}
+    assert point.repeats[0].log == "logs/b/group-1-vm1+vm2/repeat-1/"
+    assert (done.directory / point.repeats[0].log / "vm2.log").read_text() == horovod_output(2600.0)
+    assert compare(load_results(done.results_file)).benchmarks[0].points[0].label == "2 VMs × 1 GPU"
+
+
+def test_secrets_never_reach_logs_or_results(tmp_path):
+    secret = remember("s3cr3t-token-value")
+    vm1 = fake("vm1", lambda c: CommandResult("", 2, f"auth with {secret} failed\n", ""))
+    done, _ = campaign(tmp_path, one_run(kind="horovod_synthetic", repeats=1), {"vm1": vm1})
+    text = (done.directory / "logs" / "b" / "nodes-1" / "repeat-1.log").read_text()
+    assert secret not in text and "********" in text
+    assert secret not in done.results_file.read_text()
+
+
+def test_command_kind_and_mlperf_units(tmp_path):
+    vm1 = fake("vm1", lambda c: ok("[1,0]<stdout>:throughput: 1,234.5 samples/s\n"))
+    done, _ = campaign(tmp_path, one_run(kind="command", command="./bench", pattern=r"throughput: ([\d,.]+)",
+                                         unit="samples/s", repeats=1), {"vm1": vm1})
+    bench = load_results(done.results_file).benchmarks[0]
+    assert (bench.unit, bench.points[0].repeats[0].value) == ("samples/s", 1234.5)
+    vm1 = fake("vm1", lambda c: CommandResult("", 1, "", ""))
+    done, _ = campaign(tmp_path, one_run(kind="mlperf_log", command="./run.sh", repeats=1), {"vm1": vm1})
+    bench = load_results(done.results_file).benchmarks[0]
+    assert (bench.unit, bench.higher_is_better, bench.points[0].repeats[0].error) == ("min", False, "exited 1")
+
+
+def test_local_campaign_runs_in_the_results_workdir(tmp_path):
+    local = fake(LOCAL)
+    done, runner = campaign(tmp_path, one_run(kind="horovod_synthetic", repeats=1, nodes=[2]), {LOCAL: local},
+                            local=True, local_root=True)
+    results = load_results(done.results_file)
+    assert results.environment == "bare-metal" and results.vms == []
+    workdir = str((tmp_path / "results" / "work").resolve())
+    assert local.files[workdir + "/hostfile-b-nodes-2"][0] == b"localhost slots=2\n"
+    launch = next(c.command for c in local.calls if "exec mpirun" in c.command)
+    assert launch.startswith(f"cd {workdir} && rm -f gpuvm-run*.pid && echo $$ > gpuvm-run-")
+    assert " && exec mpirun --allow-run-as-root -np 2 " in launch
+
+
+def test_describe_is_the_dry_run(tmp_path):
+    points = plan_campaign(book(tmp_path, one_run(kind="nccl_allreduce", nodes=[2], warmup=1)))
+    lines = describe(points, ".gpuvm-bench")
+    assert lines[0] == "b nodes-2: 3 repeat(s) after 1 warm-up(s)"
+    assert lines[1] == "  on vm1 (hostfile hostfile-b-nodes-2: 10.0.0.1 slots=1, 10.0.0.2 slots=1)"
+    assert lines[2] == "    " + launch_script(".gpuvm-bench", points[0].jobs[0].command)
+
+
+def test_cli_dry_run_and_errors(tmp_path):
+    import typer
+
+    from gpuvm.cli.bench_run import register
+
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # a second command keeps `run` a sub-command
+    book(tmp_path, one_run(kind="nccl_allreduce", nodes=[1, 2]))
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "lab.yaml"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "b nodes-2: 3 repeat(s)" in result.output and "exec mpirun -np 2" in result.output
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "lab.yaml"), "--only", "nope", "--dry-run"])
+    assert result.exit_code == 2 and "--only nope: no such benchmark" in result.output
+
+
+# ------------------------------------------------------------------------ results with failures
+
+
+def test_repeat_has_a_value_or_an_error():
+    assert Repeat(error="exited 1").ok is False
+    with pytest.raises(ValueError, match="either a value or an error"):
+        Repeat()
+    with pytest.raises(ValueError, match="either a value or an error"):
+        Repeat(value=1.0, error="x")
+
+
+def test_compare_skips_failed_repeats_and_empty_points():
+    bench = Benchmark(name="b", kind="command", points=[
+        Point(nodes=1, repeats=[Repeat(error="exited 1")]),
+        Point(nodes=2, repeats=[Repeat(value=200.0), Repeat(error="timed out")]),
+        Point(nodes=4, repeats=[Repeat(value=380.0)]),
+    ])  # fmt: skip
+    [b] = compare(Results(environment="vm", benchmarks=[bench])).benchmarks
+    assert [(p.nodes, p.spread.repeats) for p in b.points] == [(2, 1), (4, 1)]
+    assert b.reference_nodes == 2 and b.points[1].speedup == pytest.approx(1.9)
+    nothing = Benchmark(name="n", kind="command", points=[Point(nodes=1, repeats=[Repeat(error="x")])])
+    assert compare(Results(environment="vm", benchmarks=[nothing])).benchmarks[0].points == []
