@@ -217,8 +217,9 @@ def test_guest_nic(testbed, tmp_path):
             ("ATS_ENABLED", False, True, Disruption.HOST_REBOOT), ("mtu", 1500, 9000, Disruption.NONE),
             ("state", "down", "up", Disruption.NONE), ("address", "absent", "192.168.100.11/24", Disruption.NONE)]
         assert changes[1].resource == "ens64np1 (mlx5_0 port 1)"
-        # a dry run changes no setting (observe loads the MST driver: `mst start`, no configuration)
+        # a dry run changes nothing: no setting, and it does not even load the MST driver
         assert testbed.state("gpu-vm-01")["mlx"]["ATS_ENABLED"]["next"] == "False(0)"
+        assert not testbed.state("gpu-vm-01").get("mst_started")
         assert links(cluster, "gpu-vm-01")["ens64np1"] == before_links
 
         guest_nic.apply(cluster.targets["gpu-vm-01"], changes, cluster)
@@ -229,9 +230,9 @@ def test_guest_nic(testbed, tmp_path):
         assert ipaddress.ip_interface("192.168.100.11/24") in [
             ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}") for a in nic["addr_info"]]
         run = cluster.targets["gpu-vm-01"].executor.run
-        assert mlxconfig.ats_enabled(run(["mlxconfig", "-d", "/dev/mst/mt4123_pciconf0", "q", "ATS_ENABLED"], sudo=True).stdout)
+        assert mlxconfig.ats_enabled(run(["mlxconfig", "-d", "ca:00.0", "q", "ATS_ENABLED"], sudo=True).stdout)
         params = mlxconfig.parse_mlxconfig_params(
-            run(["mlxconfig", "-d", "/dev/mst/mt4123_pciconf0", "-e", "q", "ATS_ENABLED"], sudo=True).stdout)
+            run(["mlxconfig", "-d", "ca:00.0", "-e", "q", "ATS_ENABLED"], sudo=True).stdout)
         assert (params["ATS_ENABLED"].current, params["ATS_ENABLED"].next_boot) == ("False(0)", "True(1)")  # host reboot
         assert "mlx5_0 port 1 ==> ens64np1 (Up)" in run(["ibdev2netdev"]).stdout
 
