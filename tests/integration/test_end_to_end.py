@@ -75,6 +75,24 @@ def test_full_pipeline(lab, testbed):
     assert again.exit_code == 0, again.output
     assert gpuvm("verify", str(runbook)).exit_code == 0
 
+    # The benchmark campaign: a real MPI training across the guests over the SSH mesh gpuvm set up,
+    # and the same on this machine as the bare-metal baseline; then compare and report.
+    vm_run = gpuvm("bench", "run", str(runbook), "--out", str(out := runbook.parent / "results"))
+    assert vm_run.exit_code == 0, vm_run.output
+    [vm_results] = [p for p in out.iterdir() if p.is_dir()]
+    local = gpuvm("bench", "run", str(runbook), "--local", "--out", str(base := runbook.parent / "baseline"))
+    assert local.exit_code == 0, local.output
+    [bm_results] = [p for p in base.iterdir() if p.is_dir()]
+    compared = gpuvm("bench", "compare", str(vm_results), "--baseline", str(bm_results))
+    assert compared.exit_code == 0, compared.output
+    assert "mlp-weak-scaling" in compared.output and "speedup" in compared.output.lower()
+    report = gpuvm("bench", "report", str(vm_results), "--baseline", str(bm_results), "--out", str(runbook.parent / "report"))
+    assert report.exit_code == 0, report.output
+    html = (runbook.parent / "report" / "report.html").read_text()
+    assert "mlp-weak-scaling" in html and "data:image/png;base64," in html
+    log = next((vm_results / "logs").rglob("repeat-1.log")).read_text()
+    assert "Total img/sec on" in log
+
 
 VC_CANARY = "vc-CANARY-5f1e9a"
 KEY_CANARY = "key-CANARY-03bd77"
