@@ -34,3 +34,17 @@ step $GPUVM plan $RUNBOOK
 step $GPUVM apply $RUNBOOK --yes --allow-host-reboot
 step $GPUVM plan $RUNBOOK
 step $GPUVM verify $RUNBOOK
+
+# The benchmark campaign: a real data-parallel training (NumPy MLP, MPI allreduce) across the guests
+# over the SSH mesh gpuvm just set up, and the same on this machine as the bare-metal baseline.
+step $GPUVM bench run $RUNBOOK --out $WORK/results
+step $GPUVM bench run $RUNBOOK --local --out $WORK/baseline
+VM=$(ls -d $WORK/results/*/) BM=$(ls -d $WORK/baseline/*/)
+step $GPUVM bench compare "$VM" --baseline "$BM"
+step $GPUVM bench report "$VM" --baseline "$BM" --out $WORK/report-lab
+
+# The Dell study (R750xa, 4x A100, ConnectX-6), from its published numbers.
+step $GPUVM bench compare playbooks/results/study-vm --baseline playbooks/results/study-baremetal.yaml --max-overhead 2%
+step $GPUVM bench report playbooks/results/study-vm --baseline playbooks/results/study-baremetal.yaml --out $WORK/report
+echo
+echo "Reports: $WORK/report/report.html (the study), $WORK/report-lab/report.html (this lab)"

@@ -136,11 +136,15 @@ def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, st
     inventory = observe(book, insecure)
     with remote(book, accept_new_host_keys, state_dir) as (cluster, facts):
         the_plan, _ = make_plan(book, inventory, cluster, facts)
-    if the_plan.empty:
-        out.print("No drift: infrastructure matches the runbook.")
-        return
-    print_plan(out, the_plan)
-    raise DriftError(f"drift: {len(the_plan.changes)} change(s) needed to match {runbook}")
+        if not the_plan.empty:
+            print_plan(out, the_plan)
+            raise DriftError(f"drift: {len(the_plan.changes)} change(s) needed to match {runbook}")
+        if cluster is not None and book.guests and book.guests.ssh_mesh and book.guests.ssh_mesh.enabled:
+            from gpuvm.steps.guest_ssh_mesh import check_mesh
+
+            check_mesh(cluster)  # every ordered pair of guests logs in with the mesh key
+            out.print(f"SSH mesh: all {len(cluster.of_role('guest'))} guests reach each other.")
+    out.print("No drift: infrastructure matches the runbook.")
 
 
 def _register_optional() -> None:
