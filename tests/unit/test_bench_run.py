@@ -166,10 +166,14 @@ def test_container_runs_wrap_mpirun_in_docker(tmp_path):
                    + one_run(kind="nccl_allreduce", nodes=[2]))
     [point] = plan_campaign(runbook)
     line = point.jobs[0].command
+    from gpuvm.steps.guest_docker import image_ref
+
+    # the image guest.docker built (its name:recipe tag), run with the options that step defines
     assert line.startswith(
-        "docker run --rm --name gpuvm-b-nodes-2 --network=host --ipc=host --gpus all --cap-add=IPC_LOCK "
-        "--device=/dev/infiniband -v /etc/ssh:/etc/ssh:ro -v \"$PWD:$PWD\" -w \"$PWD\" -v /data:/data gpuvm/dl "
-        "mpirun --allow-run-as-root -np 2 ")
+        "docker run --rm --name gpuvm-b-nodes-2 --network=host --ipc=host --cap-add=IPC_LOCK "
+        "--device=/dev/infiniband --gpus all -v /etc/ssh:/etc/ssh/vm:ro -v \"$PWD:$PWD\" -w \"$PWD\" "
+        f"-v /data:/data {image_ref(runbook.guests.image)} mpirun --allow-run-as-root -np 2 ")
+    assert image_ref(runbook.guests.image).startswith("gpuvm/dl:")
     assert "-mca plm_rsh_args '-p 12345'" in line
     assert point.jobs[0].container == "gpuvm-b-nodes-2"
     assert "docker rm -f gpuvm-b-nodes-2" in stop_script(".gpuvm-bench", point.jobs[0].container)

@@ -10,7 +10,7 @@ from gpuvm.errors import InputError
 from gpuvm.launch import guests_of, horovod_hosts, horovodrun_args, hostfile, total_slots, write_launch_files
 from gpuvm.runbook.loader import load_runbook
 
-HEADER = "# Open MPI hostfile written by gpuvm from the runbook's guests: one `host slots=N` per line\n"
+HEADER = ""
 
 
 def runbook(tmp_path: Path, slots: list[int | None]):

@@ -80,6 +80,18 @@ _env_lock = threading.Lock()
 _envs: dict[bool, Any] = {}
 
 
+def image_ref(image: Any) -> str:
+    from gpuvm.steps.guest_docker import image_ref as ref  # the name guest.docker gave the image
+
+    return ref(image)
+
+
+def container_run_args(image: Any) -> list[str]:
+    from gpuvm.steps.guest_docker import container_run_args as args
+
+    return args(image)
+
+
 def _environment(shell: bool = True):
     import jinja2
 
@@ -281,9 +293,8 @@ def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, l
     name = None
     if container and image is not None:
         name = re.sub(r"[^A-Za-z0-9_.-]", "-", f"gpuvm-{run.name}-{label}")[:120]
-        reference = f"{image.registry.rstrip('/')}/{image.name}" if image.registry else image.name
-        command = render_words("docker.j2", container_name=name, docker_args=list(spec.docker_args),
-                               image=reference, inner=inner)
+        command = render_words("docker.j2", container_name=name, run_args=container_run_args(image),
+                               docker_args=list(spec.docker_args), image=image_ref(image), inner=inner)
     else:
         command = inner
     return Job(launcher, hosts, hostfile, np, batch, command, vm=vm, container=name)
@@ -472,8 +483,7 @@ class CampaignRunner:
                 ("python", ["python3", "--version"]),
             ]
             if image is not None and not self.local:
-                reference = f"{image.registry.rstrip('/')}/{image.name}" if image.registry else image.name
-                probes.append(("image", ["docker", "image", "inspect", "--format", "{{.Id}}", reference]))
+                probes.append(("image", ["docker", "image", "inspect", "--format", "{{.Id}}", image_ref(image)]))
                 found["image_name"] = reference
             for key, argv in probes:
                 try:

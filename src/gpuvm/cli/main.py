@@ -147,6 +147,17 @@ def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, st
     out.print("No drift: infrastructure matches the runbook.")
 
 
+@app.command("launch-files")
+@handle_errors
+def launch_files(runbook: Path = RUNBOOK,
+                 directory: Path = typer.Option(Path("."), "--out", help="Directory to write into")) -> None:
+    """Write the Open MPI hostfile and horovodrun's host list for all the runbook's guests."""
+    from gpuvm.launch import write_launch_files
+
+    for name, path in write_launch_files(load(runbook), directory).items():
+        out.print(f"{name}: {path}")
+
+
 def _register_optional() -> None:
     """Sub-commands that live in their own modules."""
     try:

@@ -381,6 +381,10 @@ class Runbook(Strict):
                     raise self.error(("vms", i) + loc, f"device {address} is listed twice")
 
         self._check_guests(vms)
+        if self.benchmarks is not None:
+            from gpuvm.bench.spec import check_benchmarks
+
+            check_benchmarks(self, local=not (self.guests and self.guests.hosts))
 
     def _check_guests(self, vms: dict[str, int]) -> None:
         if self.guests is None:
