@@ -18,6 +18,9 @@ test: deps
 
 bench: deps
 	$(PY) bench/plan_scaling.py
+	$(PY) bench/apply_parallel.py
+	$(PY) bench/cli_startup.py
+	if [ "$$(id -u)" = 0 ]; then $(PY) bench/ssh_mesh.py; fi
 
 deps: apt venv sim
 
