@@ -43,6 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=256, help="hidden layer width")
     parser.add_argument("--learning-rate", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--die-on-rank", type=int, default=None,
+                        help="fault injection: this rank exits with status 3 after the warm-up")
     return parser.parse_args(argv)
 
 
@@ -109,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     log("Running warmup...")
     timeit.timeit(benchmark_step, number=args.num_warmup_batches)
     log("Running benchmark...")
+    if args.die_on_rank == rank:
+        print(f"rank {rank}: exiting on purpose (--die-on-rank)", file=sys.stderr, flush=True)
+        os._exit(3)
     img_secs = []
     for x in range(args.num_iters):
         comm.Barrier()

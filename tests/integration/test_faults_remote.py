@@ -1,0 +1,130 @@
+"""The fault matrix, SSH and benchmark side: a guest stops answering and a remote command hangs in
+the middle of an apply; a benchmark rank dies; the disk is full when results are written.
+Each ends with a clear message naming the target and step and a non-zero exit; after one re-run
+the runbook's state is reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from gpuvm.simulator import Simulator
+from tests.integration.test_end_to_end import REPO, lab_for_bed
+from tests.integration.vcenter import env_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True, scope="module")
+def fresh_bed(testbed):
+    testbed.up()
+    yield
+    testbed.up()
+
+
+def gpuvm(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuvm.cli.main", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def journal(state: Path) -> list[dict]:
+    path = state / "journal.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_guest_stops_answering_and_a_command_hangs_mid_apply(testbed, tmp_path):
+    runbook = lab_for_bed(testbed, tmp_path / "lab.yaml")
+    yaml = YAML()
+    data = yaml.load(runbook.read_text())
+    data["ssh"]["command_timeout"] = 8
+    with runbook.open("w") as out:
+        yaml.dump(data, out)
+    state = tmp_path / "state"
+    hook = f"{shlex.quote(sys.executable)} {REPO / 'testbed' / 'bed.py'} reboot \"$GPUSIM_HOST\" --root {testbed.root}"
+    with Simulator(hosts=2, vms_per_host=2, on_reboot=hook, latency={"ReconfigVM_Task": "1500ms"}) as sim:
+        env = dict(os.environ, **env_for(sim), GPUVM_STATE_DIR=str(state))
+        proc = subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(runbook), "--yes",
+                                 "--allow-host-reboot"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        deadline = time.monotonic() + 60
+        while not any(e.get("step") == "vm.hardware" for e in journal(state)):
+            assert time.monotonic() < deadline and proc.poll() is None, "apply never reached the VM steps"
+            time.sleep(0.05)
+        testbed.stop_sshd("gpu-vm-03")  # esx-02-vm1's guest stops answering
+        testbed.set_state("gpu-vm-02", "hang", ["nvidia-smi"])  # esx-01-vm2's nvidia-smi hangs
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode != 0, out + err
+        assert "Traceback" not in err
+        assert "esx-02-vm1" in err and "cannot connect" in err, err
+        assert "esx-01-vm2" in err and "timed out after 8s" in err, err
+        done = {(e["target"], e["step"]) for e in journal(state) if e["status"] == "done"}
+        assert ("esx-01-vm1", "guest.nic") in done  # the guests that answer were configured
+        assert ("esx-02-vm2", "guest.docker") in done
+
+        testbed.start_sshd("gpu-vm-03")
+        testbed.set_state("gpu-vm-02", "hang", [])
+        rerun = gpuvm(env, "apply", str(runbook), "--yes", "--allow-host-reboot")
+        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+        verify = gpuvm(env, "verify", str(runbook))
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert "all 4 guests reach each other" in verify.stdout
+
+
+def local_campaign(tmp_path: Path, extra: str) -> Path:
+    runbook = tmp_path / "campaign.yaml"
+    runbook.write_text(f"""\
+benchmarks:
+  runs:
+    - name: dies
+      kind: horovod_synthetic
+      command: "/usr/bin/python3 {{{{ workload }}}} --num-iters 2 --num-batches-per-iter 2 {extra}"
+      nodes: [2]
+      repeats: 1
+      timeout: 120
+      mpirun_args: ["--oversubscribe"]
+    - name: fine
+      kind: horovod_synthetic
+      command: "/usr/bin/python3 {{{{ workload }}}} --num-iters 2 --num-batches-per-iter 2"
+      nodes: [1]
+      repeats: 1
+      timeout: 120
+""")
+    return runbook
+
+
+def test_benchmark_rank_dies(tmp_path):
+    runbook = local_campaign(tmp_path, "--die-on-rank 1")
+    result = gpuvm(dict(os.environ), "bench", "run", str(runbook), "--local", "--out", str(tmp_path / "out"))
+    assert result.returncode == 6, result.stdout + result.stderr
+    assert "dies at nodes-2, repeat 1: exited" in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    [results] = list((tmp_path / "out").glob("*/results.json"))
+    data = json.loads(results.read_text())
+    by_name = {b["name"]: b["points"][0]["repeats"][0] for b in data["benchmarks"]}
+    assert by_name["dies"]["value"] is None and by_name["dies"]["error"]
+    assert by_name["fine"]["value"] > 0  # the campaign went on
+    log = (results.parent / by_name["dies"]["log"]).read_text()
+    assert "exiting on purpose" in log
+
+
+def test_disk_full_while_writing_results(tmp_path):
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={full / 'filler'}", "bs=4k", "count=64"], capture_output=True)
+        runbook = local_campaign(tmp_path, "")
+        result = gpuvm(dict(os.environ), "bench", "run", str(runbook), "--local", "--out", str(full / "out"))
+        assert result.returncode != 0
+        assert "No space left on device" in result.stderr and str(full) in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
