@@ -1,0 +1,58 @@
+"""The one renderer: plan tables, summaries, JSON, and secrets scrubbed from all of them."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+
+from gpuvm.plan import Change, Disruption, Note, Plan
+from gpuvm.render import NO_CHANGES, plan_json, plan_summary, print_plan
+from gpuvm.secrets import remember
+
+
+def plan() -> Plan:
+    return Plan(changes=[
+        Change("host.passthrough", "esx-01", "pci 0000:17:00.0", "passthrough", "off", "active", Disruption.HOST_REBOOT),
+        Change("vm.hardware", "vm1", "pci device (new)", "device", None, "0000:17:00.0", Disruption.VM_POWER_OFF,
+               spec={"op": "add", "key": -100}),
+        Change("vm.power", "vm1", "vm", "power", "poweredOff", "poweredOn"),
+    ], notes=[Note("vm1", "resolve", "4 NVLinked GPUs in one VM")])
+
+
+def rendered(p: Plan) -> str:
+    console = Console(width=200, record=True)
+    print_plan(console, p)
+    return console.export_text()
+
+
+def test_summary_counts_targets_and_disruptions():
+    assert plan_summary(plan()) == "Plan: 3 change(s) on 2 target(s) (1 need VM power-off, 1 need host reboot)."
+    assert plan_summary(Plan()) == NO_CHANGES
+
+
+def test_table_marks_disruptive_rows_and_shows_none_for_missing_values():
+    text = rendered(plan())
+    row = next(line for line in text.splitlines() if "host.passthrough" in line)
+    assert "! needs host reboot" in row and "off" in row and "active" in row
+    assert "(none)" in next(line for line in text.splitlines() if "vm.hardware" in line)
+    assert "warning: vm1: 4 NVLinked GPUs in one VM" in text
+
+
+def test_empty_plan_says_so_explicitly():
+    assert rendered(Plan()).strip() == NO_CHANGES
+
+
+def test_json_has_changes_notes_and_summary_but_no_apply_spec():
+    data = json.loads(plan_json(plan()))
+    assert data["summary"] == {"changes": 3, "targets": 2, "vm_power_off": 1, "host_reboot": 1}
+    assert data["changes"][1] == {"step": "vm.hardware", "target": "vm1", "resource": "pci device (new)",
+                                  "field": "device", "before": None, "after": "0000:17:00.0",
+                                  "disruption": "vm-power-off"}
+
+
+def test_secrets_are_scrubbed_from_tables_and_json():
+    remember("hunter2-canary")
+    leaky = Plan(changes=[Change("vm.advanced", "vm1", "extraConfig", "guestinfo.x", None, "hunter2-canary")])
+    assert "hunter2-canary" not in rendered(leaky)
+    assert "hunter2-canary" not in plan_json(leaky)

@@ -1,0 +1,96 @@
+"""vSphere fault translation and task waiting, against a mocked vCenter session (pytest-mock)."""
+
+from __future__ import annotations
+
+import pytest
+from pyVmomi import vim, vmodl
+
+from gpuvm.errors import ConnectError, TaskError
+from gpuvm.secrets import remember
+from gpuvm.vsphere import tasks
+from gpuvm.vsphere.session import Session, Target
+
+
+def task_with(mocker, *states):
+    """A task whose `info` walks through the given (state, result, error) tuples."""
+    task = mocker.Mock(_moId="task-7")
+    infos = [mocker.Mock(state=s, result=r, error=e) for s, r, e in states]
+    type(task).info = mocker.PropertyMock(side_effect=infos)
+    return task
+
+
+def test_wait_returns_the_result_after_running(mocker):
+    mocker.patch.object(tasks.time, "sleep")
+    task = task_with(mocker, ("running", None, None), ("queued", None, None), ("success", "ok", None))
+    assert tasks.wait(task, "vm1", "vm.hardware", "ReconfigVM") == "ok"
+
+
+def test_wait_turns_a_task_fault_into_one_line_naming_step_and_action(mocker):
+    fault = vim.fault.GenericVmConfigFault(msg="Module DevicePowerOn power on failed.",
+                                           faultMessage=[vim.LocalizableMessage(key="k", message="total number of pages needed (1) exceeds limit (0)")])
+    task = task_with(mocker, ("error", None, fault))
+    with pytest.raises(TaskError) as caught:
+        tasks.wait(task, "vm1", "vm.power", "PowerOnVM")
+    assert str(caught.value) == ("vm.power: PowerOnVM failed: Module DevicePowerOn power on failed.; total number "
+                                 "of pages needed (1) exceeds limit (0) (GenericVmConfigFault)")
+
+
+def test_wait_times_out(mocker):
+    clock = iter([0.0, 0.0, 5.0, 10.0])
+    mocker.patch.object(tasks.time, "monotonic", side_effect=lambda: next(clock))
+    mocker.patch.object(tasks.time, "sleep")
+    task = task_with(mocker, *[("running", None, None)] * 3)
+    with pytest.raises(TaskError, match=r"vm\.hardware: ReconfigVM did not finish within 4 s \(task task-7\)"):
+        tasks.wait(task, "vm1", "vm.hardware", "ReconfigVM", timeout=4)
+
+
+def test_call_translates_method_faults_and_redacts_secrets():
+    remember("s3cret-token")
+
+    def boom():
+        raise vmodl.fault.SystemError(msg="backend said s3cret-token", reason="disk")
+
+    with pytest.raises(TaskError) as caught:
+        tasks.call("esx-01", "host.passthrough", "UpdatePassthruConfig", boom)
+    assert "s3cret-token" not in str(caught.value)
+    assert str(caught.value).startswith("host.passthrough: UpdatePassthruConfig failed: backend said ********; disk")
+
+
+def test_fault_text_without_message_names_the_fault_type():
+    assert tasks.fault_text(vim.fault.InvalidPowerState()) == "no details (InvalidPowerState)"
+
+
+def test_wait_for_other_tasks_polls_until_the_vm_is_idle(mocker):
+    mocker.patch.object(tasks.time, "sleep")
+    vm = mocker.Mock(_moId="vm-42")
+
+    def task_row(state, entity):
+        row = mocker.Mock()
+        row.obj = mocker.Mock(_moId=f"task-{state}")
+        row.propSet = [mocker.Mock(val=mocker.Mock(_moId=entity)), mocker.Mock(val=state)]
+        row.propSet[0].name, row.propSet[1].name = "info.entity", "info.state"
+        return row
+
+    collector = mocker.Mock()
+    collector.RetrieveContents.side_effect = [
+        [task_row("running", "vm-42"), task_row("running", "vm-7")],
+        [task_row("success", "vm-42")],
+    ]
+    session = mocker.Mock()
+    session.content.propertyCollector = collector
+    session.content.taskManager = vim.TaskManager("TaskManager")
+    assert tasks.wait_for_other_tasks(session, vm, "vm1", "vm.hardware") == 1
+    assert collector.RetrieveContents.call_count == 2
+
+
+def test_login_refused_is_a_connect_error(mocker):
+    mocker.patch("pyVim.connect.SmartConnect", side_effect=vim.fault.InvalidLogin())
+    target = Target("vc", 443, "/sdk", "admin", "pw", False, None)
+    with pytest.raises(ConnectError, match=r"https://vc:443/sdk: login refused for user admin"):
+        Session(target).__enter__()
+
+
+def test_connection_refused_is_a_connect_error(mocker):
+    mocker.patch("pyVim.connect.SmartConnect", side_effect=ConnectionRefusedError(111, "Connection refused"))
+    with pytest.raises(ConnectError, match=r"cannot connect: \[Errno 111\] Connection refused"):
+        Session(Target("vc", 443, "/sdk", "admin", "pw", True, None)).__enter__()
