@@ -119,8 +119,10 @@ def test_secrets_never_leak(testbed, tmp_path, monkeypatch):
         env = dict(env_for(sim), GPUVM_STATE_DIR=str(state), GPUVM_KEY_PASSPHRASE=KEY_CANARY,
                    PATH="/usr/bin:/bin")
         for args in (["validate"], ["inventory", "--save", str(tmp_path / "inv.json")], ["plan"], ["plan", "--json"],
-                     ["apply", "--yes", "--allow-host-reboot"], ["verify"]):
-            done = subprocess.run([sys.executable, "-m", "gpuvm.cli.main", args[0], str(runbook), *args[1:]],
+                     ["apply", "--yes", "--allow-host-reboot"], ["verify"],
+                     ["bench", "run", "--out", str(tmp_path / "results")]):
+            words = args[:2] + [str(runbook)] + args[2:] if args[0] == "bench" else [args[0], str(runbook), *args[1:]]
+            done = subprocess.run([sys.executable, "-m", "gpuvm.cli.main", *words],
                                   env=env, capture_output=True, text=True, timeout=300)
             outputs.append(done.stdout + done.stderr)
             assert done.returncode == 0, done.stdout + done.stderr
@@ -136,6 +138,22 @@ def test_secrets_never_leak(testbed, tmp_path, monkeypatch):
     files = [p for p in tmp_path.rglob("*") if p.is_file() and p != key]
     for path in files:
         everything += path.read_bytes().decode(errors="replace")
-    assert "journal.jsonl" in {p.name for p in files}
+    assert {"journal.jsonl", "results.json"} <= {p.name for p in files}
     assert VC_CANARY not in everything and KEY_CANARY not in everything
     assert oct(state.stat().st_mode & 0o777) == "0o700"
+
+
+def test_unknown_host_keys_are_refused_unless_accepted(lab, testbed, tmp_path):
+    _, runbook = lab
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    runbook.write_text(runbook.read_text().replace(str(testbed.known_hosts_file), str(empty)))
+    refused = gpuvm("plan", str(runbook))
+    assert refused.exit_code == 3
+    assert "host key for 10.250.0.11:22 is unknown (ssh-ed25519 SHA256:" in refused.output
+    assert "pass --accept-new-host-keys" in refused.output
+    accepted = gpuvm("plan", str(runbook), "--accept-new-host-keys")
+    assert accepted.exit_code == 0, accepted.output
+    recorded = empty.read_text().splitlines()
+    assert len(recorded) == 6 and all(" ssh-ed25519 " in line for line in recorded)
+    assert gpuvm("plan", str(runbook)).exit_code == 0  # now known

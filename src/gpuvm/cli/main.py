@@ -11,6 +11,15 @@ from gpuvm.cli.common import connect, err, fail, handle_errors, interactive, loa
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Turn vSphere hosts with NVIDIA GPUs into a deep-learning cluster, and prove it performs.")
+@app.callback()
+def _setup() -> None:
+    """Warnings (e.g. a newly trusted SSH host key and its fingerprint) go to stderr, one line each."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    logging.getLogger("paramiko").setLevel(logging.ERROR)  # its transport chatter; failures reach us as errors
+
+
 bench_app = typer.Typer(no_args_is_help=True, help="Run, compare and report benchmark campaigns.")
 app.add_typer(bench_app, name="bench")
 
