@@ -30,6 +30,8 @@ from bed import TestBed  # noqa: E402
 from gpuvm.executors.group import run_parallel  # noqa: E402
 from gpuvm.executors.ssh import SshExecutor  # noqa: E402
 from gpuvm.journal import state_dir  # noqa: E402
+from gpuvm.mesh import verify  # noqa: E402
+from gpuvm.mesh.files import IDENTITY  # noqa: E402
 from gpuvm.remote import build_cluster  # noqa: E402
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
 from gpuvm.steps import guest_ssh_mesh as mesh  # noqa: E402
@@ -47,7 +49,7 @@ def _counting_open(self, connection):
 SshExecutor._open = _counting_open  # count every SSH connection an executor opens
 
 VERIFY_S = 0.0
-_original_verify = mesh.verify_mesh
+_original_verify = verify.verify_mesh
 
 
 def _timed_verify(*args, **kwargs):
@@ -59,7 +61,7 @@ def _timed_verify(*args, **kwargs):
         VERIFY_S += time.perf_counter() - start
 
 
-mesh.verify_mesh = _timed_verify  # apply_all calls it through the module: time the verification part
+verify.verify_mesh = _timed_verify  # apply_all calls it through the module: time the verification part
 
 
 def write_runbook(bed: TestBed, path: Path, n: int) -> Path:
@@ -79,7 +81,7 @@ def reset(bed: TestBed, n: int) -> None:
     client = Path(f"{bed.client_key}.pub").read_text()
     for i in range(1, n + 1):
         d = bed.host_dir(f"gpu-vm-{i:02d}") / "home" / "gpuadmin" / ".ssh"
-        for name in (mesh.IDENTITY, mesh.IDENTITY + ".pub", "known_hosts", "config"):
+        for name in (IDENTITY, IDENTITY + ".pub", "known_hosts", "config"):
             (d / name).unlink(missing_ok=True)
         (d / "authorized_keys").write_text(client)
         os.chown(d / "authorized_keys", user.pw_uid, user.pw_gid)
@@ -122,7 +124,7 @@ def sequential_way(bed: TestBed, n: int, work: Path) -> tuple[float, int]:
                                  known_hosts=[bed.known_hosts_file], connect_timeout=10)
                 try:
                     ex.run(["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-                            "-i", f"~/.ssh/{mesh.IDENTITY}", other.access.address, "true"], timeout=60)
+                            "-i", f"~/.ssh/{IDENTITY}", other.access.address, "true"], timeout=60)
                 finally:
                     ex.close()
     finally:

@@ -29,7 +29,7 @@ def _slots(guests: Sequence[Guest]) -> list[tuple[str, int]]:
 
 def hostfile(guests: Sequence[Guest]) -> str:
     """The Open MPI hostfile text: `address slots=N` per guest."""
-    from gpuvm.bench.run import render_hostfile
+    from gpuvm.bench.commands import render_hostfile
 
     return render_hostfile(_slots(guests))
 

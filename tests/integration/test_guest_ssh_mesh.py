@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from gpuvm.errors import RemoteCommandError
 from gpuvm.journal import state_dir
-from gpuvm.keys import key_path
+from gpuvm.mesh import verify
+from gpuvm.mesh.files import IDENTITY
+from gpuvm.mesh.key import key_path
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_ssh_mesh as mesh
@@ -42,7 +45,7 @@ def cluster(testbed, tmp_path):
 def _reset(cluster) -> None:
     """Leave the bed's guests as they were: only the bed's client key authorised."""
     for target in cluster.of_role("guest").values():
-        target.executor.run_script(f"cd {HOME} && rm -f {mesh.IDENTITY} {mesh.IDENTITY}.pub known_hosts config && "
+        target.executor.run_script(f"cd {HOME} && rm -f {IDENTITY} {IDENTITY}.pub known_hosts config && "
                                    "grep -v gpuvm-mesh authorized_keys > a.new; mv a.new authorized_keys; "
                                    "chmod 600 authorized_keys")
 
@@ -90,9 +93,9 @@ def test_apply_replan_empty_then_real_ssh_between_every_pair(cluster, testbed):
             out = target.executor.run(["ssh", "-o", "BatchMode=yes", addresses[peer], "hostname"])
             assert out.stdout == f"{peer}\n"
     g1 = cluster.targets["gpu-vm-01"].executor
-    stat = g1.run(["stat", "-c", "%n %U %a", HOME, f"{HOME}/{mesh.IDENTITY}", f"{HOME}/authorized_keys",
+    stat = g1.run(["stat", "-c", "%n %U %a", HOME, f"{HOME}/{IDENTITY}", f"{HOME}/authorized_keys",
                    f"{HOME}/known_hosts", f"{HOME}/config"]).stdout.split("\n")
-    assert stat[:5] == [f"{HOME} gpuadmin 700", f"{HOME}/{mesh.IDENTITY} gpuadmin 600",
+    assert stat[:5] == [f"{HOME} gpuadmin 700", f"{HOME}/{IDENTITY} gpuadmin 600",
                         f"{HOME}/authorized_keys gpuadmin 600", f"{HOME}/known_hosts gpuadmin 644",
                         f"{HOME}/config gpuadmin 600"]
     # the bed's own client key is still authorised (we append, never replace), once each
@@ -109,12 +112,12 @@ def test_broken_authorized_keys_reports_exactly_the_pairs_into_that_guest(cluste
     assert mesh.apply_all(cluster, plan_all(cluster)) == {}
     victim = cluster.targets["gpu-vm-03"].executor
     victim.run_script(f"grep -v gpuvm-mesh {HOME}/authorized_keys > /tmp/a; cat /tmp/a > {HOME}/authorized_keys")
-    pairs = mesh.verify_mesh(cluster, parallel=4)
+    pairs = verify.verify_mesh(cluster, parallel=4)
     assert sorted((p.origin, p.peer) for p in pairs) == [("gpu-vm-01", "gpu-vm-03"), ("gpu-vm-02", "gpu-vm-03"),
                                                          ("gpu-vm-04", "gpu-vm-03")]
     assert all("Permission denied" in p.reason for p in pairs)
-    with pytest.raises(mesh.RemoteCommandError) as info:
-        mesh.check_mesh(cluster)
+    with pytest.raises(RemoteCommandError) as info:
+        verify.check_mesh(cluster)
     message = str(info.value)
     assert "3 of 12 guest pair(s)" in message and "gpu-vm-02  gpu-vm-03  " in message
     # the plan sees it, and apply mends it
@@ -122,7 +125,7 @@ def test_broken_authorized_keys_reports_exactly_the_pairs_into_that_guest(cluste
     assert [(c.target, c.field, c.before) for cs in plans.values() for c in cs] == [
         ("gpu-vm-03", "authorized_keys", "missing mesh key")]
     assert mesh.apply_all(cluster, plans) == {}
-    assert mesh.verify_mesh(cluster) == []
+    assert verify.verify_mesh(cluster) == []
 
 
 def test_other_mesh_user_through_sudo(testbed, tmp_path):

@@ -13,16 +13,9 @@ from typer.testing import CliRunner
 
 from gpuvm.bench.compare import compare
 from gpuvm.bench.results import Benchmark, Point, Repeat, Results, load_results
-from gpuvm.bench.run import (
-    LOCAL,
-    CampaignRunner,
-    describe,
-    launch_script,
-    plan_campaign,
-    render_hostfile,
-    stop_script,
-    uploads,
-)
+from gpuvm.bench.campaign import LOCAL, describe, plan_campaign, uploads
+from gpuvm.bench.commands import launch_script, render_hostfile, stop_script
+from gpuvm.bench.runner import CampaignRunner
 from gpuvm.errors import InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor

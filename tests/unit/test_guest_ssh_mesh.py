@@ -16,11 +16,14 @@ import pytest
 from gpuvm.errors import ConnectError, InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor, ok
-from gpuvm.keys import COMMENT, cluster_key, fingerprint, key_path, load_cluster_key
+from gpuvm.mesh import files as mesh_files
+from gpuvm.mesh import ssh_dir, verify
+from gpuvm.mesh.files import MeshFiles, Peer
+from gpuvm.mesh.key import COMMENT, cluster_key, fingerprint, key_path, load_cluster_key
 from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_ssh_mesh as mesh
-from gpuvm.steps.guest_ssh_mesh import MeshFact, MeshFiles, Peer
+from gpuvm.steps.guest_ssh_mesh import MeshFact
 
 HOST_KEYS = {f"gpu-vm-0{i}": f"AAAAC3NzaC1lZDI1NTE5AAAAI{i}hostkey" for i in (1, 2, 3)}
 ADDRESSES = {f"gpu-vm-0{i}": f"10.0.0.{10 + i}" for i in (1, 2, 3)}
@@ -108,8 +111,8 @@ def converged(key) -> MeshFiles:
     return MeshFiles("gpuadmin", "/home/gpuadmin", {n: ("gpuadmin", m) for n, m in modes.items()}, key.private_digest, {
         "id_ed25519_gpuvm.pub": key.public_line + "\n",
         "authorized_keys": "ssh-rsa AAAAB3other admin@laptop\n" + key.public_line + "\n",
-        "known_hosts": "".join(line + "\n" for line in mesh.known_host_lines(ALL, None)),
-        "config": "Host github.com\n  User git\n\n" + mesh.config_block(ALL),
+        "known_hosts": "".join(line + "\n" for line in mesh_files.known_host_lines(ALL, None)),
+        "config": "Host github.com\n  User git\n\n" + mesh_files.config_block(ALL),
     })
 
 
@@ -166,7 +169,7 @@ def _cases(key):
         ("key removed from authorized_keys", with_texts(c, authorized_keys="ssh-rsa AAAAB3other admin@laptop\n"), key, [
             ("authorized_keys", "missing mesh key", f"mesh key {fp} authorized")]),
         ("known_hosts lacks one guest", with_texts(c, known_hosts="".join(
-            line + "\n" for line in mesh.known_host_lines(ALL[:2], None))), key, [
+            line + "\n" for line in mesh_files.known_host_lines(ALL[:2], None))), key, [
             ("known_hosts", "2 of 3 guest host keys", "3 guest host keys")]),
         ("known_hosts has a stale key", with_texts(c, known_hosts=stale), key, [
             ("known_hosts", "2 of 3 guest host keys, 1 stale", "3 guest host keys")]),
@@ -192,8 +195,8 @@ def test_container_port_adds_known_hosts_names(tmp_path, key):
     cluster, _ = make_cluster(tmp_path, "{container_port: 12345}")
     changes = mesh.plan(cluster.targets["gpu-vm-01"], MeshFact(converged(key), key, ALL, 12345), cluster)
     assert [(c.field, c.before) for c in changes] == [("known_hosts", "3 of 6 guest host keys")]
-    assert mesh.known_host_lines(ALL[:1], 12345) == [f"10.0.0.11 ssh-ed25519 {HOST_KEYS['gpu-vm-01']}",
-                                                    f"[10.0.0.11]:12345 ssh-ed25519 {HOST_KEYS['gpu-vm-01']}"]
+    assert mesh_files.known_host_lines(ALL[:1], 12345) == [f"10.0.0.11 ssh-ed25519 {HOST_KEYS['gpu-vm-01']}",
+                                                          f"[10.0.0.11]:12345 ssh-ed25519 {HOST_KEYS['gpu-vm-01']}"]
 
 
 def test_no_key_material_in_changes(tmp_path, key):
@@ -210,42 +213,42 @@ def test_no_key_material_in_changes(tmp_path, key):
 
 
 def test_config_block_goes_first_keeps_the_users_config_and_replaces_in_place():
-    block = mesh.config_block(ALL)
+    block = mesh_files.config_block(ALL)
     assert block.splitlines()[1] == "Host 10.0.0.11 10.0.0.12 10.0.0.13"
-    assert block.splitlines()[-2:] == ["Host *", mesh.END]
-    assert mesh.merge_config(None, block) == block
+    assert block.splitlines()[-2:] == ["Host *", mesh_files.END]
+    assert mesh_files.merge_config(None, block) == block
     user = "ServerAliveInterval 30\nHost github.com\n  User git"  # global option first, no final newline
-    merged = mesh.merge_config(user, block)
+    merged = mesh_files.merge_config(user, block)
     assert merged == block + "\n" + user + "\n"
-    assert mesh.merge_config(merged, block) == merged  # idempotent
-    old = mesh.config_block(ALL[:1])
+    assert mesh_files.merge_config(merged, block) == merged  # idempotent
+    old = mesh_files.config_block(ALL[:1])
     middle = "Host a\n  User b\n" + old + "Host c\n  User d\n"
-    assert mesh.merge_config(middle, block) == "Host a\n  User b\n" + block + "Host c\n  User d\n"
-    assert mesh.split_config(middle) == ("Host a\n  User b\n", old, "Host c\n  User d\n")
+    assert mesh_files.merge_config(middle, block) == "Host a\n  User b\n" + block + "Host c\n  User d\n"
+    assert mesh_files.split_config(middle) == ("Host a\n  User b\n", old, "Host c\n  User d\n")
 
 
 def test_authorize_appends_once_and_keeps_other_keys(key):
-    assert mesh.authorize(None, key.public_line) == key.public_line + "\n"
+    assert mesh_files.authorize(None, key.public_line) == key.public_line + "\n"
     other = "ssh-rsa AAAAB3other admin@laptop"
-    assert mesh.authorize(other, key.public_line) == f"{other}\n{key.public_line}\n"
-    done = mesh.authorize(other + "\n", key.public_line)
-    assert mesh.authorize(done, key.public_line) == done
+    assert mesh_files.authorize(other, key.public_line) == f"{other}\n{key.public_line}\n"
+    done = mesh_files.authorize(other + "\n", key.public_line)
+    assert mesh_files.authorize(done, key.public_line) == done
     with_options = f'from="10.0.0.0/8" {key.public_line.replace(COMMENT, "renamed")}\n'
-    assert mesh.authorize(with_options, key.public_line) == with_options
+    assert mesh_files.authorize(with_options, key.public_line) == with_options
     commented = f"# {key.public_line}\n"
-    assert mesh.authorize(commented, key.public_line).count(key.blob) == 2
+    assert mesh_files.authorize(commented, key.public_line).count(key.blob) == 2
 
 
 def test_known_hosts_merge_keeps_others_drops_stale_never_duplicates():
-    want = mesh.known_host_lines(ALL, None)
+    want = mesh_files.known_host_lines(ALL, None)
     other = "github.com ssh-ed25519 AAAAgithub"
     hashed = "|1|abc=|def= ssh-ed25519 AAAAhashed"
     stale = "10.0.0.12,gpu-vm-02 ssh-ed25519 AAAAold"
     rsa = "10.0.0.12 ssh-rsa AAAArsa"  # another key type for the same host is not stale
-    text, present, dropped = mesh.merge_known_hosts("\n".join([other, hashed, stale, rsa, want[0]]) + "\n", want)
+    text, present, dropped = mesh_files.merge_known_hosts("\n".join([other, hashed, stale, rsa, want[0]]) + "\n", want)
     assert (present, dropped) == (1, 1)
     assert text.splitlines() == [other, hashed, rsa, want[0], want[1], want[2]]
-    assert mesh.merge_known_hosts(text, want) == (text, 3, 0)
+    assert mesh_files.merge_known_hosts(text, want) == (text, 3, 0)
 
 
 # -------------------------------------------------------------------------- remote parsing
@@ -261,22 +264,22 @@ noise from a login script
 
 
 def test_parse_mesh_files():
-    files = mesh.parse_mesh_files("gpuadmin", READ_OUTPUT.format(digest="ab" * 32))
+    files = ssh_dir.parse_mesh_files("gpuadmin", READ_OUTPUT.format(digest="ab" * 32))
     assert files.home == "/home/gpu admin"
     assert files.stats == {".": ("gpuadmin", 0o700), "authorized_keys": ("root", 0o644)}
     assert files.key_digest == "ab" * 32
     assert files.texts == {"authorized_keys": "ssh-rsa AAAA x\nno-newline"}
-    assert mesh.parse_mesh_files("u", "@@gpuvm home /h\n@@gpuvm digest \n").key_digest is None
+    assert ssh_dir.parse_mesh_files("u", "@@gpuvm home /h\n@@gpuvm digest \n").key_digest is None
 
 
 def test_parse_verify_and_error_table():
     out = "OK 10.0.0.12:22\nFAIL 10.0.0.13:22 gpuadmin@10.0.0.13: Permission denied (publickey).\n"
-    assert mesh.parse_verify("gpu-vm-01", list(ALL[1:]), out) == [
-        mesh.FailedPair("gpu-vm-01", "gpu-vm-03", "gpuadmin@10.0.0.13: Permission denied (publickey).")]
-    assert mesh.parse_verify("gpu-vm-01", list(ALL[1:]), "") == [
-        mesh.FailedPair("gpu-vm-01", p.name, "no answer from the check") for p in ALL[1:]]
-    error = mesh.mesh_error([mesh.FailedPair("gpu-vm-01", "gpu-vm-03", "Host key verification failed."),
-                             mesh.FailedPair("gpu-vm-02", "gpu-vm-03", "Permission denied (publickey).")], 6)
+    assert verify.parse_verify("gpu-vm-01", list(ALL[1:]), out) == [
+        verify.FailedPair("gpu-vm-01", "gpu-vm-03", "gpuadmin@10.0.0.13: Permission denied (publickey).")]
+    assert verify.parse_verify("gpu-vm-01", list(ALL[1:]), "") == [
+        verify.FailedPair("gpu-vm-01", p.name, "no answer from the check") for p in ALL[1:]]
+    error = verify.mesh_error([verify.FailedPair("gpu-vm-01", "gpu-vm-03", "Host key verification failed."),
+                             verify.FailedPair("gpu-vm-02", "gpu-vm-03", "Permission denied (publickey).")], 6)
     assert isinstance(error, RemoteCommandError)
     assert str(error).splitlines() == [
         "guest.ssh_mesh: 2 of 6 guest pair(s) cannot log in with the mesh key:",
@@ -377,7 +380,7 @@ def verify_answer(failing: dict[str, str]):
 def test_verify_one_command_per_guest_all_peers(tmp_path):
     denied = {"10.0.0.13": "Permission denied (publickey)."}
     cluster, fakes = make_cluster(tmp_path, responses={g: {VERIFY: verify_answer(denied)} for g in ADDRESSES})
-    pairs = mesh.verify_mesh(cluster)
+    pairs = verify.verify_mesh(cluster)
     assert [(p.origin, p.peer, p.reason) for p in pairs] == [
         ("gpu-vm-01", "gpu-vm-03", "Permission denied (publickey)."),
         ("gpu-vm-02", "gpu-vm-03", "Permission denied (publickey).")]
@@ -391,11 +394,11 @@ def test_verify_one_command_per_guest_all_peers(tmp_path):
 def test_verify_counts_a_guest_that_cannot_run_the_check(tmp_path):
     cluster, fakes = make_cluster(tmp_path, responses={g: {VERIFY: verify_answer({})} for g in ADDRESSES})
     fakes["gpu-vm-02"].responses.clear()  # every command exits 127
-    pairs = mesh.verify_mesh(cluster)
+    pairs = verify.verify_mesh(cluster)
     assert [(p.origin, p.peer) for p in pairs] == [("gpu-vm-02", "gpu-vm-01"), ("gpu-vm-02", "gpu-vm-03")]
     assert "could not run the check" in pairs[0].reason
     with pytest.raises(RemoteCommandError, match=r"2 of 6 guest pair\(s\)"):
-        mesh.check_mesh(cluster)
+        verify.check_mesh(cluster)
 
 
 def test_apply_all_writes_in_parallel_then_verifies_once_failures_by_target(tmp_path):

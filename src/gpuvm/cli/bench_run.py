@@ -1,4 +1,5 @@
-"""`gpuvm bench run`: a thin command over gpuvm.bench.run (plan, prepare, run, write results)."""
+"""`gpuvm bench run`: a thin command over gpuvm.bench.campaign (plan) and gpuvm.bench.runner
+(prepare, run, write results)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def run_command(
         "--state-dir", help="State directory: known_hosts (default $GPUVM_STATE_DIR or .gpuvm)")] = None,
 ) -> None:
     """Run the runbook's benchmarks: every point, warm-ups, repeats; logs and results.json under --out."""
-    from gpuvm.bench.run import CampaignRunner, describe, executors_for, plan_campaign, results_directory
+    from gpuvm.bench.campaign import describe, plan_campaign
+    from gpuvm.bench.recording import results_directory
+    from gpuvm.bench.runner import CampaignRunner, executors_for
     from gpuvm.journal import state_dir as make_state_dir
 
     book = load(runbook)

@@ -149,7 +149,7 @@ def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, st
             print_plan(out, the_plan)
             raise DriftError(f"drift: {len(the_plan.changes)} change(s) needed to match {runbook}")
         if cluster is not None and book.guests and book.guests.ssh_mesh and book.guests.ssh_mesh.enabled:
-            from gpuvm.steps.guest_ssh_mesh import check_mesh
+            from gpuvm.mesh.verify import check_mesh
 
             check_mesh(cluster)  # every ordered pair of guests logs in with the mesh key
             out.print(f"SSH mesh: all {len(cluster.of_role('guest'))} guests reach each other.")

@@ -1,0 +1,203 @@
+"""The plan of a benchmark campaign (pure: reads only the runbook).
+
+`plan_campaign` expands the `benchmarks` runs into the points to measure: a scaling run gives one
+point per node count (one job over the first N guests), a concurrent run one point per group (one
+job per VM, all at once). Each job carries its rendered command line and hostfile; `uploads` lists
+the files to copy first, `describe` is the `--dry-run` text.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuvm.bench.commands import (
+    WORKLOAD,
+    Shell,
+    container_name,
+    docker_command,
+    launch_script,
+    launcher_command,
+    program_context,
+    render_user_command,
+    render_words,
+    uses_workload,
+)
+from gpuvm.bench.spec import BenchmarkRun, BenchmarkSpec, check_benchmarks, gpus_per_vm, guests_in_order, upload_source
+from gpuvm.errors import InputError
+from gpuvm.runbook.model import Runbook
+from gpuvm.secrets import redact
+
+LOCAL = "local"  # the executor name of this machine (--local)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One mpirun (or docker run) started on `launcher`; for concurrent points, one per VM."""
+
+    launcher: str  # guest VM name, or LOCAL
+    hosts: tuple[tuple[str, int], ...]  # hostfile lines: address, slots
+    hostfile: str  # path relative to the workdir
+    np: int
+    batch_size: int  # per GPU
+    command: Shell
+    vm: str | None = None  # concurrent: the VM this job's figure belongs to
+    container: str | None = None  # docker container name, when containerised
+
+
+@dataclass(frozen=True)
+class PlannedPoint:
+    run: BenchmarkRun
+    index: int  # the run's position in benchmarks.runs
+    label: str  # directory name: nodes-2, group-1-vm1+vm2
+    nodes: int
+    gpus_per_node: int
+    vms: int
+    jobs: tuple[Job, ...]
+    guests: tuple[str, ...]  # every guest taking part (uploads go to each)
+
+    @property
+    def concurrent(self) -> bool:
+        return self.run.scenario == "concurrent"
+
+
+@dataclass(frozen=True)
+class Upload:
+    target: str  # guest VM name or LOCAL
+    source: Path
+    destination: str  # absolute, or relative to the workdir
+    mode: int
+
+
+def select_runs(spec: BenchmarkSpec, only: Sequence[str] = ()) -> list[tuple[int, BenchmarkRun]]:
+    names = [r.name for r in spec.runs]
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise InputError(f"--only {', '.join(unknown)}: no such benchmark (the runbook has: {', '.join(names)})")
+    return [(i, r) for i, r in enumerate(spec.runs) if not only or r.name in only]
+
+
+def plan_campaign(runbook: Runbook, *, local: bool = False, only: Sequence[str] = (),
+                  local_root: bool | None = None) -> list[PlannedPoint]:
+    """Every point to measure, with its rendered commands. Pure: reads only the runbook."""
+    spec = check_benchmarks(runbook, local=local)
+    if local_root is None:
+        local_root = os.geteuid() == 0
+    points: list[PlannedPoint] = []
+    for index, run in select_runs(spec, only):
+        if run.scenario == "scaling":
+            points.extend(_scaling_points(runbook, spec, index, run, local, local_root))
+        else:
+            points.extend(_concurrent_points(runbook, spec, index, run))
+    return points
+
+
+def taking_part(points: Sequence[PlannedPoint]) -> set[str]:
+    """Every guest the points use: participants and launchers."""
+    return {g for p in points for g in p.guests} | {j.launcher for p in points for j in p.jobs}
+
+
+def _scaling_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, local: bool,
+                    local_root: bool) -> list[PlannedPoint]:
+    ordered = [] if local else guests_in_order(runbook, spec.launcher)
+    points = []
+    for nodes in run.node_counts:
+        label = f"nodes-{nodes}"
+        if local:
+            per_vm = run.gpus_per_vm or 1
+            hosts: tuple[tuple[str, int], ...] = (("localhost", nodes * per_vm),)
+            launcher, root, guests = LOCAL, local_root, ()
+        else:
+            chosen = ordered[:nodes]
+            per_vm = gpus_per_vm(run, chosen, runbook, ("benchmarks", "runs", index))
+            hosts = tuple((g.ssh.address, per_vm) for g in chosen)
+            launcher, root, guests = chosen[0].vm, chosen[0].ssh.user == "root", tuple(g.vm for g in chosen)
+        job = _job(runbook, spec, index, run, label, launcher, hosts, nodes, per_vm, root, local)
+        points.append(PlannedPoint(run, index, label, nodes, per_vm, nodes, (job,), guests))
+    return points
+
+
+def _concurrent_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun) -> list[PlannedPoint]:
+    guests = {g.vm: g for g in runbook.guests.hosts} if runbook.guests else {}
+    vm_hosts = {vm.name: vm.host for vm in runbook.vms}
+    points, keys = [], {}
+    for j, group in enumerate(run.groups or [], 1):
+        members = [guests[name] for name in group]
+        per_vm = gpus_per_vm(run, members, runbook, ("benchmarks", "runs", index))
+        nodes = len({vm_hosts.get(g.vm, g.vm) for g in members})
+        total = per_vm * len(members)
+        if total % nodes:
+            raise runbook.error(("benchmarks", "runs", index, "groups", j - 1),
+                                f"{total} GPUs do not spread evenly over {nodes} ESXi hosts")
+        key = (nodes, total // nodes, len(members))
+        if key in keys:
+            raise runbook.error(("benchmarks", "runs", index, "groups", j - 1),
+                                f"same configuration as group {keys[key]} ({len(members)} VM(s) × {per_vm} GPU(s) "
+                                f"on {nodes} host(s)); results could not tell them apart")
+        keys[key] = j
+        label = f"group-{j}-" + "+".join(group)
+        jobs = tuple(
+            _job(runbook, spec, index, run, label, g.vm, (("localhost", per_vm),), 1, per_vm,
+                 g.ssh.user == "root", False, vm=g.vm)
+            for g in members
+        )
+        points.append(PlannedPoint(run, index, label, nodes, total // nodes, len(members), jobs, tuple(group)))
+    return points
+
+
+def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, label: str, launcher: str,
+         hosts: tuple[tuple[str, int], ...], nodes: int, per_vm: int, root: bool, local: bool,
+         vm: str | None = None) -> Job:
+    np = sum(slots for _, slots in hosts)
+    batch = run.per_gpu_batch(np if run.scenario == "scaling" else per_vm)
+    hostfile = f"hostfile-{run.name}-{label}"
+    container = spec.container and not local
+    context = program_context(run, np=np, nodes=nodes, per_vm=per_vm, batch=batch, hostfile=hostfile,
+                              local=local)
+    if run.command is not None:
+        program = render_user_command(runbook, index, run.command, context)
+    else:
+        program = render_words(f"{run.kind}.j2", **context)
+    image = runbook.guests.image if runbook.guests else None
+    rsh_port = None
+    if container and runbook.guests is not None:
+        mesh = runbook.guests.ssh_mesh
+        rsh_port = (mesh.container_port if mesh else None) or (image.sshd_port if image else None)
+    command = launcher_command(run, np=np, hosts=hosts, hostfile=hostfile, allow_run_as_root=root or container,
+                               rsh_port=rsh_port, program=program)
+    name = None
+    if container and image is not None:
+        name = container_name(run.name, label)
+        command = docker_command(name, image, spec.docker_args, inner=command)
+    return Job(launcher, hosts, hostfile, np, batch, command, vm=vm, container=name)
+
+
+def uploads(runbook: Runbook, points: Sequence[PlannedPoint], local: bool) -> list[Upload]:
+    """Files to copy before the campaign: each run's `upload` (and the bundled workload if its
+    command uses `{{ workload }}` on guests) to every guest the run uses, once each."""
+    seen: dict[tuple[str, str], Upload] = {}
+    for point in points:
+        targets = (LOCAL,) if local else point.guests
+        files = [(upload_source(runbook, src), dst) for src, dst in point.run.upload.items()]
+        if not local and uses_workload(point.run.command):
+            files.append((WORKLOAD, WORKLOAD.name))
+        for source, destination in files:
+            mode = 0o755 if os.access(source, os.X_OK) else 0o644
+            for target in targets:
+                seen.setdefault((target, destination), Upload(target, source, destination, mode))
+    return list(seen.values())
+
+
+def describe(points: Sequence[PlannedPoint], workdir: str) -> list[str]:
+    """The dry-run text: every point's launcher, hostfile and command line."""
+    lines = []
+    for point in points:
+        lines.append(f"{point.run.name} {point.label}: {point.run.repeats} repeat(s)"
+                     + (f" after {point.run.warmup} warm-up(s)" if point.run.warmup else ""))
+        for job in point.jobs:
+            hosts = ", ".join(f"{a} slots={s}" for a, s in job.hosts)
+            lines.append(f"  on {job.launcher} (hostfile {job.hostfile}: {hosts})")
+            lines.append(f"    {redact(launch_script(workdir, job.command))}")
+    return lines

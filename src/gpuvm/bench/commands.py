@@ -1,0 +1,179 @@
+"""The shell text of a benchmark job: program, mpirun/horovodrun and docker lines rendered from
+`templates/bench/*.j2` (every value shell-quoted), the hostfile, and the scripts that start and
+stop a job on its launcher.
+
+Each job is started as `cd WORKDIR && echo $$ > PIDFILE && exec mpirun ... 2>&1`: the shell is
+its session's process-group leader (sshd and LocalExecutor both start commands in a new session)
+and `exec` keeps its pid, so `kill -- -PID` on the guest reaches mpirun and its local ranks, and
+mpirun tears the remote ranks down. That is how a timeout (for root logins, where sshd ignores
+the session signal) and Ctrl-C stop the job.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import threading
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from gpuvm.bench.spec import DEFAULT_MODELS, DEFAULT_PROGRAMS, BenchmarkRun
+from gpuvm.runbook.model import Runbook
+
+WORKLOAD = Path(__file__).resolve().parent / "workloads" / "mpi_synthetic.py"
+PIDFILE = "gpuvm-run.pid"  # per job: gpuvm-run-<token>.pid
+DEFAULT_ENV = {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "^lo,docker0"}
+
+
+class Shell(str):
+    """Shell text that goes into a template as is (everything else is quoted)."""
+
+
+def _quote(value: Any) -> str:
+    """Every `{{ value }}` in a bench template: shell-quoted; lists become quoted words."""
+    if isinstance(value, Shell):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, list | tuple):
+        return " ".join(shlex.quote(str(v)) for v in value)
+    return shlex.quote(str(value))
+
+
+_env_lock = threading.Lock()
+_envs: dict[bool, Any] = {}
+
+
+def _environment(shell: bool = True):
+    import jinja2
+
+    from gpuvm.bench.report import templates_dir
+
+    with _env_lock:
+        if shell not in _envs:
+            _envs[shell] = jinja2.Environment(
+                loader=jinja2.FileSystemLoader(templates_dir() / "bench"),
+                undefined=jinja2.StrictUndefined,
+                trim_blocks=not shell,  # shell templates: one word group per line, blank lines dropped
+                lstrip_blocks=True,
+                keep_trailing_newline=False,
+                autoescape=False,
+                finalize=_quote if shell else None,
+            )
+        return _envs[shell]
+
+
+def render_words(template: str, **context: Any) -> Shell:
+    """Render a bench template; its non-empty lines are joined into one command line."""
+    text = _environment().get_template(template).render(**context)
+    return Shell(" ".join(line.strip() for line in text.splitlines() if line.strip()))
+
+
+def render_hostfile(hosts: Sequence[tuple[str, int]]) -> str:
+    return _environment(shell=False).get_template("hostfile.j2").render(hosts=hosts).rstrip("\n") + "\n"
+
+
+def render_user_command(runbook: Runbook, index: int, command: str, context: dict[str, Any]) -> Shell:
+    """The run's `command` with its jinja2 variables filled in (quoted); errors name the field."""
+    import jinja2
+
+    try:
+        template = _environment().from_string(command)
+        return Shell(template.render(**context).strip())
+    except jinja2.TemplateError as e:
+        known = ", ".join(sorted(k for k in context if not k.startswith("_")))
+        raise runbook.error(("benchmarks", "runs", index, "command"),
+                            f"cannot render: {e.message or e} (variables: {known})") from None
+
+
+def uses_workload(command: str | None) -> bool:
+    """Whether a command template refers to `workload` (then the bundled workload is uploaded)."""
+    if command is None:
+        return False
+    import jinja2.meta
+
+    try:
+        return "workload" in jinja2.meta.find_undeclared_variables(_environment().parse(command))
+    except Exception:  # a syntax error is reported when the command is rendered
+        return False
+
+
+def program_context(run: BenchmarkRun, *, np: int, nodes: int, per_vm: int, batch: int, hostfile: str,
+                    local: bool) -> dict[str, Any]:
+    """The variables of a program template (`<kind>.j2`) or of the run's own `command`."""
+    program = run.program or DEFAULT_PROGRAMS.get(run.variant, "")
+    return {
+        "name": run.name,
+        "kind": run.kind,
+        "framework": run.framework or ("tensorflow" if run.kind == "horovod_synthetic" else None),
+        "model": run.model or DEFAULT_MODELS.get(run.variant, ""),
+        "batch_size": batch,  # per GPU
+        "global_batch_size": batch * np,
+        "precision": run.precision,
+        "fp16": run.precision == "fp16",
+        "data": run.data,
+        "steps": run.steps,
+        "args": list(run.args),
+        "python": run.python,
+        "program": program,
+        "np": np,
+        "nodes": nodes,
+        "gpus_per_vm": per_vm,
+        "hostfile": hostfile,
+        "workdir": Shell('"$PWD"'),  # the job runs in its workdir: expanded on the launcher
+        "workload": str(WORKLOAD) if local else WORKLOAD.name,
+    }
+
+
+def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, int]], hostfile: str,
+                     allow_run_as_root: bool, rsh_port: int | None, program: Shell) -> Shell:
+    """The program under the run's launcher: `horovodrun -H ...` or `mpirun --hostfile ...`."""
+    if run.launch == "horovodrun":
+        return render_words("horovodrun.j2", np=np, hosts=[f"{a}:{n}" for a, n in hosts],
+                            env={**DEFAULT_ENV, **run.env}, rsh_port=rsh_port, program=program)
+    return render_words(
+        "mpirun.j2",
+        allow_run_as_root=allow_run_as_root,
+        np=np,
+        hostfile=hostfile,
+        env={**DEFAULT_ENV, **run.env},
+        mpirun_args=list(run.mpirun_args),
+        rsh_port=rsh_port,
+        program=program,
+    )
+
+
+def container_name(run_name: str, label: str) -> str:
+    """The docker container of one point's job (a valid container name, at most 120 characters)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"gpuvm-{run_name}-{label}")[:120]
+
+
+def docker_command(name: str, image: Any, docker_args: Sequence[str], inner: Shell) -> Shell:
+    """`inner` run in the image guest.docker tagged, with that step's run options."""
+    from gpuvm.steps.guest_docker import container_run_args, image_ref
+
+    return render_words("docker.j2", container_name=name, run_args=container_run_args(image),
+                        docker_args=list(docker_args), image=image_ref(image), inner=inner)
+
+
+def launch_script(workdir: str, command: str, pidfile: str = PIDFILE) -> str:
+    """The job as run on its launcher: a process-group leader that records its pid, then mpirun.
+
+    Older pid files go first, so a stop never reads the pid of a job that ended long ago."""
+    return (f"cd {shlex.quote(workdir)} && rm -f gpuvm-run*.pid && echo $$ > {shlex.quote(pidfile)} "
+            f"&& exec {command} 2>&1")
+
+
+def stop_script(workdir: str, container: str | None = None, pidfile: str = PIDFILE) -> str:
+    """Stop the job started by `launch_script` in `workdir`: TERM its process group, then KILL."""
+    pidfile = shlex.quote(str(PurePosixPath(workdir) / pidfile))
+    script = (
+        f'pid=$(cat {pidfile} 2>/dev/null) && [ -n "$pid" ] && {{ '
+        f"env kill -TERM -- -$pid 2>/dev/null; i=0; "
+        f"while env kill -0 -- -$pid 2>/dev/null && [ $i -lt 10 ]; do sleep 0.5; i=$((i+1)); done; "
+        f"env kill -KILL -- -$pid 2>/dev/null; }}; rm -f {pidfile}"
+    )
+    if container:
+        script += f"; docker rm -f {shlex.quote(container)} >/dev/null 2>&1"
+    return script + "; true"

@@ -1,0 +1,256 @@
+"""Running a planned campaign (`gpuvm bench run`), after `campaign.plan_campaign`:
+
+* `prepare`: create the workdir on every guest taking part, upload files, write hostfiles.
+* `run`: every point's warm-up runs and repeats, one after the other, output streamed to
+  `logs/<bench>/<point>/repeat-<k>.log` and parsed by the kind's parser. A failed run (non-zero
+  exit, timeout, no figure) is recorded with its error and the campaign goes on. Ctrl-C stops
+  the running job (see `commands.stop_script`) and still writes what was measured.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+
+from gpuvm.bench.campaign import LOCAL, Job, PlannedPoint, taking_part, uploads
+from gpuvm.bench.commands import launch_script, render_hostfile, stop_script
+from gpuvm.bench.parsers import parse_output
+from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
+from gpuvm.bench.results import save_results
+from gpuvm.bench.software import software_versions
+from gpuvm.bench.spec import BenchmarkRun, BenchmarkSpec
+from gpuvm.errors import GpuvmError
+from gpuvm.executors.base import Executor
+from gpuvm.runbook.model import Runbook
+from gpuvm.secrets import redact
+
+STOP_GRACE = 60  # seconds past a run's timeout before the executor gives up on it
+
+
+class Observer(Protocol):
+    """What the campaign reports as it goes (the CLI draws a progress display from it)."""
+
+    def started(self, index: int, total: int, bench: str, point: str, label: str) -> None: ...
+
+    def finished(self, index: int, total: int, bench: str, point: str, label: str,
+                 value: float | None, unit: str, error: str | None) -> None: ...
+
+
+class _Silent:
+    def started(self, *args: Any) -> None:
+        pass
+
+    def finished(self, *args: Any) -> None:
+        pass
+
+
+def executors_for(runbook: Runbook, points: Sequence[PlannedPoint], local: bool, state_dir: Path,
+                  accept_new_host_keys: bool = False) -> dict[str, Executor]:
+    """LocalExecutor for --local, else an SSH executor per guest taking part (lazy connections)."""
+    if local:
+        from gpuvm.executors.local import LocalExecutor
+
+        return {LOCAL: LocalExecutor(f"{LOCAL} ({getpass.getuser()}@{socket.gethostname()})")}
+    from gpuvm.remote import RemoteOptions, ssh_executor
+
+    wanted = taking_part(points)
+    executors: dict[str, Executor] = {}
+    options = RemoteOptions(accept_new_host_keys=accept_new_host_keys)
+    for i, guest in enumerate(runbook.guests.hosts if runbook.guests else []):
+        if guest.vm in wanted:
+            executors[guest.vm] = ssh_executor(runbook, state_dir, options, guest.vm, guest.ssh,
+                                               ("guests", "hosts", i, "ssh"))
+    return executors
+
+
+class CampaignRunner:
+    """Runs planned points with one executor per launcher (guest VM name, or LOCAL)."""
+
+    def __init__(self, runbook: Runbook, points: Sequence[PlannedPoint], executors: Mapping[str, Executor],
+                 directory: Path, *, local: bool = False, observer: Observer | None = None):
+        self.runbook = runbook
+        self.spec: BenchmarkSpec = runbook.benchmarks  # type: ignore[assignment]
+        self.points = list(points)
+        self.executors = executors
+        self.directory = Path(directory)
+        self.local = local
+        self.observer = observer or _Silent()
+        self.workdir = str((self.directory / "work").resolve()) if local else self.spec.workdir
+        self.recorder = Recorder(runbook, self.points, local)
+
+    def _targets(self) -> list[str]:
+        return [LOCAL] if self.local else sorted(taking_part(self.points))
+
+    def prepare(self) -> None:
+        """Workdirs, uploads and hostfiles on every launcher and participant. Errors propagate:
+        nothing has been measured yet."""
+        for target in self._targets():
+            self.executors[target].run(["mkdir", "-p", self.workdir], timeout=60)
+        for upload in uploads(self.runbook, self.points, self.local):
+            path = str(PurePosixPath(self.workdir) / upload.destination)
+            executor = self.executors[upload.target]
+            executor.run(["mkdir", "-p", str(PurePosixPath(path).parent)], timeout=60)
+            executor.put(upload.source.read_bytes(), path, mode=upload.mode)
+        for point in self.points:
+            for job in point.jobs:
+                self.executors[job.launcher].put(render_hostfile(job.hosts).encode(),
+                                                 str(PurePosixPath(self.workdir) / job.hostfile))
+
+    def software(self) -> dict[str, dict[str, str]]:
+        """Versions every guest taking part reports (best effort: a missing tool is left out)."""
+        containerised = self.spec.container and self.runbook.guests and not self.local
+        image = self.runbook.guests.image if containerised else None
+        return software_versions(self.executors, self._targets(), image)
+
+    def run(self, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Campaign:
+        """Every point, warm-ups then repeats; results written at the end, even after Ctrl-C."""
+        started = now()
+        campaign = Campaign(self.directory)
+        schedule = [(p, k, warm) for p in self.points
+                    for warm, count in ((True, p.run.warmup), (False, p.run.repeats)) for k in range(1, count + 1)]
+        campaign.runs_total = sum(1 for _, _, warm in schedule if not warm)
+        software: dict[str, dict[str, str]] = {}
+        try:
+            software = self.software()
+            for index, (point, k, warm) in enumerate(schedule, 1):
+                label = f"warm-up {k}" if warm else f"repeat {k}"
+                self.observer.started(index, len(schedule), point.run.name, point.label, label)
+                outcome, log = self._run_point(point, f"warmup-{k}" if warm else f"repeat-{k}")
+                self.observer.finished(index, len(schedule), point.run.name, point.label, label,
+                                       outcome.value, outcome.unit, outcome.error)
+                if warm:
+                    continue
+                campaign.runs_done += 1
+                self.recorder.record(point, outcome, log)
+                if outcome.error is not None:
+                    campaign.failures.append(Failure(point.run.name, point.label, k, log, outcome.error))
+        except KeyboardInterrupt:
+            campaign.interrupted = True
+        finally:
+            note = None
+            if campaign.interrupted:
+                note = f"interrupted: {campaign.runs_done} of {campaign.runs_total} run(s) done"
+            results = self.recorder.results(started, now(), software, note)
+            campaign.results_file = save_results(self.directory, results)
+        return campaign
+
+    def _run_point(self, point: PlannedPoint, stem: str) -> tuple[Outcome, str]:
+        base = self.directory / "logs" / point.run.name / point.label
+        base.mkdir(parents=True, exist_ok=True)
+        if not point.concurrent:
+            job = point.jobs[0]
+            (base / "command.sh").write_text(redact(launch_script(self.workdir, job.command)) + "\n")
+            log = base / f"{stem}.log"
+            return self._run_job(point, job, log, _pidfile()), self._relative(log)
+        (base / stem).mkdir(exist_ok=True)
+        for job in point.jobs:
+            (base / f"command-{job.vm}.sh").write_text(redact(launch_script(self.workdir, job.command)) + "\n")
+        pool = ThreadPoolExecutor(max_workers=len(point.jobs), thread_name_prefix="gpuvm-bench")
+        pidfiles = {job.vm: _pidfile() for job in point.jobs}
+        futures = {job.vm: pool.submit(self._run_job, point, job, base / stem / f"{job.vm}.log", pidfiles[job.vm])
+                   for job in point.jobs}
+        try:
+            outcomes = {vm: future.result() for vm, future in futures.items()}
+        except KeyboardInterrupt:
+            for job in point.jobs:
+                self._stop(job, pidfiles[job.vm])
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        errors = [f"{vm}: {o.error}" for vm, o in outcomes.items() if o.error is not None]
+        first = next(iter(outcomes.values()))
+        if errors:
+            return Outcome(None, "; ".join(errors), first.unit, first.higher_is_better), self._relative(base / stem)
+        per_vm = {vm: o.value for vm, o in outcomes.items() if o.value is not None}
+        return (Outcome(sum(per_vm.values()), None, first.unit, first.higher_is_better, per_vm),
+                self._relative(base / stem) + "/")
+
+    def _run_job(self, point: PlannedPoint, job: Job, log: Path, pidfile: str) -> Outcome:
+        run = point.run
+        executor = self.executors[job.launcher]
+        script = launch_script(self.workdir, job.command, pidfile)
+        error = None
+        # Our own timeout: TERM lets mpirun take its ranks down (Open MPI puts each local rank in
+        # its own process group, so the executor's SIGKILL of mpirun's group would orphan them);
+        # the executor's timeout, a minute later, is only the backstop.
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            self._stop(job, pidfile)
+
+        watchdog = threading.Timer(run.timeout, expire)
+        watchdog.daemon = True
+        with open(log, "wb") as sink:
+            watchdog.start()
+            try:
+                result = executor.run_script(script, timeout=run.timeout + STOP_GRACE, check=False, stdout_to=sink)
+                if expired.is_set():
+                    error = f"timed out after {run.timeout:g}s; the job was stopped"
+                elif result.exit_code != 0:
+                    error = f"exited {result.exit_code}"
+            except KeyboardInterrupt:
+                watchdog.cancel()
+                self._stop(job, pidfile)
+                raise
+            except GpuvmError as e:  # the backstop timeout, or the connection dropped
+                error = str(e)
+                self._stop(job, pidfile)
+            finally:
+                watchdog.cancel()
+        text = _redact_file(log)
+        if error is not None:
+            last = _last_line(text)
+            return self._failed(run, f"{error}" + (f": {last}" if last else ""))
+        options: dict[str, Any] = {}
+        if run.kind == "command":
+            options = {"pattern": run.pattern, "unit": run.unit, "higher_is_better": run.higher_is_better}
+        try:
+            figure = parse_output(run.kind, text, log=self._relative(log), **options)
+        except GpuvmError as e:
+            return self._failed(run, str(e))
+        self.recorder.remember_unit(run, figure.unit, figure.higher_is_better)
+        return Outcome(figure.value, None, figure.unit, figure.higher_is_better)
+
+    def _failed(self, run: BenchmarkRun, error: str) -> Outcome:
+        unit, better = self.recorder.unit(run)
+        return Outcome(None, redact(error), unit, better)
+
+    def _stop(self, job: Job, pidfile: str) -> None:
+        """Best effort: end the job's processes on its launcher (it may be unreachable)."""
+        try:
+            self.executors[job.launcher].run_script(stop_script(self.workdir, job.container, pidfile),
+                                                    timeout=30, check=False)
+        except (GpuvmError, OSError):
+            pass
+
+    def _relative(self, path: Path) -> str:
+        try:
+            return str(Path(path).relative_to(self.directory))
+        except ValueError:
+            return str(path)
+
+
+def _pidfile() -> str:
+    return f"gpuvm-run-{uuid.uuid4().hex[:8]}.pid"
+
+
+def _redact_file(path: Path) -> str:
+    """The log's text, with every known secret masked in the file too."""
+    raw = path.read_bytes().decode(errors="replace")
+    clean = redact(raw)
+    if clean != raw:
+        path.write_text(clean, encoding="utf-8")
+    return clean
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""

@@ -1,0 +1,48 @@
+"""The software versions a campaign ran with, as each machine taking part reports them.
+
+Best effort: a tool that is missing or fails is left out; the first line of its answer is kept,
+secrets masked. Containerised campaigns also record the image's name and id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gpuvm.errors import GpuvmError
+from gpuvm.executors.base import Executor
+from gpuvm.secrets import redact
+
+PROBES: list[tuple[str, list[str]]] = [
+    ("mpirun", ["mpirun", "--version"]),
+    ("nvidia_driver", ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+    ("python", ["python3", "--version"]),
+]
+
+
+def software_versions(executors: Mapping[str, Executor], targets: Sequence[str],
+                      image: Any = None) -> dict[str, dict[str, str]]:
+    """Versions per target, probed on all targets at once; `image`: the training image, if any."""
+
+    def versions(target: str) -> dict[str, str]:
+        executor, found = executors[target], {}
+        probes = list(PROBES)
+        if image is not None:
+            from gpuvm.steps.guest_docker import image_ref
+
+            reference = image_ref(image)
+            probes.append(("image", ["docker", "image", "inspect", "--format", "{{.Id}}", reference]))
+            found["image_name"] = reference
+        for key, argv in probes:
+            try:
+                result = executor.run(argv, timeout=30, check=False)
+            except GpuvmError:
+                continue
+            text = (result.stdout.strip() or result.stderr.strip()).splitlines()
+            if result.exit_code == 0 and text:
+                found[key] = redact(text[0].strip())[:200]
+        return found
+
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-versions") as pool:
+        return dict(zip(targets, pool.map(versions, targets), strict=True))

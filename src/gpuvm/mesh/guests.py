@@ -1,0 +1,60 @@
+"""The guests in the mesh: which targets, the mesh user on each, their verified host keys.
+
+The mesh user is `guests.ssh_mesh.user`, default the guest's SSH user; when it is another user,
+the mesh's commands run with sudo. Host keys come from the connection gpuvm itself verified
+(`host_key_line()`), never from ssh-keyscan.
+"""
+
+from __future__ import annotations
+
+from gpuvm.errors import ConnectError, GpuvmError, RemoteCommandError
+from gpuvm.mesh import NAME
+from gpuvm.mesh.files import Peer
+from gpuvm.remote import Cluster, RemoteTarget
+from gpuvm.secrets import redact
+
+
+def mesh_guests(cluster: Cluster) -> dict[str, RemoteTarget]:
+    return {n: t for n, t in cluster.of_role("guest").items() if t.guest is not None}
+
+
+def mesh_user(target: RemoteTarget, cluster: Cluster) -> str:
+    mesh = cluster.runbook.guests.ssh_mesh  # type: ignore[union-attr]
+    return (mesh.user if mesh and mesh.user else None) or target.access.user
+
+
+def as_other_user(target: RemoteTarget, user: str) -> bool:
+    """Whether `user` is not the login user (its files are then read and written with sudo)."""
+    return user != target.access.user
+
+
+def container_port(cluster: Cluster) -> int | None:
+    mesh = cluster.runbook.guests.ssh_mesh  # type: ignore[union-attr]
+    return mesh.container_port if mesh else None
+
+
+def peer_host_keys(cluster: Cluster) -> tuple[tuple[Peer, ...], dict[str, Exception]]:
+    """Every guest's verified host key (from gpuvm's own connection), and the guests unreachable.
+
+    An unreachable guest fails its own observe; the others plan a mesh over the reachable ones.
+    """
+    peers, unreachable = [], {}
+    for name, target in mesh_guests(cluster).items():
+        line = getattr(target.executor, "host_key_line", None)
+        if line is None:
+            unreachable[name] = ConnectError(f"{name}: {NAME}: the executor cannot tell the host key")
+            continue
+        try:
+            _, key_type, key = line().split()[:3]
+        except GpuvmError as e:
+            unreachable[name] = e
+            continue
+        peers.append(Peer(name, target.access.address, target.access.port, key_type, key))
+    return tuple(peers), unreachable
+
+
+def script_error(target: RemoteTarget, what: str, result) -> RemoteCommandError:
+    """The error for a mesh script that failed on a guest: its last error line, not the script's text."""
+    lines = [line.strip() for line in (result.stderr or result.stdout).strip().splitlines() if line.strip()]
+    detail = lines[-1] if lines else "no output"
+    return RemoteCommandError(redact(f"{target.name}: {NAME}: {what} failed (exit {result.exit_code}): {detail}"))
