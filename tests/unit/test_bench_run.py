@@ -495,3 +495,23 @@ def test_compare_skips_failed_repeats_and_empty_points():
     assert b.reference_nodes == 2 and b.points[1].speedup == pytest.approx(1.9)
     nothing = Benchmark(name="n", kind="command", points=[Point(nodes=1, repeats=[Repeat(error="x")])])
     assert compare(Results(environment="vm", benchmarks=[nothing])).benchmarks[0].points == []
+
+
+def test_software_versions_of_a_containerised_campaign_name_the_image(tmp_path):
+    """The image built by guest.docker is probed by its recipe tag (a NameError once hid here)."""
+    import re as _re
+
+    from gpuvm.bench.software import software_versions
+    from gpuvm.executors.base import CommandResult
+    from gpuvm.executors.fake import FakeExecutor
+    from gpuvm.runbook.model import Image
+    from gpuvm.steps.guest_docker import image_ref
+
+    image = Image()
+    fake = FakeExecutor("g1", {
+        "mpirun --version": CommandResult("", 0, "mpirun (Open MPI) 4.1.4\n\nReport bugs", ""),
+        _re.compile(r"^docker image inspect"): CommandResult("", 0, "sha256:abc\n", ""),
+    })
+    found = software_versions({"g1": fake}, ["g1"], image)
+    assert found["g1"] == {"mpirun": "mpirun (Open MPI) 4.1.4", "image_name": image_ref(image), "image": "sha256:abc"}
+    assert f"docker image inspect --format '{{{{.Id}}}}' {image_ref(image)}" in fake.commands
