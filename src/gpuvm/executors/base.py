@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol, Sequence
+from typing import BinaryIO, Sequence
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.secrets import redact
@@ -26,40 +26,12 @@ class CommandResult:
         return self.exit_code == 0
 
 
-class Executor(Protocol):
-    name: str
+class Executor:
+    """The one interface: run a command (argv, quoted here) or a fixed script, put and get a file.
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        sudo: bool = False,
-        timeout: float = 60,
-        check: bool = True,
-        stdin: bytes | None = None,
-        stdout_to: BinaryIO | None = None,
-    ) -> CommandResult: ...
-
-    def run_script(
-        self,
-        script: str,
-        *,
-        sudo: bool = False,
-        timeout: float = 60,
-        check: bool = True,
-        stdin: bytes | None = None,
-        stdout_to: BinaryIO | None = None,
-    ) -> CommandResult: ...
-
-    def put(self, data: bytes, path: str, mode: int = 0o644, sudo: bool = False) -> None: ...
-
-    def get(self, path: str) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
-class ShellExecutor:
-    """The interface on top of one primitive, `_execute(command_line, ...)`: local and SSH share it."""
+    Implementations provide one primitive, `_execute(command_line, ...)`, which gets the final shell
+    text (with `sudo -n` in front when asked): SSH, local and the tests' fake.
+    """
 
     name: str
 

@@ -14,10 +14,11 @@ first, then regular expressions (`re.search`) in insertion order. A callable rec
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Mapping, Sequence, Union
+from typing import BinaryIO, Callable, Mapping, Union
 
-from gpuvm.executors.base import CommandResult, check_result, command_line, script_line
+from gpuvm.executors.base import CommandResult, Executor, check_result
 
 Response = Union[CommandResult, Callable[["FakeCall"], CommandResult]]
 
@@ -39,7 +40,7 @@ def ok(command: str, stdout: str = "") -> CommandResult:
     return CommandResult(command, 0, stdout, "")
 
 
-class FakeExecutor:
+class FakeExecutor(Executor):
     def __init__(self, name: str, responses: Mapping[Union[str, re.Pattern], Response] | None = None):
         self.name = name
         self.responses: dict[Union[str, re.Pattern], Response] = dict(responses or {})
@@ -52,29 +53,17 @@ class FakeExecutor:
         """Every command line run so far, sudo prefix included."""
         return [call.line for call in self.calls]
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        sudo: bool = False,
-        timeout: float = 60,
-        check: bool = True,
-        stdin: bytes | None = None,
-        stdout_to: BinaryIO | None = None,
+    def _execute(
+        self, command: str, timeout: float, check: bool, stdin: bytes | None, stdout_to: BinaryIO | None
     ) -> CommandResult:
-        return self._answer(command_line(argv), sudo, timeout, check, stdin, stdout_to)
-
-    def run_script(
-        self,
-        script: str,
-        *,
-        sudo: bool = False,
-        timeout: float = 60,
-        check: bool = True,
-        stdin: bytes | None = None,
-        stdout_to: BinaryIO | None = None,
-    ) -> CommandResult:
-        return self._answer(script_line(script), sudo, timeout, check, stdin, stdout_to)
+        # Record what the caller asked for: the command without `sudo -n` (a script without its
+        # `sh -c` wrapper), and whether it was to run as root.
+        sudo = command.startswith("sudo -n ")
+        if sudo:
+            command = command[len("sudo -n "):]
+            if command.startswith("sh -c "):
+                command = shlex.split(command)[2]
+        return self._answer(command, sudo, timeout, check, stdin, stdout_to)
 
     def put(self, data: bytes, path: str, mode: int = 0o644, sudo: bool = False) -> None:
         self.calls.append(FakeCall(f"put {path} mode {mode:o}", sudo, data, 0))

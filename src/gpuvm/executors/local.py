@@ -9,10 +9,10 @@ import threading
 from typing import BinaryIO
 
 from gpuvm.errors import RemoteCommandError
-from gpuvm.executors.base import CommandResult, ShellExecutor, check_result, timeout_message
+from gpuvm.executors.base import CommandResult, Executor, check_result, timeout_message
 
 
-class LocalExecutor(ShellExecutor):
+class LocalExecutor(Executor):
     """Runs each command line with `sh -c` in its own process group (killed whole on timeout)."""
 
     def __init__(self, name: str = "local"):

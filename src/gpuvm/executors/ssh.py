@@ -26,7 +26,7 @@ from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.message import Message
 
 from gpuvm.errors import ConnectError, RemoteCommandError
-from gpuvm.executors.base import CommandResult, ShellExecutor, check_result, timeout_message
+from gpuvm.executors.base import CommandResult, Executor, check_result, timeout_message
 from gpuvm.secrets import redact, remember
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         )
 
 
-class SshExecutor(ShellExecutor):
+class SshExecutor(Executor):
     """Commands on one host over SSH. Thread-safe: commands may run in parallel on one executor."""
 
     def __init__(
