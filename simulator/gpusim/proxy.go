@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"sync"
 
@@ -48,15 +49,39 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
+		proxied := false
 		if m := methodRe.FindSubmatch(body); m != nil && proxiedMethods[string(m[1])] {
 			if t := thisRe.FindSubmatch(body); t != nil && rt.ensureProxy(string(t[2]), string(t[4])) {
 				body = thisRe.ReplaceAll(body, []byte("${1}"+proxyPrefix+"${2}${3}${4}<"))
+				proxied = true
 			}
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
+		if proxied {
+			rt.serveUnproxied(w, r)
+			return
+		}
 	}
 	rt.next.ServeHTTP(w, r)
+}
+
+// serveUnproxied serves a proxied call and turns the proxy types back into the real ones in the
+// answer: a fault (NotAuthenticated, say) names the object it was called on.
+func (rt *router) serveUnproxied(w http.ResponseWriter, r *http.Request) {
+	rec := httptest.NewRecorder()
+	rt.next.ServeHTTP(rec, r)
+	body := rec.Body.Bytes()
+	for _, kind := range []string{"VirtualMachine", "HostSystem"} {
+		body = bytes.ReplaceAll(body, []byte(`"`+proxyPrefix+kind+`"`), []byte(`"`+kind+`"`))
+		body = bytes.ReplaceAll(body, []byte(`>`+proxyPrefix+kind+`<`), []byte(`>`+kind+`<`))
+	}
+	for key, values := range rec.Header() {
+		w.Header()[key] = values
+	}
+	w.Header().Del("Content-Length")
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(body)
 }
 
 // ensureProxy registers the proxy for a VM or host the first time it is needed.

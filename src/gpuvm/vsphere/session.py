@@ -7,6 +7,7 @@ from an environment variable and registered as a secret.
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import threading
@@ -19,6 +20,8 @@ from urllib.parse import urlsplit
 from gpuvm.errors import ConnectError, InputError
 from gpuvm.runbook.model import VCenter, env_flag
 from gpuvm.secrets import redact, remember, secret_from_env
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,18 +85,48 @@ class RequestCounter:
         return sum(self.calls.values())
 
 
-def _count_requests(stub: Any, counter: RequestCounter) -> None:
+def _instrument(stub: Any, counter: RequestCounter, relogin: Any) -> None:
+    """Count every round trip; when vCenter says the session is gone (NotAuthenticated: an expired
+    or terminated session), log in again once and repeat the call — it was refused, not done."""
+    from pyVmomi import vim
+
     invoke_method, invoke_accessor = stub.InvokeMethod, stub.InvokeAccessor
 
     def method(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
         counter.add(info.wsdlName)
-        return invoke_method(mo, info, args, *rest)
+        generation = relogin.generation
+        try:
+            return invoke_method(mo, info, args, *rest)
+        except vim.fault.NotAuthenticated:
+            if info.wsdlName in ("Login", "Logout"):
+                raise
+            relogin(generation)
+            counter.add(info.wsdlName)
+            return invoke_method(mo, info, args, *rest)
 
     def accessor(mo: Any, info: Any, *rest: Any) -> Any:
         counter.add(f"get {info.name}")
         return invoke_accessor(mo, info, *rest)
 
     stub.InvokeMethod, stub.InvokeAccessor = method, accessor
+
+
+class _Relogin:
+    """Logs in again, once for all the threads that found the session gone at the same time."""
+
+    def __init__(self, session: "Session"):
+        self.session = session
+        self.generation = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, seen: int) -> None:
+        with self._lock:
+            if self.generation != seen:
+                return  # another thread already logged in again
+            target = self.session.target
+            log.warning("%s: the vCenter session was lost; logging in again as %s", target.url, target.user)
+            self.session.content.sessionManager.Login(userName=target.user, password=target.password)
+            self.generation += 1
 
 
 class Session:
@@ -125,7 +158,7 @@ class Session:
             raise ConnectError(f"{self.target.url}: cannot connect: {redact(str(e))}") from None
         except Exception as e:  # pyvmomi wraps some transport errors in its own types
             raise ConnectError(f"{self.target.url}: cannot connect: {redact(str(e))}") from None
-        _count_requests(self.si._stub, self.counter)
+        _instrument(self.si._stub, self.counter, _Relogin(self))
         self._content = self.si.RetrieveContent()  # `si.content` would be a round trip per use
         return self
 
