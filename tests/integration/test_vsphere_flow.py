@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,20 @@ def test_untrusted_certificate_is_refused(sim, lab, monkeypatch):
     assert result.exit_code == 3 and "TLS certificate not trusted" in result.output
     insecure = gpuvm("plan", str(lab), "--insecure")
     assert insecure.exit_code == 0 and "TLS certificate verification is OFF" in insecure.output
+
+
+BAD = Path(__file__).parents[1] / "fixtures" / "bad_runbooks"
+
+
+@pytest.mark.parametrize("name", ["08-type-cpus-string", "32-combo-selector-two", "46-inv-too-many-gpus",
+                                  "54-inv-profile-not-offered", "58-inject-vm-name"])
+def test_bad_runbook_apply_touches_nothing(sim, name):
+    """`apply` of a broken runbook exits 2 with file:line: field, and the simulator is unchanged."""
+    before = raw_state(sim)
+    assert (BAD / f"{name}.yaml").is_file()
+    result = subprocess.run([sys.executable, "-m", "gpuvm.cli.main", "apply", str(BAD / f"{name}.yaml"), "--yes",
+                             "--allow-power-off", "--allow-host-reboot"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{name}.yaml:" in result.stderr and "Traceback" not in result.stderr
+    assert re.search((BAD / f"{name}.expect").read_text().strip(), result.stderr), result.stderr
+    assert raw_state(sim) == before
