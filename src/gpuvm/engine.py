@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuvm.errors import GpuvmError, InputError, TargetFailures
+from gpuvm.errors import ConnectError, GpuvmError, InputError, TargetFailures
 from gpuvm.executors.group import run_parallel
 from gpuvm.journal import Journal
 from gpuvm.plan import Change, Disruption, Note, Plan
@@ -69,6 +69,20 @@ def observe_remote(cluster: Cluster, role: str | None = None, parallel: int = 8)
     return _facts_of(run_parallel(targets, observe, parallel))
 
 
+def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[str, str]]:
+    """`observe_remote`, but a guest that does not answer SSH yet (its VM may be off, or booting) is
+    set aside — its steps are planned once its VM runs — instead of failing the run."""
+    try:
+        return observe_remote(cluster, parallel=parallel), {}
+    except TargetFailures as e:
+        down = {n: str(error) for n, error in e.failures.items()
+                if isinstance(error, ConnectError) and cluster.targets[n].role == "guest"}
+        others = {n: error for n, error in e.failures.items() if n not in down}
+        if others:
+            raise TargetFailures(others, results=e.results) from None
+        return _facts_of(e.results), down
+
+
 def _plan_remote(step: Any, cluster: Cluster, facts: Facts) -> list[Change]:
     changes: list[Change] = []
     for name, target in cluster.of_role(step.role).items():
@@ -78,9 +92,12 @@ def _plan_remote(step: Any, cluster: Cluster, facts: Facts) -> list[Change]:
 
 
 def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = None,
-              facts: Facts | None = None) -> tuple[Plan, Desired]:
+              facts: Facts | None = None, unreachable: dict[str, str] | None = None) -> tuple[Plan, Desired]:
     desired = resolve(runbook, inventory)
     plan = Plan(notes=list(desired.notes))
+    for guest, reason in (unreachable or {}).items():
+        plan.notes.append(Note(guest, "observe", f"not reachable over SSH yet ({reason}); its guest steps are "
+                                                 "planned when `apply` has its VM running", level="info"))
     remote_wanted = any(is_remote(s) for s in STEPS) and (runbook.guests or any(h.ssh for h in runbook.hosts))
     if cluster is None and remote_wanted:
         plan.notes.append(Note("-", "plan", "SSH steps (ESXi shell, guests) are not planned from a snapshot",
@@ -226,13 +243,17 @@ def apply_plan(plan: Plan, desired: Desired, ctx: ApplyContext, journal: Journal
 
 
 def _replan_guests(plan: Plan, ctx: ApplyContext, outcome: Outcome, parallel: int, progress: Progress | None) -> None:
-    """Guests are observed again once the VM steps changed something (they may just have booted)."""
+    """Guests are observed again once the VM steps changed something, or if some did not answer at
+    plan time: they may just have booted, so gpuvm first waits for their SSH to come up."""
     cluster = ctx.cluster
     vm_steps = {vm_hardware.NAME, vm_advanced.NAME, vm_power.NAME}
     if cluster is None or not cluster.of_role("guest"):
         return
-    if not any(c.step in vm_steps for changes in outcome.done.values() for c in changes):
+    rebooted = {t for t, changes in outcome.done.items() if any(c.step in vm_steps for c in changes)}
+    if not rebooted and not ctx.unreachable:
         return
+    booting = (set(ctx.unreachable) | rebooted) & set(cluster.of_role("guest"))
+    _wait_for_ssh(cluster, booting, ctx.options.guest_boot_timeout, progress)
     guest_steps = {s.name for s in STEPS if is_remote(s) and s.role == "guest"}
     plan.changes = [c for c in plan.changes if c.step not in guest_steps]
     try:
@@ -247,6 +268,28 @@ def _replan_guests(plan: Plan, ctx: ApplyContext, outcome: Outcome, parallel: in
     if progress:
         progress("guest.*", "all guests", f"observed again after VM changes: "
                                           f"{sum(1 for c in plan.changes if c.step in guest_steps)} change(s)")
+
+
+def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: Progress | None) -> None:
+    """Wait (up to `timeout` s) until the guests that did not answer accept SSH; the ones that still
+    do not are reported by the observation that follows."""
+    deadline = time.monotonic() + timeout
+    waiting = set(guests)
+    tries = 0
+    while waiting and time.monotonic() < deadline:
+        for name in sorted(waiting):
+            try:
+                cluster.targets[name].executor.run(["true"], timeout=30)
+            except GpuvmError:
+                continue
+            waiting.discard(name)
+            if progress and tries:
+                progress("guest.*", name, "answers over SSH now")
+        if waiting:
+            if progress and not tries:
+                progress("guest.*", ", ".join(sorted(waiting)), f"waiting up to {timeout:.0f} s for SSH")
+            tries += 1
+            time.sleep(5)
 
 
 def _facts_of(results: dict[str, dict[str, Any]]) -> Facts:

@@ -128,3 +128,35 @@ def test_disk_full_while_writing_results(tmp_path):
         assert "Traceback" not in result.stderr
     finally:
         subprocess.run(["umount", str(full)], check=True)
+
+
+def test_first_deployment_with_a_guest_not_up_yet(testbed, tmp_path):
+    """A guest that does not answer at plan time (its VM is off) is planned once its VM runs: apply
+    waits for its SSH, then configures it. `verify` calls an unreachable guest drift."""
+    import threading
+
+    runbook = lab_for_bed(testbed, tmp_path / "lab.yaml")
+    state = tmp_path / "state"
+    hook = f"{shlex.quote(sys.executable)} {REPO / 'testbed' / 'bed.py'} reboot \"$GPUSIM_HOST\" --root {testbed.root}"
+    testbed.stop_sshd("gpu-vm-04")  # esx-02-vm2's guest OS is not up
+    try:
+        with Simulator(hosts=2, vms_per_host=2, on_reboot=hook) as sim:
+            env = dict(os.environ, **env_for(sim), GPUVM_STATE_DIR=str(state))
+            planned = gpuvm(env, "plan", str(runbook))
+            assert planned.returncode == 0, planned.stdout + planned.stderr
+            assert "esx-02-vm2: not reachable over SSH yet" in planned.stdout
+            drift = gpuvm(env, "verify", str(runbook))
+            assert drift.returncode == 5 and "esx-02-vm2" in drift.stderr
+
+            boots = threading.Timer(8, testbed.start_sshd, args=("gpu-vm-04",))  # the VM boots meanwhile
+            boots.start()
+            applied = gpuvm(env, "apply", str(runbook), "--yes", "--allow-host-reboot")
+            boots.join()
+            assert applied.returncode == 0, applied.stdout + applied.stderr
+            assert "waiting up to 600 s for SSH" in applied.stderr
+            done = {(e["target"], e["step"]) for e in journal(state) if e["status"] == "done"}
+            assert ("esx-02-vm2", "guest.docker") in done and ("esx-02-vm2", "guest.ssh_mesh") in done
+            verify = gpuvm(env, "verify", str(runbook))
+            assert verify.returncode == 0, verify.stdout + verify.stderr
+    finally:
+        testbed.start_sshd("gpu-vm-04")

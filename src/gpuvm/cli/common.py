@@ -68,17 +68,18 @@ def observe(runbook: Any, insecure: bool, snapshot: Path | None = None) -> Any:
 
 @contextmanager
 def remote(runbook: Any, accept_new_host_keys: bool, state: Path | None = None, parallel: int = 8) -> Iterator[Any]:
-    """The SSH targets of the runbook and what they look like now: (cluster, facts), or (None, {})."""
-    from gpuvm.engine import observe_remote
+    """The SSH targets of the runbook and what they look like now: (cluster, facts, unreachable
+    guests), or (None, {}, {})."""
+    from gpuvm.engine import observe_reachable
     from gpuvm.journal import state_dir
     from gpuvm.remote import RemoteOptions, build_cluster
 
     if not runbook.guests and not any(h.ssh for h in runbook.hosts):
-        yield None, {}
+        yield None, {}, {}
         return
     cluster = build_cluster(runbook, state_dir(state), RemoteOptions(accept_new_host_keys=accept_new_host_keys))
     try:
-        yield cluster, observe_remote(cluster, parallel=parallel)
+        yield (cluster, *observe_reachable(cluster, parallel))
     finally:
         cluster.close()
 

@@ -72,8 +72,8 @@ def plan(runbook: Path = RUNBOOK,
         if snapshot is not None:
             the_plan, _ = make_plan(book, inventory)
         else:
-            with remote(book, accept_new_host_keys, state_dir) as (cluster, facts):
-                the_plan, _ = make_plan(book, inventory, cluster, facts)
+            with remote(book, accept_new_host_keys, state_dir) as (cluster, facts, down):
+                the_plan, _ = make_plan(book, inventory, cluster, facts, down)
     except GpuvmError as e:
         raise fail(str(e), 1 if detailed_exitcode else e.exit_code) from None
     if json_:
@@ -102,11 +102,12 @@ def apply(runbook: Path = RUNBOOK,
     from gpuvm.vsphere.inventory import read_inventory
 
     book = load(runbook)
-    with connect(book, insecure) as session, remote(book, accept_new_host_keys, state_dir, parallel) as (cluster, seen):
+    with connect(book, insecure) as session, \
+            remote(book, accept_new_host_keys, state_dir, parallel) as (cluster, seen, down):
         facts = read_inventory(session)
-        the_plan, desired = make_plan(book, facts, cluster, seen)
+        the_plan, desired = make_plan(book, facts, cluster, seen, down)
         print_plan(out, the_plan)
-        if the_plan.empty:
+        if the_plan.empty and not down:
             return
         check_allowed(the_plan, desired, allow_power_off, allow_host_reboot)
         if not yes:
@@ -122,7 +123,7 @@ def apply(runbook: Path = RUNBOOK,
             mark = "[red]✗[/]" if status.startswith("failed") else ("[green]✓[/]" if status.startswith("done") else "…")
             err.print(f"{mark} {step:<17} {target}: {status}", highlight=False)
 
-        context = ApplyContext(session, facts, options, cluster)
+        context = ApplyContext(session, facts, options, cluster, down)
         outcome = apply_plan(the_plan, desired, context, journal, parallel, progress)
     done = sum(len(c) for c in outcome.done.values())
     out.print(f"Applied {done} of {len(the_plan.changes)} change(s) in {outcome.seconds:.1f} s; "
@@ -143,7 +144,10 @@ def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, st
 
     book = load(runbook)
     inventory = observe(book, insecure)
-    with remote(book, accept_new_host_keys, state_dir) as (cluster, facts):
+    with remote(book, accept_new_host_keys, state_dir) as (cluster, facts, down):
+        if down:
+            raise DriftError("drift: guest(s) not reachable over SSH:\n  " +
+                             "\n  ".join(f"{name}: {reason}" for name, reason in down.items()))
         the_plan, _ = make_plan(book, inventory, cluster, facts)
         if not the_plan.empty:
             print_plan(out, the_plan)

@@ -21,6 +21,7 @@ class Options:
     allow_host_reboot: bool = False
     shutdown_timeout: float = 300.0
     task_timeout: float = 1800.0
+    guest_boot_timeout: float = 600.0  # after VMs power on, how long to wait for their SSH
 
 
 @dataclass
@@ -29,6 +30,7 @@ class ApplyContext:
     inventory: Inventory
     options: Options = field(default_factory=Options)
     cluster: Any = None  # gpuvm.remote.Cluster, when the runbook names SSH targets
+    unreachable: dict[str, str] = field(default_factory=dict)  # guests that did not answer at plan time
 
 
 class Step(Protocol):
