@@ -45,6 +45,7 @@ def test_guest_stops_answering_and_a_command_hangs_mid_apply(testbed, tmp_path):
     yaml = YAML()
     data = yaml.load(runbook.read_text())
     data["ssh"]["command_timeout"] = 8
+    data["ssh"]["boot_timeout"] = 10  # the stopped guest never comes back: do not wait long for it
     with runbook.open("w") as out:
         yaml.dump(data, out)
     state = tmp_path / "state"
@@ -135,6 +136,7 @@ def test_first_deployment_with_a_guest_not_up_yet(testbed, tmp_path):
     waits for its SSH, then configures it. `verify` calls an unreachable guest drift."""
     import threading
 
+    testbed.up()  # new test hosts: nothing configured on any guest yet
     runbook = lab_for_bed(testbed, tmp_path / "lab.yaml")
     state = tmp_path / "state"
     hook = f"{shlex.quote(sys.executable)} {REPO / 'testbed' / 'bed.py'} reboot \"$GPUSIM_HOST\" --root {testbed.root}"

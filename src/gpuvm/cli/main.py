@@ -117,7 +117,7 @@ def apply(runbook: Path = RUNBOOK,
                 raise fail("not applied", 1)
         journal = Journal(make_state_dir(state_dir))
         options = Options(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
-                          shutdown_timeout=shutdown_timeout)
+                          shutdown_timeout=shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout)
 
         def progress(step: str, target: str, status: str) -> None:
             mark = "[red]✗[/]" if status.startswith("failed") else ("[green]✓[/]" if status.startswith("done") else "…")

@@ -119,6 +119,7 @@ class SshSettings(Strict):
     known_hosts: Path | None = None  # trusted host keys besides ~/.ssh/known_hosts; new keys are recorded here
     connect_timeout: float = Field(default=10, gt=0)
     command_timeout: float = Field(default=600, gt=0)
+    boot_timeout: float = Field(default=600, gt=0)  # how long apply waits for a guest's SSH after its VM starts
 
 
 class Host(Strict):
