@@ -9,6 +9,7 @@ import pytest
 from gpuvm.executors import SshExecutor
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
+from gpuvm import image as recipes
 from gpuvm.steps import guest_docker as step
 from gpuvm.steps.guest_docker import GuestDockerStep
 
@@ -80,7 +81,7 @@ def docker_state(testbed):
 
 
 def test_plan_build_ship_replan(testbed, cluster):
-    ref = step.image_ref(cluster.runbook.guests.image)
+    ref = recipes.image_ref(cluster.runbook.guests.image)
     assert re.fullmatch(r"gpuvm/horovod:[0-9a-f]{12}", ref)
     before = docker_state(testbed)
 
@@ -118,7 +119,7 @@ def test_plan_build_ship_replan(testbed, cluster):
 
 def test_one_guest_lost_its_image(testbed, cluster):
     assert GuestDockerStep.apply_all(cluster, observe_and_plan(cluster)) == {}
-    ref = step.image_ref(cluster.runbook.guests.image)
+    ref = recipes.image_ref(cluster.runbook.guests.image)
     state = testbed.state("gpu-vm-03")["docker"]
     testbed.set_state("gpu-vm-03", "docker", {**state, "images": {}})
     planned = observe_and_plan(cluster)

@@ -159,7 +159,7 @@ def test_container_runs_wrap_mpirun_in_docker(tmp_path):
                    + one_run(kind="nccl_allreduce", nodes=[2]))
     [point] = plan_campaign(runbook)
     line = point.jobs[0].command
-    from gpuvm.steps.guest_docker import image_ref
+    from gpuvm.image import image_ref
 
     # the image guest.docker built (its name:recipe tag), run with the options that step defines
     assert line.startswith(
@@ -505,7 +505,7 @@ def test_software_versions_of_a_containerised_campaign_name_the_image(tmp_path):
     from gpuvm.executors.base import CommandResult
     from gpuvm.executors.fake import FakeExecutor
     from gpuvm.runbook.model import Image
-    from gpuvm.steps.guest_docker import image_ref
+    from gpuvm.image import image_ref
 
     image = Image()
     fake = FakeExecutor("g1", {

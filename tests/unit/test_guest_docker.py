@@ -16,6 +16,7 @@ from gpuvm.executors.fake import FakeCall, FakeExecutor, ok
 from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.model import Image
+from gpuvm import image as recipes
 from gpuvm.steps import guest_docker as step
 from gpuvm.steps.guest_docker import DockerFact, GuestDockerStep
 
@@ -121,7 +122,7 @@ def observe_and_plan(cluster):
 
 def test_dockerfile_has_versions_port_and_label():
     image = Image(openmpi="4.1.5", horovod="0.28.1", sshd_port=2222, ofed="5.8-3.0.7.0")
-    r = step.recipe(image)
+    r = recipes.recipe(image)
     text = r.dockerfile
     assert text.startswith("# gpuvm training image") and "\nFROM nvcr.io/nvidia/tensorflow:22.01-tf2-py3\n" in text
     assert "MLNX_OFED-${MOFED_VERSION}/MLNX_OFED_LINUX-${MOFED_VERSION}-${MOFED_OS}-x86_64.tgz" in text
@@ -130,7 +131,7 @@ def test_dockerfile_has_versions_port_and_label():
     assert "open-mpi/v4.1/openmpi-4.1.5.tar.gz" in text and "horovod==0.28.1" in text
     assert "HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_WITH_MPI=1" in text and "HOROVOD_WITH_TENSORFLOW=1" in text
     assert '"Port 2222"' in text and "EXPOSE 2222" in text and "mkdir -p /var/run/sshd" in text
-    assert "PermitRootLogin prohibit-password" in text and f"-v /etc/ssh:{step.HOST_KEYS_DIR}:ro" in text
+    assert "PermitRootLogin prohibit-password" in text and f"-v /etc/ssh:{recipes.HOST_KEYS_DIR}:ro" in text
     assert text.rstrip().endswith(f"LABEL org.gpuvm.recipe={r.digest}")
     body = text[: text.index("LABEL org.gpuvm.recipe")]
     assert hashlib.sha256(body.encode()).hexdigest() == r.digest
@@ -143,20 +144,20 @@ def test_dockerfile_has_versions_port_and_label():
     (Image(), ["import tensorflow", "HOROVOD_WITHOUT_PYTORCH=1"], ["HOROVOD_WITH_PYTORCH=1", "libibverbs1"]),
 ])
 def test_dockerfile_variants(image, present, absent):
-    text = step.recipe(image).dockerfile
+    text = recipes.recipe(image).dockerfile
     assert all(p in text for p in present) and not any(a in text for a in absent)
     assert "{{" not in text and "{%" not in text
 
 
 def test_any_change_in_the_recipe_changes_the_tag():
-    refs = {step.image_ref(i) for i in (Image(), Image(horovod="0.24.0"), Image(sshd_port=2222), Image(ofed="inbox"))}
+    refs = {recipes.image_ref(i) for i in (Image(), Image(horovod="0.24.0"), Image(sshd_port=2222), Image(ofed="inbox"))}
     assert len(refs) == 4
-    assert step.image_ref(Image(registry="r.example:5000", builder="x")) == step.image_ref(Image())  # not the recipe
+    assert recipes.image_ref(Image(registry="r.example:5000", builder="x")) == recipes.image_ref(Image())  # not the recipe
 
 
 def test_template_with_an_unknown_value_is_an_input_error():
     with pytest.raises(InputError, match="guest.docker: Dockerfile template: 'no_such' is undefined"):
-        step.render_dockerfile(Image(), template="FROM {{ base }}\nRUN echo {{ no_such }}\n")
+        recipes.render_dockerfile(Image(), template="FROM {{ base }}\nRUN echo {{ no_such }}\n")
 
 
 # -- plan (pure) --------------------------------------------------------------------------------
@@ -180,7 +181,7 @@ def fact(image_id=None, builder_id=None, version="24.0.7", error=None, runtime=T
 def test_plan_image(tmp_path, image, target, f, expected):
     cluster = DockerWorld().cluster(runbook(tmp_path, image), tmp_path)
     changes = step.plan(cluster.targets[target], f, cluster)
-    ref = step.image_ref(cluster.runbook.guests.image)
+    ref = recipes.image_ref(cluster.runbook.guests.image)
     assert [(c.field, c.before, c.after, c.spec["how"]) for c in changes] == expected
     assert all(c.resource == f"image {ref}" and c.step == "guest.docker" and c.target == target for c in changes)
 
@@ -206,7 +207,7 @@ def test_observe_fresh_guests(tmp_path):
     world = DockerWorld()
     cluster = world.cluster(runbook(tmp_path), tmp_path)
     assert step.observe(cluster.targets["gpu-vm-02"], cluster) == fact(None, None)
-    world.images["gpu-vm-01"][step.image_ref(cluster.runbook.guests.image)] = A
+    world.images["gpu-vm-01"][recipes.image_ref(cluster.runbook.guests.image)] = A
     assert step.observe(cluster.targets["gpu-vm-02"], cluster) == fact(None, A)
     assert step.observe(cluster.targets["gpu-vm-01"], cluster) == fact(A, A)
     assert all(c.sudo for c in world.executors["gpu-vm-02"].calls)  # the guests' sudo setting
@@ -250,7 +251,7 @@ def test_apply_all_builds_once_and_ships_to_the_rest(tmp_path):
     saves = [c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker save")]
     assert len(saves) == 1
     build = next(c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker build"))
-    assert build.sudo and build.stdin == step.recipe(cluster.runbook.guests.image).dockerfile.encode()
+    assert build.sudo and build.stdin == recipes.recipe(cluster.runbook.guests.image).dockerfile.encode()
     assert build.timeout == 10800
     assert len({tuple(i.values()) for i in world.images.values()}) == 1
     assert observe_and_plan(cluster) == {g: [] for g in GUESTS}
@@ -273,9 +274,9 @@ def test_apply_all_sets_up_docker_and_the_toolkit_first(tmp_path):
 def test_copies_that_already_match_are_not_sent_again(tmp_path):
     world = DockerWorld()
     cluster = world.cluster(runbook(tmp_path), tmp_path)
-    ref = step.image_ref(cluster.runbook.guests.image)
+    ref = recipes.image_ref(cluster.runbook.guests.image)
     world.images["gpu-vm-02"][ref] = "sha256:" + hashlib.sha256(
-        step.recipe(cluster.runbook.guests.image).dockerfile.encode()).hexdigest()  # what the build will give
+        recipes.recipe(cluster.runbook.guests.image).dockerfile.encode()).hexdigest()  # what the build will give
     planned = observe_and_plan(cluster)
     assert [c.field for c in planned["gpu-vm-02"]] == ["id"]
     assert GuestDockerStep.apply_all(cluster, planned) == {}
@@ -318,7 +319,7 @@ def test_registry_pulls_everywhere_and_tags_locally(tmp_path):
     world = DockerWorld()
     cluster = world.cluster(runbook(tmp_path, "{registry: r.example:5000}"), tmp_path)
     assert GuestDockerStep.apply_all(cluster, observe_and_plan(cluster)) == {}
-    ref = step.image_ref(cluster.runbook.guests.image)
+    ref = recipes.image_ref(cluster.runbook.guests.image)
     for guest in GUESTS:
         assert f"sudo -n docker pull r.example:5000/{ref}" in world.executors[guest].commands
         assert world.images[guest][ref] == A

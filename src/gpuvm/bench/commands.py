@@ -151,7 +151,7 @@ def container_name(run_name: str, label: str) -> str:
 
 def docker_command(name: str, image: Any, docker_args: Sequence[str], inner: Shell) -> Shell:
     """`inner` run in the image guest.docker tagged, with that step's run options."""
-    from gpuvm.steps.guest_docker import container_run_args, image_ref
+    from gpuvm.image import container_run_args, image_ref
 
     return render_words("docker.j2", container_name=name, run_args=container_run_args(image),
                         docker_args=list(docker_args), image=image_ref(image), inner=inner)

@@ -29,7 +29,7 @@ def software_versions(executors: Mapping[str, Executor], targets: Sequence[str],
         executor, found = executors[target], {}
         probes = list(PROBES)
         if image is not None:
-            from gpuvm.steps.guest_docker import image_ref
+            from gpuvm.image import image_ref
 
             reference = image_ref(image)
             probes.append(("image", ["docker", "image", "inspect", "--format", "{{.Id}}", reference]))

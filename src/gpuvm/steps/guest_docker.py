@@ -9,12 +9,10 @@ Because the builder must go first, the engine applies this step through `apply_a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
@@ -22,19 +20,12 @@ from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailu
 from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Change
 from gpuvm.remote import Cluster, RemoteTarget, run
+from gpuvm.image import Recipe, image_ref, recipe
 from gpuvm.runbook.model import Image
 
 NAME = "guest.docker"
-HOST_KEYS_DIR = "/etc/ssh/vm"  # where containers see the VM's /etc/ssh (read-only): sshd's host keys
 STDIN_LIMIT = 256 << 20  # larger saved images go to the guest in chunks, then `docker load -i`
 CHUNK = 64 << 20
-
-
-@dataclass(frozen=True)
-class Recipe:
-    dockerfile: str  # the rendered text, label line included
-    digest: str  # sha256 of the text without the label line
-    ref: str  # name:tag, tag = digest[:12]
 
 
 @dataclass(frozen=True)
@@ -45,48 +36,6 @@ class DockerFact:
     toolkit_installed: bool  # nvidia-container-toolkit's package (only looked at without the runtime)
     image_id: str | None  # this guest's id of the recipe's name:tag
     builder_id: str | None  # the builder's id of it (this guest's own on the builder)
-
-
-# -- the recipe (pure) --------------------------------------------------------------------------
-
-def templates_dir() -> Path:
-    here = Path(__file__).resolve()
-    for candidate in (here.parents[3] / "templates", here.parents[1] / "templates"):
-        if (candidate / "Dockerfile.j2").is_file():
-            return candidate
-    raise GpuvmError(f"{NAME}: templates/Dockerfile.j2 not found (run gpuvm from its source checkout)")
-
-
-def render_dockerfile(image: Image, template: str | None = None) -> str:
-    """The Dockerfile without its label line; StrictUndefined: a missing value is an error."""
-    from jinja2 import Environment, StrictUndefined, UndefinedError
-
-    env = Environment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    text = template if template is not None else (templates_dir() / "Dockerfile.j2").read_text()
-    values = image.model_dump()
-    values.update(openmpi_series=".".join(image.openmpi.split(".")[:2]), host_keys_dir=HOST_KEYS_DIR)
-    try:
-        return env.from_string(text).render(values)
-    except UndefinedError as e:
-        raise InputError(f"{NAME}: Dockerfile template: {e.message}") from None
-
-
-@lru_cache(maxsize=8)
-def recipe(image: Image) -> Recipe:
-    body = render_dockerfile(image)
-    digest = hashlib.sha256(body.encode()).hexdigest()
-    return Recipe(body.rstrip("\n") + f"\nLABEL org.gpuvm.recipe={digest}\n", digest, f"{image.name}:{digest[:12]}")
-
-
-def image_ref(image: Image) -> str:
-    """The local name:tag of the training image (what `docker run` uses on every guest)."""
-    return recipe(image).ref
-
-
-def container_run_args(image: Image) -> list[str]:
-    """The `docker run` words a training container needs: host network, RDMA, GPUs, the VM's host keys."""
-    return ["--network=host", "--ipc=host", "--cap-add=IPC_LOCK", "--device=/dev/infiniband", "--gpus", "all",
-            "-v", f"/etc/ssh:{HOST_KEYS_DIR}:ro"]
 
 
 def builder_name(cluster: Cluster) -> str:
