@@ -383,5 +383,5 @@ def test_apt_failure_for_the_toolkit_says_where_it_comes_from(tmp_path):
 def test_step_shape():
     assert (GuestDockerStep.name, GuestDockerStep.role) == ("guest.docker", "guest")
     assert callable(GuestDockerStep.apply_all)
-    assert step.container_run_args(Image())[:1] == ["--network=host"]
+    assert recipes.container_run_args(Image())[:1] == ["--network=host"]
     assert textwrap.dedent(step.__doc__ or "").startswith("guest.docker:")
