@@ -23,48 +23,45 @@ from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 from gpuvm.steps import (esxi_ats, esxi_mig, guest_docker, guest_mig, guest_nic, guest_ssh_mesh, host_graphics,
                          host_passthrough, host_reboot, vm_advanced, vm_hardware, vm_power)
-from gpuvm.steps.base import ApplyContext
+from gpuvm.steps.base import Context, Step
 from gpuvm.vsphere.facts import Inventory
 
-STEPS: list[Any] = [
-    esxi_ats.EsxiAtsStep,
-    esxi_mig.EsxiMigStep,
-    host_passthrough.HostPassthroughStep,
-    host_graphics.HostGraphicsStep,
-    host_reboot.HostRebootStep,
-    vm_hardware.VmHardwareStep,
-    vm_advanced.VmAdvancedStep,
-    vm_power.VmPowerStep,
-    guest_nic.GuestNicStep,
-    guest_mig.GuestMigStep,
-    guest_docker.GuestDockerStep,
-    guest_ssh_mesh.GuestSshMeshStep,
+STEPS: list[Step] = [
+    esxi_ats.STEP,
+    esxi_mig.STEP,
+    host_passthrough.STEP,
+    host_graphics.STEP,
+    host_reboot.STEP,
+    vm_hardware.STEP,
+    vm_advanced.STEP,
+    vm_power.STEP,
+    guest_nic.STEP,
+    guest_mig.STEP,
+    guest_docker.STEP,
+    guest_ssh_mesh.STEP,
 ]
 
 Facts = dict[tuple[str, str], Any]  # (step, target) → observed fact
 Progress = Callable[[str, str, str], None]
 
 
-def register(step: Any, before: str | None = None) -> None:
-    """Add a step to the run order (before the named step, else at the end)."""
-    if any(s.name == step.name for s in STEPS):
-        return
-    index = next((i for i, s in enumerate(STEPS) if s.name == before), len(STEPS))
-    STEPS.insert(index, step)
-
-
-def is_remote(step: Any) -> bool:
-    return hasattr(step, "role")
+def targets_of(step: Step, desired: Desired, cluster: Cluster | None) -> dict[str, Any]:
+    """The step's targets by name: the desired hosts or VMs, or the SSH targets of its role."""
+    if step.role == "host":
+        return dict(desired.hosts)
+    if step.role == "vm":
+        return dict(desired.vms)
+    return cluster.of_role(step.role) if cluster is not None else {}
 
 
 def observe_remote(cluster: Cluster, role: str | None = None, parallel: int = 8) -> Facts:
     """Every wanted SSH step's fact for every target (of `role`), targets in parallel."""
-    steps = [s for s in STEPS if is_remote(s) and (role is None or s.role == role)]
+    steps = [s for s in STEPS if s.over_ssh and (role is None or s.role == role)]
     targets = {n: t for n, t in cluster.targets.items() if any(s.role == t.role for s in steps)}
+    ctx = Context(cluster=cluster)
 
     def observe(target: Any) -> dict[str, Any]:
-        return {s.name: s.observe(target, cluster) for s in steps
-                if s.role == target.role and s.wanted(target, cluster)}
+        return {s.name: s.observe(ctx, target) for s in steps if s.role == target.role and s.wanted(target)}
 
     return _facts_of(run_parallel(targets, observe, parallel))
 
@@ -83,11 +80,20 @@ def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[
         return _facts_of(e.results), down
 
 
-def _plan_remote(step: Any, cluster: Cluster, facts: Facts) -> list[Change]:
+def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[Change]:
+    """The step's changes on every target: SSH facts were observed beforehand, vSphere ones are
+    observed now (from the inventory, and from what earlier steps planned: `ctx.planned`)."""
     changes: list[Change] = []
-    for name, target in cluster.of_role(step.role).items():
-        if (step.name, name) in facts:
-            changes.extend(step.plan(target, facts[(step.name, name)], cluster))
+    for name, target in targets_of(step, desired, ctx.cluster).items():
+        if step.over_ssh:
+            if (step.name, name) not in facts:
+                continue  # not wanted there, or the guest did not answer
+            fact = facts[(step.name, name)]
+        elif step.wanted(target):
+            fact = step.observe(ctx, target)
+        else:
+            continue
+        changes.extend(step.plan(target, fact))
     return changes
 
 
@@ -98,15 +104,12 @@ def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = 
     for guest, reason in (unreachable or {}).items():
         plan.notes.append(Note(guest, "observe", f"not reachable over SSH yet ({reason}); its guest steps are "
                                                  "planned when `apply` has its VM running", level="info"))
-    remote_wanted = any(is_remote(s) for s in STEPS) and (runbook.guests or any(h.ssh for h in runbook.hosts))
-    if cluster is None and remote_wanted:
+    if cluster is None and (runbook.guests or any(h.ssh for h in runbook.hosts)):
         plan.notes.append(Note("-", "plan", "SSH steps (ESXi shell, guests) are not planned from a snapshot",
                                level="info"))
+    ctx = Context(inventory=inventory, cluster=cluster, planned=plan.changes)
     for step in STEPS:
-        if not is_remote(step):
-            plan.changes.extend(step.plan(desired, inventory, list(plan.changes)))
-        elif cluster is not None:
-            plan.changes.extend(_plan_remote(step, cluster, facts or {}))
+        plan.changes.extend(plan_step(step, ctx, desired, facts or {}))
     return plan, desired
 
 
@@ -117,7 +120,8 @@ def check_allowed(plan: Plan, desired: Desired, allow_power_off: bool, allow_hos
     if power and not allow_power_off:
         vms = ", ".join(dict.fromkeys(c.target for c in power))
         problems.append(f"VM(s) {vms} must be powered off for {len(power)} change(s): pass --allow-power-off")
-    reboots = [c for c in plan.changes if c.step == host_reboot.NAME]
+    reboot_steps = {s.name for s in STEPS if s.reboots_host}
+    reboots = [c for c in plan.changes if c.step in reboot_steps]
     if reboots and not allow_host_reboot:
         problems.append(f"host(s) {', '.join(c.target for c in reboots)} must reboot: pass --allow-host-reboot")
     for change in reboots:
@@ -148,17 +152,14 @@ def _blocked(target: str, failed_targets: set[str], desired: Desired) -> str | N
 class _Runner:
     """Applies one step's changes: journal, progress, per-target errors."""
 
-    def __init__(self, step: Any, ctx: ApplyContext, journal: Journal, progress: Progress | None):
-        self.step, self.ctx, self.journal, self.progress = step, ctx, journal, progress
+    def __init__(self, step: Step, ctx: Context, journal: Journal, progress: Progress | None, targets: dict[str, Any]):
+        self.step, self.ctx, self.journal, self.progress, self.targets = step, ctx, journal, progress, targets
 
     def __call__(self, item: tuple[str, list[Change]]) -> None:
         target, changes = item
         self._start(target, changes)
         try:
-            if is_remote(self.step):
-                self.step.apply(self.ctx.cluster.targets[target], changes, self.ctx.cluster)
-            else:
-                self.step.apply(self.ctx, target, changes)
+            self.step.apply(self.ctx, self.targets[target], changes)
         except Exception as error:
             self._finish(target, changes, error)
             raise
@@ -169,7 +170,7 @@ class _Runner:
         for target, changes in by_target.items():
             self._start(target, changes)
         try:
-            failures = self.step.apply_all(self.ctx.cluster, by_target, parallel)
+            failures = self.step.apply_all(self.ctx, by_target, parallel)  # type: ignore[misc]
         except Exception as error:  # the step itself broke: every target failed with it
             failures = {target: error for target in by_target}
         for target, changes in by_target.items():
@@ -197,7 +198,7 @@ class _Runner:
             self.progress(self.step.name, target, status)
 
 
-def apply_plan(plan: Plan, desired: Desired, ctx: ApplyContext, journal: Journal, parallel: int = 8,
+def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int = 8,
                progress: Progress | None = None) -> Outcome:
     outcome = Outcome()
     start = time.monotonic()
@@ -205,9 +206,9 @@ def apply_plan(plan: Plan, desired: Desired, ctx: ApplyContext, journal: Journal
     journal.record("run-start", changes=len(plan.changes))
     guests_replanned = False
     for step in STEPS:
-        if is_remote(step) and step.role == "guest" and not guests_replanned:
+        if step.role == "guest" and not guests_replanned:
             guests_replanned = True
-            _replan_guests(plan, ctx, outcome, parallel, progress)
+            _replan_guests(plan, desired, ctx, outcome, parallel, progress)
         by_target: dict[str, list[Change]] = {}
         for change in plan.for_step(step.name):
             by_target.setdefault(change.target, []).append(change)
@@ -222,8 +223,8 @@ def apply_plan(plan: Plan, desired: Desired, ctx: ApplyContext, journal: Journal
                 runnable[target] = (target, changes)
         if not runnable:
             continue
-        runner = _Runner(step, ctx, journal, progress)
-        if hasattr(step, "apply_all"):  # the step orders its targets itself (build once, then ship)
+        runner = _Runner(step, ctx, journal, progress, targets_of(step, desired, ctx.cluster))
+        if step.apply_all is not None:  # the step orders its targets itself (build once, then ship)
             failures = runner.all({t: changes for t, (_, changes) in runnable.items()}, parallel)
         else:
             try:
@@ -242,32 +243,33 @@ def apply_plan(plan: Plan, desired: Desired, ctx: ApplyContext, journal: Journal
     return outcome
 
 
-def _replan_guests(plan: Plan, ctx: ApplyContext, outcome: Outcome, parallel: int, progress: Progress | None) -> None:
-    """Guests are observed again once the VM steps changed something, or if some did not answer at
-    plan time: they may just have booted, so gpuvm first waits for their SSH to come up."""
+def _replan_guests(plan: Plan, desired: Desired, ctx: Context, outcome: Outcome, parallel: int,
+                   progress: Progress | None) -> None:
+    """Guests are observed again once a step that restarts them changed their VM, or if some did not
+    answer at plan time: they may just have booted, so gpuvm first waits for their SSH to come up."""
     cluster = ctx.cluster
-    vm_steps = {vm_hardware.NAME, vm_advanced.NAME, vm_power.NAME}
+    restarting = {s.name for s in STEPS if s.restarts_guest}
     if cluster is None or not cluster.of_role("guest"):
         return
-    rebooted = {t for t, changes in outcome.done.items() if any(c.step in vm_steps for c in changes)}
+    rebooted = {t for t, changes in outcome.done.items() if any(c.step in restarting for c in changes)}
     if not rebooted and not ctx.unreachable:
         return
     booting = (set(ctx.unreachable) | rebooted) & set(cluster.of_role("guest"))
     _wait_for_ssh(cluster, booting, ctx.options.guest_boot_timeout, progress)
-    guest_steps = {s.name for s in STEPS if is_remote(s) and s.role == "guest"}
-    plan.changes = [c for c in plan.changes if c.step not in guest_steps]
+    guest_steps = [s for s in STEPS if s.role == "guest"]
+    names = {s.name for s in guest_steps}
+    plan.changes = [c for c in plan.changes if c.step not in names]
     try:
         facts = observe_remote(cluster, "guest", parallel)
     except TargetFailures as e:
         for name, error in e.failures.items():
             outcome.failed[f"{name} (observe)"] = error
         facts = _facts_of(e.results)
-    for step in STEPS:
-        if is_remote(step) and step.role == "guest":
-            plan.changes.extend(_plan_remote(step, cluster, facts))
+    for step in guest_steps:
+        plan.changes.extend(plan_step(step, ctx, desired, facts))
     if progress:
         progress("guest.*", "all guests", f"observed again after VM changes: "
-                                          f"{sum(1 for c in plan.changes if c.step in guest_steps)} change(s)")
+                                          f"{sum(1 for c in plan.changes if c.step in names)} change(s)")
 
 
 def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: Progress | None) -> None:

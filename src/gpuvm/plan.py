@@ -1,7 +1,9 @@
 """Plans are data: a list of `Change`s, each naming target, resource, field, before and after.
 
 Steps return changes from a pure `plan`; the renderer prints them, `apply` carries out exactly
-them, the journal records them. `spec` holds what `apply` needs (never shown, never a secret).
+them, the journal records them. `action` is what `apply` does: a small frozen dataclass of the
+step's own (never shown, never a secret); None where nothing is done by this step (a setting
+made earlier that waits for a reboot, which the reboot step carries out).
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ class Change:
     before: Any
     after: Any
     disruption: Disruption = Disruption.NONE
-    spec: dict[str, Any] = field(default_factory=dict, compare=False)
+    action: Any = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["disruption"] = self.disruption.value
-        data.pop("spec")
+        data.pop("action")
         return data
 
 

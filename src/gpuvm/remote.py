@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+from gpuvm.errors import InputError
 from gpuvm.executors.base import Executor
 from gpuvm.runbook.model import Guest, Host, Runbook, SshAccess
 from gpuvm.secrets import secret_from_env
@@ -24,12 +25,24 @@ class RemoteTarget:
     role: Role
     access: SshAccess
     executor: Executor
+    runbook: Runbook
+    where: tuple[str | int, ...]  # its entry in the runbook: ("hosts", 0) or ("guests", "hosts", 2)
     host: Host | None = None
     guest: Guest | None = None
 
     @property
     def sudo(self) -> bool:
         return self.access.sudo
+
+    @property
+    def root(self) -> bool:
+        """Whether commands that need root go through sudo: unless the login user is root."""
+        return self.sudo or self.access.user != "root"
+
+    def error(self, step: str, loc: tuple[str | int, ...], message: str) -> InputError:
+        """An input error at a field of this target's runbook entry: `file:line: field: step: guest X: …`."""
+        kind = "host" if self.role == "esxi" else "guest"
+        return self.runbook.error(self.where + loc, f"{step}: {kind} {self.name}: {message}")
 
 
 @dataclass
@@ -86,10 +99,12 @@ def build_cluster(runbook: Runbook, state_dir: Path, options: RemoteOptions | No
     for i, host in enumerate(runbook.hosts):
         if host.ssh is not None:
             executor = ssh_executor(runbook, state_dir, options, host.name, host.ssh, ("hosts", i, "ssh"))
-            cluster.targets[host.name] = RemoteTarget(host.name, "esxi", host.ssh, executor, host=host)
+            cluster.targets[host.name] = RemoteTarget(host.name, "esxi", host.ssh, executor, runbook, ("hosts", i),
+                                                      host=host)
     for i, guest in enumerate(runbook.guests.hosts if runbook.guests else []):
-        executor = ssh_executor(runbook, state_dir, options, guest.vm, guest.ssh, ("guests", "hosts", i, "ssh"))
-        cluster.targets[guest.vm] = RemoteTarget(guest.vm, "guest", guest.ssh, executor, guest=guest)
+        where = ("guests", "hosts", i)
+        executor = ssh_executor(runbook, state_dir, options, guest.vm, guest.ssh, where + ("ssh",))
+        cluster.targets[guest.vm] = RemoteTarget(guest.vm, "guest", guest.ssh, executor, runbook, where, guest=guest)
     return cluster
 
 

@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from gpuvm.steps.base import Context
 from gpuvm.errors import InputError, RemoteCommandError
 from gpuvm.parsers import mlxconfig, nvidia_smi
 from gpuvm.plan import Disruption
@@ -68,7 +69,7 @@ vms:
 
 def plan_of(step, cluster, name):
     target = cluster.targets[name]
-    return step.plan(target, step.observe(target, cluster), cluster)
+    return step.plan(target, step.observe(Context(cluster=cluster), target))
 
 
 def configuration(bed, name):
@@ -87,11 +88,11 @@ def test_esxi_mig_pending_until_the_host_reboots(testbed, tmp_path):
             (f"GPU {i} (NVIDIA A100 80GB PCIe)", "Disabled", "Enabled", Disruption.HOST_REBOOT) for i in range(4)]
         assert configuration(testbed, "esx-01") == before  # observing and planning is a dry run
 
-        esxi_mig.apply(cluster.targets["esx-01"], changes, cluster)
+        esxi_mig.apply(Context(cluster=cluster), cluster.targets["esx-01"], changes)
         pending = plan_of(esxi_mig, cluster, "esx-01")
         assert [(c.before, c.after, c.disruption, c.spec) for c in pending] == [
             ("Disabled (pending Enabled)", "Enabled (after reboot)", Disruption.HOST_REBOOT, {})] * 4
-        esxi_mig.apply(cluster.targets["esx-01"], pending, cluster)  # nothing to run: waiting for the reboot
+        esxi_mig.apply(Context(cluster=cluster), cluster.targets["esx-01"], pending)  # nothing to run: waiting for the reboot
         assert [g["mig_pending"] for g in testbed.state("esx-01")["gpus"]] == ["Enabled"] * 4
 
         cluster.targets["esx-01"].executor.run(["gpuvm-fake-reboot"])
@@ -125,7 +126,7 @@ def converge(step, cluster, names):
     for name in names:
         changes = plan_of(step, cluster, name)
         assert changes, f"nothing planned for {name}"
-        step.apply(cluster.targets[name], changes, cluster)
+        step.apply(Context(cluster=cluster), cluster.targets[name], changes)
     for name in names:
         assert plan_of(step, cluster, name) == [], f"{name} still has changes"
 
@@ -175,11 +176,11 @@ def test_guest_mig_pending_mode_needs_a_reset(testbed, tmp_path):
         target = cluster.targets["gpu-vm-02"]
         with pytest.raises(RemoteCommandError, match=r"gpu-vm-02: guest\.mig: GPU 0: MIG mode Enabled is pending until the "
                                                      r"GPU is reset"):
-            guest_mig.apply(target, plan_of(guest_mig, cluster, "gpu-vm-02"), cluster)
+            guest_mig.apply(Context(cluster=cluster), target, plan_of(guest_mig, cluster, "gpu-vm-02"))
         changes = plan_of(guest_mig, cluster, "gpu-vm-02")
         assert [(c.field, c.after, c.disruption) for c in changes] == [
             ("mig.mode", "Enabled (GPU reset)", Disruption.VM_POWER_OFF), ("gpu instances", "4g.40gb x1", Disruption.NONE)]
-        guest_mig.apply(target, changes, cluster)
+        guest_mig.apply(Context(cluster=cluster), target, changes)
         assert plan_of(guest_mig, cluster, "gpu-vm-02") == []
     finally:
         cluster.close()
@@ -222,7 +223,7 @@ def test_guest_nic(testbed, tmp_path):
         assert not testbed.state("gpu-vm-01").get("mst_started")
         assert links(cluster, "gpu-vm-01")["ens64np1"] == before_links
 
-        guest_nic.apply(cluster.targets["gpu-vm-01"], changes, cluster)
+        guest_nic.apply(Context(cluster=cluster), cluster.targets["gpu-vm-01"], changes)
         assert plan_of(guest_nic, cluster, "gpu-vm-01") == []
 
         nic = links(cluster, "gpu-vm-01")["ens64np1"]
@@ -236,7 +237,7 @@ def test_guest_nic(testbed, tmp_path):
         assert (params["ATS_ENABLED"].current, params["ATS_ENABLED"].next_boot) == ("False(0)", "True(1)")  # host reboot
         assert "mlx5_0 port 1 ==> ens64np1 (Up)" in run(["ibdev2netdev"]).stdout
 
-        guest_nic.apply(cluster.targets["gpu-vm-01"], [], cluster)  # idempotent: nothing to do, nothing done
+        guest_nic.apply(Context(cluster=cluster), cluster.targets["gpu-vm-01"], [])  # idempotent: nothing to do, nothing done
         assert plan_of(guest_nic, cluster, "gpu-vm-01") == []
     finally:
         cluster.close()

@@ -6,12 +6,12 @@ import re
 
 import pytest
 
+from gpuvm.steps.base import Context
 from gpuvm.executors import SshExecutor
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm import image as recipes
 from gpuvm.steps import guest_docker as step
-from gpuvm.steps.guest_docker import GuestDockerStep
 
 pytestmark = pytest.mark.integration
 
@@ -71,8 +71,8 @@ def plain(testbed, name) -> SshExecutor:
 def observe_and_plan(cluster):
     planned = {}
     for name, target in cluster.targets.items():
-        assert GuestDockerStep.wanted(target, cluster)
-        planned[name] = GuestDockerStep.plan(target, GuestDockerStep.observe(target, cluster), cluster)
+        assert step.STEP.wanted(target)
+        planned[name] = step.STEP.plan(target, step.STEP.observe(Context(cluster=cluster), target))
     return planned
 
 
@@ -95,7 +95,7 @@ def test_plan_build_ship_replan(testbed, cluster):
         assert all(re.match(r"docker (version|info|image inspect) ", line) for line in target.executor.lines)
         target.executor.lines.clear()
 
-    assert GuestDockerStep.apply_all(cluster, planned) == {}
+    assert step.STEP.apply_all(Context(cluster=cluster), planned) == {}
     lines = {g: cluster.targets[g].executor.lines for g in GUESTS}
     assert [g for g in GUESTS for line in lines[g] if line.startswith("docker build")] == ["gpu-vm-01"]
     assert sum(line.startswith("docker save") for line in lines["gpu-vm-01"]) == 1
@@ -112,20 +112,20 @@ def test_plan_build_ship_replan(testbed, cluster):
         target.executor.lines.clear()
     replanned = observe_and_plan(cluster)
     assert replanned == {g: [] for g in GUESTS}
-    assert GuestDockerStep.apply_all(cluster, {g: cs for g, cs in replanned.items() if cs}) == {}
+    assert step.STEP.apply_all(Context(cluster=cluster), {g: cs for g, cs in replanned.items() if cs}) == {}
     assert not any(line.startswith(("docker build", "docker save", "docker load"))
                    for t in cluster.targets.values() for line in t.executor.lines)
 
 
 def test_one_guest_lost_its_image(testbed, cluster):
-    assert GuestDockerStep.apply_all(cluster, observe_and_plan(cluster)) == {}
+    assert step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster)) == {}
     ref = recipes.image_ref(cluster.runbook.guests.image)
     state = testbed.state("gpu-vm-03")["docker"]
     testbed.set_state("gpu-vm-03", "docker", {**state, "images": {}})
     planned = observe_and_plan(cluster)
     assert [(g, c.after) for g, cs in planned.items() for c in cs] == [("gpu-vm-03", "copied from gpu-vm-01")]
     # the per-target apply fetches from the builder on its own
-    GuestDockerStep.apply(cluster.targets["gpu-vm-03"], planned["gpu-vm-03"], cluster)
+    step.STEP.apply(Context(cluster=cluster), cluster.targets["gpu-vm-03"], planned["gpu-vm-03"])
     assert observe_and_plan(cluster) == {g: [] for g in GUESTS}
     assert testbed.state("gpu-vm-03")["docker"]["images"][ref] == testbed.state("gpu-vm-01")["docker"]["images"][ref]
 

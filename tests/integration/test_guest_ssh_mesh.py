@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuvm.steps.base import Context
 from gpuvm.errors import RemoteCommandError
 from gpuvm.journal import state_dir
 from gpuvm.mesh import verify
@@ -51,12 +52,12 @@ def _reset(cluster) -> None:
 
 
 def observe_all(cluster) -> dict:
-    return {n: mesh.observe(t, cluster) for n, t in cluster.of_role("guest").items()}
+    return {n: mesh.observe(Context(cluster=cluster), t) for n, t in cluster.of_role("guest").items()}
 
 
 def plan_all(cluster) -> dict:
     facts = observe_all(cluster)
-    return {n: mesh.plan(cluster.targets[n], f, cluster) for n, f in facts.items()}
+    return {n: mesh.plan(cluster.targets[n], f) for n, f in facts.items()}
 
 
 def snapshot(cluster) -> dict:
@@ -75,12 +76,12 @@ def test_dry_run_changes_nothing(cluster):
 
 def test_apply_replan_empty_then_real_ssh_between_every_pair(cluster, testbed):
     plans = plan_all(cluster)
-    failures = mesh.apply_all(cluster, plans)
+    failures = mesh.apply_all(Context(cluster=cluster), plans)
     assert failures == {}
     assert plan_all(cluster) == {g: [] for g in GUESTS}  # re-plan: nothing to do
     # idempotent: applying again changes nothing on disk and still verifies
     before = snapshot(cluster)
-    assert mesh.apply_all(cluster, {g: [] for g in GUESTS}) == {}
+    assert mesh.apply_all(Context(cluster=cluster), {g: [] for g in GUESTS}) == {}
     assert snapshot(cluster) == before
 
     # every ordered pair, with plain ssh as gpuadmin: only the tool's key, config and known_hosts
@@ -109,7 +110,7 @@ def test_apply_replan_empty_then_real_ssh_between_every_pair(cluster, testbed):
 
 
 def test_broken_authorized_keys_reports_exactly_the_pairs_into_that_guest(cluster):
-    assert mesh.apply_all(cluster, plan_all(cluster)) == {}
+    assert mesh.apply_all(Context(cluster=cluster), plan_all(cluster)) == {}
     victim = cluster.targets["gpu-vm-03"].executor
     victim.run_script(f"grep -v gpuvm-mesh {HOME}/authorized_keys > /tmp/a; cat /tmp/a > {HOME}/authorized_keys")
     pairs = verify.verify_mesh(cluster, parallel=4)
@@ -124,7 +125,7 @@ def test_broken_authorized_keys_reports_exactly_the_pairs_into_that_guest(cluste
     plans = plan_all(cluster)
     assert [(c.target, c.field, c.before) for cs in plans.values() for c in cs] == [
         ("gpu-vm-03", "authorized_keys", "missing mesh key")]
-    assert mesh.apply_all(cluster, plans) == {}
+    assert mesh.apply_all(Context(cluster=cluster), plans) == {}
     assert verify.verify_mesh(cluster) == []
 
 
@@ -140,7 +141,7 @@ def test_other_mesh_user_through_sudo(testbed, tmp_path):
         plans = plan_all(cluster)
         assert {c.field for c in plans["gpu-vm-01"]} == {"directory", "identity", "authorized_keys",
                                                            "known_hosts", "config"}
-        assert mesh.apply_all(cluster, plans) == {}
+        assert mesh.apply_all(Context(cluster=cluster), plans) == {}
         assert plan_all(cluster) == {g: [] for g in GUESTS}
         g1 = cluster.targets["gpu-vm-01"].executor
         assert g1.run(["stat", "-c", "%U %a", "/home/mpiuser/.ssh"], sudo=True).stdout == "mpiuser 700\n"
@@ -153,7 +154,7 @@ def test_other_mesh_user_through_sudo(testbed, tmp_path):
 
 
 def test_state_key_is_reused_across_runs(cluster, tmp_path, testbed):
-    assert mesh.apply_all(cluster, plan_all(cluster)) == {}
+    assert mesh.apply_all(Context(cluster=cluster), plan_all(cluster)) == {}
     first = key_path(cluster.state_dir).read_bytes()
     # a second run (new connections, same state directory) plans nothing and keeps the key
     again = build_cluster(load_runbook(write_runbook(testbed, tmp_path / "rb2.yaml", container_port=12345)),

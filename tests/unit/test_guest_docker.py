@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuvm.steps.base import Context
 from gpuvm.errors import InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeCall, FakeExecutor, ok
@@ -18,7 +19,7 @@ from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.model import Image
 from gpuvm import image as recipes
 from gpuvm.steps import guest_docker as step
-from gpuvm.steps.guest_docker import DockerFact, GuestDockerStep
+from gpuvm.steps.guest_docker import DockerFact
 
 GUESTS = ["gpu-vm-01", "gpu-vm-02", "gpu-vm-03", "gpu-vm-04"]
 A, B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
@@ -114,7 +115,7 @@ class DockerWorld:
 def observe_and_plan(cluster):
     changes = {}
     for name, target in cluster.targets.items():
-        changes[name] = step.plan(target, step.observe(target, cluster), cluster)
+        changes[name] = step.plan(target, step.observe(Context(cluster=cluster), target))
     return changes
 
 
@@ -180,9 +181,9 @@ def fact(image_id=None, builder_id=None, version="24.0.7", error=None, runtime=T
 ])
 def test_plan_image(tmp_path, image, target, f, expected):
     cluster = DockerWorld().cluster(runbook(tmp_path, image), tmp_path)
-    changes = step.plan(cluster.targets[target], f, cluster)
+    changes = step.plan(cluster.targets[target], f)
     ref = recipes.image_ref(cluster.runbook.guests.image)
-    assert [(c.field, c.before, c.after, c.spec["how"]) for c in changes] == expected
+    assert [(c.field, c.before, c.after, c.action.how) for c in changes] == expected
     assert all(c.resource == f"image {ref}" and c.step == "guest.docker" and c.target == target for c in changes)
 
 
@@ -197,8 +198,14 @@ def test_plan_image(tmp_path, image, target, f, expected):
 ])
 def test_plan_engine_and_toolkit(tmp_path, f, expected):
     cluster = DockerWorld().cluster(runbook(tmp_path), tmp_path)
-    changes = step.plan(cluster.targets["gpu-vm-01"], f, cluster)
-    assert [(c.resource, c.field, c.before, c.after, c.spec.get("install", [])) for c in changes] == expected
+    changes = step.plan(cluster.targets["gpu-vm-01"], f)
+    assert [(c.resource, c.field, c.before, c.after, packages(c.action)) for c in changes] == expected
+
+
+def packages(action) -> list[str]:
+    if isinstance(action, step.InstallDocker):
+        return ["docker.io"]
+    return ["nvidia-container-toolkit"] if isinstance(action, step.AddNvidiaRuntime) and action.install_toolkit else []
 
 
 # -- observe ------------------------------------------------------------------------------------
@@ -206,21 +213,21 @@ def test_plan_engine_and_toolkit(tmp_path, f, expected):
 def test_observe_fresh_guests(tmp_path):
     world = DockerWorld()
     cluster = world.cluster(runbook(tmp_path), tmp_path)
-    assert step.observe(cluster.targets["gpu-vm-02"], cluster) == fact(None, None)
+    assert step.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(None, None)
     world.images["gpu-vm-01"][recipes.image_ref(cluster.runbook.guests.image)] = A
-    assert step.observe(cluster.targets["gpu-vm-02"], cluster) == fact(None, A)
-    assert step.observe(cluster.targets["gpu-vm-01"], cluster) == fact(A, A)
+    assert step.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(None, A)
+    assert step.observe(Context(cluster=cluster), cluster.targets["gpu-vm-01"]) == fact(A, A)
     assert all(c.sudo for c in world.executors["gpu-vm-02"].calls)  # the guests' sudo setting
 
 
 def test_observe_without_docker_or_runtime(tmp_path):
     bare = DockerWorld(installed=False)
     cluster = bare.cluster(runbook(tmp_path), tmp_path)
-    assert step.observe(cluster.targets["gpu-vm-01"], cluster) == fact(None, None, version=None, runtime=False,
+    assert step.observe(Context(cluster=cluster), cluster.targets["gpu-vm-01"]) == fact(None, None, version=None, runtime=False,
                                                                        toolkit=False)
     plain = DockerWorld(runtimes=("runc",))
     cluster = plain.cluster(runbook(tmp_path), tmp_path)
-    assert step.observe(cluster.targets["gpu-vm-01"], cluster) == fact(runtime=False, toolkit=True)
+    assert step.observe(Context(cluster=cluster), cluster.targets["gpu-vm-01"]) == fact(runtime=False, toolkit=True)
     assert step.parse_runtimes('{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}') == \
         ["nvidia", "runc"]
 
@@ -235,7 +242,7 @@ def test_unexpected_inspect_failure_names_target_and_step(tmp_path):
     cluster = world.cluster(runbook(tmp_path), tmp_path)
     with pytest.raises(RemoteCommandError, match=r"^gpu-vm-01: guest.docker: cannot inspect image gpuvm/dl:\w{12}: "
                                                  "permission denied"):
-        step.observe(cluster.targets["gpu-vm-01"], cluster)
+        step.observe(Context(cluster=cluster), cluster.targets["gpu-vm-01"])
 
 
 # -- apply --------------------------------------------------------------------------------------
@@ -245,7 +252,7 @@ def test_apply_all_builds_once_and_ships_to_the_rest(tmp_path):
     cluster = world.cluster(runbook(tmp_path), tmp_path)
     planned = observe_and_plan(cluster)
     assert [c.after for cs in planned.values() for c in cs] == ["built on gpu-vm-01"] + ["copied from gpu-vm-01"] * 3
-    assert GuestDockerStep.apply_all(cluster, planned) == {}
+    assert step.STEP.apply_all(Context(cluster=cluster), planned) == {}
     assert world.builds == ["gpu-vm-01"]
     assert sorted(world.loads) == ["gpu-vm-02", "gpu-vm-03", "gpu-vm-04"]
     saves = [c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker save")]
@@ -262,7 +269,7 @@ def test_apply_all_sets_up_docker_and_the_toolkit_first(tmp_path):
     world.executors["gpu-vm-02"].responses[re.compile(r"^dpkg-query ")] = CommandResult("", 1, "", "no packages")
     cluster = world.cluster(runbook(tmp_path), tmp_path)
     planned = observe_and_plan(cluster)
-    assert GuestDockerStep.apply_all(cluster, planned) == {}
+    assert step.STEP.apply_all(Context(cluster=cluster), planned) == {}
     commands = world.executors["gpu-vm-02"].commands
     install = commands.index("sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y nvidia-container-toolkit")
     assert commands[install + 1:install + 3] == ["sudo -n nvidia-ctk runtime configure --runtime=docker",
@@ -279,7 +286,7 @@ def test_copies_that_already_match_are_not_sent_again(tmp_path):
         recipes.recipe(cluster.runbook.guests.image).dockerfile.encode()).hexdigest()  # what the build will give
     planned = observe_and_plan(cluster)
     assert [c.field for c in planned["gpu-vm-02"]] == ["id"]
-    assert GuestDockerStep.apply_all(cluster, planned) == {}
+    assert step.STEP.apply_all(Context(cluster=cluster), planned) == {}
     assert sorted(world.loads) == ["gpu-vm-03", "gpu-vm-04"]
 
 
@@ -287,7 +294,7 @@ def test_mismatch_after_load_is_reported_with_guests_and_ids(tmp_path):
     world = DockerWorld()
     world.load_id["gpu-vm-03"] = B
     cluster = world.cluster(runbook(tmp_path), tmp_path)
-    failures = GuestDockerStep.apply_all(cluster, observe_and_plan(cluster))
+    failures = step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster))
     assert list(failures) == ["gpu-vm-03"]
     message = str(failures["gpu-vm-03"])
     assert isinstance(failures["gpu-vm-03"], RemoteCommandError)
@@ -299,7 +306,7 @@ def test_failed_build_fails_every_copy_without_a_transfer(tmp_path):
     world = DockerWorld()
     world.fail["gpu-vm-01"] = "docker build"
     cluster = world.cluster(runbook(tmp_path), tmp_path)
-    failures = GuestDockerStep.apply_all(cluster, observe_and_plan(cluster))
+    failures = step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster))
     assert sorted(failures) == GUESTS
     assert "docker build" in str(failures["gpu-vm-01"]) and "boom" in str(failures["gpu-vm-01"])
     assert "cannot copy gpuvm/dl:" in str(failures["gpu-vm-02"]) and "builder gpu-vm-01" in str(failures["gpu-vm-02"])
@@ -310,7 +317,7 @@ def test_one_failed_load_does_not_hide_the_others(tmp_path):
     world = DockerWorld()
     world.fail["gpu-vm-04"] = "docker load"
     cluster = world.cluster(runbook(tmp_path), tmp_path)
-    failures = GuestDockerStep.apply_all(cluster, observe_and_plan(cluster))
+    failures = step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster))
     assert list(failures) == ["gpu-vm-04"] and "docker load" in str(failures["gpu-vm-04"])
     assert sorted(world.loads) == ["gpu-vm-02", "gpu-vm-03"]
 
@@ -318,7 +325,7 @@ def test_one_failed_load_does_not_hide_the_others(tmp_path):
 def test_registry_pulls_everywhere_and_tags_locally(tmp_path):
     world = DockerWorld()
     cluster = world.cluster(runbook(tmp_path, "{registry: r.example:5000}"), tmp_path)
-    assert GuestDockerStep.apply_all(cluster, observe_and_plan(cluster)) == {}
+    assert step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster)) == {}
     ref = recipes.image_ref(cluster.runbook.guests.image)
     for guest in GUESTS:
         assert f"sudo -n docker pull r.example:5000/{ref}" in world.executors[guest].commands
@@ -331,9 +338,9 @@ def test_apply_one_guest_fetches_from_the_builder(tmp_path):
     cluster = world.cluster(runbook(tmp_path), tmp_path)
     planned = observe_and_plan(cluster)
     with pytest.raises(RemoteCommandError, match="gpu-vm-03: guest.docker: cannot copy .* from the builder gpu-vm-01"):
-        GuestDockerStep.apply(cluster.targets["gpu-vm-03"], planned["gpu-vm-03"], cluster)
-    GuestDockerStep.apply(cluster.targets["gpu-vm-01"], planned["gpu-vm-01"], cluster)
-    GuestDockerStep.apply(cluster.targets["gpu-vm-03"], planned["gpu-vm-03"], cluster)
+        step.STEP.apply(Context(cluster=cluster), cluster.targets["gpu-vm-03"], planned["gpu-vm-03"])
+    step.STEP.apply(Context(cluster=cluster), cluster.targets["gpu-vm-01"], planned["gpu-vm-01"])
+    step.STEP.apply(Context(cluster=cluster), cluster.targets["gpu-vm-03"], planned["gpu-vm-03"])
     assert world.builds == ["gpu-vm-01"] and world.loads == ["gpu-vm-03"]
     assert observe_and_plan(cluster)["gpu-vm-03"] == []
 
@@ -343,7 +350,7 @@ def test_a_stale_plan_is_refused(tmp_path):
     cluster = world.cluster(runbook(tmp_path), tmp_path)
     planned = observe_and_plan(cluster)
     cluster.runbook = runbook(tmp_path, "{horovod: 0.28.1}")
-    failures = GuestDockerStep.apply_all(cluster, planned)
+    failures = step.STEP.apply_all(Context(cluster=cluster), planned)
     assert sorted(failures) == GUESTS and "plan again" in str(failures["gpu-vm-01"])
     assert world.builds == []
 
@@ -374,14 +381,14 @@ def test_apt_failure_for_the_toolkit_says_where_it_comes_from(tmp_path):
         re.compile(r"apt-get install"): CommandResult("", 100, "", "E: Unable to locate package nvidia-container-toolkit"),
     }
     cluster = world.cluster(runbook(tmp_path), tmp_path)
-    changes = step.plan(cluster.targets["gpu-vm-01"], fact(A, A, version=None, runtime=False, toolkit=False), cluster)
+    changes = step.plan(cluster.targets["gpu-vm-01"], fact(A, A, version=None, runtime=False, toolkit=False))
     with pytest.raises(RemoteCommandError, match=r"^gpu-vm-01: guest.docker: apt-get install docker.io "
                                                  r"nvidia-container-toolkit failed: E: Unable to locate.*nvidia.github.io"):
-        GuestDockerStep.apply(cluster.targets["gpu-vm-01"], changes, cluster)
+        step.STEP.apply(Context(cluster=cluster), cluster.targets["gpu-vm-01"], changes)
 
 
 def test_step_shape():
-    assert (GuestDockerStep.name, GuestDockerStep.role) == ("guest.docker", "guest")
-    assert callable(GuestDockerStep.apply_all)
+    assert (step.STEP.name, step.STEP.role) == ("guest.docker", "guest")
+    assert callable(step.STEP.apply_all)
     assert recipes.container_run_args(Image())[:1] == ["--network=host"]
     assert textwrap.dedent(step.__doc__ or "").startswith("guest.docker:")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuvm.steps.base import Context
 from gpuvm.errors import InputError, RemoteCommandError
 from gpuvm.executors.fake import FakeExecutor, ok
 from gpuvm.parsers.ibdev2netdev import PortMap
@@ -75,7 +76,7 @@ FULL = "rdma_ports: [{device: mlx5_0, port: 1, ip: 192.168.100.11/24, mtu: 9000}
 ])
 def test_plan(tmp_path, guest, observed, expected):
     c = cluster(tmp_path, guest)
-    changes = guest_nic.plan(c.targets["gpu-vm-01"], observed, c)
+    changes = guest_nic.plan(c.targets["gpu-vm-01"], observed)
     assert rows(changes) == expected
     assert all(ch.step == "guest.nic" and ch.target == "gpu-vm-01" for ch in changes)
 
@@ -93,7 +94,7 @@ def test_plan(tmp_path, guest, observed, expected):
 def test_plan_refuses(tmp_path, guest, observed, message):
     c = cluster(tmp_path, guest)
     with pytest.raises(InputError, match=message):
-        guest_nic.plan(c.targets["gpu-vm-01"], observed, c)
+        guest_nic.plan(c.targets["gpu-vm-01"], observed)
 
 
 # -- observe and apply on a fake guest ----------------------------------------------------------
@@ -165,7 +166,7 @@ GUEST = f"nic_ats: true\n{FULL}"
 def test_observe_never_starts_mst_and_queries_each_card_once_by_pci_address(tmp_path):
     fake = FakeExecutor("gpu-vm-01", FakeGuest().responses())
     c = cluster(tmp_path, GUEST, fake)
-    observed = guest_nic.observe(c.targets["gpu-vm-01"], c)
+    observed = guest_nic.observe(Context(cluster=c), c.targets["gpu-vm-01"])
     assert observed.cards == (Card("ca:00.0", "ca:00.0", False),)
     assert [p.netdev for p in observed.ports] == ["ens64np1", "ens64np2"]
     assert observed.links["ens64np1"] == Link("ens64np1", False, 1500, (), "UP")
@@ -176,7 +177,7 @@ def test_observe_never_starts_mst_and_queries_each_card_once_by_pci_address(tmp_
 def test_observe_reads_only_what_the_runbook_asks(tmp_path):
     fake = FakeExecutor("gpu-vm-01", FakeGuest().responses())
     c = cluster(tmp_path, "rdma_ports: [{interface: ens64np1}]", fake)
-    guest_nic.observe(c.targets["gpu-vm-01"], c)
+    guest_nic.observe(Context(cluster=c), c.targets["gpu-vm-01"])
     assert fake.commands == ["ip -j addr show"]
 
 
@@ -185,15 +186,15 @@ def test_apply_then_replan_is_empty(tmp_path):
     fake = FakeExecutor("gpu-vm-01", state.responses())
     c = cluster(tmp_path, GUEST, fake)
     target = c.targets["gpu-vm-01"]
-    changes = guest_nic.plan(target, guest_nic.observe(target, c), c)
+    changes = guest_nic.plan(target, guest_nic.observe(Context(cluster=c), target))
     assert [ch.field for ch in changes] == ["ATS_ENABLED", "mtu", "state", "address"]
     fake.calls.clear()
-    guest_nic.apply(target, changes, c)
+    guest_nic.apply(Context(cluster=c), target, changes)
     assert fake.commands == [
         "sudo -n mlxconfig -y -d ca:00.0 set ATS_ENABLED=true", "sudo -n mlxconfig -d ca:00.0 q ATS_ENABLED",
         "sudo -n ip link set dev ens64np1 mtu 9000", "sudo -n ip link set dev ens64np1 up",
         "sudo -n ip addr add 192.168.100.11/24 dev ens64np1", "ip -j addr show"]
-    assert guest_nic.plan(target, guest_nic.observe(target, c), c) == []
+    assert guest_nic.plan(target, guest_nic.observe(Context(cluster=c), target)) == []
 
 
 def test_apply_replaces_the_prefix(tmp_path):
@@ -202,10 +203,10 @@ def test_apply_replaces_the_prefix(tmp_path):
     fake = FakeExecutor("gpu-vm-01", state.responses())
     c = cluster(tmp_path, FULL, fake)
     target = c.targets["gpu-vm-01"]
-    guest_nic.apply(target, guest_nic.plan(target, guest_nic.observe(target, c), c), c)
+    guest_nic.apply(Context(cluster=c), target, guest_nic.plan(target, guest_nic.observe(Context(cluster=c), target)))
     assert fake.commands[-3:] == ["sudo -n ip addr del 192.168.100.11/16 dev ens64np1",
                                   "sudo -n ip addr add 192.168.100.11/24 dev ens64np1", "ip -j addr show"]
-    assert guest_nic.plan(target, guest_nic.observe(target, c), c) == []
+    assert guest_nic.plan(target, guest_nic.observe(Context(cluster=c), target)) == []
 
 
 def test_apply_reads_back(tmp_path):
@@ -216,9 +217,9 @@ def test_apply_reads_back(tmp_path):
     c = cluster(tmp_path, FULL, fake)
     target = c.targets["gpu-vm-01"]
     with pytest.raises(RemoteCommandError, match=r"gpu-vm-01: guest\.nic: ens64np1 \(mlx5_0 port 1\) mtu is not 9000 after apply"):
-        guest_nic.apply(target, guest_nic.plan(target, guest_nic.observe(target, c), c), c)
+        guest_nic.apply(Context(cluster=c), target, guest_nic.plan(target, guest_nic.observe(Context(cluster=c), target)))
 
 
 def test_wanted(tmp_path):
-    assert not guest_nic.wanted(cluster(tmp_path, "slots: 1").targets["gpu-vm-01"], None)
-    assert guest_nic.wanted(cluster(tmp_path, "nic_ats: false").targets["gpu-vm-01"], None)
+    assert not guest_nic.wanted(cluster(tmp_path, "slots: 1").targets["gpu-vm-01"])
+    assert guest_nic.wanted(cluster(tmp_path, "nic_ats: false").targets["gpu-vm-01"])

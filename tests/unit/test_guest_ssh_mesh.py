@@ -13,6 +13,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from gpuvm.steps.base import Context
 from gpuvm.errors import ConnectError, InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor, ok
@@ -185,7 +186,7 @@ def test_plan_from_facts(tmp_path, key, index):
     assert len(cases) == 12
     name, files, fact_key, expected = cases[index]
     cluster, _ = make_cluster(tmp_path)
-    changes = mesh.plan(cluster.targets["gpu-vm-01"], MeshFact(files, fact_key, ALL), cluster)
+    changes = mesh.plan(cluster.targets["gpu-vm-01"], MeshFact(files, fact_key, ALL))
     assert [(c.field, c.before, c.after) for c in changes] == expected, name
     assert all(c.step == mesh.NAME and c.target == "gpu-vm-01" and c.resource.startswith("~gpuadmin/.ssh")
                for c in changes)
@@ -193,7 +194,7 @@ def test_plan_from_facts(tmp_path, key, index):
 
 def test_container_port_adds_known_hosts_names(tmp_path, key):
     cluster, _ = make_cluster(tmp_path, "{container_port: 12345}")
-    changes = mesh.plan(cluster.targets["gpu-vm-01"], MeshFact(converged(key), key, ALL, 12345), cluster)
+    changes = mesh.plan(cluster.targets["gpu-vm-01"], MeshFact(converged(key), key, ALL, 12345))
     assert [(c.field, c.before) for c in changes] == [("known_hosts", "3 of 6 guest host keys")]
     assert mesh_files.known_host_lines(ALL[:1], 12345) == [f"10.0.0.11 ssh-ed25519 {HOST_KEYS['gpu-vm-01']}",
                                                           f"[10.0.0.11]:12345 ssh-ed25519 {HOST_KEYS['gpu-vm-01']}"]
@@ -201,8 +202,8 @@ def test_container_port_adds_known_hosts_names(tmp_path, key):
 
 def test_no_key_material_in_changes(tmp_path, key):
     cluster, _ = make_cluster(tmp_path)
-    changes = mesh.plan(cluster.targets["gpu-vm-01"], MeshFact(EMPTY, key, ALL), cluster)
-    text = json.dumps([c.to_dict() for c in changes]) + repr(changes) + json.dumps([c.spec for c in changes])
+    changes = mesh.plan(cluster.targets["gpu-vm-01"], MeshFact(EMPTY, key, ALL))
+    text = json.dumps([c.to_dict() for c in changes]) + repr(changes) + repr([c.action for c in changes])
     private_body = "".join(key.private_bytes().decode().splitlines()[1:-1])
     for secret in (key.blob, private_body[:40], private_body[-40:], *HOST_KEYS.values()):
         assert secret not in text
@@ -309,7 +310,7 @@ def read_response(files: MeshFiles):
 def test_observe_reads_once_and_takes_host_keys_from_the_connections(tmp_path):
     cluster, fakes = make_cluster(tmp_path, "{container_port: 12345}",
                                   responses={g: {READ: read_response(EMPTY)} for g in ADDRESSES})
-    fact = mesh.observe(cluster.targets["gpu-vm-02"], cluster)
+    fact = mesh.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"])
     assert fact.files == EMPTY and fact.key is None and fact.container_port == 12345
     assert fact.peers == ALL
     assert len(fakes["gpu-vm-02"].calls) == 1 and not fakes["gpu-vm-02"].calls[0].sudo
@@ -319,11 +320,11 @@ def test_observe_reads_once_and_takes_host_keys_from_the_connections(tmp_path):
 def test_observe_skips_an_unreachable_peer_and_names_a_missing_user(tmp_path):
     cluster, fakes = make_cluster(tmp_path, responses={g: {READ: read_response(EMPTY)} for g in ADDRESSES},
                                   unreachable=("gpu-vm-03",))
-    assert mesh.observe(cluster.targets["gpu-vm-01"], cluster).peers == ALL[:2]
+    assert mesh.observe(Context(cluster=cluster), cluster.targets["gpu-vm-01"]).peers == ALL[:2]
     fakes["gpu-vm-01"].responses[READ] = CommandResult("x", 3, "", "user mpi not found (getent passwd)\n")
     with pytest.raises(RemoteCommandError, match=r"^gpu-vm-01: guest.ssh_mesh: reading ~gpuadmin/.ssh failed \(exit 3\): "
                                                  r"user mpi not found \(getent passwd\)$"):
-        mesh.observe(cluster.targets["gpu-vm-01"], cluster)
+        mesh.observe(Context(cluster=cluster), cluster.targets["gpu-vm-01"])
 
 
 def _written(call) -> dict[str, tuple[bytes, int]]:
@@ -339,9 +340,9 @@ def test_apply_writes_only_the_changed_files_in_one_command(tmp_path, user, sudo
     cluster, fakes = make_cluster(tmp_path, f"{{user: {user}}}",
                                   responses={g: {READ: read_response(existing), WRITE: ok("write")} for g in ADDRESSES})
     target = cluster.targets["gpu-vm-01"]
-    changes = mesh.plan(target, mesh.observe(target, cluster), cluster)
+    changes = mesh.plan(target, mesh.observe(Context(cluster=cluster), target))
     fakes["gpu-vm-01"].calls.clear()
-    mesh.apply(target, changes, cluster)
+    mesh.apply(Context(cluster=cluster), target, changes)
     key = load_cluster_key(cluster.state_dir)
     read, write = fakes["gpu-vm-01"].calls
     assert (read.sudo, write.sudo) == (sudo, sudo)
@@ -356,7 +357,7 @@ def test_apply_writes_only_the_changed_files_in_one_command(tmp_path, user, sudo
     assert all(key.blob not in c.command and b"PRIVATE" not in (c.command.encode()) for c in fakes["gpu-vm-01"].calls)
 
     fakes["gpu-vm-01"].calls.clear()
-    mesh.apply(target, [c for c in changes if c.field == "config"], cluster)
+    mesh.apply(Context(cluster=cluster), target, [c for c in changes if c.field == "config"])
     assert list(_written(fakes["gpu-vm-01"].calls[-1])) == ["config"]
 
 
@@ -364,9 +365,9 @@ def test_apply_failure_names_target_and_step(tmp_path):
     cluster, fakes = make_cluster(tmp_path, responses={g: {READ: read_response(EMPTY)} for g in ADDRESSES})
     fakes["gpu-vm-01"].responses[WRITE] = CommandResult("w", 2, "", "tar: short read\n")
     target = cluster.targets["gpu-vm-01"]
-    changes = mesh.plan(target, mesh.observe(target, cluster), cluster)
+    changes = mesh.plan(target, mesh.observe(Context(cluster=cluster), target))
     with pytest.raises(RemoteCommandError, match=r"^gpu-vm-01: guest.ssh_mesh: writing ~gpuadmin/.ssh failed \(exit 2\): tar: short read$"):
-        mesh.apply(target, changes, cluster)
+        mesh.apply(Context(cluster=cluster), target, changes)
 
 
 def verify_answer(failing: dict[str, str]):
@@ -406,10 +407,10 @@ def test_apply_all_writes_in_parallel_then_verifies_once_failures_by_target(tmp_
     responses = {g: {READ: read_response(EMPTY), WRITE: ok("write"), VERIFY: verify_answer(denied)} for g in ADDRESSES}
     responses["gpu-vm-03"][WRITE] = CommandResult("w", 1, "", "disk full")
     cluster, fakes = make_cluster(tmp_path, responses=responses)
-    plans = {n: mesh.plan(t, mesh.observe(t, cluster), cluster) for n, t in cluster.targets.items()}
+    plans = {n: mesh.plan(t, mesh.observe(Context(cluster=cluster), t)) for n, t in cluster.targets.items()}
     for fake in fakes.values():
         fake.calls.clear()
-    failures = mesh.apply_all(cluster, plans)
+    failures = mesh.apply_all(Context(cluster=cluster), plans)
     assert sorted(failures) == ["gpu-vm-02", "gpu-vm-03"]
     assert "disk full" in str(failures["gpu-vm-03"])
     assert "gpu-vm-02  gpu-vm-01  Host key verification failed." in str(failures["gpu-vm-02"])
@@ -420,9 +421,9 @@ def test_apply_all_writes_in_parallel_then_verifies_once_failures_by_target(tmp_
 
 
 def test_step_shape(tmp_path):
-    step = mesh.GuestSshMeshStep
+    step = mesh.STEP
     assert (step.name, step.role) == ("guest.ssh_mesh", "guest")
     cluster, _ = make_cluster(tmp_path)
-    assert step.wanted(cluster.targets["gpu-vm-01"], cluster)
+    assert step.wanted(cluster.targets["gpu-vm-01"])
     cluster, _ = make_cluster(tmp_path, "{enabled: false}")
-    assert not step.wanted(cluster.targets["gpu-vm-01"], cluster)
+    assert not step.wanted(cluster.targets["gpu-vm-01"])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuvm import mig
+from gpuvm.steps.base import Context
 from gpuvm.errors import InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor, ok
@@ -156,16 +157,16 @@ def modes(*rows):
 ])
 def test_esxi_plan(tmp_path, host_mig, fact, expected):
     c = cluster(tmp_path, FakeExecutor("esx-01"), host_mig=host_mig)
-    changes = esxi_mig.plan(c.targets["esx-01"], fact, c)
+    changes = esxi_mig.plan(c.targets["esx-01"], fact)
     assert plan_rows(changes) == expected
     assert all(ch.step == "esxi.mig" and ch.target == "esx-01" for ch in changes)
-    assert [bool(ch.spec) for ch in changes] == [not ch.after.endswith("(after reboot)") for ch in changes]
+    assert [ch.action is not None for ch in changes] == [not ch.after.endswith("(after reboot)") for ch in changes]
 
 
 def test_esxi_plan_refuses_a_missing_gpu(tmp_path):
     c = cluster(tmp_path, FakeExecutor("esx-01"), host_mig="[0, 5]")
     with pytest.raises(InputError, match=r"rb\.yaml:5: hosts\[0\]\.mig: esxi\.mig: host esx-01: GPU 5 not found"):
-        esxi_mig.plan(c.targets["esx-01"], modes((0, "Disabled", "Disabled")), c)
+        esxi_mig.plan(c.targets["esx-01"], modes((0, "Disabled", "Disabled")))
 
 
 def test_esxi_apply_sets_and_reads_back(tmp_path):
@@ -174,8 +175,8 @@ def test_esxi_apply_sets_and_reads_back(tmp_path):
         re.compile(r"^nvidia-smi -i 1 --query-gpu"): ok("", query((1, "Disabled", "Enabled"))),
     })
     c = cluster(tmp_path, fake)
-    changes = esxi_mig.plan(c.targets["esx-01"], modes((0, "Disabled", "Enabled"), (1, "Disabled", "Disabled")), c)
-    esxi_mig.apply(c.targets["esx-01"], changes, c)
+    changes = esxi_mig.plan(c.targets["esx-01"], modes((0, "Disabled", "Enabled"), (1, "Disabled", "Disabled")))
+    esxi_mig.apply(Context(cluster=c), c.targets["esx-01"], changes)
     assert fake.commands == ["nvidia-smi -i 1 -mig 1",
                              "nvidia-smi -i 1 --query-gpu=index,name,mig.mode.current,mig.mode.pending --format=csv,noheader"]
 
@@ -184,9 +185,9 @@ def test_esxi_apply_fails_when_the_mode_does_not_stick(tmp_path):
     fake = FakeExecutor("esx-01", {"nvidia-smi -i 0 -mig 1": ok(""),
                                    re.compile(r"--query-gpu"): ok("", query((0, "Disabled", "Disabled")))})
     c = cluster(tmp_path, fake)
-    changes = esxi_mig.plan(c.targets["esx-01"], modes((0, "Disabled", "Disabled")), c)
+    changes = esxi_mig.plan(c.targets["esx-01"], modes((0, "Disabled", "Disabled")))
     with pytest.raises(RemoteCommandError, match=r"esx-01: esxi\.mig: GPU 0: MIG mode reads Disabled \(pending Disabled\)"):
-        esxi_mig.apply(c.targets["esx-01"], changes, c)
+        esxi_mig.apply(Context(cluster=c), c.targets["esx-01"], changes)
 
 
 # -- guest.mig: observe -----------------------------------------------------------------------
@@ -194,7 +195,7 @@ def test_esxi_apply_fails_when_the_mode_does_not_stick(tmp_path):
 def test_guest_observe_with_mig_off_does_not_list_instances(tmp_path):
     fake = FakeExecutor("gpu-vm-01", {re.compile("--query-gpu"): ok("", query((0, "Disabled", "Disabled"), (1, "Disabled", "Disabled")))})
     c = cluster(tmp_path, fake)
-    assert guest_mig.observe(c.targets["gpu-vm-01"], c) == (gpu(0), gpu(1))
+    assert guest_mig.observe(Context(cluster=c), c.targets["gpu-vm-01"]) == (gpu(0), gpu(1))
     assert len(fake.calls) == 1
 
 
@@ -204,7 +205,7 @@ def test_guest_observe_reads_instances(tmp_path):
         "nvidia-smi mig -lgi": ok("", (FIXTURES / "nvidia_smi_mig_lgi.txt").read_text()),
     })
     c = cluster(tmp_path, fake)
-    assert guest_mig.observe(c.targets["gpu-vm-01"], c) == (
+    assert guest_mig.observe(Context(cluster=c), c.targets["gpu-vm-01"]) == (
         gpu(0, "Enabled", instances=["3g.40gb", "3g.40gb"]), gpu(1, "Enabled", instances=["2g.20gb", "1g.10gb"]),
         gpu(2, "Enabled"))
     assert fake.calls[1].sudo
@@ -215,7 +216,7 @@ def test_guest_observe_tolerates_no_instances(tmp_path, code, text):
     fake = FakeExecutor("gpu-vm-01", {re.compile("--query-gpu"): ok("", query((0, "Enabled", "Enabled"))),
                                       "nvidia-smi mig -lgi": CommandResult("", code, text + "\n", "")})
     c = cluster(tmp_path, fake)
-    assert guest_mig.observe(c.targets["gpu-vm-01"], c) == (gpu(0, "Enabled"),)
+    assert guest_mig.observe(Context(cluster=c), c.targets["gpu-vm-01"]) == (gpu(0, "Enabled"),)
 
 
 def test_guest_observe_other_failures_raise(tmp_path):
@@ -223,7 +224,7 @@ def test_guest_observe_other_failures_raise(tmp_path):
                                       "nvidia-smi mig -lgi": CommandResult("", 4, "Insufficient Permissions\n", "")})
     c = cluster(tmp_path, fake)
     with pytest.raises(RemoteCommandError, match=r"gpu-vm-01: guest\.mig: `sudo -n nvidia-smi mig -lgi` exited 4"):
-        guest_mig.observe(c.targets["gpu-vm-01"], c)
+        guest_mig.observe(Context(cluster=c), c.targets["gpu-vm-01"])
 
 
 # -- guest.mig: plan --------------------------------------------------------------------------
@@ -251,7 +252,7 @@ PARTED = '[{devices: [0], mig-enabled: true, mig-devices: {"3g.40gb": 1, "2g.20g
 ])
 def test_guest_plan(tmp_path, layout, fact, expected):
     c = cluster(tmp_path, FakeExecutor("gpu-vm-01"), guest_mig=layout)
-    assert plan_rows(guest_mig.plan(c.targets["gpu-vm-01"], fact, c)) == expected
+    assert plan_rows(guest_mig.plan(c.targets["gpu-vm-01"], fact)) == expected
 
 
 @pytest.mark.parametrize("layout, fact, message", [
@@ -264,7 +265,7 @@ def test_guest_plan(tmp_path, layout, fact, expected):
 def test_guest_plan_refuses(tmp_path, layout, fact, message):
     c = cluster(tmp_path, FakeExecutor("gpu-vm-01"), guest_mig=layout)
     with pytest.raises(InputError, match=message):
-        guest_mig.plan(c.targets["gpu-vm-01"], fact, c)
+        guest_mig.plan(c.targets["gpu-vm-01"], fact)
 
 
 # -- guest.mig: apply -------------------------------------------------------------------------
@@ -311,10 +312,10 @@ def apply(tmp_path, layout, state: FakeGpu):
     fake = FakeExecutor("gpu-vm-01", state.responses())
     c = cluster(tmp_path, fake, guest_mig=layout)
     target = c.targets["gpu-vm-01"]
-    changes = guest_mig.plan(target, guest_mig.observe(target, c), c)
+    changes = guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target))
     start = len(fake.calls)
-    guest_mig.apply(target, changes, c)
-    return [call.line for call in fake.calls[start:]], guest_mig.plan(target, guest_mig.observe(target, c), c)
+    guest_mig.apply(Context(cluster=c), target, changes)
+    return [call.line for call in fake.calls[start:]], guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target))
 
 
 QUERY0 = "nvidia-smi -i 0 --query-gpu=index,name,mig.mode.current,mig.mode.pending --format=csv,noheader"
@@ -348,13 +349,13 @@ def test_guest_apply_pending_mode_stops_with_a_hint_then_resets(tmp_path):
     target = c.targets["gpu-vm-01"]
     with pytest.raises(RemoteCommandError, match=r"gpu-vm-01: guest\.mig: GPU 0: MIG mode Enabled is pending until the GPU "
                                                  r"is reset; apply again with --allow-power-off"):
-        guest_mig.apply(target, guest_mig.plan(target, guest_mig.observe(target, c), c), c)
+        guest_mig.apply(Context(cluster=c), target, guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target)))
     assert not any("-cgi" in line for line in fake.commands)
-    changes = guest_mig.plan(target, guest_mig.observe(target, c), c)
+    changes = guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target))
     assert changes[0].disruption == Disruption.VM_POWER_OFF
-    guest_mig.apply(target, changes, c)
+    guest_mig.apply(Context(cluster=c), target, changes)
     assert "sudo -n nvidia-smi --gpu-reset -i 0" in fake.commands
-    assert guest_mig.plan(target, guest_mig.observe(target, c), c) == []
+    assert guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target)) == []
 
 
 def test_guest_apply_checks_what_was_made(tmp_path):
@@ -365,7 +366,7 @@ def test_guest_apply_checks_what_was_made(tmp_path):
     c = cluster(tmp_path, fake)
     target = c.targets["gpu-vm-01"]
     with pytest.raises(RemoteCommandError, match=r"GPU 0: wanted 3g\.40gb x2 but nvidia-smi lists 3g\.40gb x1"):
-        guest_mig.apply(target, guest_mig.plan(target, guest_mig.observe(target, c), c), c)
+        guest_mig.apply(Context(cluster=c), target, guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target)))
 
 
 def test_root_login_needs_no_sudo(tmp_path):
@@ -375,7 +376,7 @@ def test_root_login_needs_no_sudo(tmp_path):
     path.write_text(textwrap.dedent(RUNBOOK).format(host_mig="all", guest_mig="all-7g.80gb").replace("user: gpuadmin", "user: root"))
     c = build_cluster(load_runbook(path), tmp_path, RemoteOptions(executor_factory=lambda name, access: fake))
     target = c.targets["gpu-vm-01"]
-    guest_mig.apply(target, guest_mig.plan(target, guest_mig.observe(target, c), c), c)
+    guest_mig.apply(Context(cluster=c), target, guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target)))
     assert not any(call.sudo for call in fake.calls)
 
 
@@ -397,14 +398,14 @@ def test_guest_apply_tries_other_orders_when_placement_fails(tmp_path):
     c = cluster(tmp_path, fake, guest_mig='[{devices: [0], mig-enabled: true, mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}]')
     target = c.targets["gpu-vm-01"]
     start = len(fake.calls)
-    guest_mig.apply(target, guest_mig.plan(target, guest_mig.observe(target, c), c), c)
+    guest_mig.apply(Context(cluster=c), target, guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target)))
     assert [line for line in fake.commands[start:] if re.search(r" -(cgi|dci|dgi) ", line)] == [
         "sudo -n nvidia-smi mig -i 0 -cgi 3g.40gb,2g.20gb,1g.10gb,1g.10gb -C",
         "sudo -n nvidia-smi mig -dci -i 0", "sudo -n nvidia-smi mig -dgi -i 0",
         "sudo -n nvidia-smi mig -i 0 -cgi 3g.40gb,1g.10gb,1g.10gb,2g.20gb -C",
         "sudo -n nvidia-smi mig -dci -i 0", "sudo -n nvidia-smi mig -dgi -i 0",
         "sudo -n nvidia-smi mig -i 0 -cgi 2g.20gb,3g.40gb,1g.10gb,1g.10gb -C"]
-    assert guest_mig.plan(target, guest_mig.observe(target, c), c) == []
+    assert guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target)) == []
 
 
 @pytest.mark.parametrize("code, text, message", [
@@ -421,7 +422,7 @@ def test_guest_apply_create_failures(tmp_path, code, text, message):
     c = cluster(tmp_path, fake)
     target = c.targets["gpu-vm-01"]
     with pytest.raises(RemoteCommandError, match=message):
-        guest_mig.apply(target, guest_mig.plan(target, guest_mig.observe(target, c), c), c)
+        guest_mig.apply(Context(cluster=c), target, guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target)))
 
 
 def test_guest_reset_failure_says_what_to_do(tmp_path):
@@ -433,4 +434,4 @@ def test_guest_reset_failure_says_what_to_do(tmp_path):
     target = c.targets["gpu-vm-01"]
     with pytest.raises(RemoteCommandError, match=r"gpu-vm-01: guest\.mig: GPU 0: `sudo -n nvidia-smi --gpu-reset -i 0` exited 255: "
                                                  r"Unable to reset this GPU: In use by another client; .* power-cycle the VM"):
-        guest_mig.apply(target, guest_mig.plan(target, guest_mig.observe(target, c), c), c)
+        guest_mig.apply(Context(cluster=c), target, guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target)))

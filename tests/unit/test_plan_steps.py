@@ -108,7 +108,7 @@ def test_extra_devices_are_removed_and_present_ones_kept(tmp_path):
     ])
     plan, _ = make_plan(runbook(tmp_path, ONE_GPU_VM), inventory([r750xa(enabled=True, active=True)], [current]))
     devices = [c for c in plan.for_step("vm.hardware") if c.field == "device"]
-    assert [(c.before, c.after, c.spec.get("key")) for c in devices] == [("0000:31:00.0", None, 2)]
+    assert [(c.before, c.after, c.action.key) for c in devices] == [("0000:31:00.0", None, 2)]
 
 
 def test_gpus_are_shared_out_without_overlap_and_numa_first(tmp_path):

@@ -98,7 +98,7 @@ def apply(runbook: Path = RUNBOOK,
     from gpuvm.engine import apply_plan, check_allowed, make_plan, raise_failures
     from gpuvm.journal import Journal, state_dir as make_state_dir
     from gpuvm.render import print_plan
-    from gpuvm.steps.base import ApplyContext, Options
+    from gpuvm.steps.base import Context, Options
     from gpuvm.vsphere.inventory import read_inventory
 
     book = load(runbook)
@@ -123,7 +123,7 @@ def apply(runbook: Path = RUNBOOK,
             mark = "[red]✗[/]" if status.startswith("failed") else ("[green]✓[/]" if status.startswith("done") else "…")
             err.print(f"{mark} {step:<17} {target}: {status}", highlight=False)
 
-        context = ApplyContext(session, facts, options, cluster, down)
+        context = Context(session, facts, options, cluster, down)
         outcome = apply_plan(the_plan, desired, context, journal, parallel, progress)
     done = sum(len(c) for c in outcome.done.values())
     out.print(f"Applied {done} of {len(the_plan.changes)} change(s) in {outcome.seconds:.1f} s; "

@@ -1,18 +1,33 @@
-"""What every step is: observe (facts), plan (pure: desired + facts → changes), apply (those changes).
+"""The one step contract: a `Step` names its targets' role and provides observe, plan and apply.
 
-vSphere steps observe through the one bulk inventory read the engine makes; their `plan` is a pure
-function of the resolved desired state, the inventory and the changes earlier steps planned (a
-VM powered off for new hardware must be powered on again by the power step).
+Every verb takes the step's *target*, the per-target desired state: a `DesiredHost` (role
+"host"), a `DesiredVm` ("vm"), or a `RemoteTarget` (an ESXi shell, "esxi", or a guest OS,
+"guest"); each has a `.name`.
+
+- `wanted(target)`: whether the runbook asks this step of the target at all (default: yes).
+- `observe(ctx, target) -> fact`: read the world. vSphere steps take their slice of the one bulk
+  inventory read (and of the changes earlier steps planned: a VM powered off for new hardware is
+  off when `vm.power` runs); SSH steps run commands, every target in parallel, before planning.
+- `plan(target, fact) -> [Change]`: pure. Each change carries a typed action for `apply`.
+- `apply(ctx, target, changes)`: carry out exactly those changes.
+- `apply_all(ctx, changes_by_target, parallel) -> failures`: optional, for steps that order their
+  targets themselves (build an image once, then ship it); failures by target name.
+
+What the engine must know about a step is an attribute, never its name: `reboots_host` (its
+changes reboot hosts: refused without --allow-host-reboot and the runbook's consent) and
+`restarts_guest` (guest OSes are observed again after it changed their VM).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Callable, Literal
 
 from gpuvm.plan import Change
-from gpuvm.resolve import Desired
 from gpuvm.vsphere.facts import Inventory
+
+Role = Literal["esxi", "host", "vm", "guest"]
+SSH_ROLES = ("esxi", "guest")
 
 
 @dataclass
@@ -25,18 +40,43 @@ class Options:
 
 
 @dataclass
-class ApplyContext:
-    session: Any  # gpuvm.vsphere.session.Session
-    inventory: Inventory
+class Context:
+    """What steps observe and apply through."""
+
+    session: Any = None  # gpuvm.vsphere.session.Session (apply only)
+    inventory: Inventory = field(default_factory=Inventory)
     options: Options = field(default_factory=Options)
     cluster: Any = None  # gpuvm.remote.Cluster, when the runbook names SSH targets
     unreachable: dict[str, str] = field(default_factory=dict)  # guests that did not answer at plan time
+    planned: list[Change] = field(default_factory=list)  # what earlier steps planned (while planning)
 
 
-class Step(Protocol):
+def _always(target: Any) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Step:
     name: str
-    scope: Literal["host", "vm"]
+    role: Role
+    observe: Callable[[Context, Any], Any]
+    plan: Callable[[Any, Any], list[Change]]
+    apply: Callable[[Context, Any, list[Change]], None]
+    wanted: Callable[[Any], bool] = _always
+    apply_all: Callable[[Context, dict[str, list[Change]], int], dict[str, Exception]] | None = None
+    reboots_host: bool = False
+    restarts_guest: bool = False
 
-    def plan(self, desired: Desired, inventory: Inventory, prior: list[Change]) -> list[Change]: ...
+    @property
+    def over_ssh(self) -> bool:
+        return self.role in SSH_ROLES
 
-    def apply(self, ctx: ApplyContext, target: str, changes: list[Change]) -> None: ...
+
+def host_facts(ctx: Context, host: Any) -> Any:
+    """The observe of host steps: the host's slice of the inventory (`HostFacts`)."""
+    return ctx.inventory.hosts[host.name]
+
+
+def vm_facts(ctx: Context, vm: Any) -> Any:
+    """The observe of VM steps: the VM's slice of the inventory (`VmFacts`)."""
+    return ctx.inventory.vms[vm.name]

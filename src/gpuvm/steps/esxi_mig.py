@@ -7,33 +7,40 @@ The runbook's `mig` ("all" or GPU indices) only enables: GPUs it does not name a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpuvm.errors import InputError, RemoteCommandError
 from gpuvm.mig import MigLayoutError, select
 from gpuvm.parsers.nvidia_smi import MigMode, parse_mig_query_csv
 from gpuvm.plan import Change, Disruption
-from gpuvm.remote import Cluster, RemoteTarget, run
+from gpuvm.remote import RemoteTarget, run
+from gpuvm.steps.base import Context, Step
 
 NAME = "esxi.mig"
 QUERY = ["nvidia-smi", "--query-gpu=index,name,mig.mode.current,mig.mode.pending", "--format=csv,noheader"]
 
 
-def wanted(target: RemoteTarget, cluster: Cluster) -> bool:
+@dataclass(frozen=True)
+class EnableMig:
+    gpu: int
+
+
+def wanted(target: RemoteTarget) -> bool:
     return target.host is not None and target.host.mig is not None
 
 
-def observe(target: RemoteTarget, cluster: Cluster) -> list[MigMode]:
-    return parse_mig_query_csv(run(target, cluster, QUERY).stdout)
+def observe(ctx: Context, target: RemoteTarget) -> list[MigMode]:
+    return parse_mig_query_csv(run(target, ctx.cluster, QUERY).stdout)
 
 
-def plan(target: RemoteTarget, fact: list[MigMode], cluster: Cluster) -> list[Change]:
+def plan(target: RemoteTarget, fact: list[MigMode]) -> list[Change]:
     host = target.host
     assert host is not None and host.mig is not None
     modes = {m.index: m for m in fact}
     try:
         indices = select(host.mig, sorted(modes))
     except MigLayoutError as e:
-        index = next((i for i, h in enumerate(cluster.runbook.hosts) if h.name == host.name), 0)
-        raise cluster.runbook.error(("hosts", index, "mig"), f"{NAME}: host {target.name}: {e}") from None
+        raise target.error(NAME, ("mig",), str(e)) from None
     return [c for i in indices for c in _plan_gpu(target.name, modes[i])]
 
 
@@ -45,28 +52,23 @@ def _plan_gpu(name: str, gpu: MigMode) -> list[Change]:
     if gpu.pending != "Enabled":
         # Enabled now but a disable is pending: setting it again cancels that, no reboot needed
         disruption = Disruption.NONE if gpu.current == "Enabled" else Disruption.HOST_REBOOT
-        return [Change(NAME, name, resource, "mig.mode", shown, "Enabled", disruption, spec={"gpu": gpu.index})]
+        return [Change(NAME, name, resource, "mig.mode", shown, "Enabled", disruption, EnableMig(gpu.index))]
     if gpu.current != "Enabled":  # set before, waiting for the reboot
         return [Change(NAME, name, resource, "mig.mode", shown, "Enabled (after reboot)", Disruption.HOST_REBOOT)]
     return []
 
 
-def apply(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
+def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
     for change in changes:
-        if not change.spec:
-            continue
-        gpu = change.spec["gpu"]
-        run(target, cluster, ["nvidia-smi", "-i", str(gpu), "-mig", "1"])
-        now = parse_mig_query_csv(run(target, cluster, QUERY[:1] + ["-i", str(gpu)] + QUERY[1:]).stdout)[0]
+        if not isinstance(change.action, EnableMig):
+            continue  # enabled before, waiting for the reboot
+        gpu = change.action.gpu
+        run(target, ctx.cluster, ["nvidia-smi", "-i", str(gpu), "-mig", "1"])
+        now = parse_mig_query_csv(run(target, ctx.cluster, QUERY[:1] + ["-i", str(gpu)] + QUERY[1:]).stdout)[0]
         if now.pending != "Enabled":
             raise RemoteCommandError(f"{target.name}: {NAME}: GPU {gpu}: MIG mode reads {now.current} "
                                      f"(pending {now.pending}) after `nvidia-smi -i {gpu} -mig 1`; "
                                      "check that SR-IOV is enabled in the BIOS")
 
 
-class EsxiMigStep:
-    name, role = NAME, "esxi"
-    wanted = staticmethod(wanted)
-    observe = staticmethod(observe)
-    plan = staticmethod(plan)
-    apply = staticmethod(apply)
+STEP = Step(NAME, "esxi", observe, plan, apply, wanted=wanted)

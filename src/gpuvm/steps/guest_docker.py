@@ -21,7 +21,8 @@ from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Change
 from gpuvm.remote import Cluster, RemoteTarget, run
 from gpuvm.image import Recipe, image_ref, recipe
-from gpuvm.runbook.model import Image
+from gpuvm.runbook.model import Image, Runbook
+from gpuvm.steps.base import Context, Step
 
 NAME = "guest.docker"
 STDIN_LIMIT = 256 << 20  # larger saved images go to the guest in chunks, then `docker load -i`
@@ -38,19 +39,42 @@ class DockerFact:
     builder_id: str | None  # the builder's id of it (this guest's own on the builder)
 
 
-def builder_name(cluster: Cluster) -> str:
-    guests = cluster.runbook.guests
+@dataclass(frozen=True)
+class InstallDocker:
+    """apt-get install docker.io, then start and enable the daemon."""
+
+
+@dataclass(frozen=True)
+class StartDocker:
+    """systemctl enable --now docker."""
+
+
+@dataclass(frozen=True)
+class AddNvidiaRuntime:
+    install_toolkit: bool  # apt-get install nvidia-container-toolkit first
+    # then `nvidia-ctk runtime configure --runtime=docker` and a daemon restart
+
+
+@dataclass(frozen=True)
+class PlaceImage:
+    ref: str  # name:tag of the recipe the plan was made for
+    how: str  # build (on the builder) | copy (from the builder) | pull (from the registry)
+    builder: str
+
+
+def builder_name(runbook: Runbook) -> str:
+    guests = runbook.guests
     return guests.image.builder or guests.hosts[0].vm  # type: ignore[union-attr]
 
 
-def _image(cluster: Cluster) -> Image:
-    return cluster.runbook.guests.image  # type: ignore[union-attr]
+def _image(runbook: Runbook) -> Image:
+    return runbook.guests.image  # type: ignore[union-attr]
 
 
 # -- observe ------------------------------------------------------------------------------------
 
-def wanted(target: RemoteTarget, cluster: Cluster) -> bool:
-    guests = cluster.runbook.guests
+def wanted(target: RemoteTarget) -> bool:
+    guests = target.runbook.guests
     return target.guest is not None and guests is not None and guests.image is not None
 
 
@@ -74,8 +98,9 @@ def _last(result) -> str:
     return lines[-1].strip() if lines else f"exit {result.exit_code}"
 
 
-def observe(target: RemoteTarget, cluster: Cluster) -> DockerFact:
-    ref, builder = image_ref(_image(cluster)), builder_name(cluster)
+def observe(ctx: Context, target: RemoteTarget) -> DockerFact:
+    cluster = ctx.cluster
+    ref, builder = image_ref(_image(cluster.runbook)), builder_name(cluster.runbook)
     version = run(target, cluster, ["docker", "version", "--format", "{{.Server.Version}}"], check=False)
     if not version.ok or not version.stdout.strip():  # no docker, or its daemon does not answer
         server, error = (None, None) if _missing(version) else ("", _last(version))
@@ -113,21 +138,19 @@ def _builder_id(target: RemoteTarget, cluster: Cluster, builder: str, ref: str) 
 
 # -- plan (pure) --------------------------------------------------------------------------------
 
-def plan(target: RemoteTarget, fact: DockerFact, cluster: Cluster) -> list[Change]:
-    image, builder = _image(cluster), builder_name(cluster)
+def plan(target: RemoteTarget, fact: DockerFact) -> list[Change]:
+    image, builder = _image(target.runbook), builder_name(target.runbook)
     changes: list[Change] = []
     if fact.server_version is None:
         changes.append(Change(NAME, target.name, "package docker.io", "installed", None, "installed",
-                              spec={"install": ["docker.io"]}))
+                              action=InstallDocker()))
     elif fact.daemon_error:
         changes.append(Change(NAME, target.name, "service docker", "running", fact.daemon_error, "running",
-                              spec={"start": True}))
+                              action=StartDocker()))
     if not fact.nvidia_runtime:
         changes.append(Change(NAME, target.name, "docker runtime nvidia", "present",
                               "toolkit installed, runtime not configured" if fact.toolkit_installed else None,
-                              "nvidia-container-toolkit",
-                              spec={"install": [] if fact.toolkit_installed else ["nvidia-container-toolkit"],
-                                    "configure": True}))
+                              "nvidia-container-toolkit", action=AddNvidiaRuntime(not fact.toolkit_installed)))
     ref = recipe(image).ref
     if image.registry:
         how, source = "pull", f"pulled from {image.registry}"
@@ -135,25 +158,28 @@ def plan(target: RemoteTarget, fact: DockerFact, cluster: Cluster) -> list[Chang
         how, source = "build", f"built on {builder}"
     else:
         how, source = "copy", f"copied from {builder}"
-    spec = {"image": ref, "how": how, "builder": builder}
+    place = PlaceImage(ref, how, builder)
     if fact.image_id is None:
-        changes.append(Change(NAME, target.name, f"image {ref}", "present", None, source, spec=spec))
+        changes.append(Change(NAME, target.name, f"image {ref}", "present", None, source, action=place))
     elif target.name != builder and fact.image_id != fact.builder_id:
         # the builder has another build of the recipe, or has none yet and will build one
         changes.append(Change(NAME, target.name, f"image {ref}", "id", fact.image_id, fact.builder_id or source,
-                              spec=spec))
+                              action=place))
     return changes
 
 
 # -- apply --------------------------------------------------------------------------------------
 
-def _image_change(changes: list[Change]) -> Change | None:
-    return next((c for c in changes if "how" in c.spec), None)
+def _placement(changes: list[Change]) -> PlaceImage | None:
+    return next((c.action for c in changes if isinstance(c.action, PlaceImage)), None)
 
 
 def _set_up(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
     """Packages, daemon and runtime: everything but the image."""
-    packages = [p for c in changes for p in c.spec.get("install", [])]
+    actions = [c.action for c in changes]
+    runtime = next((a for a in actions if isinstance(a, AddNvidiaRuntime)), None)
+    packages = (["docker.io"] if any(isinstance(a, InstallDocker) for a in actions) else []) + \
+        (["nvidia-container-toolkit"] if runtime and runtime.install_toolkit else [])
     if packages:
         env = ["env", "DEBIAN_FRONTEND=noninteractive"]
         run(target, cluster, env + ["apt-get", "update"])
@@ -164,28 +190,28 @@ def _set_up(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> No
                     if "nvidia-container-toolkit" in packages and "Unable to locate" in result.stderr else "")
             raise RemoteCommandError(f"{target.name}: {NAME}: apt-get install {' '.join(packages)} failed: "
                                      f"{_last(result)}{hint}")
-    if any(c.spec.get("start") for c in changes) or "docker.io" in packages:
+    if any(isinstance(a, (InstallDocker, StartDocker)) for a in actions):
         run(target, cluster, ["systemctl", "enable", "--now", "docker"])
-    if any(c.spec.get("configure") for c in changes):
+    if runtime:
         run(target, cluster, ["nvidia-ctk", "runtime", "configure", "--runtime=docker"])
         run(target, cluster, ["systemctl", "restart", "docker"])
 
 
-def _check_recipe(target: RemoteTarget, change: Change, cluster: Cluster) -> Recipe:
-    current = recipe(_image(cluster))
-    if change.spec["image"] != current.ref:
-        raise InputError(f"{target.name}: {NAME}: the plan is for image {change.spec['image']} but the runbook "
+def _check_recipe(target: RemoteTarget, place: PlaceImage, cluster: Cluster) -> Recipe:
+    current = recipe(_image(cluster.runbook))
+    if place.ref != current.ref:
+        raise InputError(f"{target.name}: {NAME}: the plan is for image {place.ref} but the runbook "
                          f"now renders {current.ref}; plan again")
     return current
 
 
 def _build(target: RemoteTarget, cluster: Cluster, current: Recipe) -> None:
     run(target, cluster, ["docker", "build", "-t", current.ref, "-"],
-        stdin=current.dockerfile.encode(), timeout=max(cluster.command_timeout, _image(cluster).build_timeout))
+        stdin=current.dockerfile.encode(), timeout=max(cluster.command_timeout, _image(cluster.runbook).build_timeout))
 
 
 def _pull(target: RemoteTarget, cluster: Cluster, current: Recipe) -> None:
-    image = _image(cluster)
+    image = _image(cluster.runbook)
     remote = f"{image.registry.rstrip('/')}/{current.ref}"  # type: ignore[union-attr]
     run(target, cluster, ["docker", "pull", remote], timeout=max(cluster.command_timeout, image.build_timeout))
     run(target, cluster, ["docker", "tag", remote, current.ref])
@@ -193,12 +219,12 @@ def _pull(target: RemoteTarget, cluster: Cluster, current: Recipe) -> None:
 
 def _save(builder: RemoteTarget, cluster: Cluster, ref: str, sink: BinaryIO) -> None:
     run(builder, cluster, ["docker", "save", ref], stdout_to=sink,
-        timeout=max(cluster.command_timeout, _image(cluster).build_timeout))
+        timeout=max(cluster.command_timeout, _image(cluster.runbook).build_timeout))
 
 
 def _load(target: RemoteTarget, cluster: Cluster, saved: Path, stdin_limit: int = STDIN_LIMIT) -> None:
     """`docker load` the saved image: on stdin when small, else sent in chunks to a temp file first."""
-    timeout = max(cluster.command_timeout, _image(cluster).build_timeout)
+    timeout = max(cluster.command_timeout, _image(cluster.runbook).build_timeout)
     if saved.stat().st_size <= stdin_limit:
         run(target, cluster, ["docker", "load"], stdin=saved.read_bytes(), timeout=timeout)
         return
@@ -256,7 +282,7 @@ def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dic
 
 def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], parallel: int) -> dict[str, Exception]:
     """Ship the builder's image to the receivers whose copy differs from it."""
-    builder = builder_name(cluster)
+    builder = builder_name(cluster.runbook)
     try:
         want = inspect_id(cluster.targets[builder], cluster, ref)
     except GpuvmError as e:
@@ -276,26 +302,27 @@ def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], par
     return failures | _ship(cluster.targets[builder], cluster, ref, send, parallel)
 
 
-def apply_all(cluster: Cluster, changes_by_target: dict[str, list[Change]], parallel: int = 8) -> dict[str, Exception]:
+def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel: int = 8) -> dict[str, Exception]:
     """Set up docker everywhere, build on the builder (or pull), ship to the rest, check the ids.
 
     Returns the failures by target; an empty dict when every target ended with the same image.
     """
+    cluster = ctx.cluster
     targets = {n: cluster.targets[n] for n in changes_by_target}
-    setup = {n: t for n, t in targets.items() if any("how" not in c.spec for c in changes_by_target[n])}
+    setup = {n: t for n, t in targets.items() if any(not isinstance(c.action, PlaceImage) for c in changes_by_target[n])}
     failures = _parallel(setup, lambda t: _set_up(t, changes_by_target[t.name], cluster), parallel)
 
-    image_changes = {n: c for n, cs in changes_by_target.items() if (c := _image_change(cs)) and n not in failures}
-    if not image_changes:
+    placements = {n: p for n, cs in changes_by_target.items() if (p := _placement(cs)) and n not in failures}
+    if not placements:
         return failures
-    first = next(iter(image_changes))
+    first = next(iter(placements))
     try:
-        current = _check_recipe(targets[first], image_changes[first], cluster)
+        current = _check_recipe(targets[first], placements[first], cluster)
     except GpuvmError as e:
-        return failures | {n: e for n in image_changes}
+        return failures | {n: e for n in placements}
     by_how: dict[str, dict[str, RemoteTarget]] = {"build": {}, "pull": {}, "copy": {}}
-    for name, change in image_changes.items():
-        by_how[change.spec["how"]][name] = targets[name]
+    for name, place in placements.items():
+        by_how[place.how][name] = targets[name]
     for name, target in by_how["build"].items():  # the builder: at most one, before any copy
         try:
             _build(target, cluster, current)
@@ -303,37 +330,16 @@ def apply_all(cluster: Cluster, changes_by_target: dict[str, list[Change]], para
             failures[name] = e
     failures.update(_parallel(by_how["pull"], lambda t: _pull(t, cluster, current), parallel))
     failures.update(_copy_to(cluster, current.ref, by_how["copy"], min(parallel, 4)))
-    checked = [n for n in image_changes if n not in failures]
-    failures.update(_verify(cluster, current.ref, checked, builder_name(cluster)))
+    checked = [n for n in placements if n not in failures]
+    failures.update(_verify(cluster, current.ref, checked, builder_name(cluster.runbook)))
     return failures
 
 
-def apply(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
+def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
     """This guest alone: set up, then build, pull or fetch the image from the builder."""
-    _set_up(target, [c for c in changes if "how" not in c.spec], cluster)
-    change = _image_change(changes)
-    if change is None:
-        return
-    current = _check_recipe(target, change, cluster)
-    how = change.spec["how"]
-    if how == "build":
-        _build(target, cluster, current)
-        return
-    if how == "pull":
-        _pull(target, cluster, current)
-    else:
-        failure = _copy_to(cluster, current.ref, {target.name: target}, 1).get(target.name)
-        if failure is not None:
-            raise failure
-    failure = _verify(cluster, current.ref, [target.name], builder_name(cluster)).get(target.name)
+    failure = apply_all(ctx, {target.name: changes}, 1).get(target.name)
     if failure is not None:
         raise failure
 
 
-class GuestDockerStep:
-    name, role = NAME, "guest"
-    wanted = staticmethod(wanted)
-    observe = staticmethod(observe)
-    plan = staticmethod(plan)
-    apply = staticmethod(apply)
-    apply_all = staticmethod(apply_all)
+STEP = Step(NAME, "guest", observe, plan, apply, wanted=wanted, apply_all=apply_all)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import islice, permutations
+from typing import Any
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.executors.base import CommandResult
@@ -21,6 +22,7 @@ from gpuvm.mig import GpuLayout, MigLayoutError, canonical, describe, expand, gp
 from gpuvm.parsers.nvidia_smi import GpuInstance, MigMode, parse_gpu_instances, parse_mig_query_csv
 from gpuvm.plan import Change, Disruption
 from gpuvm.remote import Cluster, RemoteTarget, run
+from gpuvm.steps.base import Context, Step
 
 NAME = "guest.mig"
 QUERY = ["nvidia-smi", "--query-gpu=index,name,mig.mode.current,mig.mode.pending", "--format=csv,noheader"]
@@ -36,16 +38,26 @@ class GpuMig:
     instances: tuple[str, ...] = ()  # GPU instance profiles, largest first
 
 
-def wanted(target: RemoteTarget, cluster: Cluster) -> bool:
+@dataclass(frozen=True)
+class SetMigMode:
+    gpu: int
+    mode: str  # Enabled | Disabled
+    reset: bool = False  # set before: a GPU reset makes it effective
+
+
+@dataclass(frozen=True)
+class SetInstances:
+    gpu: int
+    destroy: bool  # the GPU has instances now
+    create: tuple[str, ...]  # GPU instance profiles, largest first
+
+
+def wanted(target: RemoteTarget) -> bool:
     return target.guest is not None and target.guest.mig is not None
 
 
-def _root(target: RemoteTarget) -> bool:
-    """MIG operations need root: sudo unless the login user is root."""
-    return target.sudo or target.access.user != "root"
-
-
-def observe(target: RemoteTarget, cluster: Cluster) -> tuple[GpuMig, ...]:
+def observe(ctx: Context, target: RemoteTarget) -> tuple[GpuMig, ...]:
+    cluster = ctx.cluster
     modes = parse_mig_query_csv(run(target, cluster, QUERY).stdout)
     instances: dict[int, list[str]] = {}
     if any(m.current == "Enabled" for m in modes):
@@ -57,7 +69,7 @@ def observe(target: RemoteTarget, cluster: Cluster) -> tuple[GpuMig, ...]:
 
 def _list_instances(target: RemoteTarget, cluster: Cluster, gpu: int | None = None) -> list[GpuInstance]:
     argv = ["nvidia-smi", "mig", "-lgi"] + (["-i", str(gpu)] if gpu is not None else [])
-    result = run(target, cluster, argv, sudo=_root(target), check=False)
+    result = run(target, cluster, argv, sudo=target.root, check=False)
     if result.exit_code != 0 and not any(s in result.stdout + result.stderr for s in NOTHING_THERE):
         raise _failed(target, result)
     return parse_gpu_instances(result.stdout)
@@ -70,7 +82,7 @@ def _failed(target: RemoteTarget, result: CommandResult, gpu: int | None = None)
                               f"{output[-1] if output else 'no output'}")
 
 
-def plan(target: RemoteTarget, fact: tuple[GpuMig, ...], cluster: Cluster) -> list[Change]:
+def plan(target: RemoteTarget, fact: tuple[GpuMig, ...]) -> list[Change]:
     """Per GPU the layout names: a mode change and/or an instance change. A layout that does not fit
     the GPUs found is an InputError at the guest's `mig` line."""
     guest = target.guest
@@ -80,10 +92,7 @@ def plan(target: RemoteTarget, fact: tuple[GpuMig, ...], cluster: Cluster) -> li
         return [c for gpu in fact if gpu.index in layouts for c in _plan_gpu(target.name, gpu, layouts[gpu.index])]
     except MigLayoutError as e:
         label = guest.mig if isinstance(guest.mig, str) else "mig-parted entries"
-        guests = cluster.runbook.guests.hosts if cluster.runbook.guests else []
-        index = next((i for i, g in enumerate(guests) if g.vm == guest.vm), 0)
-        raise cluster.runbook.error(("guests", "hosts", index, "mig"),
-                                    f"{NAME}: guest {target.name}: layout {label}: {e}") from None
+        raise target.error(NAME, ("mig",), f"layout {label}: {e}") from None
 
 
 def _plan_gpu(name: str, gpu: GpuMig, want: GpuLayout) -> list[Change]:
@@ -97,31 +106,32 @@ def _plan_gpu(name: str, gpu: GpuMig, want: GpuLayout) -> list[Change]:
     instances = None
     if have != want.profiles:
         instances = Change(NAME, name, resource, "gpu instances", describe(have), describe(want.profiles),
-                           spec={"gpu": gpu.index, "destroy": bool(have), "create": list(want.profiles)})
+                           action=SetInstances(gpu.index, bool(have), tuple(want.profiles)))
     shown = gpu.current if gpu.pending == gpu.current else f"{gpu.current} (pending {gpu.pending})"
     mode_change = None
     if gpu.pending != mode:
-        mode_change = Change(NAME, name, resource, "mig.mode", shown, mode, spec={"gpu": gpu.index, "mode": mode})
+        mode_change = Change(NAME, name, resource, "mig.mode", shown, mode, action=SetMigMode(gpu.index, mode))
     elif gpu.current != mode:  # set before; takes effect with a GPU reset
         mode_change = Change(NAME, name, resource, "mig.mode", shown, f"{mode} (GPU reset)", Disruption.VM_POWER_OFF,
-                             spec={"gpu": gpu.index, "mode": mode, "reset": True})
+                             SetMigMode(gpu.index, mode, reset=True))
     # instances are made after MIG is enabled, and go before it is disabled
     ordered = [mode_change, instances] if want.enabled else [instances, mode_change]
     return [c for c in ordered if c is not None]
 
 
-def apply(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
-    by_gpu: dict[int, dict[str, Change]] = {}
+def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+    cluster = ctx.cluster
+    by_gpu: dict[int, dict[type, Any]] = {}
     for change in changes:
-        by_gpu.setdefault(change.spec["gpu"], {})[change.field] = change
+        by_gpu.setdefault(change.action.gpu, {})[type(change.action)] = change.action
     for gpu, todo in by_gpu.items():
-        instances, mode = todo.get("gpu instances"), todo.get("mig.mode")
-        if instances and instances.spec["destroy"]:
+        instances, mode = todo.get(SetInstances), todo.get(SetMigMode)
+        if instances and instances.destroy:
             _destroy(target, cluster, gpu)
         if mode:
-            _set_mode(target, cluster, gpu, mode.spec["mode"], reset=mode.spec.get("reset", False))
-        if instances and instances.spec["create"]:
-            _create(target, cluster, gpu, instances.spec["create"])
+            _set_mode(target, cluster, gpu, mode.mode, reset=mode.reset)
+        if instances and instances.create:
+            _create(target, cluster, gpu, list(instances.create))
 
 
 def _mode_of(target: RemoteTarget, cluster: Cluster, gpu: int) -> MigMode:
@@ -130,13 +140,13 @@ def _mode_of(target: RemoteTarget, cluster: Cluster, gpu: int) -> MigMode:
 
 def _set_mode(target: RemoteTarget, cluster: Cluster, gpu: int, mode: str, reset: bool) -> None:
     if reset:
-        result = run(target, cluster, ["nvidia-smi", "--gpu-reset", "-i", str(gpu)], sudo=_root(target), check=False)
+        result = run(target, cluster, ["nvidia-smi", "--gpu-reset", "-i", str(gpu)], sudo=target.root, check=False)
         if result.exit_code != 0:
             raise RemoteCommandError(f"{_failed(target, result, gpu)}; the GPU reset makes MIG mode {mode} effective: "
                                      "stop the GPU's processes or power-cycle the VM, then apply again")
     else:
         run(target, cluster, ["nvidia-smi", "-i", str(gpu), "-mig", "1" if mode == "Enabled" else "0"],
-            sudo=_root(target))
+            sudo=target.root)
     now = _mode_of(target, cluster, gpu)
     if now.current != mode:
         raise RemoteCommandError(f"{target.name}: {NAME}: GPU {gpu}: MIG mode {mode} is pending until the GPU is "
@@ -145,7 +155,7 @@ def _set_mode(target: RemoteTarget, cluster: Cluster, gpu: int, mode: str, reset
 
 def _destroy(target: RemoteTarget, cluster: Cluster, gpu: int) -> None:
     for flag in ("-dci", "-dgi"):  # compute instances first: a GPU instance in use cannot go
-        result = run(target, cluster, ["nvidia-smi", "mig", flag, "-i", str(gpu)], sudo=_root(target), check=False)
+        result = run(target, cluster, ["nvidia-smi", "mig", flag, "-i", str(gpu)], sudo=target.root, check=False)
         if result.exit_code != 0 and not any(s in result.stdout + result.stderr for s in NOTHING_THERE):
             raise _failed(target, result, gpu)
 
@@ -157,7 +167,7 @@ def _create(target: RemoteTarget, cluster: Cluster, gpu: int, profiles: list[str
     tried = 0
     for order in _orders(profiles):
         argv = ["nvidia-smi", "mig", "-i", str(gpu), "-cgi", ",".join(order), "-C"]
-        result = run(target, cluster, argv, sudo=_root(target), check=False)
+        result = run(target, cluster, argv, sudo=target.root, check=False)
         tried += 1
         if result.exit_code == 0:
             break
@@ -181,9 +191,4 @@ def _orders(profiles: list[str], limit: int = 24):
         yield [p for name in order for p in profiles if p == name]
 
 
-class GuestMigStep:
-    name, role = NAME, "guest"
-    wanted = staticmethod(wanted)
-    observe = staticmethod(observe)
-    plan = staticmethod(plan)
-    apply = staticmethod(apply)
+STEP = Step(NAME, "guest", observe, plan, apply, wanted=wanted)

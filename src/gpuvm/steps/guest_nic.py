@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
+from typing import Any
 
-from gpuvm.errors import InputError, RemoteCommandError
+from gpuvm.errors import RemoteCommandError
 from gpuvm.parsers.ibdev2netdev import PortMap, parse_ibdev2netdev
 from gpuvm.parsers.ip import Link, parse_ip_addr_json
 from gpuvm.parsers.mlxconfig import ats_enabled
@@ -25,8 +26,33 @@ from gpuvm.parsers.mst import MstDevice, parse_mst_status
 from gpuvm.plan import Change, Disruption
 from gpuvm.remote import Cluster, RemoteTarget, run
 from gpuvm.runbook.model import RdmaPort
+from gpuvm.steps.base import Context, Step
 
 NAME = "guest.nic"
+
+
+@dataclass(frozen=True)
+class SetCardAts:
+    device: str  # what mlxconfig is given: the mst device, else the card's PCI address
+    value: bool
+
+
+@dataclass(frozen=True)
+class SetMtu:
+    interface: str
+    mtu: int
+
+
+@dataclass(frozen=True)
+class LinkUp:
+    interface: str
+
+
+@dataclass(frozen=True)
+class SetAddress:
+    interface: str
+    address: str  # "10.0.0.1/24"
+    replaces: str | None  # the same address with another prefix
 
 
 @dataclass(frozen=True)
@@ -43,22 +69,17 @@ class NicFact:
     links: dict[str, Link] = field(default_factory=dict)  # from `ip -j addr show`
 
 
-def wanted(target: RemoteTarget, cluster: Cluster) -> bool:
+def wanted(target: RemoteTarget) -> bool:
     return target.guest is not None and (target.guest.nic_ats is not None or bool(target.guest.rdma_ports))
 
 
-def _root(target: RemoteTarget) -> bool:
-    """mst, mlxconfig and ip changes need root: sudo unless the login user is root."""
-    return target.sudo or target.access.user != "root"
-
-
-def observe(target: RemoteTarget, cluster: Cluster) -> NicFact:
-    guest = target.guest
+def observe(ctx: Context, target: RemoteTarget) -> NicFact:
+    guest, cluster = target.guest, ctx.cluster
     assert guest is not None
     cards: tuple[Card, ...] = ()
     if guest.nic_ats is not None:
         cards = tuple(Card(pci, dev, ats_enabled(run(target, cluster, ["mlxconfig", "-d", dev, "q", "ATS_ENABLED"],
-                                                     sudo=_root(target)).stdout))
+                                                     sudo=target.root).stdout))
                       for pci, dev in _cards(_mst_devices(target, cluster)))
     ports: tuple[PortMap, ...] = ()
     if any(p.device for p in guest.rdma_ports):
@@ -70,7 +91,7 @@ def observe(target: RemoteTarget, cluster: Cluster) -> NicFact:
 def _mst_devices(target: RemoteTarget, cluster: Cluster) -> list[MstDevice]:
     """`mst status -v`. Observing never runs `mst start` (a dry run loads no driver): without the
     mst device files, mlxconfig is given the card's PCI address instead."""
-    return parse_mst_status(run(target, cluster, ["mst", "status", "-v"], sudo=_root(target)).stdout)
+    return parse_mst_status(run(target, cluster, ["mst", "status", "-v"], sudo=target.root).stdout)
 
 
 def _cards(devices: list[MstDevice]) -> list[tuple[str, str]]:
@@ -81,54 +102,47 @@ def _cards(devices: list[MstDevice]) -> list[tuple[str, str]]:
     return list(cards.values())
 
 
-def plan(target: RemoteTarget, fact: NicFact, cluster: Cluster) -> list[Change]:
+def plan(target: RemoteTarget, fact: NicFact) -> list[Change]:
     guest = target.guest
     assert guest is not None
     changes: list[Change] = []
     if guest.nic_ats is not None:
         if not fact.cards:
-            raise _input(target, cluster, ("nic_ats",), "nic_ats is set but `mst status -v` lists no Mellanox device")
+            raise target.error(NAME, ("nic_ats",), "nic_ats is set but `mst status -v` lists no Mellanox device")
         for card in fact.cards:
             if card.ats != guest.nic_ats:
                 changes.append(Change(NAME, target.name, f"ConnectX {card.pci} ({card.mst})", "ATS_ENABLED",
                                       card.ats, guest.nic_ats, Disruption.HOST_REBOOT,
-                                      spec={"device": card.mst, "value": "true" if guest.nic_ats else "false"}))
+                                      SetCardAts(card.mst, guest.nic_ats)))
     for i, port in enumerate(guest.rdma_ports):
-        changes += _plan_port(target.name, port, _link(target, cluster, fact, i, port))
+        changes += _plan_port(target.name, port, _link(target, fact, i, port))
     return changes
 
 
-def _link(target: RemoteTarget, cluster: Cluster, fact: NicFact, i: int, port: RdmaPort) -> Link:
+def _link(target: RemoteTarget, fact: NicFact, i: int, port: RdmaPort) -> Link:
     name = port.interface
     if port.device is not None:
         mapped = next((p.netdev for p in fact.ports if (p.ibdev, p.port) == (port.device, port.port)), None)
         if mapped is None:
             known = ", ".join(f"{p.ibdev} port {p.port}" for p in fact.ports) or "none"
-            raise _input(target, cluster, ("rdma_ports", i),
+            raise target.error(NAME, ("rdma_ports", i),
                          f"port {port.describe()} not found by ibdev2netdev (ports: {known})")
         name = mapped
     assert name is not None
     if name not in fact.links:
         known = ", ".join(fact.links) or "none"
-        raise _input(target, cluster, ("rdma_ports", i), f"port {port.describe()}: interface {name} not found "
-                                                         f"(interfaces: {known})")
+        raise target.error(NAME, ("rdma_ports", i), f"port {port.describe()}: interface {name} not found "
+                                                    f"(interfaces: {known})")
     return fact.links[name]
-
-
-def _input(target: RemoteTarget, cluster: Cluster, loc: tuple[str | int, ...], message: str) -> InputError:
-    guests = cluster.runbook.guests.hosts if cluster.runbook.guests else []
-    index = next((i for i, g in enumerate(guests) if g.vm == target.name), 0)
-    return cluster.runbook.error(("guests", "hosts", index) + loc, f"{NAME}: guest {target.name}: {message}")
 
 
 def _plan_port(name: str, port: RdmaPort, link: Link) -> list[Change]:
     resource = link.name if port.interface else f"{link.name} ({port.describe()})"
-    spec = {"interface": link.name}
     changes = []
     if port.mtu is not None and link.mtu != port.mtu:
-        changes.append(Change(NAME, name, resource, "mtu", link.mtu, port.mtu, spec=spec | {"mtu": port.mtu}))
+        changes.append(Change(NAME, name, resource, "mtu", link.mtu, port.mtu, action=SetMtu(link.name, port.mtu)))
     if not link.up:
-        changes.append(Change(NAME, name, resource, "state", "down", "up", spec=spec | {"up": True}))
+        changes.append(Change(NAME, name, resource, "state", "down", "up", action=LinkUp(link.name)))
     if port.ip is not None:
         want = ipaddress.ip_interface(port.ip)
         have = [ipaddress.ip_interface(a) for a in link.addresses]
@@ -136,33 +150,37 @@ def _plan_port(name: str, port: RdmaPort, link: Link) -> list[Change]:
             # the same address with another prefix is replaced; other addresses stay
             old = next((str(h) for h in have if h.ip == want.ip), None)
             changes.append(Change(NAME, name, resource, "address", old or "absent", str(want),
-                                  spec=spec | {"add": str(want), "delete": old}))
+                                  action=SetAddress(link.name, str(want), old)))
     return changes
 
 
-def apply(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
-    sudo = _root(target)
+def argv(action: SetMtu | LinkUp | SetAddress) -> list[list[str]]:
+    """The `ip` commands that make a port change."""
+    if isinstance(action, SetMtu):
+        return [["ip", "link", "set", "dev", action.interface, "mtu", str(action.mtu)]]
+    if isinstance(action, LinkUp):
+        return [["ip", "link", "set", "dev", action.interface, "up"]]
+    drop = [["ip", "addr", "del", action.replaces, "dev", action.interface]] if action.replaces else []
+    return drop + [["ip", "addr", "add", action.address, "dev", action.interface]]
+
+
+def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
     for change in changes:
-        spec, dev = change.spec, change.spec.get("interface")
-        if "device" in spec:
-            _set_ats(target, cluster, spec["device"], spec["value"])
-        elif "mtu" in spec:
-            run(target, cluster, ["ip", "link", "set", "dev", dev, "mtu", str(spec["mtu"])], sudo=sudo)
-        elif "up" in spec:
-            run(target, cluster, ["ip", "link", "set", "dev", dev, "up"], sudo=sudo)
-        elif "add" in spec:
-            if spec["delete"]:
-                run(target, cluster, ["ip", "addr", "del", spec["delete"], "dev", dev], sudo=sudo)
-            run(target, cluster, ["ip", "addr", "add", spec["add"], "dev", dev], sudo=sudo)
-    _check_links(target, cluster, [c for c in changes if "interface" in c.spec])
+        if isinstance(change.action, SetCardAts):
+            _set_ats(target, ctx.cluster, change.action)
+        else:
+            for command in argv(change.action):
+                run(target, ctx.cluster, command, sudo=target.root)
+    _check_links(target, ctx.cluster, [c for c in changes if not isinstance(c.action, SetCardAts)])
 
 
-def _set_ats(target: RemoteTarget, cluster: Cluster, device: str, value: str) -> None:
-    sudo = _root(target)
-    run(target, cluster, ["mlxconfig", "-y", "-d", device, "set", f"ATS_ENABLED={value}"], sudo=sudo)
-    now = ats_enabled(run(target, cluster, ["mlxconfig", "-d", device, "q", "ATS_ENABLED"], sudo=sudo).stdout)
-    if now != (value == "true"):
-        raise RemoteCommandError(f"{target.name}: {NAME}: ATS_ENABLED on {device} reads {now} after the set")
+def _set_ats(target: RemoteTarget, cluster: Cluster, action: SetCardAts) -> None:
+    value = "true" if action.value else "false"
+    run(target, cluster, ["mlxconfig", "-y", "-d", action.device, "set", f"ATS_ENABLED={value}"], sudo=target.root)
+    now = ats_enabled(run(target, cluster, ["mlxconfig", "-d", action.device, "q", "ATS_ENABLED"],
+                          sudo=target.root).stdout)
+    if now != action.value:
+        raise RemoteCommandError(f"{target.name}: {NAME}: ATS_ENABLED on {action.device} reads {now} after the set")
 
 
 def _check_links(target: RemoteTarget, cluster: Cluster, changes: list[Change]) -> None:
@@ -171,23 +189,19 @@ def _check_links(target: RemoteTarget, cluster: Cluster, changes: list[Change]) 
         return
     links = parse_ip_addr_json(run(target, cluster, ["ip", "-j", "addr", "show"]).stdout)
     for change in changes:
-        link, spec = links.get(change.spec["interface"]), change.spec
+        action = change.action
+        link = links.get(action.interface)
         if link is None:
             ok = False
-        elif "mtu" in spec:
-            ok = link.mtu == spec["mtu"]
-        elif "up" in spec:
+        elif isinstance(action, SetMtu):
+            ok = link.mtu == action.mtu
+        elif isinstance(action, LinkUp):
             ok = link.up
         else:
-            ok = ipaddress.ip_interface(spec["add"]) in [ipaddress.ip_interface(a) for a in link.addresses]
+            ok = ipaddress.ip_interface(action.address) in [ipaddress.ip_interface(a) for a in link.addresses]
         if not ok:
             raise RemoteCommandError(f"{target.name}: {NAME}: {change.resource} {change.field} is not {change.after} "
                                      "after apply")
 
 
-class GuestNicStep:
-    name, role = NAME, "guest"
-    wanted = staticmethod(wanted)
-    observe = staticmethod(observe)
-    plan = staticmethod(plan)
-    apply = staticmethod(apply)
+STEP = Step(NAME, "guest", observe, plan, apply, wanted=wanted)

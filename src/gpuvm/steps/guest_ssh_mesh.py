@@ -24,7 +24,8 @@ from gpuvm.mesh.guests import container_port, mesh_guests, mesh_user, peer_host_
 from gpuvm.mesh.key import MeshKey, cluster_key, fingerprint, load_cluster_key
 from gpuvm.mesh.ssh_dir import read_files, write_files
 from gpuvm.plan import Change
-from gpuvm.remote import Cluster, RemoteTarget
+from gpuvm.remote import RemoteTarget
+from gpuvm.steps.base import Context, Step
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,21 @@ class MeshFact:
     container_port: int | None = None
 
 
-def wanted(target: RemoteTarget, cluster: Cluster) -> bool:
-    guests = cluster.runbook.guests
+@dataclass(frozen=True)
+class WriteMeshFile:
+    """Write one of the mesh's files in ~user/.ssh (merged with what is there at apply time)."""
+
+    user: str
+    home: str
+
+
+def wanted(target: RemoteTarget) -> bool:
+    guests = target.runbook.guests
     return target.guest is not None and guests is not None and guests.ssh_mesh is not None and guests.ssh_mesh.enabled
 
 
-def observe(target: RemoteTarget, cluster: Cluster) -> MeshFact:
+def observe(ctx: Context, target: RemoteTarget) -> MeshFact:
+    cluster = ctx.cluster
     files = read_files(target, cluster, mesh_user(target, cluster))
     peers, _ = peer_host_keys(cluster)
     return MeshFact(files, load_cluster_key(cluster.state_dir), peers, container_port(cluster))
@@ -57,14 +67,14 @@ def _fingerprint_or(public_line: str | None) -> str:
         return "(unreadable)"
 
 
-def plan(target: RemoteTarget, fact: MeshFact, cluster: Cluster) -> list[Change]:
+def plan(target: RemoteTarget, fact: MeshFact) -> list[Change]:
     files, key = fact.files, fact.key
-    spec = {"user": files.user, "home": files.home}
+    write = WriteMeshFile(files.user, files.home)
     fp = f"mesh key {key.fingerprint}" if key else "new mesh key (made on apply)"
     changes = []
 
     def change(name: str, field_: str, before: str, after: str) -> None:
-        changes.append(Change(NAME, target.name, _resource(files, name), field_, before, after, spec=dict(spec)))
+        changes.append(Change(NAME, target.name, _resource(files, name), field_, before, after, action=write))
 
     if "." not in files.stats:
         change(".", "directory", "missing", f"0700, owner {files.user}")
@@ -103,7 +113,8 @@ def plan(target: RemoteTarget, fact: MeshFact, cluster: Cluster) -> list[Change]
     return changes
 
 
-def apply(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
+def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+    cluster = ctx.cluster
     if not changes:
         return
     user = mesh_user(target, cluster)
@@ -114,19 +125,20 @@ def apply(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None
     write_files(target, cluster, user, files.home, content)
 
 
-def apply_all(cluster: Cluster, changes_by_target: dict[str, list[Change]],
+def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]],
               parallel: int | None = None) -> dict[str, Exception]:
     """Write every guest's files in parallel, then verify the whole mesh once. Failures by target.
 
     A pair that fails verification is charged to the guest that could not log in (`from`).
     """
+    cluster = ctx.cluster
     workers = parallel or min(32, max(1, len(mesh_guests(cluster))))
     if any(changes_by_target.values()):
         cluster_key(cluster.state_dir)  # made once, before the guests race for it
     items = {n: (cluster.targets[n], c) for n, c in changes_by_target.items() if c}
     failures: dict[str, Exception] = {}
     try:
-        run_parallel(items, lambda item: apply(item[0], item[1], cluster), workers)
+        run_parallel(items, lambda item: apply(ctx, item[0], item[1]), workers)
     except TargetFailures as e:
         failures.update(e.failures)
     healthy = [n for n in mesh_guests(cluster) if n not in failures]
@@ -139,10 +151,4 @@ def apply_all(cluster: Cluster, changes_by_target: dict[str, list[Change]],
     return failures
 
 
-class GuestSshMeshStep:
-    name, role = NAME, "guest"
-    wanted = staticmethod(wanted)
-    observe = staticmethod(observe)
-    plan = staticmethod(plan)
-    apply = staticmethod(apply)
-    apply_all = staticmethod(apply_all)
+STEP = Step(NAME, "guest", observe, plan, apply, wanted=wanted, apply_all=apply_all)

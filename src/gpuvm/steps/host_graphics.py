@@ -2,39 +2,41 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import Desired
-from gpuvm.steps.base import ApplyContext
-from gpuvm.vsphere.facts import Inventory
+from gpuvm.resolve import DesiredHost
+from gpuvm.steps.base import Context, Step, host_facts
+from gpuvm.vsphere.facts import HostFacts
 from gpuvm.vsphere.tasks import call
 
 NAME = "host.graphics"
 POLICY = "performance"
 
 
-def plan(desired: Desired, inventory: Inventory, prior: list[Change]) -> list[Change]:
-    changes = []
-    for host in desired.hosts.values():
-        facts = inventory.hosts[host.name]
-        if host.graphics and facts.graphics.default_type != host.graphics:
-            # The new mode is used once the host's graphics services restart: a reboot.
-            changes.append(Change(NAME, host.name, "graphics", "hostDefaultGraphicsType",
-                                  facts.graphics.default_type, host.graphics, Disruption.HOST_REBOOT,
-                                  spec={"type": host.graphics}))
-    return changes
+@dataclass(frozen=True)
+class SetDefaultGraphics:
+    type: str  # shared | sharedDirect
 
 
-def apply(ctx: ApplyContext, target: str, changes: list[Change]) -> None:
+def plan(host: DesiredHost, facts: HostFacts) -> list[Change]:
+    if not host.graphics or facts.graphics.default_type == host.graphics:
+        return []
+    # The new mode is used once the host's graphics services restart: a reboot.
+    return [Change(NAME, host.name, "graphics", "hostDefaultGraphicsType", facts.graphics.default_type,
+                   host.graphics, Disruption.HOST_REBOOT, SetDefaultGraphics(host.graphics))]
+
+
+def graphics_config(action: SetDefaultGraphics) -> object:
     from pyVmomi import vim
 
-    facts = ctx.inventory.hosts[target]
-    manager = ctx.session.ref("host.GraphicsManager", facts.graphics_manager)
-    config = vim.host.GraphicsConfig(hostDefaultGraphicsType=changes[-1].spec["type"],
-                                     sharedPassthruAssignmentPolicy=POLICY)
-    call(target, NAME, "UpdateGraphicsConfig", lambda: manager.UpdateGraphicsConfig(config))
+    return vim.host.GraphicsConfig(hostDefaultGraphicsType=action.type, sharedPassthruAssignmentPolicy=POLICY)
 
 
-class HostGraphicsStep:
-    name, scope = NAME, "host"
-    plan = staticmethod(plan)
-    apply = staticmethod(apply)
+def apply(ctx: Context, host: DesiredHost, changes: list[Change]) -> None:
+    manager = ctx.session.ref("host.GraphicsManager", ctx.inventory.hosts[host.name].graphics_manager)
+    config = graphics_config(changes[-1].action)
+    call(host.name, NAME, "UpdateGraphicsConfig", lambda: manager.UpdateGraphicsConfig(config))
+
+
+STEP = Step(NAME, "host", host_facts, plan, apply)

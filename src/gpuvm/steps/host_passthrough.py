@@ -6,47 +6,52 @@ without one (`capability.deviceRebindWithoutRebootSupported`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import Desired
-from gpuvm.steps.base import ApplyContext
-from gpuvm.vsphere.facts import Inventory
+from gpuvm.resolve import DesiredHost
+from gpuvm.steps.base import Context, Step, host_facts
+from gpuvm.vsphere.facts import HostFacts
 from gpuvm.vsphere.tasks import call
 
 NAME = "host.passthrough"
 
 
-def plan(desired: Desired, inventory: Inventory, prior: list[Change]) -> list[Change]:
+@dataclass(frozen=True)
+class EnablePassthrough:
+    address: str
+    apply_now: bool  # the host rebinds the device without a reboot
+
+
+def plan(host: DesiredHost, facts: HostFacts) -> list[Change]:
     changes = []
-    for host in desired.hosts.values():
-        facts = inventory.hosts[host.name]
-        reboot = Disruption.NONE if facts.rebind_without_reboot else Disruption.HOST_REBOOT
-        for address in host.passthrough:
-            device = facts.device(address)
-            assert device is not None  # resolve checked it
-            resource = f"pci {address} ({device.device_name})"
-            if not device.passthru_enabled:
-                changes.append(Change(NAME, host.name, resource, "passthrough", device.passthru_state, "active",
-                                      reboot, spec={"address": address, "enable": True}))
-            elif not device.passthru_active:
-                changes.append(Change(NAME, host.name, resource, "passthrough", device.passthru_state, "active",
-                                      Disruption.HOST_REBOOT, spec={"address": address}))
+    reboot = Disruption.NONE if facts.rebind_without_reboot else Disruption.HOST_REBOOT
+    for address in host.passthrough:
+        device = facts.device(address)
+        assert device is not None  # resolve checked it
+        resource = f"pci {address} ({device.device_name})"
+        if not device.passthru_enabled:
+            changes.append(Change(NAME, host.name, resource, "passthrough", device.passthru_state, "active",
+                                  reboot, EnablePassthrough(address, facts.rebind_without_reboot)))
+        elif not device.passthru_active:  # enabled before: the reboot step activates it
+            changes.append(Change(NAME, host.name, resource, "passthrough", device.passthru_state, "active",
+                                  Disruption.HOST_REBOOT))
     return changes
 
 
-def apply(ctx: ApplyContext, target: str, changes: list[Change]) -> None:
+def passthru_config(changes: list[Change]) -> list[object]:
     from pyVmomi import vim
 
-    enable = [c.spec["address"] for c in changes if c.spec.get("enable")]
-    if not enable:
+    return [vim.host.PciPassthruConfig(id=c.action.address, passthruEnabled=True, applyNow=c.action.apply_now)
+            for c in changes if isinstance(c.action, EnablePassthrough)]
+
+
+def apply(ctx: Context, host: DesiredHost, changes: list[Change]) -> None:
+    config = passthru_config(changes)
+    if not config:
         return  # only pending activations: the reboot step activates them
-    facts = ctx.inventory.hosts[target]
-    system = ctx.session.ref("host.PciPassthruSystem", facts.passthru_system)
-    config = [vim.host.PciPassthruConfig(id=a, passthruEnabled=True, applyNow=facts.rebind_without_reboot)
-              for a in enable]
-    call(target, NAME, "UpdatePassthruConfig", lambda: system.UpdatePassthruConfig(config))
+    system = ctx.session.ref("host.PciPassthruSystem", ctx.inventory.hosts[host.name].passthru_system)
+    call(host.name, NAME, "UpdatePassthruConfig", lambda: system.UpdatePassthruConfig(config))
 
 
-class HostPassthroughStep:
-    name, scope = NAME, "host"
-    plan = staticmethod(plan)
-    apply = staticmethod(apply)
+STEP = Step(NAME, "host", host_facts, plan, apply)

@@ -7,25 +7,36 @@ run on the host: gpuvm never evacuates or powers off VMs to reboot a host.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from gpuvm.errors import TaskError
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import Desired
-from gpuvm.steps.base import ApplyContext
-from gpuvm.vsphere.facts import Inventory
+from gpuvm.resolve import DesiredHost
+from gpuvm.steps.base import Context, Step
 from gpuvm.vsphere.tasks import call, run_task
 
 NAME = "host.reboot"
 
 
-def plan(desired: Desired, inventory: Inventory, prior: list[Change]) -> list[Change]:
-    hosts = dict.fromkeys(c.target for c in prior
-                          if c.disruption == Disruption.HOST_REBOOT and c.target in desired.hosts)
-    return [Change(NAME, host, "host", "reboot", "changes pending", "rebooted (maintenance mode)",
-                   Disruption.HOST_REBOOT) for host in hosts]
+@dataclass(frozen=True)
+class RebootHost:
+    """Maintenance mode (unless the host is in it already), reboot, wait, exit maintenance mode."""
 
 
-def apply(ctx: ApplyContext, target: str, changes: list[Change]) -> None:
+def observe(ctx: Context, host: DesiredHost) -> list[Change]:
+    """What waits for this host's reboot: the changes earlier steps planned for it that need one."""
+    return [c for c in ctx.planned if c.target == host.name and c.disruption == Disruption.HOST_REBOOT]
+
+
+def plan(host: DesiredHost, pending: list[Change]) -> list[Change]:
+    if not pending:
+        return []
+    return [Change(NAME, host.name, "host", "reboot", "changes pending", "rebooted (maintenance mode)",
+                   Disruption.HOST_REBOOT, RebootHost())]
+
+
+def apply(ctx: Context, host: DesiredHost, changes: list[Change]) -> None:
+    target = host.name
     facts = ctx.inventory.hosts[target]
     running = [vm.name for vm in ctx.inventory.vms_on(target) if vm.powered_on]
     if running:
@@ -51,7 +62,4 @@ def _wait_connected(target: str, host: object, timeout: float) -> None:
     raise TaskError(f"{NAME}: host did not reconnect within {timeout:.0f} s after the reboot")
 
 
-class HostRebootStep:
-    name, scope = NAME, "host"
-    plan = staticmethod(plan)
-    apply = staticmethod(apply)
+STEP = Step(NAME, "host", observe, plan, apply, reboots_host=True)

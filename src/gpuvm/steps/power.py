@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuvm.steps.base import ApplyContext
+from gpuvm.steps.base import Context
 from gpuvm.vsphere.tasks import call, run_task
 
 
-def power_off(ctx: ApplyContext, vm_name: str, step: str) -> None:
+def power_off(ctx: Context, vm_name: str, step: str) -> None:
     from pyVmomi import vim
 
     vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm_name].moid)
@@ -30,7 +30,7 @@ def power_off(ctx: ApplyContext, vm_name: str, step: str) -> None:
         run_task(vm_name, step, "PowerOffVM", vm.PowerOffVM_Task, ctx.options.task_timeout)
 
 
-def power_on(ctx: ApplyContext, vm_name: str, step: str) -> None:
+def power_on(ctx: Context, vm_name: str, step: str) -> None:
     vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm_name].moid)
     if _state(vm, vm_name, step) != "poweredOn":
         run_task(vm_name, step, "PowerOnVM", vm.PowerOnVM_Task, ctx.options.task_timeout)

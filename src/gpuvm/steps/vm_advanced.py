@@ -8,12 +8,13 @@ takes effect at the next power cycle, so it is marked as needing a power-off.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import Desired, DesiredVm
-from gpuvm.steps.base import ApplyContext
+from gpuvm.resolve import DesiredVm
+from gpuvm.steps.base import Context, Step, vm_facts
 from gpuvm.steps.power import power_off
-from gpuvm.vsphere.facts import Inventory, VmFacts
+from gpuvm.vsphere.facts import VmFacts
 from gpuvm.vsphere.tasks import run_task, wait_for_other_tasks
 
 NAME = "vm.advanced"
@@ -21,39 +22,45 @@ OWNED = re.compile(r"^(pciPassthru\.(allowP2P|RelaxACSforP2P|use64bitMMIO|64bitM
                    r"|pciPassthru\d+\.cfg\.enable_uvm|numa\.nodeAffinity)$")
 
 
+@dataclass(frozen=True)
+class SetExtraConfig:
+    key: str
+    value: str | None  # None removes the key
+
+
 def _same(before: str | None, after: str | None) -> bool:
     return (before or "").lower() == (after or "").lower()
 
 
-def plan_vm(vm: DesiredVm, facts: VmFacts) -> list[Change]:
+def plan(vm: DesiredVm, facts: VmFacts) -> list[Change]:
     off = Disruption.VM_POWER_OFF if facts.powered_on else Disruption.NONE
     changes = []
     for key, value in vm.extra_config.items():
         if not _same(facts.extra_config.get(key), value):
-            changes.append(Change(NAME, vm.name, "extraConfig", key, facts.extra_config.get(key), value, off))
+            changes.append(Change(NAME, vm.name, "extraConfig", key, facts.extra_config.get(key), value, off,
+                                  SetExtraConfig(key, value)))
     for key, value in facts.extra_config.items():
         if OWNED.match(key) and key not in vm.extra_config and value != "":
-            changes.append(Change(NAME, vm.name, "extraConfig", key, value, None, off))
+            changes.append(Change(NAME, vm.name, "extraConfig", key, value, None, off, SetExtraConfig(key, None)))
     return changes
 
 
-def plan(desired: Desired, inventory: Inventory, prior: list[Change]) -> list[Change]:
-    return [c for vm in desired.vms.values() for c in plan_vm(vm, inventory.vms[vm.name])]
-
-
-def apply(ctx: ApplyContext, target: str, changes: list[Change]) -> None:
+def config_spec(changes: list[Change]) -> object:
     from pyVmomi import vim
 
+    # An empty value removes the key.
+    return vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key=c.action.key, value=c.action.value or "")
+                                          for c in changes])
+
+
+def apply(ctx: Context, want: DesiredVm, changes: list[Change]) -> None:
+    target = want.name
     if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
         power_off(ctx, target, NAME)
     vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[target].moid)
     wait_for_other_tasks(ctx.session, vm, target, NAME, ctx.options.task_timeout)
-    # An empty value removes the key.
-    spec = vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key=c.field, value=c.after or "") for c in changes])
+    spec = config_spec(changes)
     run_task(target, NAME, "ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
 
 
-class VmAdvancedStep:
-    name, scope = NAME, "vm"
-    plan = staticmethod(plan)
-    apply = staticmethod(apply)
+STEP = Step(NAME, "vm", vm_facts, plan, apply, restarts_guest=True)

@@ -9,55 +9,76 @@ the VM is off; CPUs, memory and firmware are not hot-changed).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import DesiredDevice, DesiredVm
-from gpuvm.resolve import Desired
-from gpuvm.steps.base import ApplyContext
+from gpuvm.steps.base import Context, Step, vm_facts
 from gpuvm.steps.power import power_off
-from gpuvm.vsphere.facts import Inventory, VmFacts, VmPciDevice
+from gpuvm.vsphere.facts import VmFacts, VmPciDevice
 from gpuvm.vsphere.tasks import run_task, wait_for_other_tasks
 
 NAME = "vm.hardware"
 
 
-def _identity(kind: str, address: str | None, vendor: int | None, device: int | None, profile: str | None) -> tuple:
-    if kind == "classic":
-        return ("classic", address)
-    if kind == "dynamic":
-        return ("dynamic", vendor, device)
-    return ("vgpu", profile)
+@dataclass(frozen=True)
+class SetHardware:
+    field: str  # firmware | cpus | memory_mb | memoryReservationLockedToMax
+    value: Any
+
+
+@dataclass(frozen=True)
+class AddDevice:
+    device: DesiredDevice
+    system_uuid: str  # the vCenter's or host's system id, for classic passthrough backings
+
+
+@dataclass(frozen=True)
+class RemoveDevice:
+    key: int
+
+
+def _identity(device: DesiredDevice | VmPciDevice) -> tuple:
+    """What makes two devices the same device: its address, PCI id or vGPU profile, by kind."""
+    if device.kind == "classic":
+        return ("classic", device.address)
+    if device.kind == "dynamic":
+        return ("dynamic", device.vendor_id, device.device_id)
+    return ("vgpu", device.profile)
+
+
+def _devices(devices: list[DesiredDevice] | list[VmPciDevice]) -> Counter:
+    return Counter(_identity(d) for d in devices)
 
 
 def _device_changes(vm: DesiredVm, facts: VmFacts, disruption: Disruption) -> list[Change]:
-    wanted = Counter(_identity(d.kind, d.address, d.vendor_id, d.device_id, d.profile) for d in vm.devices)
-    have = Counter(_identity(d.kind, d.address, d.vendor_id, d.device_id, d.profile) for d in facts.pci)
+    wanted, have = _devices(vm.devices), _devices(facts.pci)
     changes = []
     surplus = have - wanted
     for dev in facts.pci:
-        ident = _identity(dev.kind, dev.address, dev.vendor_id, dev.device_id, dev.profile)
+        ident = _identity(dev)
         if surplus[ident] > 0:
             surplus[ident] -= 1
             changes.append(Change(NAME, vm.name, f"pci device {dev.key}", "device", dev.describe(), None,
-                                  disruption, spec={"op": "remove", "key": dev.key}))
+                                  disruption, RemoveDevice(dev.key)))
     missing = wanted - have
     for dev in vm.devices:
-        ident = _identity(dev.kind, dev.address, dev.vendor_id, dev.device_id, dev.profile)
+        ident = _identity(dev)
         if missing[ident] > 0:
             missing[ident] -= 1
             changes.append(Change(NAME, vm.name, "pci device (new)", "device", None, dev.describe(), disruption,
-                                  spec={"op": "add", "device": dev.__dict__, "system_uuid": vm.system_uuid}))
+                                  AddDevice(dev, vm.system_uuid)))
     return changes
 
 
-def plan_vm(vm: DesiredVm, facts: VmFacts) -> list[Change]:
+def plan(vm: DesiredVm, facts: VmFacts) -> list[Change]:
     off = Disruption.VM_POWER_OFF if facts.powered_on else Disruption.NONE
     changes = []
 
     def want(field: str, before: Any, after: Any, disruption: Disruption = off) -> None:
         if after is not None and before != after:
-            changes.append(Change(NAME, vm.name, "vm", field, before, after, disruption, spec={field: after}))
+            changes.append(Change(NAME, vm.name, "vm", field, before, after, disruption, SetHardware(field, after)))
 
     want("firmware", facts.firmware, vm.firmware)
     want("cpus", facts.cpus, vm.cpus)
@@ -67,19 +88,14 @@ def plan_vm(vm: DesiredVm, facts: VmFacts) -> list[Change]:
     return changes + _device_changes(vm, facts, off)
 
 
-def plan(desired: Desired, inventory: Inventory, prior: list[Change]) -> list[Change]:
-    return [c for vm in desired.vms.values() for c in plan_vm(vm, inventory.vms[vm.name])]
-
-
 def _signed16(value: int) -> int:
     return value - 0x10000 if value > 0x7FFF else value
 
 
-def device_spec(device: dict[str, Any], system_uuid: str, key: int) -> Any:
+def device_spec(dev: DesiredDevice, system_uuid: str, key: int) -> Any:
     from pyVmomi import vim
 
     passthrough = vim.vm.device.VirtualPCIPassthrough
-    dev = DesiredDevice(**device)
     if dev.kind == "classic":
         backing = passthrough.DeviceBackingInfo(
             id=dev.address, deviceId=format(dev.device_id or 0, "x"), vendorId=_signed16(dev.vendor_id or 0),
@@ -93,33 +109,28 @@ def device_spec(device: dict[str, Any], system_uuid: str, key: int) -> Any:
                                            device=passthrough(key=key, backing=backing))
 
 
+CONFIG_SPEC_FIELDS = {"firmware": "firmware", "cpus": "numCPUs", "memory_mb": "memoryMB",
+                      "memoryReservationLockedToMax": "memoryReservationLockedToMax"}
+
+
 def config_spec(changes: list[Change]) -> Any:
     from pyVmomi import vim
 
     spec = vim.vm.ConfigSpec()
     device_changes = []
     for index, change in enumerate(changes):
-        if change.field == "firmware":
-            spec.firmware = change.after
-        elif change.field == "cpus":
-            spec.numCPUs = change.after
-        elif change.field == "memory_mb":
-            spec.memoryMB = change.after
-        elif change.field == "memoryReservationLockedToMax":
-            spec.memoryReservationLockedToMax = True
-        elif change.spec.get("op") == "remove":
+        action = change.action
+        if isinstance(action, SetHardware):
+            setattr(spec, CONFIG_SPEC_FIELDS[action.field], action.value)
+        elif isinstance(action, RemoveDevice):
             device_changes.append(vim.vm.device.VirtualDeviceSpec(
                 operation=vim.vm.device.VirtualDeviceSpec.Operation.remove,
-                device=vim.vm.device.VirtualPCIPassthrough(key=change.spec["key"])))
-        elif change.spec.get("op") == "add":
-            device_changes.append(device_spec(change.spec["device"], change.spec["system_uuid"], -100 - index))
+                device=vim.vm.device.VirtualPCIPassthrough(key=action.key)))
+        elif isinstance(action, AddDevice):
+            device_changes.append(device_spec(action.device, action.system_uuid, -100 - index))
     if device_changes:
         spec.deviceChange = device_changes
     return spec
-
-
-def _devices(pci: list[VmPciDevice]) -> Counter:
-    return Counter(_identity(d.kind, d.address, d.vendor_id, d.device_id, d.profile) for d in pci)
 
 
 def _check_unchanged(vm: Any, target: str, planned: VmFacts) -> None:
@@ -135,21 +146,16 @@ def _check_unchanged(vm: Any, target: str, planned: VmFacts) -> None:
                         f"(now: {', '.join(d.describe() for d in now) or 'none'}); run apply again to re-plan")
 
 
-def apply(ctx: ApplyContext, target: str, changes: list[Change]) -> None:
+def apply(ctx: Context, want: DesiredVm, changes: list[Change]) -> None:
+    target = want.name
     if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
         power_off(ctx, target, NAME)
     vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[target].moid)
     wait_for_other_tasks(ctx.session, vm, target, NAME, ctx.options.task_timeout)
-    if any(c.field == "device" for c in changes):
+    if any(isinstance(c.action, (AddDevice, RemoveDevice)) for c in changes):
         _check_unchanged(vm, target, ctx.inventory.vms[target])
     spec = config_spec(changes)
     run_task(target, NAME, "ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
 
 
-class VmHardwareStep:
-    name, scope = NAME, "vm"
-    plan = staticmethod(plan)
-    apply = staticmethod(apply)
-
-
-__all__ = ["VmHardwareStep", "plan_vm", "config_spec", "VmPciDevice"]
+STEP = Step(NAME, "vm", vm_facts, plan, apply, restarts_guest=True)

@@ -2,36 +2,38 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import Desired
-from gpuvm.steps.base import ApplyContext
+from gpuvm.resolve import DesiredVm
+from gpuvm.steps.base import Context, Step
 from gpuvm.steps.power import power_off, power_on
-from gpuvm.vsphere.facts import Inventory
 
 NAME = "vm.power"
 
 
-def plan(desired: Desired, inventory: Inventory, prior: list[Change]) -> list[Change]:
-    changes = []
-    for vm in desired.vms.values():
-        facts = inventory.vms[vm.name]
-        # A VM that an earlier step powers off for its changes will be off by the time we get here.
-        powered_off_before = any(c.target == vm.name and c.disruption == Disruption.VM_POWER_OFF for c in prior)
-        state = "off" if (powered_off_before or not facts.powered_on) else "on"
-        if state != vm.power:
-            disruption = Disruption.VM_POWER_OFF if vm.power == "off" else Disruption.NONE
-            changes.append(Change(NAME, vm.name, "vm", "power", "poweredOff" if state == "off" else "poweredOn",
-                                  "poweredOn" if vm.power == "on" else "poweredOff", disruption,
-                                  spec={"power": vm.power}))
-    return changes
+@dataclass(frozen=True)
+class SetPower:
+    state: str  # on | off
 
 
-def apply(ctx: ApplyContext, target: str, changes: list[Change]) -> None:
+def observe(ctx: Context, vm: DesiredVm) -> str:
+    """The VM's power state when this step runs: "off" if an earlier step powers it off for its changes."""
+    powered_off_before = any(c.target == vm.name and c.disruption == Disruption.VM_POWER_OFF for c in ctx.planned)
+    return "off" if powered_off_before or not ctx.inventory.vms[vm.name].powered_on else "on"
+
+
+def plan(vm: DesiredVm, state: str) -> list[Change]:
+    if state == vm.power:
+        return []
+    disruption = Disruption.VM_POWER_OFF if vm.power == "off" else Disruption.NONE
+    return [Change(NAME, vm.name, "vm", "power", "poweredOff" if state == "off" else "poweredOn",
+                   "poweredOn" if vm.power == "on" else "poweredOff", disruption, SetPower(vm.power))]
+
+
+def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
     for change in changes:
-        (power_on if change.spec["power"] == "on" else power_off)(ctx, target, NAME)
+        (power_on if change.action.state == "on" else power_off)(ctx, vm.name, NAME)
 
 
-class VmPowerStep:
-    name, scope = NAME, "vm"
-    plan = staticmethod(plan)
-    apply = staticmethod(apply)
+STEP = Step(NAME, "vm", observe, plan, apply, restarts_guest=True)
