@@ -1,0 +1,208 @@
+"""Every step as data, pyinfra-style: one folder per step under tests/steps/, one YAML file per case.
+
+A case gives a target and a fact, and what the step must make of them:
+
+    doc: what the case shows (one line)
+    desired: {...}        # vSphere steps: the DesiredHost / DesiredVm
+    inventory: {...}      # vSphere steps whose fact is not their inventory slice: that slice
+    runbook: {...}        # SSH steps: the runbook (hosts, vms, guests) the target comes from ...
+    target: gpu-vm-01     # ... and the target's name in it
+    fact: ...             # what the step's observe returns, as data
+    changes:              # plan: the changes, in order (omitted keys are not compared)
+      - {resource: ..., field: ..., before: ..., after: ..., disruption: host-reboot,
+         action: {type: SetMtu, interface: ens64np1, mtu: 9000}}
+    error: regex          # or: plan refuses with an InputError matching this
+    # apply: the planned changes are applied, and what reached the world is compared
+    responses: {regex: {stdout: ..., exit: 0}}   # SSH: canned answers (others: exit 0, no output)
+    commands: [ip link set dev ens64np1 mtu 9000, ...]  # SSH: every command line run, in order
+    state: {runtime.powerState: poweredOff}      # vSphere: attributes every managed object reads
+    calls:                                       # vSphere: every method called on a managed object
+      - {object: VirtualMachine:vm-1, method: ReconfigVM_Task, kwargs: {spec: {numCPUs: 8}}}
+
+Strings in expectations may use {image_ref}: the training image's name:tag for the case's runbook.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import TypeAdapter
+from ruamel.yaml import YAML
+
+from gpuvm.engine import STEPS
+from gpuvm.errors import InputError
+from gpuvm.executors.base import CommandResult
+from gpuvm.executors.fake import FakeExecutor
+from gpuvm.image import image_ref
+from gpuvm.plan import Change
+from gpuvm.remote import RemoteOptions, build_cluster
+from gpuvm.resolve import DesiredHost, DesiredVm
+from gpuvm.runbook.loader import load_runbook
+from gpuvm.steps.base import Context, Step
+from gpuvm.vsphere.facts import HostFacts, Inventory, VmFacts
+
+CASES = Path(__file__).resolve().parents[1] / "steps"
+BY_NAME = {step.name: step for step in STEPS}
+
+
+def _cases() -> list[Any]:
+    return [pytest.param(path, id=f"{path.parent.name}/{path.stem}") for path in sorted(CASES.glob("*/*.yaml"))]
+
+
+def test_every_step_has_cases():
+    covered = {path.parent.name for path in CASES.glob("*/*.yaml")}
+    assert sorted(BY_NAME) == sorted(covered)
+    applied = {path.parent.name for path in CASES.glob("*/*.yaml") if {"commands", "calls"} & set(_load(path))}
+    assert sorted(BY_NAME) == sorted(applied), "every step needs a case that checks what apply does"
+
+
+@pytest.mark.parametrize("path", _cases())
+def test_case(path: Path, tmp_path: Path, mocker) -> None:
+    case = _load(path)
+    step = BY_NAME[path.parent.name]
+    target, ctx, fake = _target(step, case, tmp_path)
+    fact = _fact(step, case["fact"])
+    if "error" in case:
+        with pytest.raises(InputError, match=case["error"]):
+            step.plan(target, fact)
+        return
+    changes = step.plan(target, fact)
+    subst = _substitutions(ctx)
+    assert [_shown(c, case_change) for c, case_change in zip(changes, case["changes"])] == \
+        [_expand(c, subst) for c in case["changes"]]
+    assert len(changes) == len(case["changes"]), [c.to_dict() for c in changes]
+    if "commands" in case:
+        fake.responses.update({re.compile(k): _response(v) for k, v in case.get("responses", {}).items()})
+        fake.responses[re.compile("")] = _response({})  # anything else succeeds, silently
+        _apply(step, ctx, target, changes)
+        assert fake.commands == _expand(case["commands"], subst)
+    if "calls" in case:
+        refs = _mock_session(mocker, ctx, case.get("state", {}))
+        for module in {sys.modules[fn.__module__] for fn in (step.apply, step.observe, step.plan)}:
+            if hasattr(module, "wait_for_other_tasks"):
+                mocker.patch.object(module, "wait_for_other_tasks", return_value=0)
+        mocker.patch("gpuvm.vsphere.tasks.wait", return_value=None)
+        _apply(step, ctx, target, changes)
+        assert _calls(refs) == case["calls"]
+
+
+# -- building the inputs ------------------------------------------------------------------------
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(json.dumps(YAML(typ="safe").load(path.read_text())))  # plain dicts and lists
+
+
+def _target(step: Step, case: dict, tmp_path: Path) -> tuple[Any, Context, FakeExecutor | None]:
+    if not step.over_ssh:
+        desired = TypeAdapter(DesiredHost if step.role == "host" else DesiredVm).validate_python(case["desired"])
+        facts = case.get("inventory", case["fact"])  # the target's inventory slice, where the fact is not it
+        inventory = Inventory(hosts={desired.name: HostFacts.model_validate(facts)}) if step.role == "host" else \
+            Inventory(vms={desired.name: VmFacts.model_validate(facts)})
+        return desired, Context(inventory=inventory), None
+    path = tmp_path / "runbook.yaml"
+    path.write_text(json.dumps(case["runbook"]))
+    fake = FakeExecutor(case["target"])
+    cluster = build_cluster(load_runbook(path), tmp_path, RemoteOptions(executor_factory=lambda name, access: fake))
+    return cluster.targets[case["target"]], Context(cluster=cluster), fake
+
+
+def _fact(step: Step, data: Any) -> Any:
+    kind = typing.get_type_hints(step.observe).get("return", Any)
+    if kind is Any:  # vSphere steps that observe their inventory slice
+        kind = HostFacts if step.role == "host" else VmFacts
+    return TypeAdapter(kind).validate_python(data)
+
+
+def _response(data: dict) -> CommandResult:
+    return CommandResult("", data.get("exit", 0), data.get("stdout", ""), data.get("stderr", ""))
+
+
+def _substitutions(ctx: Context) -> dict[str, str]:
+    guests = ctx.cluster.runbook.guests if ctx.cluster else None
+    return {"image_ref": image_ref(guests.image)} if guests and guests.image else {}
+
+
+def _expand(value: Any, subst: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return value.format(**subst) if subst and "{" in value else value
+    if isinstance(value, list):
+        return [_expand(v, subst) for v in value]
+    if isinstance(value, dict):
+        return {k: _expand(v, subst) for k, v in value.items()}
+    return value
+
+
+def _shown(change: Change, expected: dict) -> dict:
+    """The change as the case writes it, limited to the keys the case names."""
+    data = change.to_dict()
+    if change.action is not None:
+        data["action"] = {"type": type(change.action).__name__, **dataclasses.asdict(change.action)}
+    data = json.loads(json.dumps(data, default=str))
+    return {k: data.get(k) for k in expected}
+
+
+# -- applying -----------------------------------------------------------------------------------
+
+def _apply(step: Step, ctx: Context, target: Any, changes: list[Change]) -> None:
+    if step.apply_all is not None:
+        failures = step.apply_all(ctx, {target.name: changes}, 1)
+        if failures:
+            raise failures[target.name]
+    else:
+        step.apply(ctx, target, changes)
+
+
+def _mock_session(mocker, ctx: Context, state: dict[str, Any]) -> dict[str, Any]:
+    """A session whose managed objects record the methods called on them and read `state`."""
+    refs: dict[str, Any] = {}
+
+    def ref(kind: str, moid: str) -> Any:
+        key = f"{kind}:{moid}"
+        if key not in refs:
+            obj = mocker.MagicMock(name=key)
+            for path, value in state.items():
+                holder = obj
+                *parents, last = path.split(".")
+                for part in parents:
+                    holder = getattr(holder, part)
+                setattr(holder, last, value)
+            refs[key] = obj
+        return refs[key]
+
+    ctx.session = mocker.MagicMock()
+    ctx.session.ref.side_effect = ref
+    return refs
+
+
+def _calls(refs: dict[str, Any]) -> list[dict]:
+    from pyVmomi.VmomiJSONEncoder import VmomiJSONEncoder
+
+    calls = []
+    for key, obj in refs.items():
+        for name, args, kwargs in obj.method_calls:
+            if "." in name:
+                continue  # a property read through a mock, not a vSphere method
+            call: dict[str, Any] = {"object": key, "method": name}
+            if args:
+                call["args"] = _pruned(json.loads(json.dumps(list(args), cls=VmomiJSONEncoder, strip_dynamic=True)))
+            if kwargs:
+                call["kwargs"] = _pruned(json.loads(json.dumps(kwargs, cls=VmomiJSONEncoder, strip_dynamic=True)))
+            calls.append(call)
+    return calls
+
+
+def _pruned(value: Any) -> Any:
+    """vSphere data objects without their unset (null or empty) properties."""
+    if isinstance(value, dict):
+        return {k: _pruned(v) for k, v in value.items() if v not in (None, [], {})}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
