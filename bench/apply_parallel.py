@@ -19,7 +19,7 @@ from gpuvm.engine import apply_plan, make_plan  # noqa: E402
 from gpuvm.journal import Journal  # noqa: E402
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
 from gpuvm.simulator import Simulator  # noqa: E402
-from gpuvm.steps.base import ApplyContext  # noqa: E402
+from gpuvm.steps.base import Context  # noqa: E402
 from gpuvm.vsphere.inventory import read_inventory  # noqa: E402
 from gpuvm.vsphere.session import Session, resolve_target  # noqa: E402
 
@@ -46,7 +46,7 @@ def timed_apply(vms: int, latency: str, parallel: int, work: Path) -> tuple[floa
             facts = read_inventory(session)
             plan, desired = make_plan(book, facts)
             start = time.perf_counter()
-            outcome = apply_plan(plan, desired, ApplyContext(session, facts), Journal(work), parallel)
+            outcome = apply_plan(plan, desired, Context(session, facts), Journal(work), parallel)
             seconds = time.perf_counter() - start
         assert not outcome.failed, outcome.failed
         return seconds, len(outcome.done)

@@ -90,8 +90,8 @@ def test_esxi_mig_pending_until_the_host_reboots(testbed, tmp_path):
 
         esxi_mig.apply(Context(cluster=cluster), cluster.targets["esx-01"], changes)
         pending = plan_of(esxi_mig, cluster, "esx-01")
-        assert [(c.before, c.after, c.disruption, c.spec) for c in pending] == [
-            ("Disabled (pending Enabled)", "Enabled (after reboot)", Disruption.HOST_REBOOT, {})] * 4
+        assert [(c.before, c.after, c.disruption, c.action) for c in pending] == [
+            ("Disabled (pending Enabled)", "Enabled (after reboot)", Disruption.HOST_REBOOT, None)] * 4
         esxi_mig.apply(Context(cluster=cluster), cluster.targets["esx-01"], pending)  # nothing to run: waiting for the reboot
         assert [g["mig_pending"] for g in testbed.state("esx-01")["gpus"]] == ["Enabled"] * 4
 
