@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 
+from gpuvm.cli import bench_report, bench_run
 from gpuvm.cli.common import access, err, fail, handle_errors, interactive, load, out
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -22,6 +23,8 @@ def _setup() -> None:
 
 bench_app = typer.Typer(no_args_is_help=True, help="Run, compare and report benchmark campaigns.")
 app.add_typer(bench_app, name="bench")
+bench_report.register(bench_app)
+bench_run.register(bench_app)
 
 RUNBOOK = typer.Argument(..., exists=False, help="The runbook (YAML)", show_default=False)
 INSECURE = typer.Option(False, "--insecure", help="Turn TLS certificate verification OFF (says so loudly)")
@@ -147,18 +150,6 @@ def launch_files(runbook: Path = RUNBOOK,
     for name, path in write_launch_files(load(runbook), directory).items():
         out.print(f"{name}: {path}")
 
-
-def _register_optional() -> None:
-    """Sub-commands that live in their own modules."""
-    try:
-        from gpuvm.cli import bench_report, bench_run
-    except ImportError:
-        return
-    bench_report.register(bench_app)
-    bench_run.register(bench_app)
-
-
-_register_optional()
 
 if __name__ == "__main__":
     app()
