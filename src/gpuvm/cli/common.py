@@ -1,4 +1,4 @@
-"""What every command shares: one error handler, the consoles, loading and connecting."""
+"""What every command shares: one error handler, the consoles, loading, how runs reach their peers."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import functools
 import os
 import sys
 from pathlib import Path
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
@@ -54,44 +53,15 @@ def load(runbook: Path) -> Any:
     return load_runbook(runbook)
 
 
-def observe(runbook: Any, insecure: bool, snapshot: Path | None = None) -> Any:
-    """The inventory: from a snapshot file, or read live from vCenter in one request."""
-    from gpuvm.vsphere.facts import Inventory
+def access(insecure: bool = False, accept_new_host_keys: bool = False, state_dir: Path | None = None) -> Any:
+    """How a run reaches its peers (gpuvm.runs.Access), its TLS warning printed on stderr."""
+    from gpuvm.runs import Access
 
-    if snapshot is not None:
-        return Inventory.load(snapshot)
-    with connect(runbook, insecure) as session:
-        from gpuvm.vsphere.inventory import read_inventory
-
-        return read_inventory(session)
+    return Access(insecure, accept_new_host_keys, state_dir, warn=warn)
 
 
-@contextmanager
-def remote(runbook: Any, accept_new_host_keys: bool, state: Path | None = None, parallel: int = 8) -> Iterator[Any]:
-    """The SSH targets of the runbook and what they look like now: (cluster, facts, unreachable
-    guests), or (None, {}, {})."""
-    from gpuvm.engine import observe_reachable
-    from gpuvm.journal import state_dir
-    from gpuvm.remote import RemoteOptions, build_cluster
-
-    if not runbook.guests and not any(h.ssh for h in runbook.hosts):
-        yield None, {}, {}
-        return
-    cluster = build_cluster(runbook, state_dir(state), RemoteOptions(accept_new_host_keys=accept_new_host_keys))
-    try:
-        yield (cluster, *observe_reachable(cluster, parallel))
-    finally:
-        cluster.close()
-
-
-def connect(runbook: Any, insecure: bool) -> Any:
-    from gpuvm.vsphere.session import Session, resolve_target
-
-    target = resolve_target(runbook.vcenter, insecure)
-    if target.insecure:
-        err.print(f"[bold yellow]warning[/]: TLS certificate verification is OFF for {target.url}: "
-                  "anyone on the network path can impersonate vCenter and read the password", soft_wrap=True)
-    return Session(target)
+def warn(message: str) -> None:
+    err.print(f"[bold yellow]warning[/]: {message}", soft_wrap=True)
 
 
 def interactive() -> bool:

@@ -1,0 +1,193 @@
+"""Whole runs over a runbook: plan it, apply it, verify it, read its inventory.
+
+What the CLI's commands do, as library calls that return data and raise `GpuvmError`s: the
+commands parse options, call one of these and render the result. Printing is the caller's: the
+TLS warning goes to `Access.warn`, the plan and the apply progress to callbacks. This is the one
+place that drives the engine (`make_plan`, `apply_plan`, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_reachable, raise_failures
+from gpuvm.errors import DriftError
+from gpuvm.journal import Journal, state_dir as make_state_dir
+from gpuvm.mesh.verify import check_mesh
+from gpuvm.plan import Plan
+from gpuvm.remote import Cluster, RemoteOptions, build_cluster
+from gpuvm.runbook.loader import load_runbook
+from gpuvm.runbook.model import Runbook
+from gpuvm.steps.base import Context, Options
+from gpuvm.vsphere.facts import Inventory
+from gpuvm.vsphere.inventory import read_inventory
+from gpuvm.vsphere.session import Session, resolve_target
+
+Progress = Callable[[str, str, str], None]  # (step, target, status), as the engine reports them
+RemoteFacts = dict[tuple[str, str], Any]  # (step, target) → observed fact
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Access:
+    """How a run reaches its peers: vCenter's TLS, SSH host keys and the state directory."""
+
+    insecure: bool = False  # TLS certificate verification off
+    accept_new_host_keys: bool = False  # trust (and record) SSH host keys seen for the first time
+    state_dir: Path | None = None  # journal and keys; None: $GPUVM_STATE_DIR or .gpuvm
+    warn: Callable[[str], None] | None = None  # told about insecure TLS; None: logged as a warning
+
+
+def connect(runbook: Runbook, access: Access) -> Session:
+    """The runbook's vCenter session (a context manager: logs in on enter, out on exit)."""
+    target = resolve_target(runbook.vcenter, access.insecure)
+    if target.insecure:
+        (access.warn or _log.warning)(f"TLS certificate verification is OFF for {target.url}: "
+                                      "anyone on the network path can impersonate vCenter and read the password")
+    return Session(target)
+
+
+def observe_inventory(runbook: Runbook, access: Access, snapshot: Path | None = None) -> Inventory:
+    """The inventory: from a snapshot file, or read live from vCenter in one request."""
+    if snapshot is not None:
+        return Inventory.load(snapshot)
+    with connect(runbook, access) as session:
+        return read_inventory(session)
+
+
+@contextmanager
+def remote(runbook: Runbook, access: Access,
+           parallel: int = 8) -> Iterator[tuple[Cluster | None, RemoteFacts, dict[str, str]]]:
+    """The SSH targets of the runbook and what they look like now: (cluster, facts, unreachable
+    guests), or (None, {}, {}) when it names none. The connections close on exit."""
+    if not runbook.guests and not any(h.ssh for h in runbook.hosts):
+        yield None, {}, {}
+        return
+    cluster = build_cluster(runbook, make_state_dir(access.state_dir),
+                            RemoteOptions(accept_new_host_keys=access.accept_new_host_keys))
+    try:
+        yield (cluster, *observe_reachable(cluster, parallel))
+    finally:
+        cluster.close()
+
+
+def inventory_of(runbook: Path, access: Access) -> Inventory:
+    """The live inventory of the runbook's vCenter."""
+    return observe_inventory(load_runbook(runbook), access)
+
+
+def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None) -> Plan:
+    """Every change the runbook needs. From a snapshot, vSphere only; else live, SSH steps too."""
+    book = load_runbook(runbook)
+    inventory = observe_inventory(book, access, snapshot)
+    if snapshot is not None:
+        plan, _ = make_plan(book, inventory)
+        return plan
+    with remote(book, access) as (cluster, facts, down):
+        plan, _ = make_plan(book, inventory, cluster, facts, down)
+    return plan
+
+
+@dataclass
+class Applied:
+    """What `apply_runbook` did. `outcome` is None when there was nothing to apply."""
+
+    plan: Plan  # guest changes are re-planned during the run, so this is the plan as carried out
+    outcome: Outcome | None = None
+    journal: Path | None = None
+
+    @property
+    def ran(self) -> bool:
+        return self.outcome is not None
+
+    @property
+    def changes_done(self) -> int:
+        return sum(len(changes) for changes in self.outcome.done.values()) if self.outcome else 0
+
+    @property
+    def seconds(self) -> float:
+        return self.outcome.seconds if self.outcome else 0.0
+
+    @property
+    def failed(self) -> dict[str, Exception]:
+        """'target (step)' → its error."""
+        return dict(self.outcome.failed) if self.outcome else {}
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """'target (step)' → why it was skipped."""
+        return dict(self.outcome.skipped) if self.outcome else {}
+
+    def raise_for_failures(self) -> None:
+        """One TargetFailures naming every failed target, if any failed."""
+        if self.outcome is not None:
+            raise_failures(self.outcome)
+
+
+def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
+                  parallel: int = 8, shutdown_timeout: float = 300,
+                  show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
+                  progress: Progress | None = None) -> Applied:
+    """Plan the runbook live and carry the plan out, every change journaled.
+
+    `show_plan` sees the plan first. With nothing to do (no change, every guest answering) the run
+    stops there. Disruptive changes not allowed raise InputError before anything is touched; then
+    `confirm` (if given) is asked and raises to stop. Failed targets do not raise: see `Applied`.
+    """
+    book = load_runbook(runbook)
+    with connect(book, access) as session, remote(book, access, parallel) as (cluster, seen, down):
+        facts = read_inventory(session)
+        plan, desired = make_plan(book, facts, cluster, seen, down)
+        if show_plan is not None:
+            show_plan(plan)
+        if plan.empty and not down:
+            return Applied(plan)
+        check_allowed(plan, desired, allow_power_off, allow_host_reboot)
+        if confirm is not None:
+            confirm(plan)
+        journal = Journal(make_state_dir(access.state_dir))
+        options = Options(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
+                          shutdown_timeout=shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout)
+        context = Context(session, facts, options, cluster, down)
+        outcome = apply_plan(plan, desired, context, journal, parallel, progress)
+    return Applied(plan, outcome, journal.path)
+
+
+class PlanDrift(DriftError):
+    """`verify` found changes to make; they are in `plan`."""
+
+    def __init__(self, message: str, plan: Plan):
+        super().__init__(message)
+        self.plan = plan
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The world matches the runbook."""
+
+    mesh_guests: int | None = None  # guests whose SSH mesh was checked pair by pair; None: no mesh
+
+
+def verify_runbook(runbook: Path, access: Access) -> Verified:
+    """Raise DriftError when the world differs from the runbook: a guest that does not answer SSH,
+    or changes to make (PlanDrift, with the plan). With an SSH mesh, every ordered pair of guests
+    must log in with the mesh key (else RemoteCommandError naming the pairs)."""
+    book = load_runbook(runbook)
+    inventory = observe_inventory(book, access)
+    with remote(book, access) as (cluster, facts, down):
+        if down:
+            raise DriftError("drift: guest(s) not reachable over SSH:\n  " +
+                             "\n  ".join(f"{name}: {reason}" for name, reason in down.items()))
+        plan, _ = make_plan(book, inventory, cluster, facts)
+        if not plan.empty:
+            raise PlanDrift(f"drift: {len(plan.changes)} change(s) needed to match {runbook}", plan)
+        if cluster is None or not (book.guests and book.guests.ssh_mesh and book.guests.ssh_mesh.enabled):
+            return Verified()
+        check_mesh(cluster)  # every ordered pair of guests logs in with the mesh key
+        return Verified(mesh_guests=len(cluster.of_role("guest")))

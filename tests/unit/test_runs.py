@@ -1,0 +1,166 @@
+"""gpuvm.runs: what `plan`, `apply` and `verify` decide, with vCenter, SSH and the engine mocked."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from gpuvm import runs
+from gpuvm.errors import DriftError, InputError, TargetFailures
+from gpuvm.plan import Change, Plan
+
+RUNBOOK = Path("lab.yaml")
+CHANGE = Change("vm.hardware", "train-01", "vm", "cpus", 4, 8)
+
+
+def _book(mesh: bool = False):
+    guests = SimpleNamespace(ssh_mesh=SimpleNamespace(enabled=mesh)) if mesh else None
+    return SimpleNamespace(guests=guests, hosts=[], ssh=SimpleNamespace(boot_timeout=42.0), vcenter=None)
+
+
+@pytest.fixture
+def world(mocker):
+    """A runbook, an inventory, and SSH targets whose cluster and reachability the test sets."""
+    state = SimpleNamespace(book=_book(), cluster=None, facts={}, down={}, inventory=object(), session=object())
+
+    @contextmanager
+    def remote(book, access, parallel=8):
+        state.remote_parallel = parallel
+        yield state.cluster, state.facts, state.down
+
+    mocker.patch.object(runs, "load_runbook", side_effect=lambda path: state.book)
+    mocker.patch.object(runs, "observe_inventory", side_effect=lambda book, access, snapshot=None: state.inventory)
+    mocker.patch.object(runs, "connect", side_effect=lambda book, access: nullcontext(state.session))
+    mocker.patch.object(runs, "read_inventory", side_effect=lambda session: state.inventory)
+    mocker.patch.object(runs, "remote", side_effect=remote)
+    return state
+
+
+def test_verify_calls_unreachable_guests_drift_without_planning(world, mocker):
+    world.down = {"train-01": "connection refused", "train-02": "timed out"}
+    make_plan = mocker.patch.object(runs, "make_plan")
+    with pytest.raises(DriftError) as caught:
+        runs.verify_runbook(RUNBOOK, runs.Access())
+    assert str(caught.value) == ("drift: guest(s) not reachable over SSH:\n"
+                                 "  train-01: connection refused\n  train-02: timed out")
+    assert caught.value.exit_code == 5
+    make_plan.assert_not_called()
+
+
+def test_verify_calls_changes_drift_and_carries_the_plan(world, mocker):
+    plan = Plan(changes=[CHANGE])
+    mocker.patch.object(runs, "make_plan", return_value=(plan, None))
+    with pytest.raises(runs.PlanDrift) as caught:
+        runs.verify_runbook(RUNBOOK, runs.Access())
+    assert isinstance(caught.value, DriftError)
+    assert str(caught.value) == "drift: 1 change(s) needed to match lab.yaml"
+    assert caught.value.plan is plan
+
+
+def test_verify_without_a_mesh_checks_no_pairs(world, mocker):
+    world.cluster = mocker.Mock()
+    mocker.patch.object(runs, "make_plan", return_value=(Plan(), None))
+    check_mesh = mocker.patch.object(runs, "check_mesh")
+    assert runs.verify_runbook(RUNBOOK, runs.Access()) == runs.Verified(mesh_guests=None)
+    check_mesh.assert_not_called()
+
+
+def test_verify_checks_the_mesh_of_every_guest(world, mocker):
+    world.book = _book(mesh=True)
+    world.cluster = mocker.Mock(**{"of_role.return_value": {"train-01": 1, "train-02": 2, "train-03": 3}})
+    mocker.patch.object(runs, "make_plan", return_value=(Plan(), None))
+    check_mesh = mocker.patch.object(runs, "check_mesh")
+    assert runs.verify_runbook(RUNBOOK, runs.Access()).mesh_guests == 3
+    check_mesh.assert_called_once_with(world.cluster)
+
+
+def test_plan_from_a_snapshot_plans_without_ssh(world, mocker):
+    make_plan = mocker.patch.object(runs, "make_plan", return_value=(Plan(), None))
+    runs.plan_runbook(RUNBOOK, runs.Access(), snapshot=Path("lab.json"))
+    make_plan.assert_called_once_with(world.book, world.inventory)
+    runs.remote.assert_not_called()
+
+
+def test_plan_live_passes_unreachable_guests_to_the_planner(world, mocker):
+    world.cluster, world.facts, world.down = object(), {("guest.nic", "train-01"): "fact"}, {"train-02": "refused"}
+    plan = Plan(changes=[CHANGE])
+    make_plan = mocker.patch.object(runs, "make_plan", return_value=(plan, None))
+    assert runs.plan_runbook(RUNBOOK, runs.Access()) is plan
+    make_plan.assert_called_once_with(world.book, world.inventory, world.cluster, world.facts, world.down)
+
+
+def test_apply_with_nothing_to_do_shows_the_plan_and_asks_nothing(world, mocker):
+    plan = Plan()
+    mocker.patch.object(runs, "make_plan", return_value=(plan, None))
+    apply_plan = mocker.patch.object(runs, "apply_plan")
+    shown, confirm = [], mocker.Mock()
+    applied = runs.apply_runbook(RUNBOOK, runs.Access(), show_plan=shown.append, confirm=confirm)
+    assert shown == [plan] and not applied.ran and applied.changes_done == 0
+    confirm.assert_not_called()
+    apply_plan.assert_not_called()
+    applied.raise_for_failures()  # nothing ran, nothing failed
+
+
+def test_apply_refuses_disruption_before_asking(world, mocker):
+    mocker.patch.object(runs, "make_plan", return_value=(Plan(changes=[CHANGE]), "desired"))
+    mocker.patch.object(runs, "check_allowed", side_effect=InputError("refusing to apply"))
+    confirm, apply_plan = mocker.Mock(), mocker.patch.object(runs, "apply_plan")
+    with pytest.raises(InputError):
+        runs.apply_runbook(RUNBOOK, runs.Access(), confirm=confirm)
+    confirm.assert_not_called()
+    apply_plan.assert_not_called()
+
+
+def test_apply_stops_when_confirm_raises(world, mocker, tmp_path):
+    plan = Plan(changes=[CHANGE])
+    mocker.patch.object(runs, "make_plan", return_value=(plan, "desired"))
+    check_allowed = mocker.patch.object(runs, "check_allowed")
+    apply_plan = mocker.patch.object(runs, "apply_plan")
+    with pytest.raises(KeyboardInterrupt):
+        runs.apply_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), allow_power_off=True,
+                           confirm=mocker.Mock(side_effect=KeyboardInterrupt))
+    check_allowed.assert_called_once_with(plan, "desired", True, False)
+    apply_plan.assert_not_called()
+
+
+def test_apply_carries_out_the_plan_and_reports(world, mocker, tmp_path):
+    world.cluster, world.down = object(), {"train-02": "refused"}
+    plan = Plan(changes=[CHANGE])
+    mocker.patch.object(runs, "make_plan", return_value=(plan, "desired"))
+    mocker.patch.object(runs, "check_allowed")
+    error = RuntimeError("boom")
+    outcome = SimpleNamespace(done={"train-01": [CHANGE]}, failed={"train-02 (guest.nic)": error},
+                              skipped={"train-02 (guest.mig)": "an earlier step failed on train-02"}, seconds=1.5)
+    apply_plan = mocker.patch.object(runs, "apply_plan", return_value=outcome)
+    progress = mocker.Mock()
+    applied = runs.apply_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), allow_host_reboot=True, parallel=3,
+                                 shutdown_timeout=60, progress=progress)
+    (called_plan, desired, context, journal, parallel, called_progress), _ = apply_plan.call_args
+    assert (called_plan, desired, parallel, called_progress) == (plan, "desired", 3, progress)
+    assert (context.session, context.inventory, context.cluster, context.unreachable) == \
+        (world.session, world.inventory, world.cluster, world.down)
+    assert (context.options.allow_power_off, context.options.allow_host_reboot) == (False, True)
+    assert (context.options.shutdown_timeout, context.options.guest_boot_timeout) == (60, 42.0)
+    assert world.remote_parallel == 3
+    assert applied.ran and applied.journal == journal.path == tmp_path / "journal.jsonl"
+    assert (applied.changes_done, applied.seconds) == (1, 1.5)
+    assert applied.failed == {"train-02 (guest.nic)": error}
+    assert applied.skipped == {"train-02 (guest.mig)": "an earlier step failed on train-02"}
+    with pytest.raises(TargetFailures, match="train-02 \\(guest.nic\\): boom"):
+        applied.raise_for_failures()
+
+
+@pytest.mark.parametrize("insecure", [True, False])
+def test_connect_warns_through_the_callers_callback_when_tls_is_off(mocker, insecure):
+    target = SimpleNamespace(insecure=insecure, url="https://vc.example/sdk")
+    mocker.patch.object(runs, "resolve_target", return_value=target)
+    session = mocker.patch.object(runs, "Session")
+    warnings: list[str] = []
+    runs.connect(_book(), runs.Access(insecure=insecure, warn=warnings.append))
+    session.assert_called_once_with(target)
+    assert warnings == ([
+        "TLS certificate verification is OFF for https://vc.example/sdk: anyone on the network path can "
+        "impersonate vCenter and read the password"] if insecure else [])
