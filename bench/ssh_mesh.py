@@ -30,8 +30,8 @@ from bed import TestBed  # noqa: E402
 from gpuvm.executors.group import run_parallel  # noqa: E402
 from gpuvm.executors.ssh import SshExecutor  # noqa: E402
 from gpuvm.journal import state_dir  # noqa: E402
-from gpuvm.mesh import verify  # noqa: E402
-from gpuvm.mesh.files import IDENTITY  # noqa: E402
+from gpuvm.steps.guest_ssh_mesh import verify  # noqa: E402
+from gpuvm.steps.guest_ssh_mesh.files import IDENTITY  # noqa: E402
 from gpuvm.remote import build_cluster  # noqa: E402
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
 from gpuvm.steps import guest_ssh_mesh as mesh  # noqa: E402

@@ -18,7 +18,7 @@ from typing import Any
 from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_reachable, raise_failures
 from gpuvm.errors import DriftError
 from gpuvm.journal import Journal, state_dir as make_state_dir
-from gpuvm.mesh.verify import check_mesh
+from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.plan import Plan
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook

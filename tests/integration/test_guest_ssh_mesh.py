@@ -9,9 +9,9 @@ import pytest
 from gpuvm.steps.base import Context
 from gpuvm.errors import RemoteCommandError
 from gpuvm.journal import state_dir
-from gpuvm.mesh import verify
-from gpuvm.mesh.files import IDENTITY
-from gpuvm.mesh.key import key_path
+from gpuvm.steps.guest_ssh_mesh import verify
+from gpuvm.steps.guest_ssh_mesh.files import IDENTITY
+from gpuvm.steps.guest_ssh_mesh.key import key_path
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_ssh_mesh as mesh

@@ -17,10 +17,10 @@ from gpuvm.steps.base import Context
 from gpuvm.errors import ConnectError, InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor, ok
-from gpuvm.mesh import files as mesh_files
-from gpuvm.mesh import ssh_dir, verify
-from gpuvm.mesh.files import MeshFiles, Peer
-from gpuvm.mesh.key import COMMENT, cluster_key, fingerprint, key_path, load_cluster_key
+from gpuvm.steps.guest_ssh_mesh import files as mesh_files
+from gpuvm.steps.guest_ssh_mesh import ssh_dir, verify
+from gpuvm.steps.guest_ssh_mesh.files import MeshFiles, Peer
+from gpuvm.steps.guest_ssh_mesh.key import COMMENT, cluster_key, fingerprint, key_path, load_cluster_key
 from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_ssh_mesh as mesh

@@ -13,8 +13,8 @@ import io
 import shlex
 import tarfile
 
-from gpuvm.mesh.files import IDENTITY, MeshFiles
-from gpuvm.mesh.guests import as_other_user, script_error
+from gpuvm.steps.guest_ssh_mesh.files import IDENTITY, MeshFiles
+from gpuvm.steps.guest_ssh_mesh.guests import as_other_user, script_error
 from gpuvm.remote import Cluster, RemoteTarget
 
 FILES = (".", IDENTITY, IDENTITY + ".pub", "authorized_keys", "known_hosts", "config")

@@ -8,8 +8,8 @@ the mesh's commands run with sudo. Host keys come from the connection gpuvm itse
 from __future__ import annotations
 
 from gpuvm.errors import ConnectError, GpuvmError, RemoteCommandError
-from gpuvm.mesh import NAME
-from gpuvm.mesh.files import Peer
+from gpuvm.steps.guest_ssh_mesh import NAME
+from gpuvm.steps.guest_ssh_mesh.files import Peer
 from gpuvm.remote import Cluster, RemoteTarget
 from gpuvm.secrets import redact
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuvm.mesh.key import MeshKey
+from gpuvm.steps.guest_ssh_mesh.key import MeshKey
 
 IDENTITY = "id_ed25519_gpuvm"
 BEGIN, END = "# BEGIN gpuvm", "# END gpuvm"

@@ -1,28 +1,34 @@
 """guest.ssh_mesh: keyless SSH between every pair of guests, for mpirun and horovodrun.
 
-One ed25519 key for the cluster (`gpuvm.mesh.key`, kept in the state directory) goes to every
-guest for the mesh user (`guests.ssh_mesh.user`, default the guest's SSH user), in `~/.ssh`:
-the key pair, the public key in `authorized_keys`, every guest's verified host key in
-`known_hosts`, and a managed block in `config` (`gpuvm.mesh.files` says what each holds).
+One ed25519 key for the cluster goes to every guest for the mesh user (`guests.ssh_mesh.user`,
+default the guest's SSH user), in `~/.ssh`: the key pair, the public key in `authorized_keys`,
+every guest's verified host key in `known_hosts`, and a managed block in `config`.
 
-observe reads a guest's ~/.ssh in one command (`gpuvm.mesh.ssh_dir`) and takes every guest's
-host key from gpuvm's own connections; plan compares (pure); apply writes the changed files in
-one command. `apply_all` writes every guest in parallel, then proves every ordered pair logs in
-(`gpuvm.mesh.verify`) once.
+observe reads a guest's ~/.ssh in one command and takes every guest's host key from gpuvm's own
+connections; plan compares (pure); apply writes the changed files in one command. `apply_all`
+writes every guest in parallel, then proves every ordered pair logs in, once. The parts:
+
+- `key`: the cluster's one ed25519 key pair, kept in the state directory;
+- `files`: what the mesh files hold (authorized_keys, known_hosts, the managed config block), pure;
+- `guests`: the guests in the mesh, the mesh user on each, their verified host keys;
+- `ssh_dir`: reading and writing a guest's ~/.ssh, one command each;
+- `verify`: every ordered pair of guests logs in with the mesh key, checked pair by pair.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+NAME = "guest.ssh_mesh"  # first: the parts below name their errors with it
+
+from dataclasses import dataclass  # noqa: E402
 
 from gpuvm.errors import TargetFailures
 from gpuvm.executors.group import run_parallel
-from gpuvm.mesh import NAME, verify
-from gpuvm.mesh.files import (IDENTITY, MeshFiles, Peer, config_block, has_key, known_host_lines, merge_known_hosts,
-                              mode_problem, split_config, wanted_files)
-from gpuvm.mesh.guests import container_port, mesh_guests, mesh_user, peer_host_keys
-from gpuvm.mesh.key import MeshKey, cluster_key, fingerprint, load_cluster_key
-from gpuvm.mesh.ssh_dir import read_files, write_files
+from gpuvm.steps.guest_ssh_mesh import verify
+from gpuvm.steps.guest_ssh_mesh.files import (IDENTITY, MeshFiles, Peer, config_block, has_key, known_host_lines,
+                                              merge_known_hosts, mode_problem, split_config, wanted_files)
+from gpuvm.steps.guest_ssh_mesh.guests import container_port, mesh_guests, mesh_user, peer_host_keys
+from gpuvm.steps.guest_ssh_mesh.key import MeshKey, cluster_key, fingerprint, load_cluster_key
+from gpuvm.steps.guest_ssh_mesh.ssh_dir import read_files, write_files
 from gpuvm.plan import Change
 from gpuvm.remote import RemoteTarget
 from gpuvm.steps.base import Context, Step
