@@ -174,7 +174,7 @@ def test_guest_mig_pending_mode_needs_a_reset(testbed, tmp_path):
                                                                   "mig-devices: {\"4g.40gb\": 1}}]"})
     try:
         target = cluster.targets["gpu-vm-02"]
-        with pytest.raises(RemoteCommandError, match=r"gpu-vm-02: guest\.mig: GPU 0: MIG mode Enabled is pending until the "
+        with pytest.raises(RemoteCommandError, match=r"^GPU 0: MIG mode Enabled is pending until the "
                                                      r"GPU is reset"):
             guest_mig.apply(Context(cluster=cluster), target, plan_of(guest_mig, cluster, "gpu-vm-02"))
         changes = plan_of(guest_mig, cluster, "gpu-vm-02")

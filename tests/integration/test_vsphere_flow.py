@@ -124,7 +124,7 @@ def test_injected_reconfigure_fault_then_rerun_completes(monkeypatch, tmp_path, 
         monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
         first = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot")
         assert first.exit_code == 4, first.output
-        assert "esx-01-vm2 (vm.hardware): vm.hardware: ReconfigVM failed: gpusim injected fault" in first.output
+        assert "esx-01-vm2 (vm.hardware): ReconfigVM failed: gpusim injected fault" in first.output
         state = raw_state(sim)
         assert state["esx-01-vm1"]["power"] == "poweredOn"  # independent targets finished
         assert state["esx-01-vm2"]["pci"] == []

@@ -298,7 +298,7 @@ def test_mismatch_after_load_is_reported_with_guests_and_ids(tmp_path):
     assert list(failures) == ["gpu-vm-03"]
     message = str(failures["gpu-vm-03"])
     assert isinstance(failures["gpu-vm-03"], RemoteCommandError)
-    assert message.startswith("gpu-vm-03: guest.docker: image gpuvm/dl:") and "differs between guests" in message
+    assert message.startswith("image gpuvm/dl:") and "differs between guests" in message
     assert f"gpu-vm-03 {B}" in message and "gpu-vm-01 sha256:" in message
 
 
@@ -382,7 +382,7 @@ def test_apt_failure_for_the_toolkit_says_where_it_comes_from(tmp_path):
     }
     cluster = world.cluster(runbook(tmp_path), tmp_path)
     changes = step.plan(cluster.targets["gpu-vm-01"], fact(A, A, version=None, runtime=False, toolkit=False))
-    with pytest.raises(RemoteCommandError, match=r"^gpu-vm-01: guest.docker: apt-get install docker.io "
+    with pytest.raises(RemoteCommandError, match=r"^apt-get install docker.io "
                                                  r"nvidia-container-toolkit failed: E: Unable to locate.*nvidia.github.io"):
         step.STEP.apply(Context(cluster=cluster), cluster.targets["gpu-vm-01"], changes)
 

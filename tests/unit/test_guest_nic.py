@@ -216,7 +216,7 @@ def test_apply_reads_back(tmp_path):
     fake = FakeExecutor("gpu-vm-01", responses)
     c = cluster(tmp_path, FULL, fake)
     target = c.targets["gpu-vm-01"]
-    with pytest.raises(RemoteCommandError, match=r"gpu-vm-01: guest\.nic: ens64np1 \(mlx5_0 port 1\) mtu is not 9000 after apply"):
+    with pytest.raises(RemoteCommandError, match=r"^ens64np1 \(mlx5_0 port 1\) mtu is not 9000 after apply"):
         guest_nic.apply(Context(cluster=c), target, guest_nic.plan(target, guest_nic.observe(Context(cluster=c), target)))
 
 

@@ -186,7 +186,7 @@ def test_esxi_apply_fails_when_the_mode_does_not_stick(tmp_path):
                                    re.compile(r"--query-gpu"): ok("", query((0, "Disabled", "Disabled")))})
     c = cluster(tmp_path, fake)
     changes = esxi_mig.plan(c.targets["esx-01"], modes((0, "Disabled", "Disabled")))
-    with pytest.raises(RemoteCommandError, match=r"esx-01: esxi\.mig: GPU 0: MIG mode reads Disabled \(pending Disabled\)"):
+    with pytest.raises(RemoteCommandError, match=r"^GPU 0: MIG mode reads Disabled \(pending Disabled\)"):
         esxi_mig.apply(Context(cluster=c), c.targets["esx-01"], changes)
 
 
@@ -347,7 +347,7 @@ def test_guest_apply_pending_mode_stops_with_a_hint_then_resets(tmp_path):
     fake = FakeExecutor("gpu-vm-01", state.responses())
     c = cluster(tmp_path, fake)
     target = c.targets["gpu-vm-01"]
-    with pytest.raises(RemoteCommandError, match=r"gpu-vm-01: guest\.mig: GPU 0: MIG mode Enabled is pending until the GPU "
+    with pytest.raises(RemoteCommandError, match=r"^GPU 0: MIG mode Enabled is pending until the GPU "
                                                  r"is reset; apply again with --allow-power-off"):
         guest_mig.apply(Context(cluster=c), target, guest_mig.plan(target, guest_mig.observe(Context(cluster=c), target)))
     assert not any("-cgi" in line for line in fake.commands)

@@ -22,16 +22,16 @@ def task_with(mocker, *states):
 def test_wait_returns_the_result_after_running(mocker):
     mocker.patch.object(tasks.time, "sleep")
     task = task_with(mocker, ("running", None, None), ("queued", None, None), ("success", "ok", None))
-    assert tasks.wait(task, "vm1", "vm.hardware", "ReconfigVM") == "ok"
+    assert tasks.wait(task, "ReconfigVM") == "ok"
 
 
-def test_wait_turns_a_task_fault_into_one_line_naming_step_and_action(mocker):
+def test_wait_turns_a_task_fault_into_one_line_naming_the_action(mocker):
     fault = vim.fault.GenericVmConfigFault(msg="Module DevicePowerOn power on failed.",
                                            faultMessage=[vim.LocalizableMessage(key="k", message="total number of pages needed (1) exceeds limit (0)")])
     task = task_with(mocker, ("error", None, fault))
     with pytest.raises(TaskError) as caught:
-        tasks.wait(task, "vm1", "vm.power", "PowerOnVM")
-    assert str(caught.value) == ("vm.power: PowerOnVM failed: Module DevicePowerOn power on failed.; total number "
+        tasks.wait(task, "PowerOnVM")
+    assert str(caught.value) == ("PowerOnVM failed: Module DevicePowerOn power on failed.; total number "
                                  "of pages needed (1) exceeds limit (0) (GenericVmConfigFault)")
 
 
@@ -40,8 +40,8 @@ def test_wait_times_out(mocker):
     mocker.patch.object(tasks.time, "monotonic", side_effect=lambda: next(clock))
     mocker.patch.object(tasks.time, "sleep")
     task = task_with(mocker, *[("running", None, None)] * 3)
-    with pytest.raises(TaskError, match=r"vm\.hardware: ReconfigVM did not finish within 4 s \(task task-7\)"):
-        tasks.wait(task, "vm1", "vm.hardware", "ReconfigVM", timeout=4)
+    with pytest.raises(TaskError, match=r"^ReconfigVM did not finish within 4 s \(task task-7\)"):
+        tasks.wait(task, "ReconfigVM", timeout=4)
 
 
 def test_call_translates_method_faults_and_redacts_secrets():
@@ -51,9 +51,9 @@ def test_call_translates_method_faults_and_redacts_secrets():
         raise vmodl.fault.SystemError(msg="backend said s3cret-token", reason="disk")
 
     with pytest.raises(TaskError) as caught:
-        tasks.call("esx-01", "host.passthrough", "UpdatePassthruConfig", boom)
+        tasks.call("UpdatePassthruConfig", boom)
     assert "s3cret-token" not in str(caught.value)
-    assert str(caught.value).startswith("host.passthrough: UpdatePassthruConfig failed: backend said ********; disk")
+    assert str(caught.value).startswith("UpdatePassthruConfig failed: backend said ********; disk")
 
 
 def test_fault_text_without_message_names_the_fault_type():
@@ -79,7 +79,7 @@ def test_wait_for_other_tasks_polls_until_the_vm_is_idle(mocker):
     session = mocker.Mock()
     session.content.propertyCollector = collector
     session.content.taskManager = vim.TaskManager("TaskManager")
-    assert tasks.wait_for_other_tasks(session, vm, "vm1", "vm.hardware") == 1
+    assert tasks.wait_for_other_tasks(session, vm) == 1
     assert collector.RetrieveContents.call_count == 2
 
 

@@ -66,7 +66,7 @@ def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
         run(target, ctx.cluster, ["nvidia-smi", "-i", str(gpu), "-mig", "1"])
         now = parse_mig_query_csv(run(target, ctx.cluster, QUERY[:1] + ["-i", str(gpu)] + QUERY[1:]).stdout)[0]
         if now.pending != "Enabled":
-            raise RemoteCommandError(f"{target.name}: {NAME}: GPU {gpu}: MIG mode reads {now.current} "
+            raise RemoteCommandError(f"GPU {gpu}: MIG mode reads {now.current} "
                                      f"(pending {now.pending}) after `nvidia-smi -i {gpu} -mig 1`; "
                                      "check that SR-IOV is enabled in the BIOS")
 

@@ -188,7 +188,7 @@ def _set_up(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> No
             hint = (" (nvidia-container-toolkit comes from NVIDIA's apt repository: add "
                     "https://nvidia.github.io/libnvidia-container to the guest's sources)"
                     if "nvidia-container-toolkit" in packages and "Unable to locate" in result.stderr else "")
-            raise RemoteCommandError(f"{target.name}: {NAME}: apt-get install {' '.join(packages)} failed: "
+            raise RemoteCommandError(f"apt-get install {' '.join(packages)} failed: "
                                      f"{_last(result)}{hint}")
     if any(isinstance(a, (InstallDocker, StartDocker)) for a in actions):
         run(target, cluster, ["systemctl", "enable", "--now", "docker"])
@@ -200,7 +200,7 @@ def _set_up(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> No
 def _check_recipe(target: RemoteTarget, place: PlaceImage, cluster: Cluster) -> Recipe:
     current = recipe(_image(cluster.runbook))
     if place.ref != current.ref:
-        raise InputError(f"{target.name}: {NAME}: the plan is for image {place.ref} but the runbook "
+        raise InputError(f"the plan is for image {place.ref} but the runbook "
                          f"now renders {current.ref}; plan again")
     return current
 
@@ -250,7 +250,7 @@ def _ship(builder: RemoteTarget, cluster: Cluster, ref: str, receivers: dict[str
             try:
                 _save(builder, cluster, ref, sink)
             except Exception as e:
-                return {name: RemoteCommandError(f"{name}: {NAME}: cannot fetch {ref} from the builder: {e}")
+                return {name: RemoteCommandError(f"cannot fetch {ref} from the builder: {e}")
                         for name in receivers}
         os.chmod(saved, 0o600)
         return _parallel(receivers, lambda t: _load(t, cluster, saved), parallel)
@@ -276,7 +276,7 @@ def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dic
     for name in names:
         if name not in failures and (ids.get(name) is None or ids[name] != want):
             seen = ", ".join(f"{n} {ids.get(n) or 'none'}" for n in targets if n not in failures)
-            failures[name] = RemoteCommandError(f"{name}: {NAME}: image {ref} differs between guests ({seen})")
+            failures[name] = RemoteCommandError(f"image {ref} differs between guests ({seen})")
     return {n: e for n, e in failures.items() if n in names}
 
 

@@ -149,7 +149,7 @@ def _set_mode(target: RemoteTarget, cluster: Cluster, gpu: int, mode: str, reset
             sudo=target.root)
     now = _mode_of(target, cluster, gpu)
     if now.current != mode:
-        raise RemoteCommandError(f"{target.name}: {NAME}: GPU {gpu}: MIG mode {mode} is pending until the GPU is "
+        raise RemoteCommandError(f"GPU {gpu}: MIG mode {mode} is pending until the GPU is "
                                  "reset; apply again with --allow-power-off to reset it, or reboot the VM")
 
 
@@ -175,12 +175,12 @@ def _create(target: RemoteTarget, cluster: Cluster, gpu: int, profiles: list[str
             raise _failed(target, result, gpu)
         _destroy(target, cluster, gpu)  # what the failed order made
     else:
-        raise RemoteCommandError(f"{target.name}: {NAME}: GPU {gpu}: {describe(profiles)} does not fit "
+        raise RemoteCommandError(f"GPU {gpu}: {describe(profiles)} does not fit "
                                  f"(nvidia-smi: Insufficient Resources, {tried} order(s) tried)")
     model = gpu_model(_mode_of(target, cluster, gpu).name)
     made = canonical([gi.profile for gi in _list_instances(target, cluster, gpu)], model)
     if made != tuple(profiles):
-        raise RemoteCommandError(f"{target.name}: {NAME}: GPU {gpu}: wanted {describe(profiles)} "
+        raise RemoteCommandError(f"GPU {gpu}: wanted {describe(profiles)} "
                                  f"but nvidia-smi lists {describe(made)}")
 
 

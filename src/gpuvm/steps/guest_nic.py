@@ -180,7 +180,7 @@ def _set_ats(target: RemoteTarget, cluster: Cluster, action: SetCardAts) -> None
     now = ats_enabled(run(target, cluster, ["mlxconfig", "-d", action.device, "q", "ATS_ENABLED"],
                           sudo=target.root).stdout)
     if now != action.value:
-        raise RemoteCommandError(f"{target.name}: {NAME}: ATS_ENABLED on {action.device} reads {now} after the set")
+        raise RemoteCommandError(f"ATS_ENABLED on {action.device} reads {now} after the set")
 
 
 def _check_links(target: RemoteTarget, cluster: Cluster, changes: list[Change]) -> None:
@@ -200,7 +200,7 @@ def _check_links(target: RemoteTarget, cluster: Cluster, changes: list[Change]) 
         else:
             ok = ipaddress.ip_interface(action.address) in [ipaddress.ip_interface(a) for a in link.addresses]
         if not ok:
-            raise RemoteCommandError(f"{target.name}: {NAME}: {change.resource} {change.field} is not {change.after} "
+            raise RemoteCommandError(f"{change.resource} {change.field} is not {change.after} "
                                      "after apply")
 
 

@@ -16,7 +16,7 @@ POLICY = "performance"
 
 @dataclass(frozen=True)
 class SetDefaultGraphics:
-    type: str  # shared | sharedDirect
+    graphics_type: str  # shared | sharedDirect
 
 
 def plan(host: DesiredHost, facts: HostFacts) -> list[Change]:
@@ -30,13 +30,13 @@ def plan(host: DesiredHost, facts: HostFacts) -> list[Change]:
 def graphics_config(action: SetDefaultGraphics) -> object:
     from pyVmomi import vim
 
-    return vim.host.GraphicsConfig(hostDefaultGraphicsType=action.type, sharedPassthruAssignmentPolicy=POLICY)
+    return vim.host.GraphicsConfig(hostDefaultGraphicsType=action.graphics_type, sharedPassthruAssignmentPolicy=POLICY)
 
 
 def apply(ctx: Context, host: DesiredHost, changes: list[Change]) -> None:
     manager = ctx.session.ref("host.GraphicsManager", ctx.inventory.hosts[host.name].graphics_manager)
     config = graphics_config(changes[-1].action)
-    call(host.name, NAME, "UpdateGraphicsConfig", lambda: manager.UpdateGraphicsConfig(config))
+    call("UpdateGraphicsConfig", lambda: manager.UpdateGraphicsConfig(config))
 
 
 STEP = Step(NAME, "host", host_facts, plan, apply)

@@ -51,7 +51,7 @@ def apply(ctx: Context, host: DesiredHost, changes: list[Change]) -> None:
     if not config:
         return  # only pending activations: the reboot step activates them
     system = ctx.session.ref("host.PciPassthruSystem", ctx.inventory.hosts[host.name].passthru_system)
-    call(host.name, NAME, "UpdatePassthruConfig", lambda: system.UpdatePassthruConfig(config))
+    call("UpdatePassthruConfig", lambda: system.UpdatePassthruConfig(config))
 
 
 STEP = Step(NAME, "host", host_facts, plan, apply)

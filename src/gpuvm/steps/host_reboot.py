@@ -40,26 +40,26 @@ def apply(ctx: Context, host: DesiredHost, changes: list[Change]) -> None:
     facts = ctx.inventory.hosts[target]
     running = [vm.name for vm in ctx.inventory.vms_on(target) if vm.powered_on]
     if running:
-        raise TaskError(f"{NAME}: host runs powered-on VMs ({', '.join(running)}); power them off or "
+        raise TaskError(f"host runs powered-on VMs ({', '.join(running)}); power them off or "
                         "move them before gpuvm reboots it")
     host = ctx.session.ref("HostSystem", facts.moid)
     timeout = ctx.options.task_timeout
     if not facts.in_maintenance:
-        run_task(target, NAME, "EnterMaintenanceMode", lambda: host.EnterMaintenanceMode_Task(timeout=0), timeout)
-    run_task(target, NAME, "RebootHost", lambda: host.RebootHost_Task(force=False), timeout)
+        run_task("EnterMaintenanceMode", lambda: host.EnterMaintenanceMode_Task(timeout=0), timeout)
+    run_task("RebootHost", lambda: host.RebootHost_Task(force=False), timeout)
     _wait_connected(target, host, timeout)
     if not facts.in_maintenance:
-        run_task(target, NAME, "ExitMaintenanceMode", lambda: host.ExitMaintenanceMode_Task(timeout=0), timeout)
+        run_task("ExitMaintenanceMode", lambda: host.ExitMaintenanceMode_Task(timeout=0), timeout)
 
 
 def _wait_connected(target: str, host: object, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = call(target, NAME, "read connection state", lambda: host.runtime.connectionState)  # type: ignore[attr-defined]
+        state = call("read connection state", lambda: host.runtime.connectionState)  # type: ignore[attr-defined]
         if state == "connected":
             return
         time.sleep(5)
-    raise TaskError(f"{NAME}: host did not reconnect within {timeout:.0f} s after the reboot")
+    raise TaskError(f"host did not reconnect within {timeout:.0f} s after the reboot")
 
 
 STEP = Step(NAME, "host", observe, plan, apply, reboots_host=True)

@@ -9,32 +9,32 @@ from gpuvm.steps.base import Context
 from gpuvm.vsphere.tasks import call, run_task
 
 
-def power_off(ctx: Context, vm_name: str, step: str) -> None:
+def power_off(ctx: Context, vm_name: str) -> None:
     from pyVmomi import vim
 
     vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm_name].moid)
-    if _state(vm, vm_name, step) == "poweredOff":
+    if _state(vm) == "poweredOff":
         return
     try:
         vm.ShutdownGuest()  # clean shutdown through VMware Tools
         deadline = time.monotonic() + ctx.options.shutdown_timeout
         while time.monotonic() < deadline:
-            if _state(vm, vm_name, step) == "poweredOff":
+            if _state(vm) == "poweredOff":
                 return
             time.sleep(2)
     except (vim.fault.ToolsUnavailable, vim.fault.InvalidState, vim.fault.TaskInProgress):
         pass  # no tools in the guest: fall through to a hard power-off
     except Exception:  # the simulator and old hosts answer NotSupported and the like
         pass
-    if _state(vm, vm_name, step) != "poweredOff":
-        run_task(vm_name, step, "PowerOffVM", vm.PowerOffVM_Task, ctx.options.task_timeout)
+    if _state(vm) != "poweredOff":
+        run_task("PowerOffVM", vm.PowerOffVM_Task, ctx.options.task_timeout)
 
 
-def power_on(ctx: Context, vm_name: str, step: str) -> None:
+def power_on(ctx: Context, vm_name: str) -> None:
     vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm_name].moid)
-    if _state(vm, vm_name, step) != "poweredOn":
-        run_task(vm_name, step, "PowerOnVM", vm.PowerOnVM_Task, ctx.options.task_timeout)
+    if _state(vm) != "poweredOn":
+        run_task("PowerOnVM", vm.PowerOnVM_Task, ctx.options.task_timeout)
 
 
-def _state(vm: Any, vm_name: str, step: str) -> str:
-    return str(call(vm_name, step, "read power state", lambda: vm.runtime.powerState))
+def _state(vm: Any) -> str:
+    return str(call("read power state", lambda: vm.runtime.powerState))

@@ -56,11 +56,11 @@ def config_spec(changes: list[Change]) -> object:
 def apply(ctx: Context, want: DesiredVm, changes: list[Change]) -> None:
     target = want.name
     if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
-        power_off(ctx, target, NAME)
+        power_off(ctx, target)
     vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[target].moid)
-    wait_for_other_tasks(ctx.session, vm, target, NAME, ctx.options.task_timeout)
+    wait_for_other_tasks(ctx.session, vm, ctx.options.task_timeout)
     spec = config_spec(changes)
-    run_task(target, NAME, "ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
+    run_task("ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
 
 
 STEP = Step(NAME, "vm", vm_facts, plan, apply, restarts_guest=True)

@@ -140,22 +140,22 @@ def _check_unchanged(vm: Any, target: str, planned: VmFacts) -> None:
     from gpuvm.vsphere.inventory import vm_pci_devices
     from gpuvm.vsphere.tasks import call
 
-    now = vm_pci_devices(call(target, NAME, "read devices", lambda: vm.config.hardware.device))
+    now = vm_pci_devices(call("read devices", lambda: vm.config.hardware.device))
     if _devices(now) != _devices(planned.pci):
-        raise TaskError(f"{NAME}: the VM's PCI devices changed since the plan was made "
+        raise TaskError(f"the VM's PCI devices changed since the plan was made "
                         f"(now: {', '.join(d.describe() for d in now) or 'none'}); run apply again to re-plan")
 
 
 def apply(ctx: Context, want: DesiredVm, changes: list[Change]) -> None:
     target = want.name
     if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
-        power_off(ctx, target, NAME)
+        power_off(ctx, target)
     vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[target].moid)
-    wait_for_other_tasks(ctx.session, vm, target, NAME, ctx.options.task_timeout)
+    wait_for_other_tasks(ctx.session, vm, ctx.options.task_timeout)
     if any(isinstance(c.action, (AddDevice, RemoveDevice)) for c in changes):
         _check_unchanged(vm, target, ctx.inventory.vms[target])
     spec = config_spec(changes)
-    run_task(target, NAME, "ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
+    run_task("ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
 
 
 STEP = Step(NAME, "vm", vm_facts, plan, apply, restarts_guest=True)

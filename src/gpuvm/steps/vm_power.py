@@ -33,7 +33,7 @@ def plan(vm: DesiredVm, state: str) -> list[Change]:
 
 def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
     for change in changes:
-        (power_on if change.action.state == "on" else power_off)(ctx, vm.name, NAME)
+        (power_on if change.action.state == "on" else power_off)(ctx, vm.name)
 
 
 STEP = Step(NAME, "vm", observe, plan, apply, restarts_guest=True)

@@ -30,40 +30,40 @@ def fault_text(fault: Any) -> str:
     return redact(f"{text} ({name})")
 
 
-def call(target: str, step: str, action: str, fn: Callable[[], T]) -> T:
-    """Run one vSphere call; a fault becomes a TaskError naming target, step and action."""
+def call(action: str, fn: Callable[[], T]) -> T:
+    """Run one vSphere call; a fault becomes a TaskError naming the action (the engine adds target and step)."""
     from pyVmomi import vmodl
 
     try:
         return fn()
     except vmodl.MethodFault as fault:
-        raise TaskError(f"{step}: {action} failed: {fault_text(fault)}") from None
+        raise TaskError(f"{action} failed: {fault_text(fault)}") from None
 
 
-def wait(task: Any, target: str, step: str, action: str, timeout: float = 1800) -> Any:
+def wait(task: Any, action: str, timeout: float = 1800) -> Any:
     """Wait for a task, polling its `info` with backoff; a failed task raises TaskError."""
     from pyVmomi import vim
 
     deadline = time.monotonic() + timeout
     delay = POLL_START
     while True:
-        info = call(target, step, action, lambda: task.info)
+        info = call(action, lambda: task.info)
         if info.state == vim.TaskInfo.State.success:
             return info.result
         if info.state == vim.TaskInfo.State.error:
-            raise TaskError(f"{step}: {action} failed: {fault_text(info.error)}")
+            raise TaskError(f"{action} failed: {fault_text(info.error)}")
         if time.monotonic() > deadline:
-            raise TaskError(f"{step}: {action} did not finish within {timeout:.0f} s (task {task._moId})")
+            raise TaskError(f"{action} did not finish within {timeout:.0f} s (task {task._moId})")
         time.sleep(delay)
         delay = min(delay * 2, POLL_MAX)
 
 
-def run_task(target: str, step: str, action: str, start: Callable[[], Any], timeout: float = 1800) -> Any:
-    task = call(target, step, action, start)
-    return wait(task, target, step, action, timeout)
+def run_task(action: str, start: Callable[[], Any], timeout: float = 1800) -> Any:
+    task = call(action, start)
+    return wait(task, action, timeout)
 
 
-def wait_for_other_tasks(session: Any, entity: Any, target: str, step: str, timeout: float = 1800) -> int:
+def wait_for_other_tasks(session: Any, entity: Any, timeout: float = 1800) -> int:
     """Wait until no task runs on `entity` (e.g. one a killed gpuvm run left behind), so that a
     reconfiguration is never stacked on top of an unfinished one. One request per poll. Returns
     how many tasks were waited for."""
@@ -80,7 +80,7 @@ def wait_for_other_tasks(session: Any, entity: Any, target: str, step: str, time
     deadline = time.monotonic() + timeout
     waited: set[str] = set()
     while True:
-        result = call(target, step, "read running tasks", lambda: collector.RetrieveContents([spec]))
+        result = call("read running tasks", lambda: collector.RetrieveContents([spec]))
         running = []
         for obj in result or []:
             props = {p.name: p.val for p in obj.propSet or []}
@@ -91,5 +91,5 @@ def wait_for_other_tasks(session: Any, entity: Any, target: str, step: str, time
             return len(waited)
         waited.update(running)
         if time.monotonic() > deadline:
-            raise TaskError(f"{step}: task(s) {', '.join(running)} still running on the target after {timeout:.0f} s")
+            raise TaskError(f"task(s) {', '.join(running)} still running on the target after {timeout:.0f} s")
         time.sleep(POLL_MAX)
