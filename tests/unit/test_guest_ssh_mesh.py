@@ -20,7 +20,8 @@ from gpuvm.executors.fake import FakeExecutor, ok
 from gpuvm.steps.guest_ssh_mesh import files as mesh_files
 from gpuvm.steps.guest_ssh_mesh import ssh_dir, verify
 from gpuvm.steps.guest_ssh_mesh.files import MeshFiles, Peer
-from gpuvm.steps.guest_ssh_mesh.key import COMMENT, cluster_key, fingerprint, key_path, load_cluster_key
+from gpuvm.ssh_keys import line_fingerprint as fingerprint
+from gpuvm.steps.guest_ssh_mesh.key import COMMENT, cluster_key, key_path, load_cluster_key
 from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_ssh_mesh as mesh

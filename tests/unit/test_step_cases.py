@@ -85,8 +85,8 @@ def test_case(path: Path, tmp_path: Path, mocker) -> None:
         assert fake.commands == _expand(case["commands"], subst)
     if "calls" in case:
         refs = _mock_session(mocker, ctx, case.get("state", {}))
-        for module in {sys.modules[fn.__module__] for fn in (step.apply, step.observe, step.plan)}:
-            if hasattr(module, "wait_for_other_tasks"):
+        for name, module in list(sys.modules.items()):  # no task is left running on any object
+            if name.startswith("gpuvm.steps") and hasattr(module, "wait_for_other_tasks"):
                 mocker.patch.object(module, "wait_for_other_tasks", return_value=0)
         mocker.patch("gpuvm.vsphere.tasks.wait", return_value=None)
         _apply(step, ctx, target, changes)

@@ -27,7 +27,7 @@ from gpuvm.bench.results import save_results
 from gpuvm.bench.software import software_versions
 from gpuvm.bench.spec import BenchmarkRun, BenchmarkSpec
 from gpuvm.errors import GpuvmError
-from gpuvm.executors.base import Executor
+from gpuvm.executors.base import Executor, last_line
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 
@@ -207,7 +207,7 @@ class CampaignRunner:
                 watchdog.cancel()
         text = _redact_file(log)
         if error is not None:
-            last = _last_line(text)
+            last = last_line(text)[:300]
             return self._failed(run, f"{error}" + (f": {last}" if last else ""))
         options: dict[str, Any] = {}
         if run.kind == "command":
@@ -250,7 +250,3 @@ def _redact_file(path: Path) -> str:
         path.write_text(clean, encoding="utf-8")
     return clean
 
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""

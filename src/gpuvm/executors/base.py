@@ -25,6 +25,11 @@ class CommandResult:
     def ok(self) -> bool:
         return self.exit_code == 0
 
+    @property
+    def last_line(self) -> str:
+        """What a failed command said last: the last non-blank line of stderr, else of stdout."""
+        return last_line(self.stderr) or last_line(self.stdout)
+
 
 class Executor:
     """The one interface: run a command (argv, quoted here) or a fixed script, put and get a file.
@@ -106,7 +111,7 @@ def check_result(name: str, result: CommandResult) -> CommandResult:
 
 
 def failure_message(name: str, result: CommandResult) -> str:
-    last = _last_line(result.stderr) or _last_line(result.stdout)
+    last = result.last_line
     detail = f": {last}" if last else ""
     return redact(f"{name}: `{result.command}` exited {result.exit_code}{detail}")
 
@@ -115,6 +120,6 @@ def timeout_message(name: str, command: str, timeout: float) -> str:
     return redact(f"{name}: `{command}` timed out after {timeout:g}s; the command was stopped")
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""

@@ -11,8 +11,6 @@ stdout streamed to a file, and a hard timeout that also stops the remote process
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import socket
 import threading
@@ -28,6 +26,7 @@ from paramiko.message import Message
 from gpuvm.errors import ConnectError, RemoteCommandError
 from gpuvm.executors.base import CommandResult, Executor, check_result, timeout_message
 from gpuvm.secrets import redact, remember
+from gpuvm.ssh_keys import blob_fingerprint, known_hosts_name
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +34,7 @@ _record_lock = threading.Lock()
 
 
 def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint: `SHA256:` + unpadded base64 of the key blob's digest."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-def known_hosts_name(host: str, port: int) -> str:
-    return host if port == 22 else f"[{host}]:{port}"
+    return blob_fingerprint(key.asbytes())
 
 
 class _UnknownHostKey(Exception):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailures
+from gpuvm.executors.base import CommandResult
 from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Change
 from gpuvm.remote import Cluster, RemoteTarget, run
@@ -83,6 +84,10 @@ def _missing(result) -> bool:
     return result.exit_code == 127 or "command not found" in result.stderr
 
 
+def _said(result: CommandResult) -> str:
+    return result.last_line or f"exit {result.exit_code}"
+
+
 def inspect_id(target: RemoteTarget, cluster: Cluster, ref: str) -> str | None:
     """The image id of `ref` on the target; None when it has no such image (or no docker)."""
     result = run(target, cluster, ["docker", "image", "inspect", "--format", "{{.Id}}", ref], check=False)
@@ -90,12 +95,7 @@ def inspect_id(target: RemoteTarget, cluster: Cluster, ref: str) -> str | None:
         return result.stdout.strip() or None
     if "No such image" in result.stderr or _missing(result):
         return None
-    raise RemoteCommandError(f"{target.name}: {NAME}: cannot inspect image {ref}: {_last(result)}")
-
-
-def _last(result) -> str:
-    lines = (result.stderr or result.stdout).strip().splitlines()
-    return lines[-1].strip() if lines else f"exit {result.exit_code}"
+    raise RemoteCommandError(f"{target.name}: {NAME}: cannot inspect image {ref}: {_said(result)}")
 
 
 def observe(ctx: Context, target: RemoteTarget) -> DockerFact:
@@ -103,7 +103,7 @@ def observe(ctx: Context, target: RemoteTarget) -> DockerFact:
     ref, builder = image_ref(_image(cluster.runbook)), builder_name(cluster.runbook)
     version = run(target, cluster, ["docker", "version", "--format", "{{.Server.Version}}"], check=False)
     if not version.ok or not version.stdout.strip():  # no docker, or its daemon does not answer
-        server, error = (None, None) if _missing(version) else ("", _last(version))
+        server, error = (None, None) if _missing(version) else ("", _said(version))
         return DockerFact(server, error, False, _toolkit(target, cluster), None,
                           _builder_id(target, cluster, builder, ref))
     runtimes = run(target, cluster, ["docker", "info", "--format", "{{json .Runtimes}}"]).stdout
@@ -189,7 +189,7 @@ def _set_up(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> No
                     "https://nvidia.github.io/libnvidia-container to the guest's sources)"
                     if "nvidia-container-toolkit" in packages and "Unable to locate" in result.stderr else "")
             raise RemoteCommandError(f"apt-get install {' '.join(packages)} failed: "
-                                     f"{_last(result)}{hint}")
+                                     f"{_said(result)}{hint}")
     if any(isinstance(a, (InstallDocker, StartDocker)) for a in actions):
         run(target, cluster, ["systemctl", "enable", "--now", "docker"])
     if runtime:

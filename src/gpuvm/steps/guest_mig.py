@@ -76,10 +76,9 @@ def _list_instances(target: RemoteTarget, cluster: Cluster, gpu: int | None = No
 
 
 def _failed(target: RemoteTarget, result: CommandResult, gpu: int | None = None) -> RemoteCommandError:
-    output = (result.stdout + result.stderr).strip().splitlines()
     where = f"GPU {gpu}: " if gpu is not None else ""
     return RemoteCommandError(f"{target.name}: {NAME}: {where}`{result.command}` exited {result.exit_code}: "
-                              f"{output[-1] if output else 'no output'}")
+                              f"{result.last_line or 'no output'}")
 
 
 def plan(target: RemoteTarget, fact: tuple[GpuMig, ...]) -> list[Change]:

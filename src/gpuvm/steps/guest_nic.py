@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.parsers.ibdev2netdev import PortMap, parse_ibdev2netdev

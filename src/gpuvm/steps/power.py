@@ -1,12 +1,14 @@
-"""Powering VMs off and on safely: guest shutdown first, hard power-off only after a timeout."""
+"""VM operations the VM steps share: power off safely (guest shutdown first, hard power-off only after
+a timeout), power on, and reconfigure."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from gpuvm.steps.base import Context
-from gpuvm.vsphere.tasks import call, run_task
+from gpuvm.plan import Change, Disruption
+from gpuvm.vsphere.tasks import call, run_task, wait_for_other_tasks
 
 
 def power_off(ctx: Context, vm_name: str) -> None:
@@ -38,3 +40,16 @@ def power_on(ctx: Context, vm_name: str) -> None:
 
 def _state(vm: Any) -> str:
     return str(call("read power state", lambda: vm.runtime.powerState))
+
+
+def reconfigure(ctx: Context, vm_name: str, changes: list[Change], spec: Any,
+                check: Callable[[Any], None] | None = None) -> None:
+    """ReconfigVM with `spec`: powered off first if a change needs it, never stacked on a task still
+    running on the VM; `check(vm)` may refuse before anything is sent."""
+    if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
+        power_off(ctx, vm_name)
+    vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm_name].moid)
+    wait_for_other_tasks(ctx.session, vm, ctx.options.task_timeout)
+    if check is not None:
+        check(vm)
+    run_task("ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import DesiredVm
 from gpuvm.steps.base import Context, Step, vm_facts
-from gpuvm.steps.power import power_off
+from gpuvm.steps.power import reconfigure
 from gpuvm.vsphere.facts import VmFacts
-from gpuvm.vsphere.tasks import run_task, wait_for_other_tasks
 
 NAME = "vm.advanced"
 OWNED = re.compile(r"^(pciPassthru\.(allowP2P|RelaxACSforP2P|use64bitMMIO|64bitMMIOSizeGB)"
@@ -53,14 +52,8 @@ def config_spec(changes: list[Change]) -> object:
                                           for c in changes])
 
 
-def apply(ctx: Context, want: DesiredVm, changes: list[Change]) -> None:
-    target = want.name
-    if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
-        power_off(ctx, target)
-    vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[target].moid)
-    wait_for_other_tasks(ctx.session, vm, ctx.options.task_timeout)
-    spec = config_spec(changes)
-    run_task("ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
+def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
+    reconfigure(ctx, vm.name, changes, config_spec(changes))
 
 
 STEP = Step(NAME, "vm", vm_facts, plan, apply, restarts_guest=True)

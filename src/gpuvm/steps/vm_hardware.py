@@ -15,9 +15,8 @@ from typing import Any
 from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import DesiredDevice, DesiredVm
 from gpuvm.steps.base import Context, Step, vm_facts
-from gpuvm.steps.power import power_off
+from gpuvm.steps.power import reconfigure
 from gpuvm.vsphere.facts import VmFacts, VmPciDevice
-from gpuvm.vsphere.tasks import run_task, wait_for_other_tasks
 
 NAME = "vm.hardware"
 
@@ -133,7 +132,7 @@ def config_spec(changes: list[Change]) -> Any:
     return spec
 
 
-def _check_unchanged(vm: Any, target: str, planned: VmFacts) -> None:
+def _check_unchanged(vm: Any, planned: VmFacts) -> None:
     """Devices are added exactly once: refuse if the VM's devices changed since the plan was made
     (a task of a killed run finishing late, or a person at the console)."""
     from gpuvm.errors import TaskError
@@ -146,16 +145,11 @@ def _check_unchanged(vm: Any, target: str, planned: VmFacts) -> None:
                         f"(now: {', '.join(d.describe() for d in now) or 'none'}); run apply again to re-plan")
 
 
-def apply(ctx: Context, want: DesiredVm, changes: list[Change]) -> None:
-    target = want.name
-    if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
-        power_off(ctx, target)
-    vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[target].moid)
-    wait_for_other_tasks(ctx.session, vm, ctx.options.task_timeout)
-    if any(isinstance(c.action, (AddDevice, RemoveDevice)) for c in changes):
-        _check_unchanged(vm, target, ctx.inventory.vms[target])
-    spec = config_spec(changes)
-    run_task("ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
+def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
+    planned = ctx.inventory.vms[vm.name]
+    devices = any(isinstance(c.action, (AddDevice, RemoveDevice)) for c in changes)
+    reconfigure(ctx, vm.name, changes, config_spec(changes),
+                check=(lambda ref: _check_unchanged(ref, planned)) if devices else None)
 
 
 STEP = Step(NAME, "vm", vm_facts, plan, apply, restarts_guest=True)

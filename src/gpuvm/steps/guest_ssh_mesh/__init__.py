@@ -27,7 +27,8 @@ from gpuvm.steps.guest_ssh_mesh import verify
 from gpuvm.steps.guest_ssh_mesh.files import (IDENTITY, MeshFiles, Peer, config_block, has_key, known_host_lines,
                                               merge_known_hosts, mode_problem, split_config, wanted_files)
 from gpuvm.steps.guest_ssh_mesh.guests import container_port, mesh_guests, mesh_user, peer_host_keys
-from gpuvm.steps.guest_ssh_mesh.key import MeshKey, cluster_key, fingerprint, load_cluster_key
+from gpuvm.ssh_keys import line_fingerprint
+from gpuvm.steps.guest_ssh_mesh.key import MeshKey, cluster_key, load_cluster_key
 from gpuvm.steps.guest_ssh_mesh.ssh_dir import read_files, write_files
 from gpuvm.plan import Change
 from gpuvm.remote import RemoteTarget
@@ -68,7 +69,7 @@ def _resource(files: MeshFiles, name: str) -> str:
 
 def _fingerprint_or(public_line: str | None) -> str:
     try:
-        return fingerprint(public_line or "")
+        return line_fingerprint(public_line or "")
     except (IndexError, ValueError):
         return "(unreadable)"
 

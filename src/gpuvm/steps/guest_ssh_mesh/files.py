@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuvm.ssh_keys import known_hosts_name
 from gpuvm.steps.guest_ssh_mesh.key import MeshKey
 
 IDENTITY = "id_ed25519_gpuvm"
@@ -55,16 +56,13 @@ def mode_problem(files: MeshFiles, name: str, private: bool = False) -> str | No
 # ------------------------------------------------------------------------------ known_hosts
 
 
-def _host_name(address: str, port: int) -> str:
-    return address if port == 22 else f"[{address}]:{port}"
-
 
 def known_host_lines(peers: tuple[Peer, ...], container_port: int | None) -> list[str]:
     lines = []
     for peer in peers:
-        names = [_host_name(peer.address, peer.port)]
+        names = [known_hosts_name(peer.address, peer.port)]
         if container_port is not None and container_port != peer.port:
-            names.append(_host_name(peer.address, container_port))
+            names.append(known_hosts_name(peer.address, container_port))
         lines += [f"{name} {peer.key_type} {peer.key}" for name in names]
     return lines
 

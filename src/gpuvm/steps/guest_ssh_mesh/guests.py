@@ -55,6 +55,5 @@ def peer_host_keys(cluster: Cluster) -> tuple[tuple[Peer, ...], dict[str, Except
 
 def script_error(target: RemoteTarget, what: str, result) -> RemoteCommandError:
     """The error for a mesh script that failed on a guest: its last error line, not the script's text."""
-    lines = [line.strip() for line in (result.stderr or result.stdout).strip().splitlines() if line.strip()]
-    detail = lines[-1] if lines else "no output"
+    detail = result.last_line or "no output"
     return RemoteCommandError(redact(f"{target.name}: {NAME}: {what} failed (exit {result.exit_code}): {detail}"))

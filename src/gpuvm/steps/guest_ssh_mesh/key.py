@@ -7,7 +7,6 @@ an error. Everything shown about it is the public fingerprint (`SHA256:…`, as 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import logging
 import os
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuvm.errors import InputError
+from gpuvm.ssh_keys import line_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +38,10 @@ class MeshKey:
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint(self.public_line)
+        return line_fingerprint(self.public_line)
 
     def private_bytes(self) -> bytes:
         return self.private_path.read_bytes()
-
-
-def fingerprint(public_line: str) -> str:
-    """OpenSSH's SHA256 fingerprint of a public key line (`type base64 [comment]`)."""
-    blob = base64.b64decode(public_line.split()[1])
-    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
 def key_path(state_dir: Path) -> Path:
