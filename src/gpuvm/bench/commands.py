@@ -57,12 +57,12 @@ _envs: dict[bool, Any] = {}
 def _environment(shell: bool = True):
     import jinja2
 
-    from gpuvm.bench.report import templates_dir
+    from gpuvm.templating import environment
 
     with _env_lock:
         if shell not in _envs:
-            _envs[shell] = jinja2.Environment(
-                loader=jinja2.FileSystemLoader(templates_dir() / "bench"),
+            _envs[shell] = environment(
+                "bench",
                 undefined=jinja2.StrictUndefined,
                 trim_blocks=not shell,  # shell templates: one word group per line, blank lines dropped
                 lstrip_blocks=True,
