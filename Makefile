@@ -43,7 +43,7 @@ $(VENV)/.installed: pyproject.toml
 sim: build/gpusim
 
 build/gpusim: $(wildcard simulator/gpusim/*.go)
-	$(PY) -m gpuvm.simulator build
+	$(PY) simulator/gpusim.py build
 
 clean:
 	rm -rf build $(VENV) .gpuvm results reports

@@ -13,12 +13,15 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "simulator"))
+
+from gpusim import Simulator  # noqa: E402
 
 from gpuvm.engine import apply_plan, make_plan  # noqa: E402
 from gpuvm.journal import Journal  # noqa: E402
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
-from gpuvm.simulator import Simulator  # noqa: E402
 from gpuvm.steps.base import Context  # noqa: E402
 from gpuvm.vsphere.inventory import read_inventory  # noqa: E402
 from gpuvm.vsphere.session import Session, resolve_target  # noqa: E402

@@ -14,11 +14,14 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "simulator"))
+
+from gpusim import Simulator  # noqa: E402
 
 from gpuvm.engine import make_plan  # noqa: E402
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
-from gpuvm.simulator import Simulator  # noqa: E402
 from gpuvm.vsphere.inventory import read_inventory  # noqa: E402
 from gpuvm.vsphere.session import RequestCounter, Session, resolve_target  # noqa: E402
 

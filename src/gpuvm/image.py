@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
-from gpuvm.errors import GpuvmError, InputError
+from gpuvm.errors import InputError
 from gpuvm.runbook.model import Image
+from gpuvm.templating import environment
 
 HOST_KEYS_DIR = "/etc/ssh/vm"  # where containers see the VM's /etc/ssh (read-only): sshd's host keys
 
@@ -25,24 +25,16 @@ class Recipe:
     ref: str  # name:tag, tag = digest[:12]
 
 
-def templates_dir() -> Path:
-    here = Path(__file__).resolve()
-    for candidate in (here.parents[2] / "templates", here.parents[0] / "templates"):
-        if (candidate / "Dockerfile.j2").is_file():
-            return candidate
-    raise GpuvmError(f"guest.docker: templates/Dockerfile.j2 not found (run gpuvm from its source checkout)")
-
-
 def render_dockerfile(image: Image, template: str | None = None) -> str:
     """The Dockerfile without its label line; StrictUndefined: a missing value is an error."""
-    from jinja2 import Environment, StrictUndefined, UndefinedError
+    from jinja2 import StrictUndefined, UndefinedError
 
-    env = Environment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    text = template if template is not None else (templates_dir() / "Dockerfile.j2").read_text()
+    env = environment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    compiled = env.from_string(template) if template is not None else env.get_template("Dockerfile.j2")
     values = image.model_dump()
     values.update(openmpi_series=".".join(image.openmpi.split(".")[:2]), host_keys_dir=HOST_KEYS_DIR)
     try:
-        return env.from_string(text).render(values)
+        return compiled.render(values)
     except UndefinedError as e:
         raise InputError(f"guest.docker: Dockerfile template: {e.message}") from None
 

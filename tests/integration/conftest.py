@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "testbed"))
+sys.path.insert(0, str(REPO / "testbed"))  # bed: the SSH test hosts
+sys.path.insert(0, str(REPO / "simulator"))  # gpusim: the simulated vCenter
 
 from bed import REQUIRED_TOOLS, TestBed  # noqa: E402
 

@@ -14,8 +14,8 @@ import pytest
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
+from gpusim import Simulator
 from gpuvm.cli.main import app
-from gpuvm.simulator import Simulator
 from tests.integration.vcenter import env_for, raw_state
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuvm.simulator import Simulator
+from gpusim import Simulator
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
 from tests.integration.vcenter import env_for, pyvmomi, raw_state
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from gpuvm.simulator import Simulator
+from gpusim import Simulator
 from tests.integration.test_end_to_end import REPO, lab_for_bed
 from tests.integration.vcenter import env_for
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gpuvm import simulator as gsim
+import gpusim as gsim
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpusim import Simulator
 from gpuvm.cli.main import app
-from gpuvm.simulator import Simulator
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.session import Session, Target
 

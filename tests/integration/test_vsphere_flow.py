@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpusim import Simulator
 from gpuvm.cli.main import app
-from gpuvm.simulator import Simulator
 from tests.integration.vcenter import env_for, raw_state
 
 pytestmark = pytest.mark.integration

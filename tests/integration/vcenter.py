@@ -6,7 +6,7 @@ import ssl
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from gpuvm.simulator import Simulator
+from gpusim import Simulator
 
 
 def env_for(sim: Simulator) -> dict[str, str]:

@@ -25,8 +25,15 @@ from gpuvm.bench.commands import (
     render_words,
     uses_workload,
 )
-from gpuvm.bench.spec import BenchmarkRun, BenchmarkSpec, check_benchmarks, gpus_per_vm, guests_in_order, upload_source
 from gpuvm.errors import InputError
+from gpuvm.runbook.benchmarks import (
+    BenchmarkRun,
+    BenchmarkSpec,
+    check_benchmarks,
+    gpus_per_vm,
+    guests_in_order,
+    upload_source,
+)
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 

@@ -18,12 +18,21 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from gpuvm.bench.spec import DEFAULT_MODELS, DEFAULT_PROGRAMS, BenchmarkRun
+from gpuvm.runbook.benchmarks import BenchmarkRun
 from gpuvm.runbook.model import Runbook
 
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "mpi_synthetic.py"
 PIDFILE = "gpuvm-run.pid"  # per job: gpuvm-run-<token>.pid
 DEFAULT_ENV = {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "^lo,docker0"}
+# The program each kind runs when the run gives no `program` (paths relative to the workdir).
+DEFAULT_PROGRAMS: dict[str, str] = {
+    "tf_cnn_benchmarks": "benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py",
+    "horovod_synthetic/tensorflow": "tensorflow2_synthetic_benchmark.py",
+    "horovod_synthetic/pytorch": "pytorch_synthetic_benchmark.py",
+    "nccl_allreduce": "all_reduce_perf",
+}
+DEFAULT_MODELS = {"tf_cnn_benchmarks": "resnet50", "horovod_synthetic/tensorflow": "ResNet50",
+                  "horovod_synthetic/pytorch": "resnet50"}
 
 
 class Shell(str):
@@ -48,12 +57,12 @@ _envs: dict[bool, Any] = {}
 def _environment(shell: bool = True):
     import jinja2
 
-    from gpuvm.bench.report import templates_dir
+    from gpuvm.templating import environment
 
     with _env_lock:
         if shell not in _envs:
-            _envs[shell] = jinja2.Environment(
-                loader=jinja2.FileSystemLoader(templates_dir() / "bench"),
+            _envs[shell] = environment(
+                "bench",
                 undefined=jinja2.StrictUndefined,
                 trim_blocks=not shell,  # shell templates: one word group per line, blank lines dropped
                 lstrip_blocks=True,

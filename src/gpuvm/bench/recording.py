@@ -16,8 +16,8 @@ from pathlib import Path
 
 from gpuvm.bench.campaign import PlannedPoint
 from gpuvm.bench.results import Benchmark, Point, Repeat, Results, RunbookRef, VmInfo
-from gpuvm.bench.spec import BenchmarkRun
 from gpuvm.errors import BenchmarkError
+from gpuvm.runbook.benchmarks import BenchmarkRun
 from gpuvm.runbook.model import Runbook
 
 UNITS = {"tf_cnn_benchmarks": "images/sec", "horovod_synthetic": "img/sec", "nccl_allreduce": "GB/s",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuvm.bench.compare import BenchmarkComparison, Comparison, exceeds
-from gpuvm.errors import GpuvmError
+from gpuvm.templating import environment
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -174,24 +174,10 @@ def write_report(comparison: Comparison, out_dir: Path | str) -> list[Path]:
     return written + [path for _, path in plots]
 
 
-def templates_dir() -> Path:
-    """`templates/` at the top of the source tree (or beside the package when installed)."""
-    here = Path(__file__).resolve()
-    candidates = [here.parents[3] / "templates", here.parents[1] / "templates"]
-    for candidate in candidates:
-        if all((candidate / name).is_file() for name in TEMPLATE_NAMES):
-            return candidate
-    raise GpuvmError(
-        f"report templates {', '.join(TEMPLATE_NAMES)} not found in "
-        f"{' or '.join(str(c) for c in candidates)} (run gpuvm from its source checkout)"
-    )
-
-
 def _templates():
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+    from jinja2 import StrictUndefined
 
-    return Environment(
-        loader=FileSystemLoader(templates_dir()),
+    return environment(
         autoescape=lambda name: bool(name and name.endswith(".html.j2")),
         undefined=StrictUndefined,
         trim_blocks=True,

@@ -25,9 +25,9 @@ from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import save_results
 from gpuvm.bench.software import software_versions
-from gpuvm.bench.spec import BenchmarkRun, BenchmarkSpec
 from gpuvm.errors import GpuvmError
 from gpuvm.executors.base import Executor, last_line
+from gpuvm.runbook.benchmarks import BenchmarkRun, BenchmarkSpec
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 

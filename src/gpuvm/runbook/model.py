@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from gpuvm.bench.spec import BenchmarkSpec
 from gpuvm.errors import InputError
+from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 
 if TYPE_CHECKING:
     from gpuvm.runbook.loader import Locator
@@ -383,8 +383,6 @@ class Runbook(Strict):
 
         self._check_guests(vms)
         if self.benchmarks is not None:
-            from gpuvm.bench.spec import check_benchmarks
-
             check_benchmarks(self, local=not (self.guests and self.guests.hosts))
 
     def _check_guests(self, vms: dict[str, int]) -> None:

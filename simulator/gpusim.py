@@ -3,8 +3,10 @@
     with Simulator(hosts=2, gpu="a100-80") as sim:
         si = SmartConnect(host=..., user=sim.username, pwd=sim.password, ...)
 
-``python -m gpuvm.simulator build`` builds the binary (Go in GOPATH mode
+``python simulator/gpusim.py build`` builds the binary (Go in GOPATH mode
 against Debian's golang-github-vmware-govmomi-dev; nothing is downloaded).
+Part of the source checkout's test bed, not of the gpuvm package: tests and
+benchmarks put ``simulator/`` on sys.path and ``import gpusim``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Iterable, Mapping
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 SOURCE_DIR = REPO_ROOT / "simulator" / "gpusim"
 GOPATH = "/usr/share/gocode"
 DEFAULT_USERNAME = "administrator@vsphere.local"
@@ -136,7 +138,7 @@ class Simulator:
         if not self.binary.is_file():
             raise RuntimeError(
                 f"gpusim binary not found at {self.binary}: run `make sim` "
-                "(or `python -m gpuvm.simulator build`) to build it, or set GPUVM_SIMULATOR"
+                "(or `python simulator/gpusim.py build`) to build it, or set GPUVM_SIMULATOR"
             )
         if self._workdir_arg is not None:
             self.workdir = self._workdir_arg
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(path)
         return 0
-    print("usage: python -m gpuvm.simulator build [OUTPUT]", file=sys.stderr)
+    print("usage: python simulator/gpusim.py build [OUTPUT]", file=sys.stderr)
     return 2
 
 

@@ -29,16 +29,6 @@ Kind = Literal["tf_cnn_benchmarks", "horovod_synthetic", "nccl_allreduce", "mlpe
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# The program each kind runs when the run gives no `program` (paths relative to the workdir).
-DEFAULT_PROGRAMS: dict[str, str] = {
-    "tf_cnn_benchmarks": "benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py",
-    "horovod_synthetic/tensorflow": "tensorflow2_synthetic_benchmark.py",
-    "horovod_synthetic/pytorch": "pytorch_synthetic_benchmark.py",
-    "nccl_allreduce": "all_reduce_perf",
-}
-DEFAULT_MODELS = {"tf_cnn_benchmarks": "resnet50", "horovod_synthetic/tensorflow": "ResNet50",
-                  "horovod_synthetic/pytorch": "resnet50"}
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
