@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuvm.errors import InputError
+from gpuvm.runbook.loader import Locator, field_path
 
 FORMAT = "gpuvm-results/1"
 RESULTS_FILE = "results.json"
@@ -241,17 +242,10 @@ def _validate(path: Path, data: dict, source: Any) -> Results:
         return Results.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        field = _dotted(first["loc"])
-        where = _line_of_loc(path, source, first["loc"]) if source is not None else str(path)
+        loc = tuple(first["loc"])
+        where = Locator.of(path, source).where(loc) if source is not None else f"{path}: {field_path(loc)}"
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise InputError(f"{where}: {field or 'top level'}: {first['msg']}{more}") from None
-
-
-def _dotted(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+        raise InputError(f"{where}: {first['msg']}{more}") from None
 
 
 def _line(path: Path, mapping: Any, key: Any) -> str:
@@ -260,23 +254,6 @@ def _line(path: Path, mapping: Any, key: Any) -> str:
         return f"{path}:{mapping.lc.key(key)[0] + 1}"
     except (AttributeError, KeyError, TypeError):
         return str(path)
-
-
-def _line_of_loc(path: Path, source: Any, loc: tuple) -> str:
-    """Walk the YAML as far as `loc` goes and name the line of the deepest key found."""
-    where, node = str(path), source
-    for part in loc:
-        if isinstance(node, dict) and part in node:
-            where, node = _line(path, node, part), node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            try:
-                where = f"{path}:{node.lc.item(part)[0] + 1}"
-            except (AttributeError, KeyError, TypeError):
-                pass
-            node = node[part]
-        else:
-            break
-    return where
 
 
 def _is_number(value: Any) -> bool:

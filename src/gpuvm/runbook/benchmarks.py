@@ -20,18 +20,15 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from gpuvm.runbook.strict import Strict, checked_name
 
 if TYPE_CHECKING:
     from gpuvm.runbook.model import Guest, Runbook
 
 Kind = Literal["tf_cnn_benchmarks", "horovod_synthetic", "nccl_allreduce", "mlperf_log", "command"]
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def _one_line(value: str, what: str) -> str:
@@ -40,7 +37,7 @@ def _one_line(value: str, what: str) -> str:
     return value
 
 
-class BenchmarkRun(_Strict):
+class BenchmarkRun(Strict):
     """One benchmark: a kind of program, its settings, and the points (node counts or VM groups)."""
 
     name: str
@@ -74,9 +71,7 @@ class BenchmarkRun(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NAME.match(value):
-            raise ValueError(f"'{value}' is not a valid name (letters, digits, '.', '_', '-'; max 80)")
-        return value
+        return checked_name(value)
 
     @field_validator("env", mode="before")
     @classmethod
@@ -192,7 +187,7 @@ class BenchmarkRun(_Strict):
         return self.batch_size
 
 
-class BenchmarkSpec(_Strict):
+class BenchmarkSpec(Strict):
     """The whole `benchmarks` section."""
 
     launcher: str | None = None  # guest VM name; default the first guest

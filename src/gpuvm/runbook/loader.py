@@ -56,6 +56,13 @@ class Locator:
         self.file = file
         self._lines = lines
 
+    @classmethod
+    def of(cls, file: Path, document: Any) -> "Locator":
+        """The locator of a document ruamel.yaml loaded (round-trip), which knows its lines."""
+        lines: dict[Path_, int] = {}
+        _index_lines(document, (), lines)
+        return cls(file, lines)
+
     def line(self, loc: Path_) -> int:
         # A missing or derived field has no line of its own: use its nearest parent's.
         for end in range(len(loc), 0, -1):
@@ -116,9 +123,7 @@ def load_runbook(path: str | Path) -> Runbook:
         raise InputError(f"{file}:{line}: YAML error: {reason}") from None
     if not isinstance(data, dict):
         raise InputError(f"{file}:1: (top level): a runbook is a mapping with vcenter, hosts and vms")
-    lines: dict[Path_, int] = {}
-    _index_lines(data, (), lines)
-    locator = Locator(file, lines)
+    locator = Locator.of(file, data)
     try:
         runbook = Runbook.model_validate(data)
     except ValidationError as e:

@@ -8,21 +8,17 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from gpuvm.errors import InputError
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
+from gpuvm.runbook.strict import Strict, checked_name
 
 if TYPE_CHECKING:
     from gpuvm.runbook.loader import Locator
 
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 PCI_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def _pci_address(value: str) -> str:
@@ -38,12 +34,6 @@ def _pci_id(value: str) -> str:
     value = value.strip().lower().replace("0x", "")
     if not PCI_ID.match(value):
         raise ValueError(f"'{value}' is not a vendor:device id like 10de:20b5")
-    return value
-
-
-def _name(value: str) -> str:
-    if not NAME.match(value):
-        raise ValueError(f"'{value}' is not a valid name (letters, digits, '.', '_', '-'; max 80)")
     return value
 
 
@@ -139,7 +129,7 @@ class Host(Strict):
             raise ValueError("ats and mig are set through the ESXi shell: give ssh (address, user, key_file)")
         return self
 
-    _n = field_validator("name")(lambda cls, v: _name(v))
+    _n = field_validator("name")(lambda cls, v: checked_name(v))
 
 
 class PassthroughGpus(Strict):
@@ -205,7 +195,7 @@ class Vm(Strict):
     numa_node: int | None = Field(default=None, ge=0, le=7)
     power: Literal["on", "off"] = "on"
 
-    _n = field_validator("name")(lambda cls, v: _name(v))
+    _n = field_validator("name")(lambda cls, v: checked_name(v))
 
     @field_validator("mmio")
     @classmethod
