@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
+from gpuvm.errors import InputError
 from gpuvm.plan import Note
 from gpuvm.runbook.model import DynamicGpus, Host, PassthroughGpus, Runbook, VgpuGpus, Vm
 from gpuvm.vsphere.facts import HostFacts, Inventory, PciDevice, VmFacts
@@ -169,6 +170,28 @@ def resolve(rb: Runbook, inventory: Inventory) -> Desired:
     return desired
 
 
+@dataclass
+class _VmScope:
+    """What resolving one VM needs: its runbook entry (and index), its host's facts and desired state."""
+
+    rb: Runbook
+    i: int
+    vm: Vm
+    facts: HostFacts
+    host: DesiredHost
+    desired: Desired
+
+    def error(self, loc: tuple[str | int, ...], message: str) -> InputError:
+        return self.rb.error(("vms", self.i) + loc, message)
+
+
+@dataclass
+class _Gpus:
+    devices: list[DesiredDevice] = field(default_factory=list)
+    memory_gb: list[int] = field(default_factory=list)  # per GPU, for the MMIO window
+    extra: dict[str, str] = field(default_factory=dict)
+
+
 def _resolve_vm(rb: Runbook, i: int, vm: Vm, inventory: Inventory, desired: Desired, pool: _GpuPool) -> DesiredVm:
     current = inventory.vms.get(vm.name)
     if current is None:
@@ -177,86 +200,120 @@ def _resolve_vm(rb: Runbook, i: int, vm: Vm, inventory: Inventory, desired: Desi
     if current.host != vm.host:
         raise rb.error(("vms", i, "host"), f"VM '{vm.name}' runs on host {current.host}, not {vm.host} "
                                            "(gpuvm does not migrate VMs)")
-    facts = inventory.hosts[vm.host]
-    host = desired.hosts[vm.host]
-    devices: list[DesiredDevice] = []
-    extra: dict[str, str] = {}
-    gpu_memory: list[int] = []
+    scope = _VmScope(rb, i, vm, inventory.hosts[vm.host], desired.hosts[vm.host], desired)
     gpus = vm.gpus
     if isinstance(gpus, PassthroughGpus):
-        for j, address in enumerate(gpus.addresses or []):
-            device = facts.device(address)
-            if device is None or not device.is_gpu:
-                raise rb.error(("vms", i, "gpus", "addresses", j), f"no GPU at {address} on host {vm.host} "
-                                                                  f"(GPUs: {', '.join(d.id for d in facts.gpus)})")
-        chosen = pool.claim(vm, gpus, facts, current)
-        if len(chosen) < gpus.count:
-            users = sorted({v for (h, _), v in pool.taken.items() if h == vm.host and v != vm.name})
-            raise rb.error(("vms", i, "gpus", "count"),
-                           f"needs {gpus.count} GPU(s) but host {vm.host} has {len(facts.gpus)}, "
-                           f"{len(facts.gpus) - len(chosen)} already given to: {', '.join(users) or 'none'}")
-        for device in chosen:
-            _passthrough_ok(rb, ("vms", i, "gpus"), device, host, facts)
-            devices.append(DesiredDevice("classic", address=device.id, vendor_id=device.vendor_id,
-                                         device_id=device.device_id, label=device.device_name))
-            gpu_memory.append(device.memory_gb or 0)
-        _warn_topology(desired, vm, chosen)
+        chosen = _classic_gpus(scope, gpus, pool, current)
     elif isinstance(gpus, DynamicGpus):
-        wanted = gpus.id or (facts.gpus[0].pci_id if facts.gpus else None)
-        matching = [d for d in facts.gpus if d.pci_id == wanted]
-        if not matching:
-            raise rb.error(("vms", i, "gpus", "id"), f"no GPU {wanted} on host {vm.host}")
-        usable = [d for d in matching if d.id in host.passthrough or d.passthru_enabled]
-        if len(usable) < gpus.count:
-            raise rb.error(("vms", i, "gpus", "count"), f"needs {gpus.count} GPU(s) {wanted} but host {vm.host} "
-                                                       f"passes through {len(usable)}")
-        for _ in range(gpus.count):
-            devices.append(DesiredDevice("dynamic", vendor_id=matching[0].vendor_id, device_id=matching[0].device_id,
-                                         label=matching[0].device_name))
-            gpu_memory.append(matching[0].memory_gb or 0)
-        if gpus.count > 2 and matching[0].device_id in NVLINK_PAIRED:
-            desired.notes.append(Note(vm.name, "resolve", f"{gpus.count} {matching[0].device_name} GPUs: NVLink "
-                                      "bridges join pairs, traffic between pairs crosses PCIe"))
+        chosen = _dynamic_gpus(scope, gpus)
     elif isinstance(gpus, VgpuGpus):
-        if gpus.profile not in facts.vgpu_profiles:
-            offered = ", ".join(facts.vgpu_profiles[:12]) or "none (is the NVIDIA vGPU manager installed?)"
-            raise rb.error(("vms", i, "gpus", "profile"), f"vGPU profile '{gpus.profile}' is not offered by host "
-                                                         f"{vm.host} (offered: {offered})")
-        if (host.graphics or facts.graphics.default_type) != "sharedDirect":
-            h = next(j for j, x in enumerate(rb.hosts) if x.name == vm.host)
-            raise rb.error(("vms", i, "gpus"), f"vGPU needs host {vm.host} in Shared Direct graphics mode: "
-                                               f"set hosts[{h}].graphics: shared_direct")
-        for n in range(gpus.count):
-            devices.append(DesiredDevice("vgpu", profile=gpus.profile, label=f"vGPU {gpus.profile}"))
-            if gpus.uses_nvlink:
-                extra[f"pciPassthru{n}.cfg.enable_uvm"] = "0"
-    for j, nic in enumerate(vm.nics):
-        device = facts.device(nic.address)
-        if device is None or not device.passthru_capable:
-            raise rb.error(("vms", i, "nics", j, "address"), f"no passthrough-capable device at {nic.address} on "
-                                                            f"{vm.host} ({_device_summary(facts)})")
-        _passthrough_ok(rb, ("vms", i, "nics", j, "address"), device, host, facts)
-        devices.append(DesiredDevice("classic", address=device.id, vendor_id=device.vendor_id,
-                                     device_id=device.device_id, label=device.device_name))
-    if gpu_memory:
-        if vm.p2p:
-            extra["pciPassthru.allowP2P"] = "true"
-            extra["pciPassthru.RelaxACSforP2P"] = "true"
-        needed = mmio_size_gb(gpu_memory)
-        if isinstance(vm.mmio, int) and vm.mmio < next_power_of_two(sum(gpu_memory)):
-            raise rb.error(("vms", i, "mmio"), f"64-bit MMIO of {vm.mmio} GB is too small for {len(gpu_memory)} GPU(s) "
-                                               f"with {sum(gpu_memory)} GB in all (use 'auto' → {needed})")
-        extra["pciPassthru.use64bitMMIO"] = "TRUE"
-        extra["pciPassthru.64bitMMIOSizeGB"] = str(vm.mmio if isinstance(vm.mmio, int) else needed)
-        if vm.firmware != "efi":
-            raise rb.error(("vms", i, "firmware"), "GPU passthrough with large BARs needs firmware: efi")
+        chosen = _vgpus(scope, gpus)
+    else:
+        chosen = _Gpus()
+    nics = _nics(scope)
+    extra = chosen.extra | _gpu_settings(scope, chosen.memory_gb)
     if vm.numa_node is not None:
         extra["numa.nodeAffinity"] = str(vm.numa_node)
     return DesiredVm(
         name=vm.name, host=vm.host, cpus=vm.cpus, memory_mb=vm.memory_gb * 1024 if vm.memory_gb else None,
-        firmware=vm.firmware, reservation_locked=vm.has_passthrough, devices=devices, extra_config=extra,
-        power=vm.power, system_uuid=facts.system_uuid,
+        firmware=vm.firmware, reservation_locked=vm.has_passthrough, devices=chosen.devices + nics,
+        extra_config=extra, power=vm.power, system_uuid=scope.facts.system_uuid,
     )
+
+
+def _classic_gpus(s: _VmScope, gpus: PassthroughGpus, pool: _GpuPool, current: VmFacts) -> _Gpus:
+    """Classic DirectPath: host GPUs by address, or handed out by the pool."""
+    for j, address in enumerate(gpus.addresses or []):
+        device = s.facts.device(address)
+        if device is None or not device.is_gpu:
+            raise s.error(("gpus", "addresses", j), f"no GPU at {address} on host {s.vm.host} "
+                                                    f"(GPUs: {', '.join(d.id for d in s.facts.gpus)})")
+    chosen = pool.claim(s.vm, gpus, s.facts, current)
+    if len(chosen) < gpus.count:
+        users = sorted({v for (h, _), v in pool.taken.items() if h == s.vm.host and v != s.vm.name})
+        raise s.error(("gpus", "count"),
+                      f"needs {gpus.count} GPU(s) but host {s.vm.host} has {len(s.facts.gpus)}, "
+                      f"{len(s.facts.gpus) - len(chosen)} already given to: {', '.join(users) or 'none'}")
+    out = _Gpus()
+    for device in chosen:
+        _passthrough_ok(s.rb, ("vms", s.i, "gpus"), device, s.host, s.facts)
+        out.devices.append(DesiredDevice("classic", address=device.id, vendor_id=device.vendor_id,
+                                         device_id=device.device_id, label=device.device_name))
+        out.memory_gb.append(device.memory_gb or 0)
+    _warn_topology(s.desired, s.vm, chosen)
+    return out
+
+
+def _dynamic_gpus(s: _VmScope, gpus: DynamicGpus) -> _Gpus:
+    """Dynamic DirectPath: any host GPU of one PCI id, chosen by vSphere at power-on."""
+    wanted = gpus.id or (s.facts.gpus[0].pci_id if s.facts.gpus else None)
+    matching = [d for d in s.facts.gpus if d.pci_id == wanted]
+    if not matching:
+        raise s.error(("gpus", "id"), f"no GPU {wanted} on host {s.vm.host}")
+    usable = [d for d in matching if d.id in s.host.passthrough or d.passthru_enabled]
+    if len(usable) < gpus.count:
+        raise s.error(("gpus", "count"), f"needs {gpus.count} GPU(s) {wanted} but host {s.vm.host} "
+                                         f"passes through {len(usable)}")
+    gpu = matching[0]
+    out = _Gpus()
+    for _ in range(gpus.count):
+        out.devices.append(DesiredDevice("dynamic", vendor_id=gpu.vendor_id, device_id=gpu.device_id,
+                                         label=gpu.device_name))
+        out.memory_gb.append(gpu.memory_gb or 0)
+    if gpus.count > 2 and gpu.device_id in NVLINK_PAIRED:
+        s.desired.notes.append(Note(s.vm.name, "resolve", f"{gpus.count} {gpu.device_name} GPUs: NVLink "
+                                    "bridges join pairs, traffic between pairs crosses PCIe"))
+    return out
+
+
+def _vgpus(s: _VmScope, gpus: VgpuGpus) -> _Gpus:
+    """vGPU: a profile the host offers, in Shared Direct mode; NVLinked vGPUs turn unified memory off."""
+    if gpus.profile not in s.facts.vgpu_profiles:
+        offered = ", ".join(s.facts.vgpu_profiles[:12]) or "none (is the NVIDIA vGPU manager installed?)"
+        raise s.error(("gpus", "profile"), f"vGPU profile '{gpus.profile}' is not offered by host "
+                                           f"{s.vm.host} (offered: {offered})")
+    if (s.host.graphics or s.facts.graphics.default_type) != "sharedDirect":
+        h = next(j for j, x in enumerate(s.rb.hosts) if x.name == s.vm.host)
+        raise s.error(("gpus",), f"vGPU needs host {s.vm.host} in Shared Direct graphics mode: "
+                                 f"set hosts[{h}].graphics: shared_direct")
+    out = _Gpus()
+    for n in range(gpus.count):
+        out.devices.append(DesiredDevice("vgpu", profile=gpus.profile, label=f"vGPU {gpus.profile}"))
+        if gpus.uses_nvlink:
+            out.extra[f"pciPassthru{n}.cfg.enable_uvm"] = "0"
+    return out
+
+
+def _nics(s: _VmScope) -> list[DesiredDevice]:
+    devices = []
+    for j, nic in enumerate(s.vm.nics):
+        device = s.facts.device(nic.address)
+        if device is None or not device.passthru_capable:
+            raise s.error(("nics", j, "address"), f"no passthrough-capable device at {nic.address} on "
+                                                  f"{s.vm.host} ({_device_summary(s.facts)})")
+        _passthrough_ok(s.rb, ("vms", s.i, "nics", j, "address"), device, s.host, s.facts)
+        devices.append(DesiredDevice("classic", address=device.id, vendor_id=device.vendor_id,
+                                     device_id=device.device_id, label=device.device_name))
+    return devices
+
+
+def _gpu_settings(s: _VmScope, gpu_memory: list[int]) -> dict[str, str]:
+    """P2P and the 64-bit MMIO window for passed-through GPUs (they need EFI)."""
+    if not gpu_memory:
+        return {}
+    extra = {}
+    if s.vm.p2p:
+        extra["pciPassthru.allowP2P"] = "true"
+        extra["pciPassthru.RelaxACSforP2P"] = "true"
+    needed = mmio_size_gb(gpu_memory)
+    if isinstance(s.vm.mmio, int) and s.vm.mmio < next_power_of_two(sum(gpu_memory)):
+        raise s.error(("mmio",), f"64-bit MMIO of {s.vm.mmio} GB is too small for {len(gpu_memory)} GPU(s) "
+                                 f"with {sum(gpu_memory)} GB in all (use 'auto' → {needed})")
+    extra["pciPassthru.use64bitMMIO"] = "TRUE"
+    extra["pciPassthru.64bitMMIOSizeGB"] = str(s.vm.mmio if isinstance(s.vm.mmio, int) else needed)
+    if s.vm.firmware != "efi":
+        raise s.error(("firmware",), "GPU passthrough with large BARs needs firmware: efi")
+    return extra
 
 
 def _warn_topology(desired: Desired, vm: Vm, chosen: list[PciDevice]) -> None:
