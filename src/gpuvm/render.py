@@ -15,12 +15,22 @@ from gpuvm.vsphere.facts import Inventory
 NO_CHANGES = "No changes. Infrastructure matches the runbook."
 
 
-def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
-    out = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
-    for column in columns:
-        out.add_column(column, overflow="fold")
-    for row in rows:
-        out.add_row(*(redact("" if cell is None else str(cell)) for cell in row))
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, caption: str | None = None,
+          numbers_from: int | None = None, styles: Sequence[str | None] = (),
+          sections: Sequence[int] = ()) -> Table:
+    """Every table gpuvm prints: columns from `numbers_from` on are right-aligned figures; `styles`
+    gives a row its style; a row whose index is in `sections` starts a new section."""
+    out = Table(title=title, title_justify="left", show_lines=False, header_style="bold", caption=caption,
+                caption_justify="left")
+    for i, column in enumerate(columns):
+        figure = numbers_from is not None and i >= numbers_from
+        out.add_column(column, overflow="fold", justify="right" if figure else "left",
+                       no_wrap=numbers_from is not None and i > 0)
+    for i, row in enumerate(rows):
+        if i in sections and i:
+            out.add_section()
+        out.add_row(*(redact("" if cell is None else str(cell)) for cell in row),
+                    style=styles[i] if i < len(styles) else None)
     return out
 
 

@@ -125,20 +125,15 @@ def notes(comparison: Comparison) -> list[str]:
 
 def render_terminal(comparison: Comparison) -> Table:
     """The comparison as one rich Table; `compare` and `report` both print this."""
-    from rich.table import Table
+    from gpuvm.render import table
 
     title = f"Results ({comparison.environment})"
     if comparison.baseline_environment:
         title += f" against baseline ({comparison.baseline_environment})"
-    table = Table(title=title, caption="\n".join(notes(comparison)) or None, caption_justify="left")
-    for i, name in enumerate(columns(comparison)):
-        table.add_column(name, justify="left" if i < 2 else "right", no_wrap=i > 0)
-    for row in table_rows(comparison):
-        if row.first and table.row_count:
-            table.add_section()
-        style = "red" if row.violation else ("dim" if row.sub else None)
-        table.add_row(*row.cells, style=style)
-    return table
+    rows = table_rows(comparison)
+    return table(title, columns(comparison), [row.cells for row in rows], caption="\n".join(notes(comparison)) or None,
+                 numbers_from=2, styles=["red" if row.violation else ("dim" if row.sub else None) for row in rows],
+                 sections=[i for i, row in enumerate(rows) if row.first])
 
 
 # ---------------------------------------------------------------------------------------- report
