@@ -61,23 +61,20 @@ def test_error_names_file_line_field(tmp_path, old, new, expected):
     assert re.search(expected, message), message
 
 
-def test_yaml_syntax_error_names_line(tmp_path):
+@pytest.mark.parametrize("text, expected", [
+    ("hosts:\n  - name: esx-01\n   bad: [\n", r"bad\.yaml:\d+: YAML syntax error"),
+    ("- a\n- b\n", r"bad\.yaml:1: \(top level\): a runbook is a mapping"),
+])
+def test_unreadable_yaml_names_the_line(tmp_path, text, expected):
     path = tmp_path / "bad.yaml"
-    path.write_text("hosts:\n  - name: esx-01\n   bad: [\n")
-    with pytest.raises(InputError, match=r"bad\.yaml:\d+: YAML syntax error"):
+    path.write_text(text)
+    with pytest.raises(InputError, match=expected):
         load_runbook(path)
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(InputError, match=r"nope\.yaml: cannot read runbook"):
         load_runbook(tmp_path / "nope.yaml")
-
-
-def test_top_level_must_be_a_mapping(tmp_path):
-    path = tmp_path / "list.yaml"
-    path.write_text("- a\n- b\n")
-    with pytest.raises(InputError, match=r"list\.yaml:1: \(top level\): a runbook is a mapping"):
-        load_runbook(path)
 
 
 def test_all_errors_are_listed(tmp_path):

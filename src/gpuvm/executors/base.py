@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import BinaryIO, Sequence
+from typing import BinaryIO, Sequence, TypedDict, Unpack
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.secrets import redact
@@ -31,6 +31,13 @@ class CommandResult:
         return last_line(self.stderr) or last_line(self.stdout)
 
 
+class RunOptions(TypedDict, total=False):
+    timeout: float  # seconds, default 60
+    check: bool  # raise RemoteCommandError on a non-zero exit, default True
+    stdin: bytes | None
+    stdout_to: BinaryIO | None  # stream stdout there instead of keeping it
+
+
 class Executor:
     """The one interface: run a command (argv, quoted here) or a fixed script, put and get a file.
 
@@ -40,29 +47,17 @@ class Executor:
 
     name: str
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        sudo: bool = False,
-        timeout: float = 60,
-        check: bool = True,
-        stdin: bytes | None = None,
-        stdout_to: BinaryIO | None = None,
-    ) -> CommandResult:
-        return self._execute(command_line(argv, sudo), timeout, check, stdin, stdout_to)
+    def run(self, argv: Sequence[str], *, sudo: bool = False, **options: Unpack[RunOptions]) -> CommandResult:
+        """Run argv, every word quoted."""
+        return self._run(command_line(argv, sudo), **options)
 
-    def run_script(
-        self,
-        script: str,
-        *,
-        sudo: bool = False,
-        timeout: float = 60,
-        check: bool = True,
-        stdin: bytes | None = None,
-        stdout_to: BinaryIO | None = None,
-    ) -> CommandResult:
-        return self._execute(script_line(script, sudo), timeout, check, stdin, stdout_to)
+    def run_script(self, script: str, *, sudo: bool = False, **options: Unpack[RunOptions]) -> CommandResult:
+        """Run a fixed shell script (through `sh -c`)."""
+        return self._run(script_line(script, sudo), **options)
+
+    def _run(self, line: str, timeout: float = 60, check: bool = True, stdin: bytes | None = None,
+             stdout_to: BinaryIO | None = None) -> CommandResult:
+        return self._execute(line, timeout, check, stdin, stdout_to)
 
     def put(self, data: bytes, path: str, mode: int = 0o644, sudo: bool = False) -> None:
         self.run(put_argv(path, mode), sudo=sudo, stdin=data)

@@ -30,11 +30,7 @@ NOTHING_THERE = ("No MIG-enabled devices found", "No GPU instances found", "No c
 
 
 @dataclass(frozen=True)
-class GpuMig:
-    index: int
-    name: str
-    current: str  # "Enabled" | "Disabled" | "[N/A]"
-    pending: str
+class GpuMig(MigMode):
     instances: tuple[str, ...] = ()  # GPU instance profiles, largest first
 
 
