@@ -25,7 +25,7 @@ class RebootHost:
 
 def observe(ctx: Context, host: DesiredHost) -> list[Change]:
     """What waits for this host's reboot: the changes earlier steps planned for it that need one."""
-    return [c for c in ctx.planned if c.target == host.name and c.disruption == Disruption.HOST_REBOOT]
+    return [c for c in ctx.planned_on(host.name) if c.disruption == Disruption.HOST_REBOOT]
 
 
 def plan(host: DesiredHost, pending: list[Change]) -> list[Change]:

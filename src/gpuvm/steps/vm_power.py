@@ -19,7 +19,7 @@ class SetPower:
 
 def observe(ctx: Context, vm: DesiredVm) -> str:
     """The VM's power state when this step runs: "off" if an earlier step powers it off for its changes."""
-    powered_off_before = any(c.target == vm.name and c.disruption == Disruption.VM_POWER_OFF for c in ctx.planned)
+    powered_off_before = any(c.disruption == Disruption.VM_POWER_OFF for c in ctx.planned_on(vm.name))
     return "off" if powered_off_before or not ctx.inventory.vms[vm.name].powered_on else "on"
 
 
