@@ -107,7 +107,7 @@ def _target(step: Step, case: dict, tmp_path: Path) -> tuple[Any, Context, FakeE
             Inventory(vms={desired.name: VmFacts.model_validate(facts)})
         return desired, Context(inventory=inventory), None
     path = tmp_path / "runbook.yaml"
-    path.write_text(json.dumps(case["runbook"]))
+    YAML().dump(case["runbook"], path)  # block style: input errors name real lines
     fake = FakeExecutor(case["target"])
     cluster = build_cluster(load_runbook(path), tmp_path, RemoteOptions(executor_factory=lambda name, access: fake))
     return cluster.targets[case["target"]], Context(cluster=cluster), fake
