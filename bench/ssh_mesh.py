@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO / "testbed"))
 
 from bed import TestBed  # noqa: E402
 
+from gpuvm.steps.base import Context  # noqa: E402
 from gpuvm.executors.group import run_parallel  # noqa: E402
 from gpuvm.executors.ssh import SshExecutor  # noqa: E402
 from gpuvm.journal import state_dir  # noqa: E402
@@ -96,9 +97,9 @@ def gpuvm_way(bed: TestBed, n: int, work: Path) -> tuple[float, int, float]:
     cluster = build_cluster(book, state_dir(work / f"state-par-{n}"))
     try:
         guests = cluster.of_role("guest")
-        facts = run_parallel(guests, lambda t: mesh.observe(t, cluster), max_workers=n)
-        plans = {name: mesh.plan(guests[name], fact, cluster) for name, fact in facts.items()}
-        failures = mesh.apply_all(cluster, plans, parallel=n)
+        facts = run_parallel(guests, lambda t: mesh.observe(Context(cluster=cluster), t), max_workers=n)
+        plans = {name: mesh.plan(guests[name], fact) for name, fact in facts.items()}
+        failures = mesh.apply_all(Context(cluster=cluster), plans, parallel=n)
         if failures:
             raise SystemExit(f"mesh failed at {n}: {failures}")
     finally:
@@ -115,7 +116,7 @@ def sequential_way(bed: TestBed, n: int, work: Path) -> tuple[float, int]:
     try:
         guests = cluster.of_role("guest")
         for target in guests.values():  # one guest after another
-            mesh.apply(target, mesh.plan(target, mesh.observe(target, cluster), cluster), cluster)
+            mesh.apply(Context(cluster=cluster), target, mesh.plan(target, mesh.observe(Context(cluster=cluster), target)))
         for origin, target in guests.items():  # N·(N-1) logins, one after another, fresh connection each
             for peer, other in guests.items():
                 if peer == origin:
