@@ -29,6 +29,13 @@ def test_kernel_setting(file, name, expected):
     assert not setting.pending
 
 
+def test_kernel_setting_set_in_lower_case_is_not_pending():
+    # `esxcli ... kernel set -v true` stores the value as typed; the runtime column reads TRUE
+    setting = esxcli.parse_kernel_setting(fixture("esxcli_kernel_list_atsSupport_lowercase.txt"), "atsSupport")
+    assert (setting.configured, setting.runtime) == ("true", "TRUE")
+    assert not setting.pending
+
+
 def test_kernel_setting_description_keeps_spaces():
     setting = esxcli.parse_kernel_setting(fixture("esxcli_kernel_list_iovDisableIR.txt"), "iovDisableIR")
     assert setting.description == "Disable Interrupt Routing in the IOMMU."
@@ -117,6 +124,8 @@ def test_mlx_bool(value, expected):
         ("ibdev2netdev.txt", [("mlx5_0", 1, "ens64np1", True, None), ("mlx5_1", 1, "ens64np2", False, None)]),
         ("ibdev2netdev_v.txt", [("mlx5_0", 1, "ens64np1", True, "0000:ca:00.0"), ("mlx5_1", 1, "ens64np2", False, "0000:ca:00.1")]),
         ("ibdev2netdev_v_cx5.txt", [("mlx5_0", 1, "enp59s0f0", True, "0000:3b:00.0"), ("mlx5_1", 1, "enp59s0f1", False, "0000:3b:00.1")]),
+        # the script prints the port state with %-6s: "(DOWN  )"
+        ("ibdev2netdev_v_padded.txt", [("mlx5_0", 1, "ens64np1", True, "0000:ca:00.0"), ("mlx5_1", 1, "ens64np2", False, "0000:ca:00.1")]),
     ],
 )
 def test_ibdev2netdev(file, expected):
@@ -124,8 +133,9 @@ def test_ibdev2netdev(file, expected):
     assert [(p.ibdev, p.port, p.netdev, p.up, p.pci) for p in got] == expected
 
 
-def test_ibdev2netdev_verbose_port_state():
-    got = ibdev2netdev.parse_ibdev2netdev(fixture("ibdev2netdev_v.txt"))
+@pytest.mark.parametrize("file", ["ibdev2netdev_v.txt", "ibdev2netdev_v_padded.txt"])
+def test_ibdev2netdev_verbose_port_state(file):
+    got = ibdev2netdev.parse_ibdev2netdev(fixture(file))
     assert [p.port_state for p in got] == ["ACTIVE", "DOWN"]
 
 
@@ -134,6 +144,8 @@ def test_ibdev2netdev_verbose_port_state():
     [
         ("mst_status_v.txt", [("/dev/mst/mt4123_pciconf0.1", "ca:00.1", "mlx5_1", "ens64np2"), ("/dev/mst/mt4123_pciconf0", "ca:00.0", "mlx5_0", "ens64np1")]),
         ("mst_status_v_connectx7.txt", [("/dev/mst/mt4129_pciconf0", "17:00.0", "mlx5_0", "ibp23s0"), ("/dev/mst/mt4125_pciconf0.1", "b1:00.1", "mlx5_2", "ens6f1np1"), ("/dev/mst/mt4125_pciconf0", "b1:00.0", "mlx5_1", "ens6f0np0")]),
+        # mst started, the second port has no netdev yet: its NET column is blank
+        ("mst_status_v_no_netdev.txt", [("/dev/mst/mt4123_pciconf0.1", "ca:00.1", "mlx5_1", None), ("/dev/mst/mt4123_pciconf0", "ca:00.0", "mlx5_0", "ens64np1")]),
     ],
 )
 def test_mst_status(file, expected):
@@ -188,3 +200,21 @@ def test_ip_addr_json_malformed(text):
 
     with pytest.raises(RemoteCommandError, match="could not parse the output of `ip -j addr show`"):
         ip.parse_ip_addr_json(text)
+
+
+@pytest.mark.parametrize("row, expected", [
+    ("ConnectX6(rev:0)  NA                        ca:00.0  mlx5_0  net-ens64np1  1", (None, "mlx5_0", "ens64np1", 1)),
+    ("ConnectX6(rev:0)  NA                        ca:00.0  NA      NA            NA", (None, None, None, None)),
+    ("ConnectX6(rev:0)  /dev/mst/mt4123_pciconf0  ca:00.0  mlx5_0                -1", ("/dev/mst/mt4123_pciconf0", "mlx5_0", None, -1)),
+    ("ConnectX6(rev:0)  /dev/mst/mt4123_pciconf0  ca:00.0  mlx5_0", ("/dev/mst/mt4123_pciconf0", "mlx5_0", None, None)),
+])
+def test_mst_status_blank_and_na_columns(row, expected):
+    text = "PCI devices:\n------------\nDEVICE_TYPE  MST  PCI  RDMA  NET  NUMA\n" + row + "\n"
+    (device,) = mst.parse_mst_status(text)
+    assert (device.mst, device.rdma, device.net, device.numa) == expected
+
+
+def test_mst_status_refuses_a_row_with_too_many_columns():
+    text = "DEVICE_TYPE  MST  PCI  RDMA  NET  NUMA\nConnectX6  /dev/mst/x  ca:00.0  mlx5_0  mlx5_1  net-a  1\n"
+    with pytest.raises(RemoteCommandError, match="could not parse"):
+        mst.parse_mst_status(text)

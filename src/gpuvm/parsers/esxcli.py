@@ -20,8 +20,8 @@ class KernelSetting:
 
     @property
     def pending(self) -> bool:
-        """A value was set that takes effect at the next reboot."""
-        return self.configured != self.runtime
+        """A value was set that takes effect at the next reboot (`true` and `TRUE` are one value)."""
+        return self.configured.strip().upper() != self.runtime.strip().upper()
 
 
 def parse_esxcli_table(text: str, command: str = "esxcli") -> list[dict[str, str]]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from gpuvm.parsers._common import unparseable
 
 _SHORT = re.compile(r"^(\S+) port (\d+) ==> (\S+) \((Up|Down)\)$")
-_VERBOSE = re.compile(r"^([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d) (\S+) (.*) port (\d+) \((\w+)\) ==> (\S+) \((Up|Down)\)$")
+_VERBOSE = re.compile(r"^([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d) (\S+) (.*) port (\d+) \((\w+) *\) ==> (\S+) \((Up|Down)\)$")
 
 
 @dataclass(frozen=True)

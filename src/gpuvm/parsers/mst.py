@@ -18,7 +18,8 @@ class MstDevice:
     numa: int | None
 
 
-_ROW = re.compile(r"^(\S+?)(?:\(rev:\w+\))?\s+(\S+)\s+([0-9a-fA-F:.]+)\s+(\S+)\s+(\S+)\s+(-?\d+|NA)?\s*$")
+_ROW = re.compile(r"^(\S+?)(?:\(rev:\w+\))?\s+(\S+)\s+([0-9a-fA-F:.]+)((?:\s+\S+){0,3})\s*$")
+_NUMA = re.compile(r"^-?\d+$")
 
 
 def parse_mst_status(text: str) -> list[MstDevice]:
@@ -33,11 +34,27 @@ def parse_mst_status(text: str) -> list[MstDevice]:
         if not line.strip():
             continue
         m = _ROW.match(line.strip())
-        if not m:
-            raise unparseable("mst status -v", "rows 'TYPE  /dev/mst/...  bb:dd.f  mlx5_N  net-NAME  NUMA'", line)
-        mst = None if m[2] == "NA" else m[2]
-        rdma = None if m[4] == "NA" else m[4]
-        net = None if m[5] == "NA" else m[5].removeprefix("net-")
-        numa = int(m[6]) if m[6] and m[6] != "NA" else None
-        devices.append(MstDevice(m[1], mst, m[3], rdma, net, numa))
+        try:
+            if not m:
+                raise ValueError(line)
+            rdma, net, numa = _rdma_net_numa(m[4].split())
+        except ValueError:
+            raise unparseable("mst status -v", "rows 'TYPE  /dev/mst/...  bb:dd.f  mlx5_N  net-NAME  NUMA'",
+                              line) from None
+        devices.append(MstDevice(m[1], None if m[2] == "NA" else m[2], m[3], rdma, net, numa))
     return devices
+
+
+def _rdma_net_numa(rest: list[str]) -> tuple[str | None, str | None, int | None]:
+    """RDMA, NET and NUMA, any of which mst leaves blank (NET before the netdev exists) or prints NA:
+    a number is NUMA, `net-` starts NET, what is left is RDMA."""
+    numa = int(rest.pop()) if rest and _NUMA.match(rest[-1]) else None
+    if numa is None and len(rest) == 3 and rest[-1] == "NA":
+        rest.pop()
+    net = rest.pop()[len("net-"):] if rest and rest[-1].startswith("net-") else None
+    if net is None and len(rest) == 2 and rest[-1] == "NA":
+        rest.pop()
+    if len(rest) > 1:
+        raise ValueError(rest)
+    rdma = rest[0] if rest and rest[0] != "NA" else None
+    return rdma, net, numa

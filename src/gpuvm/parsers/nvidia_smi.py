@@ -113,19 +113,6 @@ def parse_mig_query_csv(text: str) -> list[MigMode]:
     return modes
 
 
-def parse_query_csv(text: str, fields: list[str]) -> list[dict[str, str]]:
-    """Any `--query-gpu=<fields> --format=csv,noheader[,nounits]` output, as dicts by field name."""
-    rows = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = [p.strip() for p in line.split(", ")]
-        if len(parts) != len(fields):
-            raise unparseable(f"nvidia-smi --query-gpu={','.join(fields)}", f"{len(fields)} comma-separated fields", line)
-        rows.append(dict(zip(fields, parts)))
-    return rows
-
-
 def _box_rows(text: str, title: str, command: str) -> list[str]:
     if "No MIG-enabled devices found" in text or "No GPU instances found" in text:
         return []
