@@ -100,7 +100,7 @@ def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[
 def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = None,
               facts: Facts | None = None, unreachable: dict[str, str] | None = None) -> tuple[Plan, Desired]:
     desired = resolve(runbook, inventory)
-    plan = Plan(notes=list(desired.notes))
+    plan = Plan(notes=list(desired.notes), unobserved=dict(unreachable or {}))
     for guest, reason in (unreachable or {}).items():
         plan.notes.append(Note(guest, "observe", f"not reachable over SSH yet ({reason}); its guest steps are "
                                                  "planned when `apply` has its VM running", level="info"))

@@ -55,6 +55,7 @@ class Note:
 class Plan:
     changes: list[Change] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
+    unobserved: dict[str, str] = field(default_factory=dict)  # targets that could not be read → why
 
     @property
     def empty(self) -> bool:
@@ -78,5 +79,6 @@ class Plan:
                 "targets": len(self.targets()),
                 "vm_power_off": len(self.disruptive(Disruption.VM_POWER_OFF)),
                 "host_reboot": len(self.disruptive(Disruption.HOST_REBOOT)),
+                "not_observed": len(self.unobserved),
             },
         }

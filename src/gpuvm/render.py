@@ -39,13 +39,18 @@ def _value(value: Any) -> str:
 
 
 def plan_summary(plan: Plan) -> str:
+    """One line. A plan that could not observe every target never reads as "no changes"."""
+    unseen = f"{len(plan.unobserved)} target(s) not observed: {', '.join(plan.unobserved)}"
     if plan.empty:
-        return NO_CHANGES
+        return f"No changes planned on the targets observed; {unseen}. The plan is incomplete." \
+            if plan.unobserved else NO_CHANGES
     power = len(plan.disruptive(Disruption.VM_POWER_OFF))
     reboot = len(plan.disruptive(Disruption.HOST_REBOOT))
     marks = [f"{power} need VM power-off" if power else "", f"{reboot} need host reboot" if reboot else ""]
     marked = ", ".join(m for m in marks if m)
-    return f"Plan: {len(plan.changes)} change(s) on {len(plan.targets())} target(s)" + (f" ({marked})." if marked else ".")
+    summary = f"Plan: {len(plan.changes)} change(s) on {len(plan.targets())} target(s)" + \
+        (f" ({marked})." if marked else ".")
+    return summary + (f" {unseen}." if plan.unobserved else "")
 
 
 def print_plan(console: Console, plan: Plan) -> None:

@@ -160,5 +160,13 @@ def test_first_deployment_with_a_guest_not_up_yet(testbed, tmp_path):
             assert ("esx-02-vm2", "guest.docker") in done and ("esx-02-vm2", "guest.ssh_mesh") in done
             verify = gpuvm(env, "verify", str(runbook))
             assert verify.returncode == 0, verify.stdout + verify.stderr
+
+            # converged, then a guest stops answering: the plan is not "no changes", and says why (the
+            # mesh on the others is planned without the silent guest, so the plan has changes: exit 2)
+            testbed.stop_sshd("gpu-vm-04")
+            unobserved = gpuvm(env, "plan", str(runbook), "--detailed-exitcode")
+            assert unobserved.returncode == 2, unobserved.stdout + unobserved.stderr
+            assert "Infrastructure matches the runbook" not in unobserved.stdout
+            assert "1 target(s) not observed: esx-02-vm2" in unobserved.stdout
     finally:
         testbed.start_sshd("gpu-vm-04")

@@ -46,7 +46,7 @@ def test_empty_plan_says_so_explicitly():
 
 def test_json_has_changes_notes_and_summary_but_no_apply_spec():
     data = json.loads(plan_json(plan()))
-    assert data["summary"] == {"changes": 3, "targets": 2, "vm_power_off": 1, "host_reboot": 1}
+    assert data["summary"] == {"changes": 3, "targets": 2, "vm_power_off": 1, "host_reboot": 1, "not_observed": 0}
     assert data["changes"][1] == {"step": "vm.hardware", "target": "vm1", "resource": "pci device (new)",
                                   "field": "device", "before": None, "after": "0000:17:00.0",
                                   "disruption": "vm-power-off"}
@@ -57,3 +57,13 @@ def test_secrets_are_scrubbed_from_tables_and_json():
     leaky = Plan(changes=[Change("vm.advanced", "vm1", "extraConfig", "guestinfo.x", None, "hunter2-canary")])
     assert "hunter2-canary" not in rendered(leaky)
     assert "hunter2-canary" not in plan_json(leaky)
+
+
+def test_a_target_not_observed_is_not_a_clean_plan():
+    unobserved = Plan(unobserved={"gpu-vm-02": "cannot connect to 10.0.0.12:22"})
+    assert plan_summary(unobserved) == ("No changes planned on the targets observed; "
+                                        "1 target(s) not observed: gpu-vm-02. The plan is incomplete.")
+    assert json.loads(plan_json(unobserved))["summary"]["not_observed"] == 1
+    with_changes = plan()
+    with_changes.unobserved = {"gpu-vm-02": "timed out"}
+    assert plan_summary(with_changes).endswith("1 need host reboot). 1 target(s) not observed: gpu-vm-02.")

@@ -62,7 +62,8 @@ def plan(runbook: Path = RUNBOOK,
          snapshot: Optional[Path] = typer.Option(None, help="Plan from an inventory snapshot, without vCenter"),
          json_: bool = typer.Option(False, "--json", help="Print the plan as JSON"),
          detailed_exitcode: bool = typer.Option(False, "--detailed-exitcode",
-                                                help="Exit 0: no changes, 2: changes, 1: error"),
+                                                help="Exit 0: no changes, 2: changes, 3: no changes on the "
+                                                     "targets observed but some could not be observed, 1: error"),
          accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
          insecure: bool = INSECURE) -> None:
     """Dry run: every change on every host and VM, disruptive ones marked. Changes nothing."""
@@ -80,6 +81,8 @@ def plan(runbook: Path = RUNBOOK,
         print_plan(out, the_plan)
     if detailed_exitcode and not the_plan.empty:
         raise typer.Exit(2)
+    if detailed_exitcode and the_plan.unobserved:
+        raise typer.Exit(3)
 
 
 @app.command()
