@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import pwd
 import shutil
 import signal
@@ -378,6 +379,13 @@ LogLevel INFO
         return data
 
 
+def guest_of_vm(name: str, vms_per_host: int = 2) -> str:
+    """The test host standing in for a simulated VM's guest OS, as the lab runbook pairs them:
+    gpusim's `esx-02-vm1` (2 VMs per host) is `gpu-vm-03`. Other names are returned as they are."""
+    m = re.fullmatch(r"esx-(\d+)-vm(\d+)", name)
+    return f"gpu-vm-{(int(m[1]) - 1) * vms_per_host + int(m[2]):02d}" if m else name
+
+
 def _bed_from_args(args: argparse.Namespace) -> TestBed:
     esxi, guests = args.esxi, args.guests
     saved = Path(args.root) / "bed.json"
@@ -390,7 +398,7 @@ def _bed_from_args(args: argparse.Namespace) -> TestBed:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="gpuvm SSH test bed (run as root)")
     parser.add_argument("command", choices=["up", "down", "status", "reboot"])
-    parser.add_argument("name", nargs="?", help="with reboot: the host (e.g. esx-01)")
+    parser.add_argument("names", nargs="*", help="with reboot: the test hosts (e.g. esx-01 and its guests)")
     parser.add_argument("--root", required=True, help="directory for keys and per-host files")
     parser.add_argument("--esxi", type=int, default=None, help="number of ESXi hosts (default 2)")
     parser.add_argument("--guests", type=int, default=None, help="number of GPU guests (default 4)")
@@ -400,11 +408,11 @@ def main(argv: list[str] | None = None) -> int:
         bed.down()
         print("test bed is down")
         return 0
-    if args.command == "reboot":
-        if args.name not in [h.name for h in bed.hosts]:
-            return 0  # a simulated host without a test host behind it: nothing to do
-        bed.reboot(args.name)
-        print(f"{args.name}: rebooted")
+    if args.command == "reboot":  # names without a test host behind them: nothing to do
+        known = [h.name for h in bed.hosts]
+        for name in [n for n in map(guest_of_vm, args.names) if n in known]:
+            bed.reboot(name)
+            print(f"{name}: rebooted")
         return 0
     if args.command == "up":
         bed.up()

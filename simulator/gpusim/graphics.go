@@ -27,7 +27,8 @@ func newGraphicsManager(g *gpusim, h *gpuHost) *HostGraphicsManager {
 }
 
 // UpdateGraphicsConfig stores the config in the host's config.graphicsConfig
-// and in the manager's graphicsConfig. It takes effect at once.
+// and in the manager's graphicsConfig. As on ESXi, the GPUs keep running their
+// old type (graphicsInfo) until the host reboots.
 func (m *HostGraphicsManager) UpdateGraphicsConfig(req *types.UpdateGraphicsConfig) soap.HasFault {
 	body := &methods.UpdateGraphicsConfigBody{}
 	switch req.Config.HostDefaultGraphicsType {
@@ -46,7 +47,6 @@ func (m *HostGraphicsManager) UpdateGraphicsConfig(req *types.UpdateGraphicsConf
 		ownCfg := req.Config
 		simulator.Map.Update(h.hs, []types.PropertyChange{{Name: "config.graphicsConfig", Val: &hostCfg}})
 		simulator.Map.Update(m, []types.PropertyChange{{Name: "graphicsConfig", Val: &ownCfg}})
-		h.refreshGraphicsInfo()
 	})
 	body.Res = &types.UpdateGraphicsConfigResponse{}
 	return body

@@ -21,6 +21,16 @@ func poweredOnVMs(h *gpuHost) []*simulator.VirtualMachine {
 	return out
 }
 
+func vmNames(h *gpuHost) []string {
+	var out []string
+	for _, ref := range h.hs.Vm {
+		if vm, ok := simulator.Map.Get(ref).(*simulator.VirtualMachine); ok {
+			out = append(out, vm.Name)
+		}
+	}
+	return out
+}
+
 // EnterMaintenanceModeTask fails while any VM on the host is powered on, as
 // on ESXi without DRS to evacuate it.
 func (p *hostProxy) EnterMaintenanceModeTask(req *types.EnterMaintenanceMode_Task) soap.HasFault {
@@ -36,13 +46,19 @@ func (p *hostProxy) EnterMaintenanceModeTask(req *types.EnterMaintenanceMode_Tas
 }
 
 // RebootHostTask needs maintenance mode (or force). A reboot makes
-// passthruActive follow passthruEnabled for every device; with force, VMs
-// still running are powered off.
+// passthruActive follow passthruEnabled for every device and the GPUs take the
+// configured graphics type; with force, VMs still running are powered off. A
+// reboot whose hook fails changes nothing (the host did not come back new).
 func (p *hostProxy) RebootHostTask(req *types.RebootHost_Task) soap.HasFault {
 	h := p.g.host(p.real)
 	ref := p.g.startTask(h.hs, "reboot", "RebootHost_Task", func() (types.AnyType, types.BaseMethodFault) {
 		if !h.hs.Runtime.InMaintenanceMode && !req.Force {
 			return nil, invalidState("host must be in maintenance mode")
+		}
+		if err := p.g.runRebootHook(h.hs.Name, vmNames(h)); err != nil {
+			return nil, &types.SystemError{RuntimeFault: types.RuntimeFault{MethodFault: types.MethodFault{
+				FaultMessage: []types.LocalizableMessage{{Key: "gpusim.reboot", Message: err.Error()}}}},
+				Reason: err.Error()}
 		}
 		for _, vm := range poweredOnVMs(h) {
 			simulator.Map.WithLock(vm, func() {
@@ -57,12 +73,10 @@ func (p *hostProxy) RebootHostTask(req *types.RebootHost_Task) soap.HasFault {
 			info := b.GetHostPciPassthruInfo()
 			info.PassthruActive = info.PassthruEnabled && info.PassthruCapable
 		}
-		h.passthru.publish()
-		if err := p.g.runRebootHook(h.hs.Name); err != nil {
-			return nil, &types.SystemError{RuntimeFault: types.RuntimeFault{MethodFault: types.MethodFault{
-				FaultMessage: []types.LocalizableMessage{{Key: "gpusim.reboot", Message: err.Error()}}}},
-				Reason: err.Error()}
+		if cfg := h.hs.Config.GraphicsConfig; cfg != nil {
+			h.bootGraphics = *cfg
 		}
+		h.passthru.publish()
 		now := time.Now()
 		simulator.Map.Update(h.hs, []types.PropertyChange{{Name: "runtime.bootTime", Val: &now}})
 		return nil, nil

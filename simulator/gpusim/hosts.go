@@ -120,6 +120,9 @@ type gpuHost struct {
 	pci      []pciSpec
 	passthru *HostPciPassthruSystem
 	graphics *HostGraphicsManager
+	// bootGraphics is the graphics config the host booted with: GPUs run it
+	// until the next reboot, whatever UpdateGraphicsConfig stored since.
+	bootGraphics types.HostGraphicsConfig
 }
 
 func (h *gpuHost) spec(id string) *pciSpec {
@@ -254,7 +257,7 @@ func (g *gpusim) configureHost(hs *simulator.HostSystem, name string) {
 	}
 	hs.Config.GraphicsInfo = ginfo
 
-	h := &gpuHost{hs: hs, pci: pci}
+	h := &gpuHost{hs: hs, pci: pci, bootGraphics: *hs.Config.GraphicsConfig}
 	h.passthru = newPassthruSystem(g, h)
 	h.graphics = newGraphicsManager(g, h)
 	ptRef := simulator.Map.Put(h.passthru).Reference()
@@ -268,22 +271,29 @@ func (g *gpusim) configureHost(hs *simulator.HostSystem, name string) {
 	g.mu.Unlock()
 }
 
-// graphicsTypeFor is the effective graphics type of a GPU given the host's
-// graphics config and passthrough state.
+// graphicsTypeFor is the graphics type a GPU runs: direct while passthrough is
+// active, else what the graphics config in force since the last boot says.
 func (h *gpuHost) graphicsTypeFor(id string) string {
 	if info := h.passthruInfo(id); info != nil && info.PassthruActive {
 		return "direct"
 	}
-	cfg := h.hs.Config.GraphicsConfig
-	if cfg == nil {
-		return "shared"
-	}
+	cfg := h.bootGraphics
 	for _, d := range cfg.DeviceType {
 		if d.DeviceId == id {
 			return d.GraphicsType
 		}
 	}
 	return cfg.HostDefaultGraphicsType
+}
+
+// anyRunsSharedDirect reports whether some GPU runs Shared Direct (vGPU) now.
+func (h *gpuHost) anyRunsSharedDirect() bool {
+	for _, p := range h.pci {
+		if p.gpu && h.graphicsTypeFor(p.id) == "sharedDirect" {
+			return true
+		}
+	}
+	return false
 }
 
 // refreshGraphicsInfo recomputes graphicsInfo for host and manager; callers hold the host lock.

@@ -292,8 +292,8 @@ func (g *gpusim) checkPassthrough(vm *simulator.VirtualMachine, h *gpuHost) (fun
 				gpus++
 			}
 		case *types.VirtualPCIPassthroughVmiopBackingInfo:
-			if gc := h.hs.Config.GraphicsConfig; gc == nil || gc.HostDefaultGraphicsType != "sharedDirect" {
-				return nil, vmFault(fmt.Sprintf("Module DevicePowerOn power on failed. Could not initialize plugin for vGPU %q: host %s graphics type is not Shared Direct (sharedDirect).", b.Vgpu, h.hs.Name))
+			if !h.anyRunsSharedDirect() {
+				return nil, vmFault(fmt.Sprintf("Module DevicePowerOn power on failed. Could not initialize plugin for vGPU %q: no GPU on host %s runs in Shared Direct (sharedDirect) graphics mode; a changed graphics type takes effect after the host reboots.", b.Vgpu, h.hs.Name))
 			}
 			if !contains(h.hs.Config.SharedPassthruGpuTypes, b.Vgpu) {
 				return nil, vmFault(fmt.Sprintf("Module DevicePowerOn power on failed. vGPU profile %q is not supported by host %s.", b.Vgpu, h.hs.Name))

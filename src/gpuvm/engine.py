@@ -1,9 +1,10 @@
 """The engine: observe, plan every step, apply step by step with targets in parallel.
 
-Steps run in a fixed order: ESXi shells, hosts, reboots, VMs, then guest OSes. vSphere steps
-observe through one bulk inventory read; SSH steps observe every target in parallel. Within a step
-targets run in parallel, bounded by `parallel`. A failing target does not stop the others; later
-steps skip the targets that depend on it (the same VM or host, or VMs on a failed host).
+Steps run in a fixed order: ESXi shells, hosts, the guest steps that a host reboot activates, the
+reboot, VMs, then guest OSes. vSphere steps observe through one bulk inventory read; SSH steps
+observe every target in parallel. Within a step targets run in parallel, bounded by `parallel`. A
+failing target does not stop the others; later steps skip the targets that depend on it (the same
+VM or host, or VMs on a failed host). Once VMs have changed, guests are observed and planned again.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
-from gpuvm.steps import (esxi_ats, esxi_mig, guest_docker, guest_mig, guest_nic, guest_ssh_mesh, host_graphics,
-                         host_passthrough, host_reboot, vm_advanced, vm_hardware, vm_power)
+from gpuvm.steps import (esxi_ats, esxi_mig, guest_docker, guest_mig, guest_nic, guest_nic_ats, guest_ssh_mesh,
+                         host_graphics, host_passthrough, host_reboot, vm_advanced, vm_hardware, vm_power)
 from gpuvm.steps.base import Context, Step
 from gpuvm.vsphere.facts import Inventory
 
@@ -31,6 +32,7 @@ STEPS: list[Step] = [
     esxi_mig.STEP,
     host_passthrough.STEP,
     host_graphics.STEP,
+    guest_nic_ats.STEP,  # before the reboot that activates it, on the guests that answer now
     host_reboot.STEP,
     vm_hardware.STEP,
     vm_advanced.STEP,
@@ -121,7 +123,7 @@ def check_allowed(plan: Plan, desired: Desired, allow_power_off: bool, allow_hos
         vms = ", ".join(dict.fromkeys(c.target for c in power))
         problems.append(f"VM(s) {vms} must be powered off for {len(power)} change(s): pass --allow-power-off")
     reboot_steps = {s.name for s in STEPS if s.reboots_host}
-    reboots = [c for c in plan.changes if c.step in reboot_steps]
+    reboots = [c for c in plan.changes if c.step in reboot_steps and c.target in desired.hosts]
     if reboots and not allow_host_reboot:
         problems.append(f"host(s) {', '.join(c.target for c in reboots)} must reboot: pass --allow-host-reboot")
     for change in reboots:
@@ -198,20 +200,38 @@ class _Runner:
             self.progress(self.step.name, target, status)
 
 
+def _last_vm_step() -> int:
+    return max(i for i, s in enumerate(STEPS) if s.role == "vm")
+
+
+def _early_guest_steps() -> list[Step]:
+    """Guest steps that run before the VM steps (what a host reboot activates)."""
+    return [s for s in STEPS[:_last_vm_step()] if s.role == "guest"]
+
+
+def _run_order() -> list[Step | None]:
+    """STEPS, with None where guests are observed again (after the last VM step), and the early guest
+    steps repeated there for the guests that came up only then."""
+    last_vm = _last_vm_step()
+    return [*STEPS[:last_vm + 1], None, *_early_guest_steps(), *STEPS[last_vm + 1:]]
+
+
 def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int = 8,
                progress: Progress | None = None) -> Outcome:
     outcome = Outcome()
     start = time.monotonic()
     failed_targets: set[str] = set()
+    attempted: set[int] = set()  # ids of the changes carried out (or tried): each at most once
     journal.record("run-start", changes=len(plan.changes))
-    guests_replanned = False
-    for step in STEPS:
-        if step.role == "guest" and not guests_replanned:
-            guests_replanned = True
+    for step in _run_order():
+        if step is None:
             _replan_guests(plan, desired, ctx, outcome, parallel, progress)
+            continue
         by_target: dict[str, list[Change]] = {}
         for change in plan.for_step(step.name):
-            by_target.setdefault(change.target, []).append(change)
+            if id(change) not in attempted:
+                attempted.add(id(change))
+                by_target.setdefault(change.target, []).append(change)
         runnable = {}
         for target, changes in by_target.items():
             reason = _blocked(target, failed_targets, desired)
@@ -245,8 +265,10 @@ def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, par
 
 def _replan_guests(plan: Plan, desired: Desired, ctx: Context, outcome: Outcome, parallel: int,
                    progress: Progress | None) -> None:
-    """Guests are observed again once a step that restarts them changed their VM, or if some did not
-    answer at plan time: they may just have booted, so gpuvm first waits for their SSH to come up."""
+    """Guests are observed again once a step that restarts them changed their VM (a host reboot stops
+    its VMs), or if some did not answer at plan time: they may just have booted, so gpuvm first waits
+    for their SSH to come up. Guest steps that ran before the VM steps are planned again only for the
+    guests that did not answer then."""
     cluster = ctx.cluster
     restarting = {s.name for s in STEPS if s.restarts_guest}
     if cluster is None or not cluster.of_role("guest"):
@@ -256,9 +278,10 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, outcome: Outcome,
         return
     booting = (set(ctx.unreachable) | rebooted) & set(cluster.of_role("guest"))
     _wait_for_ssh(cluster, booting, ctx.options.guest_boot_timeout, progress)
+    early = {s.name for s in _early_guest_steps()}
     guest_steps = [s for s in STEPS if s.role == "guest"]
-    names = {s.name for s in guest_steps}
-    plan.changes = [c for c in plan.changes if c.step not in names]
+    late = {s.name for s in guest_steps} - early
+    plan.changes = [c for c in plan.changes if c.step not in late]
     try:
         facts = observe_remote(cluster, "guest", parallel)
     except TargetFailures as e:
@@ -266,10 +289,11 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, outcome: Outcome,
             outcome.failed[f"{name} (observe)"] = error
         facts = _facts_of(e.results)
     for step in guest_steps:
-        plan.changes.extend(plan_step(step, ctx, desired, facts))
+        plan.changes.extend(c for c in plan_step(step, ctx, desired, facts)
+                            if step.name in late or c.target in ctx.unreachable)
     if progress:
         progress("guest.*", "all guests", f"observed again after VM changes: "
-                                          f"{sum(1 for c in plan.changes if c.step in names)} change(s)")
+                                          f"{sum(1 for c in plan.changes if c.step in late)} change(s)")
 
 
 def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: Progress | None) -> None:

@@ -34,9 +34,19 @@ class Change:
     disruption: Disruption = Disruption.NONE
     action: Any = field(default=None, compare=False)
 
+    @property
+    def pending(self) -> bool:
+        """Configured already, not active until the host reboots: the reboot is what remains to do."""
+        return self.action is None and self.disruption == Disruption.HOST_REBOOT
+
+    @property
+    def disruption_label(self) -> str:
+        return "pending: needs host reboot" if self.pending else self.disruption.label
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["disruption"] = self.disruption.value
+        data["pending"] = self.pending
         data.pop("action")
         return data
 
@@ -79,6 +89,7 @@ class Plan:
                 "targets": len(self.targets()),
                 "vm_power_off": len(self.disruptive(Disruption.VM_POWER_OFF)),
                 "host_reboot": len(self.disruptive(Disruption.HOST_REBOOT)),
+                "pending": sum(1 for c in self.changes if c.pending),
                 "not_observed": len(self.unobserved),
             },
         }

@@ -46,7 +46,9 @@ def plan_summary(plan: Plan) -> str:
             if plan.unobserved else NO_CHANGES
     power = len(plan.disruptive(Disruption.VM_POWER_OFF))
     reboot = len(plan.disruptive(Disruption.HOST_REBOOT))
-    marks = [f"{power} need VM power-off" if power else "", f"{reboot} need host reboot" if reboot else ""]
+    pending = sum(1 for c in plan.changes if c.pending)
+    marks = [f"{power} need VM power-off" if power else "",
+             f"{reboot} need host reboot" + (f" of which {pending} pending" if pending else "") if reboot else ""]
     marked = ", ".join(m for m in marks if m)
     summary = f"Plan: {len(plan.changes)} change(s) on {len(plan.targets())} target(s)" + \
         (f" ({marked})." if marked else ".")
@@ -56,7 +58,7 @@ def plan_summary(plan: Plan) -> str:
 def print_plan(console: Console, plan: Plan) -> None:
     if not plan.empty:
         rows = [(c.step, c.target, c.resource, c.field, _value(c.before), _value(c.after),
-                 ("! " + c.disruption.label) if c.disruption != Disruption.NONE else "") for c in plan.changes]
+                 ("! " + c.disruption_label) if c.disruption != Disruption.NONE else "") for c in plan.changes]
         console.print(table(None, ["step", "target", "resource", "field", "before", "after", "disruption"], rows))
     for note in plan.notes:
         console.print(f"[yellow]{note.level}[/]: {note.target}: {redact(note.message)}", highlight=False)

@@ -42,6 +42,7 @@ class DesiredHost:
     passthrough: list[str]  # PCI addresses to enable
     graphics: str | None  # API value: shared | sharedDirect
     allow_reboot: bool
+    vms: list[str] = field(default_factory=list)  # the runbook's VMs on this host
 
 
 @dataclass
@@ -160,6 +161,8 @@ def resolve(rb: Runbook, inventory: Inventory) -> Desired:
     memory_by_host: dict[str, int] = {}
     for i, vm in enumerate(rb.vms):
         desired.vms[vm.name] = _resolve_vm(rb, i, vm, inventory, desired, pool)
+        if vm.host in desired.hosts:
+            desired.hosts[vm.host].vms.append(vm.name)
         if vm.memory_gb:
             memory_by_host[vm.host] = memory_by_host.get(vm.host, 0) + vm.memory_gb * 1024
             host_mb = inventory.hosts[vm.host].memory_mb

@@ -131,7 +131,7 @@ class Applied:
 
 
 def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
-                  parallel: int = 8, shutdown_timeout: float = 300,
+                  parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
                   show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
                   progress: Progress | None = None) -> Applied:
     """Plan the runbook live and carry the plan out, every change journaled.
@@ -153,7 +153,8 @@ def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = Fals
             confirm(plan)
         journal = Journal(make_state_dir(access.state_dir))
         options = Options(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
-                          shutdown_timeout=shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout)
+                          shutdown_timeout=shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
+                          max_unavailable=max_unavailable)
         context = Context(session, facts, options, cluster, down)
         outcome = apply_plan(plan, desired, context, journal, parallel, progress)
     return Applied(plan, outcome, journal.path)

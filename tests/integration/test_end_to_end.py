@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
-from tests.integration.vcenter import env_for, raw_state
+from tests.integration.vcenter import reboot_hook, env_for, raw_state
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).parents[2]
@@ -44,7 +44,7 @@ def fresh_bed(testbed):
 
 @pytest.fixture
 def lab(testbed, tmp_path, monkeypatch):
-    hook = f"{shlex.quote(sys.executable)} {REPO / 'testbed' / 'bed.py'} reboot \"$GPUSIM_HOST\" --root {testbed.root}"
+    hook = reboot_hook(testbed)
     with Simulator(hosts=2, vms_per_host=2, on_reboot=hook) as sim:
         for key, value in env_for(sim).items():
             monkeypatch.setenv(key, value)
@@ -113,7 +113,7 @@ def test_secrets_never_leak(testbed, tmp_path, monkeypatch):
     runbook.write_text(text)
     assert text.count("passphrase_env") == 6
     state = tmp_path / "state"
-    hook = f"{shlex.quote(sys.executable)} {REPO / 'testbed' / 'bed.py'} reboot \"$GPUSIM_HOST\" --root {testbed.root}"
+    hook = reboot_hook(testbed)
     outputs = []
     with Simulator(hosts=2, vms_per_host=2, password=VC_CANARY, on_reboot=hook) as sim:
         env = dict(env_for(sim), GPUVM_STATE_DIR=str(state), GPUVM_KEY_PASSPHRASE=KEY_CANARY,

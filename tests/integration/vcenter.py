@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import shlex
 import ssl
+import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator
 
 from gpusim import Simulator
+
+
+BED = Path(__file__).resolve().parents[2] / "testbed" / "bed.py"
+
+
+def reboot_hook(testbed: Any) -> str:
+    """gpusim's -on-reboot for the SSH test bed: a host reboot reboots the host's test host and the
+    guests of its VMs (their passed-through ConnectX cards take their next-boot settings)."""
+    return f'{shlex.quote(sys.executable)} {BED} reboot "$GPUSIM_HOST" $GPUSIM_VMS --root {testbed.root}'
 
 
 def env_for(sim: Simulator) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""guest.nic: ConnectX ATS and RDMA ports — plans from plain facts, observe and apply on a fake."""
+"""guest.nic: RDMA ports — plans from plain facts, observe and apply on a fake."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from gpuvm.plan import Disruption
 from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_nic
-from gpuvm.steps.guest_nic import Card, NicFact
+from gpuvm.steps.guest_nic import NicFact
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
-MST = "/dev/mst/mt4123_pciconf0"
 
 RUNBOOK = """
 hosts: [{{name: esx-01}}]
@@ -44,10 +43,9 @@ def cluster(tmp_path, guest: str, fake: FakeExecutor | None = None):
 PORTS = (PortMap("mlx5_0", 1, "ens64np1", False), PortMap("mlx5_1", 1, "ens64np2", False))
 
 
-def fact(ats=None, up=False, mtu=1500, addresses=(), ports=PORTS) -> NicFact:
-    cards = () if ats is None else (Card("ca:00.0", MST, ats),)
+def fact(up=False, mtu=1500, addresses=(), ports=PORTS) -> NicFact:
     links = {"ens64np1": Link("ens64np1", up, mtu, tuple(addresses)), "ens64np2": Link("ens64np2", False, 1500)}
-    return NicFact(cards, ports, links)
+    return NicFact(ports, links)
 
 
 def rows(changes):
@@ -59,11 +57,6 @@ FULL = "rdma_ports: [{device: mlx5_0, port: 1, ip: 192.168.100.11/24, mtu: 9000}
 
 
 @pytest.mark.parametrize("guest, observed, expected", [
-    ("nic_ats: true", fact(ats=False),
-     [(f"ConnectX ca:00.0 ({MST})", "ATS_ENABLED", False, True, Disruption.HOST_REBOOT)]),
-    ("nic_ats: true", fact(ats=True), []),
-    ("nic_ats: false", fact(ats=True),
-     [(f"ConnectX ca:00.0 ({MST})", "ATS_ENABLED", True, False, Disruption.HOST_REBOOT)]),
     (FULL, fact(), [(PORT1, "mtu", 1500, 9000, Disruption.NONE), (PORT1, "state", "down", "up", Disruption.NONE),
                     (PORT1, "address", "absent", "192.168.100.11/24", Disruption.NONE)]),
     (FULL, fact(up=True, mtu=9000, addresses=["192.168.100.11/24", "fe80::1/64"]), []),
@@ -88,8 +81,6 @@ def test_plan(tmp_path, guest, observed, expected):
     ("rdma_ports: [{device: mlx5_0, port: 2}]", fact(), r"port mlx5_0 port 2 not found"),
     ("rdma_ports: [{interface: ib0}]", fact(), r"guest gpu-vm-01: port ib0: interface ib0 not found \(interfaces: ens64np1, ens64np2\)"),
     ("rdma_ports: [{device: mlx5_0}]", fact(ports=(PortMap("mlx5_0", 1, "ens99", True),)), r"interface ens99 not found"),
-    ("nic_ats: true", fact(), r"guests\.hosts\[0\]\.nic_ats: guest\.nic: guest gpu-vm-01: nic_ats is set but `mst status -v` "
-                              r"lists no Mellanox device"),
 ])
 def test_plan_refuses(tmp_path, guest, observed, message):
     c = cluster(tmp_path, guest)
@@ -100,10 +91,9 @@ def test_plan_refuses(tmp_path, guest, observed, message):
 # -- observe and apply on a fake guest ----------------------------------------------------------
 
 class FakeGuest:
-    """mst, mlxconfig, ibdev2netdev and ip over one dual-port ConnectX-6, in the tools' formats."""
+    """ibdev2netdev and ip over one dual-port ConnectX-6, in the tools' formats."""
 
-    def __init__(self, started=False, ats=False):
-        self.started, self.ats = started, ats
+    def __init__(self):
         self.links = json.loads((FIXTURES / "ip_j_addr_show.json").read_text())
         self.link("ens64np1").update(flags=["BROADCAST", "MULTICAST"], mtu=1500, addr_info=[])
 
@@ -112,10 +102,6 @@ class FakeGuest:
 
     def responses(self):
         return {
-            "mst status -v": lambda call: ok("", self.mst_status()),
-            "mst start": self.start,
-            re.compile(r"^mlxconfig -d (\S+) q ATS_ENABLED$"): self.query,
-            re.compile(r"^mlxconfig -y -d \S+ set ATS_ENABLED=true$"): self.set_ats,
             "ibdev2netdev": lambda call: ok("", "".join(
                 f"mlx5_{i} port 1 ==> ens64np{i + 1} ({'Up' if 'UP' in self.link(f'ens64np{i + 1}')['flags'] else 'Down'})\n"
                 for i in (0, 1))),
@@ -124,22 +110,6 @@ class FakeGuest:
             re.compile(r"^ip link set dev (\S+) up$"): self.set_up,
             re.compile(r"^ip addr (add|del) (\S+) dev (\S+)$"): self.addr,
         }
-
-    def mst_status(self):
-        text = (FIXTURES / "mst_status_v.txt").read_text()
-        return text if self.started else re.sub(r"/dev/mst/\S+", "NA", text).replace("module loaded", "module is not loaded")
-
-    def start(self, call):
-        self.started = True
-        return ok("", "Starting MST (Mellanox Software Tools) driver set\n")
-
-    def query(self, call):
-        text = (FIXTURES / "mlxconfig_q.txt").read_text()
-        return ok("", re.sub(r"(ATS_ENABLED\s+)False\(0\)", r"\1True(1) ", text) if self.ats else text)
-
-    def set_ats(self, call):
-        self.ats = True
-        return ok("", (FIXTURES / "mlxconfig_set_ats.txt").read_text())
 
     def set_mtu(self, call):
         m = re.search(r"dev (\S+) mtu (\d+)", call.command)
@@ -160,18 +130,13 @@ class FakeGuest:
         return ok("")
 
 
-GUEST = f"nic_ats: true\n{FULL}"
-
-
-def test_observe_never_starts_mst_and_queries_each_card_once_by_pci_address(tmp_path):
+def test_observe_reads_the_port_map_and_links(tmp_path):
     fake = FakeExecutor("gpu-vm-01", FakeGuest().responses())
-    c = cluster(tmp_path, GUEST, fake)
+    c = cluster(tmp_path, FULL, fake)
     observed = guest_nic.observe(Context(cluster=c), c.targets["gpu-vm-01"])
-    assert observed.cards == (Card("ca:00.0", "ca:00.0", False),)
     assert [p.netdev for p in observed.ports] == ["ens64np1", "ens64np2"]
     assert observed.links["ens64np1"] == Link("ens64np1", False, 1500, (), "UP")
-    assert fake.commands == ["sudo -n mst status -v", "sudo -n mlxconfig -d ca:00.0 q ATS_ENABLED",
-                             "ibdev2netdev", "ip -j addr show"]
+    assert fake.commands == ["ibdev2netdev", "ip -j addr show"]
 
 
 def test_observe_reads_only_what_the_runbook_asks(tmp_path):
@@ -184,14 +149,13 @@ def test_observe_reads_only_what_the_runbook_asks(tmp_path):
 def test_apply_then_replan_is_empty(tmp_path):
     state = FakeGuest()
     fake = FakeExecutor("gpu-vm-01", state.responses())
-    c = cluster(tmp_path, GUEST, fake)
+    c = cluster(tmp_path, FULL, fake)
     target = c.targets["gpu-vm-01"]
     changes = guest_nic.plan(target, guest_nic.observe(Context(cluster=c), target))
-    assert [ch.field for ch in changes] == ["ATS_ENABLED", "mtu", "state", "address"]
+    assert [ch.field for ch in changes] == ["mtu", "state", "address"]
     fake.calls.clear()
     guest_nic.apply(Context(cluster=c), target, changes)
     assert fake.commands == [
-        "sudo -n mlxconfig -y -d ca:00.0 set ATS_ENABLED=true", "sudo -n mlxconfig -d ca:00.0 q ATS_ENABLED",
         "sudo -n ip link set dev ens64np1 mtu 9000", "sudo -n ip link set dev ens64np1 up",
         "sudo -n ip addr add 192.168.100.11/24 dev ens64np1", "ip -j addr show"]
     assert guest_nic.plan(target, guest_nic.observe(Context(cluster=c), target)) == []
@@ -222,4 +186,5 @@ def test_apply_reads_back(tmp_path):
 
 def test_wanted(tmp_path):
     assert not guest_nic.wanted(cluster(tmp_path, "slots: 1").targets["gpu-vm-01"])
-    assert guest_nic.wanted(cluster(tmp_path, "nic_ats: false").targets["gpu-vm-01"])
+    assert not guest_nic.wanted(cluster(tmp_path, "nic_ats: false").targets["gpu-vm-01"])
+    assert guest_nic.wanted(cluster(tmp_path, "rdma_ports: [{interface: ens64np1}]").targets["gpu-vm-01"])

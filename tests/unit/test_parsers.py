@@ -104,13 +104,18 @@ def test_mlxconfig_query_full():
     assert params["ATS_ENABLED"] == "False(0)"
     assert params["LINK_TYPE_P1"] == "ETH(2)"
     assert len(params) > 50
-    assert mlxconfig.ats_enabled(fixture("mlxconfig_q.txt")) is False
 
 
 def test_mlxconfig_extended_shows_pending():
     params = mlxconfig.parse_mlxconfig_params(fixture("mlxconfig_e_q_ats_pending.txt"))
     assert params["ATS_ENABLED"] == mlxconfig.MlxParam("False(0)", "False(0)", "True(1)")
-    assert mlxconfig.ats_enabled(fixture("mlxconfig_e_q_ats_pending.txt")) is True
+    assert mlxconfig.ats_state(fixture("mlxconfig_e_q_ats_pending.txt")) == mlxconfig.AtsState(False, True)
+
+
+def test_mlxconfig_ats_state_needs_the_current_column():
+    """Without -e, mlxconfig prints the Next Boot column only: what runs now is unknown, so it is refused."""
+    with pytest.raises(RemoteCommandError, match="Current"):
+        mlxconfig.ats_state(fixture("mlxconfig_q.txt"))
 
 
 @pytest.mark.parametrize("value, expected", [("True(1)", True), ("False(0)", False), ("1", True), ("false", False)])
@@ -167,7 +172,7 @@ def test_mst_status_device_type():
         (nvidia_smi.parse_gpu_instances, "+----+\n| GPU instances: |\n|   0  garbage |\n", "mig -lgi"),
         (nvidia_smi.parse_created_instances, "Unable to create a GPU instance on GPU  0 using profile 9: Insufficient Resources", "mig -cgi"),
         (mlxconfig.parse_mlxconfig_query, "-E- Failed to open device: /dev/mst/mt4123_pciconf0. No such file or directory", "mlxconfig q"),
-        (mlxconfig.ats_enabled, fixture("mlxconfig_q.txt").replace("ATS_ENABLED", "ATS_DISABLED"), "ATS_ENABLED"),
+        (mlxconfig.ats_state, fixture("mlxconfig_e_q_ats_pending.txt").replace("ATS_ENABLED", "ATS_DISABLED"), "ATS_ENABLED"),
         (ibdev2netdev.parse_ibdev2netdev, "mlx5_0 port 1 --> ens64np1\n", "ibdev2netdev"),
         (mst.parse_mst_status, "-E- You must be root to use mst tool\n", "mst status -v"),
         (mst.parse_mst_status, "DEVICE_TYPE MST PCI RDMA NET NUMA\nConnectX6\n", "mst status -v"),

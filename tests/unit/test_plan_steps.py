@@ -48,7 +48,7 @@ def test_fresh_host_enables_passthrough_and_reboots(tmp_path):
     host = changes(plan, "host.passthrough")
     assert len(host) == 6  # 4 GPUs + 2 ConnectX ports
     assert all(c[3] == "off" and c[4] == "active" and c[5] == Disruption.HOST_REBOOT for c in host)
-    assert changes(plan, "host.reboot") == [("host.reboot", "esx-01", "reboot", "changes pending",
+    assert changes(plan, "host.reboot") == [("host.reboot", "esx-01", "reboot", "6 change(s) waiting",
                                              "rebooted (maintenance mode)", Disruption.HOST_REBOOT)]
 
 

@@ -7,6 +7,7 @@ import json
 from rich.console import Console
 
 from gpuvm.plan import Change, Disruption, Note, Plan
+from gpuvm.steps.host_passthrough import EnablePassthrough
 from gpuvm.steps.vm_hardware import RemoveDevice
 from gpuvm.render import NO_CHANGES, plan_json, plan_summary, print_plan
 from gpuvm.secrets import remember
@@ -14,7 +15,8 @@ from gpuvm.secrets import remember
 
 def plan() -> Plan:
     return Plan(changes=[
-        Change("host.passthrough", "esx-01", "pci 0000:17:00.0", "passthrough", "off", "active", Disruption.HOST_REBOOT),
+        Change("host.passthrough", "esx-01", "pci 0000:17:00.0", "passthrough", "off", "active", Disruption.HOST_REBOOT,
+               EnablePassthrough("0000:17:00.0", False)),
         Change("vm.hardware", "vm1", "pci device (new)", "device", None, "0000:17:00.0", Disruption.VM_POWER_OFF,
                action=RemoveDevice(-100)),
         Change("vm.power", "vm1", "vm", "power", "poweredOff", "poweredOn"),
@@ -40,16 +42,29 @@ def test_table_marks_disruptive_rows_and_shows_none_for_missing_values():
     assert "warning: vm1: 4 NVLinked GPUs in one VM" in text
 
 
+def test_a_setting_made_before_that_waits_for_the_reboot_is_marked_pending():
+    waiting = plan()
+    waiting.changes.append(Change("host.graphics", "esx-01", "GPU 0000:31:00.0", "graphicsType", "shared",
+                                  "sharedDirect", Disruption.HOST_REBOOT))
+    row = next(line for line in rendered(waiting).splitlines() if "host.graphics" in line)
+    assert "! pending: needs host reboot" in row
+    assert plan_summary(waiting) == ("Plan: 4 change(s) on 2 target(s) (1 need VM power-off, "
+                                     "2 need host reboot of which 1 pending).")
+    assert json.loads(plan_json(waiting))["summary"]["pending"] == 1
+    assert [c["pending"] for c in json.loads(plan_json(waiting))["changes"]] == [False, False, False, True]
+
+
 def test_empty_plan_says_so_explicitly():
     assert rendered(Plan()).strip() == NO_CHANGES
 
 
 def test_json_has_changes_notes_and_summary_but_no_apply_spec():
     data = json.loads(plan_json(plan()))
-    assert data["summary"] == {"changes": 3, "targets": 2, "vm_power_off": 1, "host_reboot": 1, "not_observed": 0}
+    assert data["summary"] == {"changes": 3, "targets": 2, "vm_power_off": 1, "host_reboot": 1, "pending": 0,
+                               "not_observed": 0}
     assert data["changes"][1] == {"step": "vm.hardware", "target": "vm1", "resource": "pci device (new)",
                                   "field": "device", "before": None, "after": "0000:17:00.0",
-                                  "disruption": "vm-power-off"}
+                                  "disruption": "vm-power-off", "pending": False}
 
 
 def test_secrets_are_scrubbed_from_tables_and_json():

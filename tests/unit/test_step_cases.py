@@ -4,7 +4,8 @@ A case gives a target and a fact, and what the step must make of them:
 
     doc: what the case shows (one line)
     desired: {...}        # vSphere steps: the DesiredHost / DesiredVm
-    inventory: {...}      # vSphere steps whose fact is not their inventory slice: that slice
+    inventory: {...}      # vSphere steps whose fact is not their inventory slice: that slice,
+                          # or {hosts: [...], vms: [...]} where the step reads more of the inventory
     runbook: {...}        # SSH steps: the runbook (hosts, vms, guests) the target comes from ...
     target: gpu-vm-01     # ... and the target's name in it
     fact: ...             # what the step's observe returns, as data
@@ -16,6 +17,7 @@ A case gives a target and a fact, and what the step must make of them:
     responses: {regex: {stdout: ..., exit: 0}}   # SSH: canned answers (others: exit 0, no output)
     commands: [ip link set dev ens64np1 mtu 9000, ...]  # SSH: every command line run, in order
     state: {runtime.powerState: poweredOff}      # vSphere: attributes every managed object reads
+                                                 # (a list: what successive reads return, the last one repeating)
     calls:                                       # vSphere: every method called on a managed object
       - {object: VirtualMachine:vm-1, method: ReconfigVM_Task, kwargs: {spec: {numCPUs: 8}}}
 
@@ -103,8 +105,13 @@ def _target(step: Step, case: dict, tmp_path: Path) -> tuple[Any, Context, FakeE
     if not step.over_ssh:
         desired = TypeAdapter(DesiredHost if step.role == "host" else DesiredVm).validate_python(case["desired"])
         facts = case.get("inventory", case["fact"])  # the target's inventory slice, where the fact is not it
-        inventory = Inventory(hosts={desired.name: HostFacts.model_validate(facts)}) if step.role == "host" else \
-            Inventory(vms={desired.name: VmFacts.model_validate(facts)})
+        if "hosts" in facts or "vms" in facts:
+            inventory = Inventory(hosts={h["name"]: h for h in facts.get("hosts", [])},
+                                  vms={v["name"]: v for v in facts.get("vms", [])})
+        elif step.role == "host":
+            inventory = Inventory(hosts={desired.name: HostFacts.model_validate(facts)})
+        else:
+            inventory = Inventory(vms={desired.name: VmFacts.model_validate(facts)})
         return desired, Context(inventory=inventory), None
     path = tmp_path / "runbook.yaml"
     YAML().dump(case["runbook"], path)  # block style: input errors name real lines
@@ -152,9 +159,11 @@ def _shown(change: Change, expected: dict) -> dict:
 
 def _apply(step: Step, ctx: Context, target: Any, changes: list[Change]) -> None:
     if step.apply_all is not None:
-        failures = step.apply_all(ctx, {target.name: changes}, 1)
-        if failures:
-            raise failures[target.name]
+        by_target: dict[str, list[Change]] = {target.name: []}
+        for change in changes:
+            by_target.setdefault(change.target, []).append(change)
+        if failures := step.apply_all(ctx, by_target, 1):
+            raise next(iter(failures.values()))
     else:
         step.apply(ctx, target, changes)
 
@@ -172,7 +181,12 @@ def _mock_session(mocker, ctx: Context, state: dict[str, Any]) -> dict[str, Any]
                 *parents, last = path.split(".")
                 for part in parents:
                     holder = getattr(holder, part)
-                setattr(holder, last, value)
+                if isinstance(value, list):  # successive reads
+                    reads = iter(value)
+                    setattr(type(holder), last, mocker.PropertyMock(
+                        side_effect=lambda reads=reads, last=value[-1]: next(reads, last)))
+                else:
+                    setattr(holder, last, value)
             refs[key] = obj
         return refs[key]
 

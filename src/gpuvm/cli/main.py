@@ -92,6 +92,7 @@ def apply(runbook: Path = RUNBOOK,
           allow_power_off: bool = typer.Option(False, help="Allow powering VMs off (guest shutdown first)"),
           allow_host_reboot: bool = typer.Option(False, help="Allow maintenance mode and host reboots"),
           parallel: int = typer.Option(8, min=1, max=64, help="Targets changed at once"),
+          max_unavailable: int = typer.Option(1, min=1, help="Hosts rebooted at once"),
           state_dir: Optional[Path] = STATE,
           shutdown_timeout: float = typer.Option(300, help="Seconds to wait for a guest shutdown"),
           accept_new_host_keys: bool = ACCEPT_KEYS, insecure: bool = INSECURE) -> None:
@@ -101,7 +102,7 @@ def apply(runbook: Path = RUNBOOK,
 
     applied = apply_runbook(runbook, access(insecure, accept_new_host_keys, state_dir),
                             allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot, parallel=parallel,
-                            shutdown_timeout=shutdown_timeout, show_plan=lambda plan: print_plan(out, plan),
+                            shutdown_timeout=shutdown_timeout, max_unavailable=max_unavailable, show_plan=lambda plan: print_plan(out, plan),
                             confirm=None if yes else _confirm, progress=_progress)
     if not applied.ran:
         return

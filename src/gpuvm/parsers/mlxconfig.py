@@ -53,9 +53,17 @@ def mlx_bool(value: str) -> bool:
     return (m[1] or "").lower() == "true" or m[3] == "1"
 
 
-def ats_enabled(text: str) -> bool:
-    """Whether ATS_ENABLED is on (for the next boot) in `mlxconfig -d DEV q [ATS_ENABLED]` output."""
-    params = parse_mlxconfig_query(text)
-    if "ATS_ENABLED" not in params:
-        raise unparseable("mlxconfig q ATS_ENABLED", "an ATS_ENABLED row", text)
-    return mlx_bool(params["ATS_ENABLED"])
+@dataclass(frozen=True)
+class AtsState:
+    current: bool  # what the card runs now
+    next_boot: bool  # what it runs after the next cold boot (for a passed-through card: the host's reboot)
+
+
+def ats_state(text: str) -> AtsState:
+    """ATS_ENABLED now and for the next boot, from `mlxconfig -d DEV -e q ATS_ENABLED`."""
+    param = parse_mlxconfig_params(text).get("ATS_ENABLED")
+    if param is None:
+        raise unparseable("mlxconfig -e q ATS_ENABLED", "an ATS_ENABLED row", text)
+    if param.current is None:
+        raise unparseable("mlxconfig -e q ATS_ENABLED", "the Default, Current and Next Boot columns of -e", text)
+    return AtsState(mlx_bool(param.current), mlx_bool(param.next_boot))

@@ -37,6 +37,7 @@ class Options:
     shutdown_timeout: float = 300.0
     task_timeout: float = 1800.0
     guest_boot_timeout: float = 600.0  # after VMs power on, how long to wait for their SSH
+    max_unavailable: int = 1  # hosts rebooted at once
 
 
 @dataclass

@@ -1,15 +1,10 @@
-"""guest.nic: ConnectX ATS and the RDMA ports (link up, MTU, address) inside a guest.
-
-ATS: `mst start`, then `mlxconfig -d <mst device> q ATS_ENABLED` per card (the value for the next
-boot); set with `mlxconfig -y -d <dev> set ATS_ENABLED=true`. With the NIC passed through, the
-value takes effect only when the ESXi *host* reboots, so the change is marked "needs host reboot".
-mlxconfig settings belong to the card, so each card is queried once, through its first function.
+"""guest.nic: the RDMA ports inside a guest: link up, MTU, address.
 
 Ports are named by RDMA device and port (mapped to the interface with `ibdev2netdev`) or by
 interface; apply uses `ip link set dev X mtu N`, `ip link set dev X up` and `ip addr add`.
 Addresses and MTU set with `ip` do NOT survive a reboot of the guest: persisting them (netplan,
 NetworkManager, ifcfg files) is left to the OS image, and the next `gpuvm apply` sets them again.
-Addresses the runbook does not name are left on the interface.
+Addresses the runbook does not name are left on the interface. ConnectX ATS is `guest.nic_ats`.
 """
 
 from __future__ import annotations
@@ -20,20 +15,12 @@ from dataclasses import dataclass, field
 from gpuvm.errors import RemoteCommandError
 from gpuvm.parsers.ibdev2netdev import PortMap, parse_ibdev2netdev
 from gpuvm.parsers.ip import Link, parse_ip_addr_json
-from gpuvm.parsers.mlxconfig import ats_enabled
-from gpuvm.parsers.mst import MstDevice, parse_mst_status
-from gpuvm.plan import Change, Disruption
+from gpuvm.plan import Change
 from gpuvm.remote import Cluster, RemoteTarget, run
 from gpuvm.runbook.model import RdmaPort
 from gpuvm.steps.base import Context, Step
 
 NAME = "guest.nic"
-
-
-@dataclass(frozen=True)
-class SetCardAts:
-    device: str  # what mlxconfig is given: the mst device, else the card's PCI address
-    value: bool
 
 
 @dataclass(frozen=True)
@@ -55,64 +42,28 @@ class SetAddress:
 
 
 @dataclass(frozen=True)
-class Card:
-    pci: str  # the first function's address, "ca:00.0"
-    mst: str  # "/dev/mst/mt4123_pciconf0"
-    ats: bool  # ATS_ENABLED for the next boot
-
-
-@dataclass(frozen=True)
 class NicFact:
-    cards: tuple[Card, ...] = ()
     ports: tuple[PortMap, ...] = ()  # from ibdev2netdev
     links: dict[str, Link] = field(default_factory=dict)  # from `ip -j addr show`
 
 
 def wanted(target: RemoteTarget) -> bool:
-    return target.guest is not None and (target.guest.nic_ats is not None or bool(target.guest.rdma_ports))
+    return target.guest is not None and bool(target.guest.rdma_ports)
 
 
 def observe(ctx: Context, target: RemoteTarget) -> NicFact:
     guest, cluster = target.guest, ctx.cluster
     assert guest is not None
-    cards: tuple[Card, ...] = ()
-    if guest.nic_ats is not None:
-        cards = tuple(Card(pci, dev, ats_enabled(run(target, cluster, ["mlxconfig", "-d", dev, "q", "ATS_ENABLED"],
-                                                     sudo=target.root).stdout))
-                      for pci, dev in _cards(_mst_devices(target, cluster)))
     ports: tuple[PortMap, ...] = ()
     if any(p.device for p in guest.rdma_ports):
         ports = tuple(parse_ibdev2netdev(run(target, cluster, ["ibdev2netdev"]).stdout))
-    links = parse_ip_addr_json(run(target, cluster, ["ip", "-j", "addr", "show"]).stdout) if guest.rdma_ports else {}
-    return NicFact(cards, ports, links)
-
-
-def _mst_devices(target: RemoteTarget, cluster: Cluster) -> list[MstDevice]:
-    """`mst status -v`. Observing never runs `mst start` (a dry run loads no driver): without the
-    mst device files, mlxconfig is given the card's PCI address instead."""
-    return parse_mst_status(run(target, cluster, ["mst", "status", "-v"], sudo=target.root).stdout)
-
-
-def _cards(devices: list[MstDevice]) -> list[tuple[str, str]]:
-    """(pci, device for mlxconfig) of each card's first function: "ca:00.0" and "ca:00.1" are one card."""
-    cards: dict[str, tuple[str, str]] = {}
-    for d in sorted(devices, key=lambda d: d.pci):
-        cards.setdefault(d.pci.rsplit(".", 1)[0], (d.pci, d.mst or d.pci))
-    return list(cards.values())
+    return NicFact(ports, parse_ip_addr_json(run(target, cluster, ["ip", "-j", "addr", "show"]).stdout))
 
 
 def plan(target: RemoteTarget, fact: NicFact) -> list[Change]:
     guest = target.guest
     assert guest is not None
     changes: list[Change] = []
-    if guest.nic_ats is not None:
-        if not fact.cards:
-            raise target.error(NAME, ("nic_ats",), "nic_ats is set but `mst status -v` lists no Mellanox device")
-        for card in fact.cards:
-            if card.ats != guest.nic_ats:
-                changes.append(Change(NAME, target.name, f"ConnectX {card.pci} ({card.mst})", "ATS_ENABLED",
-                                      card.ats, guest.nic_ats, Disruption.HOST_REBOOT,
-                                      SetCardAts(card.mst, guest.nic_ats)))
     for i, port in enumerate(guest.rdma_ports):
         changes += _plan_port(target.name, port, _link(target, fact, i, port))
     return changes
@@ -165,21 +116,9 @@ def argv(action: SetMtu | LinkUp | SetAddress) -> list[list[str]]:
 
 def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
     for change in changes:
-        if isinstance(change.action, SetCardAts):
-            _set_ats(target, ctx.cluster, change.action)
-        else:
-            for command in argv(change.action):
-                run(target, ctx.cluster, command, sudo=target.root)
-    _check_links(target, ctx.cluster, [c for c in changes if not isinstance(c.action, SetCardAts)])
-
-
-def _set_ats(target: RemoteTarget, cluster: Cluster, action: SetCardAts) -> None:
-    value = "true" if action.value else "false"
-    run(target, cluster, ["mlxconfig", "-y", "-d", action.device, "set", f"ATS_ENABLED={value}"], sudo=target.root)
-    now = ats_enabled(run(target, cluster, ["mlxconfig", "-d", action.device, "q", "ATS_ENABLED"],
-                          sudo=target.root).stdout)
-    if now != action.value:
-        raise RemoteCommandError(f"ATS_ENABLED on {action.device} reads {now} after the set")
+        for command in argv(change.action):
+            run(target, ctx.cluster, command, sudo=target.root)
+    _check_links(target, ctx.cluster, changes)
 
 
 def _check_links(target: RemoteTarget, cluster: Cluster, changes: list[Change]) -> None:

@@ -58,8 +58,13 @@ class PciDevice(BaseModel):
 
 
 class Graphics(BaseModel):
-    default_type: str = "shared"
+    default_type: str = "shared"  # configured: config.graphicsConfig.hostDefaultGraphicsType
     assignment_policy: str = "performance"
+    devices: dict[str, str] = {}  # configured per GPU (graphicsConfig.deviceType): PCI id → type
+    running: dict[str, str] = {}  # what each GPU runs now (config.graphicsInfo): PCI id → type
+
+    def configured(self, address: str) -> str:
+        return self.devices.get(address, self.default_type)
 
 
 class HostFacts(BaseModel):

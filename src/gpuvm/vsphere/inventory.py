@@ -20,6 +20,7 @@ HOST_PROPERTIES = [
     "hardware.memorySize",
     "config.pciPassthruInfo",
     "config.graphicsConfig",
+    "config.graphicsInfo",
     "config.sharedPassthruGpuTypes",
     "capability.deviceRebindWithoutRebootSupported",
     "runtime.connectionState",
@@ -98,7 +99,6 @@ def host_facts(moid: str, props: dict[str, Any]) -> HostFacts:
             passthru_enabled=bool(info and info.passthruEnabled),
             passthru_active=bool(info and info.passthruActive),
         ))
-    graphics = props.get("config.graphicsConfig")
     return HostFacts(
         name=props["name"], moid=moid,
         system_uuid=props.get("hardware.systemInfo.uuid") or "",
@@ -107,14 +107,21 @@ def host_facts(moid: str, props: dict[str, Any]) -> HostFacts:
         in_maintenance=bool(props.get("runtime.inMaintenanceMode")),
         power_state=str(props.get("runtime.powerState") or ""),
         rebind_without_reboot=bool(props.get("capability.deviceRebindWithoutRebootSupported")),
-        graphics=Graphics(default_type=graphics.hostDefaultGraphicsType or "shared",
-                          assignment_policy=graphics.sharedPassthruAssignmentPolicy or "performance")
-        if graphics else Graphics(),
+        graphics=_graphics(props.get("config.graphicsConfig"), props.get("config.graphicsInfo") or []),
         vgpu_profiles=list(props.get("config.sharedPassthruGpuTypes") or []),
         pci=devices,
         passthru_system=_moid(props.get("configManager.pciPassthruSystem")),
         graphics_manager=_moid(props.get("configManager.graphicsManager")),
     )
+
+
+def _graphics(config: Any, info: list[Any]) -> Graphics:
+    running = {gpu.pciId: gpu.graphicsType for gpu in info if gpu.pciId and gpu.graphicsType}
+    if config is None:
+        return Graphics(running=running)
+    return Graphics(default_type=config.hostDefaultGraphicsType or "shared",
+                    assignment_policy=config.sharedPassthruAssignmentPolicy or "performance",
+                    devices={d.deviceId: d.graphicsType for d in config.deviceType or []}, running=running)
 
 
 def _moid(ref: Any) -> str | None:
