@@ -71,8 +71,25 @@ def test_full_pipeline(lab, testbed):
     assert applied.exit_code == 0, applied.output
     assert testbed.state("esx-01")["kernel"]["atsSupport"]["runtime"] == "TRUE"  # set, then the reboot took it
 
+    for guest in ("gpu-vm-01", "gpu-vm-02"):  # ConnectX ATS active, not only set for the next boot
+        assert testbed.state(guest)["mlx"]["ATS_ENABLED"]["current"] == "True(1)"
+
     again = gpuvm("plan", str(runbook), "--detailed-exitcode")
     assert again.exit_code == 0, again.output
+    assert gpuvm("verify", str(runbook)).exit_code == 0
+
+    # A card whose ATS is set for the next boot but not active (its host's reboot never came) is drift,
+    # and the next apply reboots that host, shutting its VMs down first
+    mlx = testbed.state("gpu-vm-02")["mlx"]
+    mlx["ATS_ENABLED"]["current"] = "False(0)"
+    testbed.set_state("gpu-vm-02", "mlx", mlx)
+    drift = gpuvm("verify", str(runbook))
+    assert drift.exit_code == 5 and "ATS_ENABLED (current)" in drift.output and "pending" in drift.output, drift.output
+    refused = gpuvm("apply", str(runbook), "--yes", "--allow-host-reboot")
+    assert refused.exit_code == 2 and "--allow-power-off" in refused.output, refused.output
+    rebooted = gpuvm("apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-power-off")
+    assert rebooted.exit_code == 0, rebooted.output
+    assert testbed.state("gpu-vm-02")["mlx"]["ATS_ENABLED"]["current"] == "True(1)"
     assert gpuvm("verify", str(runbook)).exit_code == 0
 
     # The benchmark campaign: a real MPI training across the guests over the SSH mesh gpuvm set up,

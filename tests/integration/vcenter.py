@@ -51,7 +51,9 @@ def raw_state(sim: Simulator) -> dict[str, Any]:
                 state[obj.name] = {
                     "passthru": sorted((p.id, p.passthruEnabled, p.passthruActive) for p in obj.config.pciPassthruInfo),
                     "graphics": obj.config.graphicsConfig.hostDefaultGraphicsType,
+                    "gpus_run": sorted((g.pciId, g.graphicsType) for g in obj.config.graphicsInfo),
                     "maintenance": obj.runtime.inMaintenanceMode,
+                    "booted": obj.runtime.bootTime,
                 }
             else:
                 cfg = obj.config

@@ -14,6 +14,7 @@ rebooted yet are left alone, so a cluster is never taken down by one bad run.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -106,8 +107,14 @@ def _reboot(ctx: Context, name: str, stops: list[tuple[str, StopForReboot]]) -> 
     if not facts.in_maintenance:
         run_task("EnterMaintenanceMode", lambda: host.EnterMaintenanceMode_Task(timeout=0), timeout)
     booted = call("read boot time", lambda: host.runtime.bootTime)
-    run_task("RebootHost", lambda: host.RebootHost_Task(force=False), timeout)
-    _wait_rebooted(host, booted, timeout)
+    try:
+        run_task("RebootHost", lambda: host.RebootHost_Task(force=False), timeout)
+        _wait_rebooted(host, booted, timeout)
+    except GpuvmError:
+        if not facts.in_maintenance:  # the host runs as before: back into service; the next plan reboots again
+            with contextlib.suppress(GpuvmError):
+                run_task("ExitMaintenanceMode", lambda: host.ExitMaintenanceMode_Task(timeout=0), timeout)
+        raise
     if not facts.in_maintenance:
         run_task("ExitMaintenanceMode", lambda: host.ExitMaintenanceMode_Task(timeout=0), timeout)
     for vm, stop in stops:

@@ -1,0 +1,93 @@
+"""Reboots as vSphere does them, through the real CLI: settings pending until the host reboots, a reboot
+that failed planned again, running VMs shut down for it (refused up front without --allow-power-off),
+and hosts rebooted one batch at a time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpusim import Simulator
+from gpuvm.cli.main import app
+from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
+from tests.integration.vcenter import env_for, raw_state
+
+pytestmark = pytest.mark.integration
+VMS = ("esx-01-vm1", "esx-01-vm2", "esx-02-vm1", "esx-02-vm2")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Path:
+    return vsphere_only(LAB_FILE, tmp_path_factory.mktemp("runbook") / "lab.yaml")
+
+
+def gpuvm(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def started(monkeypatch, tmp_path, **options) -> Simulator:
+    sim = Simulator(hosts=2, vms_per_host=2, **options)
+    sim.start()
+    for key, value in env_for(sim).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+    return sim
+
+
+def test_a_failed_reboot_leaves_pending_settings_that_plan_and_verify_show_and_the_next_apply_reboots(
+        lab, tmp_path, monkeypatch):
+    booted = tmp_path / "reboots-work"
+    sim = started(monkeypatch, tmp_path, on_reboot=f"test -e {booted} || {{ echo BMC lost the host; exit 1; }}")
+    try:
+        failed = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot")
+        assert failed.exit_code != 0 and "BMC lost the host" in failed.output, failed.output
+        state = raw_state(sim)
+        assert state["esx-02"]["graphics"] == "sharedDirect"  # configured ...
+        assert ("0000:31:00.0", "shared") in state["esx-02"]["gpus_run"]  # ... but not what the GPUs run
+        assert any(enabled and not active for _, enabled, active in state["esx-01"]["passthru"])
+        assert not state["esx-01"]["maintenance"] and not state["esx-02"]["maintenance"]  # back in service
+
+        replanned = json.loads(gpuvm("plan", str(lab), "--json").output)
+        pending = {(c["target"], c["resource"], c["field"]) for c in replanned["changes"] if c["pending"]}
+        assert ("esx-02", "GPU 0000:31:00.0", "graphicsType") in pending  # the GPUs, not only the host default
+        assert ("esx-01", "pci 0000:17:00.0 (GA100 [A100 PCIe 80GB])", "passthrough") in pending
+        assert {c["target"] for c in replanned["changes"] if c["step"] == "host.reboot"} == {"esx-01", "esx-02"}
+        drift = gpuvm("verify", str(lab))
+        assert drift.exit_code == 5 and "pending" in drift.output, drift.output
+
+        booted.touch()  # the BMC answers again
+        applied = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot")
+        assert applied.exit_code == 0, applied.output
+        state = raw_state(sim)
+        assert ("0000:31:00.0", "sharedDirect") in state["esx-02"]["gpus_run"]
+        assert all(enabled == active for _, enabled, active in state["esx-01"]["passthru"])
+        assert all(state[vm]["power"] == "poweredOn" for vm in VMS)
+        assert gpuvm("verify", str(lab)).exit_code == 0
+    finally:
+        sim.stop()
+
+
+def test_running_vms_refused_up_front_then_shut_down_and_hosts_rebooted_one_at_a_time(lab, tmp_path, monkeypatch):
+    sim = started(monkeypatch, tmp_path, vm_power="on", latency={"RebootHost_Task": "1500ms"})
+    try:
+        planned = json.loads(gpuvm("plan", str(lab), "--json").output)["changes"]
+        assert {c["target"]: c["after"] for c in planned if c["step"] == "host.reboot" and c["field"] == "power"} == {
+            vm: f"poweredOff for the reboot of {vm[:6]}" for vm in VMS}
+        before = raw_state(sim)
+        refused = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot")
+        assert refused.exit_code == 2, refused.output
+        assert "esx-01-vm1" in refused.output and "--allow-power-off" in refused.output
+        assert raw_state(sim) == before, "a refused apply touched something"
+
+        applied = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot", "--allow-power-off")
+        assert applied.exit_code == 0, applied.output
+        state = raw_state(sim)
+        assert all(state[vm]["power"] == "poweredOn" for vm in VMS)
+        first, second = sorted(state[h]["booted"] for h in ("esx-01", "esx-02"))
+        assert (second - first).total_seconds() >= 1.4, "hosts rebooted at the same time (--max-unavailable 1)"
+        assert gpuvm("plan", str(lab), "--detailed-exitcode").exit_code == 0
+    finally:
+        sim.stop()
