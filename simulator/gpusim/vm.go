@@ -269,19 +269,10 @@ func (g *gpusim) checkPassthrough(vm *simulator.VirtualMachine, h *gpuHost) (fun
 				gpus++
 			}
 		case *types.VirtualPCIPassthroughDynamicBackingInfo:
-			id := ""
-			for _, s := range h.pci {
-				info := h.passthruInfo(s.id)
-				if info == nil || !info.PassthruActive {
-					continue
-				}
-				if _, taken := used[s.id]; taken {
-					continue
-				}
-				if allowed(b.AllowedDevice, s) {
-					id = s.id
-					break
-				}
+			nodes, affinity := numaAffinity(vm)
+			id := pickDynamic(h, b.AllowedDevice, used, nodes)
+			if id == "" && nodes != nil {
+				return nil, vmFault(fmt.Sprintf("Module DevicePowerOn power on failed. No available passthrough device on host %s matches dynamic DirectPath device %d on the virtual machine's NUMA node affinity (numa.nodeAffinity = %s).", h.hs.Name, pt.Key, affinity))
 			}
 			if id == "" {
 				return nil, vmFault(fmt.Sprintf("Module DevicePowerOn power on failed. No available passthrough device on host %s matches dynamic DirectPath device %d.", h.hs.Name, pt.Key))
@@ -327,6 +318,51 @@ func (g *gpusim) checkPassthrough(vm *simulator.VirtualMachine, h *gpuHost) (fun
 			d.b.AssignedId = d.id
 		}
 	}, nil
+}
+
+// numaAffinity reads the VM's numa.nodeAffinity ("1", "0,1"): the nodes, and the value as set;
+// nil nodes when it is unset.
+func numaAffinity(vm *simulator.VirtualMachine) (map[int]bool, string) {
+	v, ok := extraConfigValue(vm, "numa.nodeAffinity")
+	if !ok || strings.TrimSpace(v) == "" {
+		return nil, ""
+	}
+	nodes := map[int]bool{}
+	for _, f := range strings.Split(v, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+			nodes[n] = true
+		}
+	}
+	return nodes, v
+}
+
+// pickDynamic is the device ESXi assigns to a dynamic DirectPath backing at power-on: the first
+// active, unused device the backing allows, on the VM's NUMA node affinity when it has one.
+//
+// VMware documents that a dynamic DirectPath device is assigned at power-on from the host's
+// available devices of the allowed vendor and model (vSphere Virtual Machine Administration,
+// "PCI vSphere Dynamic DirectPath I/O devices"), and that with NUMA node affinity "NUMA can
+// schedule a virtual machine only on the nodes specified in the affinity", its memory coming only
+// from those nodes (vSphere Resource Management, "Specifying NUMA Controls"). That the device is
+// then picked on those nodes only is not stated there (unconfirmed): gpusim models it, as a device
+// on another node would defeat the affinity, and gpuvm's plan shows the GPUs on that node.
+func pickDynamic(h *gpuHost, allowedDevs []types.VirtualPCIPassthroughAllowedDevice, used map[string]string, nodes map[int]bool) string {
+	for _, s := range h.pci {
+		info := h.passthruInfo(s.id)
+		if info == nil || !info.PassthruActive {
+			continue
+		}
+		if _, taken := used[s.id]; taken {
+			continue
+		}
+		if nodes != nil && !nodes[s.numa] {
+			continue
+		}
+		if allowed(allowedDevs, s) {
+			return s.id
+		}
+	}
+	return ""
 }
 
 func allowed(list []types.VirtualPCIPassthroughAllowedDevice, s pciSpec) bool {

@@ -22,12 +22,13 @@ from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
-from gpuvm.steps import (esxi_ats, esxi_mig, guest_docker, guest_mig, guest_nic, guest_nic_ats, guest_ssh_mesh,
-                         host_graphics, host_passthrough, host_reboot, vm_advanced, vm_hardware, vm_power)
+from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, guest_docker, guest_mig, guest_nic, guest_nic_ats,
+                         guest_ssh_mesh, host_graphics, host_passthrough, host_reboot, vm_advanced, vm_hardware, vm_power)
 from gpuvm.steps.base import Context, Step
 from gpuvm.vsphere.facts import Inventory
 
 STEPS: list[Step] = [
+    esxi_topology.STEP,
     esxi_ats.STEP,
     esxi_mig.STEP,
     host_passthrough.STEP,
@@ -101,7 +102,7 @@ def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[
 
 def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = None,
               facts: Facts | None = None, unreachable: dict[str, str] | None = None) -> tuple[Plan, Desired]:
-    desired = resolve(runbook, inventory)
+    desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}))
     plan = Plan(notes=list(desired.notes), unobserved=dict(unreachable or {}))
     for guest, reason in (unreachable or {}).items():
         plan.notes.append(Note(guest, "observe", f"not reachable over SSH yet ({reason}); its guest steps are "

@@ -1,17 +1,21 @@
 """From runbook + inventory to the concrete desired state, checked against what exists.
 
 Everything a plan needs to know about the runbook is decided here, once: which PCI devices each
-host passes through, which GPU each VM gets, how large its MMIO window is. Errors name the runbook
-file, line and field; warnings become plan notes.
+host passes through, which GPU each VM gets (keeping NUMA nodes and NVLink pairs: `topology.py`),
+how large its MMIO window is. Errors name the runbook file, line and field; warnings become plan
+notes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
 from gpuvm.errors import InputError
 from gpuvm.plan import Note
+from gpuvm.topology import (Nvlink, Problem, best_set, dynamic_problems, gpu_problems, host_nvlink, nic_problems,
+                            numa_nodes)
 from gpuvm.runbook.model import DynamicGpus, Host, PassthroughGpus, Runbook, VgpuGpus, Vm
 from gpuvm.vsphere.facts import HostFacts, Inventory, PciDevice, VmFacts
 
@@ -27,12 +31,14 @@ class DesiredDevice:
     device_id: int | None = None
     profile: str | None = None
     label: str = ""
+    candidates: tuple[str, ...] = ()  # dynamic: the GPUs vSphere can pick from at power-on
 
     def describe(self) -> str:
         if self.kind == "vgpu":
             return f"vGPU {self.profile}"
         if self.kind == "dynamic":
-            return f"dynamic {pci_id(self.vendor_id or 0, self.device_id or 0)}"
+            picks = f" (vSphere picks from {', '.join(self.candidates)})" if self.candidates else ""
+            return f"dynamic {pci_id(self.vendor_id or 0, self.device_id or 0)}{picks}"
         return f"{self.address} {self.label}".strip()
 
 
@@ -42,6 +48,7 @@ class DesiredHost:
     passthrough: list[str]  # PCI addresses to enable
     graphics: str | None  # API value: shared | sharedDirect
     allow_reboot: bool
+    nvlink: Nvlink = Nvlink()  # its NVLink-bridged GPU pairs, where known
     vms: list[str] = field(default_factory=list)  # the runbook's VMs on this host
 
 
@@ -108,25 +115,31 @@ class _GpuPool:
         self.rb = rb
         self.inventory = inventory
         self.taken: dict[tuple[str, str], str] = {}  # (host, address) → VM
-        for vm in inventory.vms.values():  # devices attached to VMs the runbook does not manage
-            if rb_vm(rb, vm.name) is None:
-                for dev in vm.pci:
-                    if dev.kind == "classic" and vm.host and dev.address:
-                        self.taken[(vm.host, dev.address)] = vm.name
+        self.attached: dict[tuple[str, str], str] = {}  # what VMs of the runbook have now: left to them if possible
+        for vm in inventory.vms.values():  # devices of VMs the runbook does not manage are taken
+            for dev in vm.pci:
+                if dev.kind == "classic" and vm.host and dev.address:
+                    owners = self.taken if rb_vm(rb, vm.name) is None else self.attached
+                    owners[(vm.host, dev.address)] = vm.name
         for vm in rb.vms:  # explicit addresses and NICs are claimed first
             for address in _explicit(vm):
                 self.taken.setdefault((vm.host, address), vm.name)
 
-    def claim(self, vm: Vm, spec: PassthroughGpus, facts: HostFacts, current: VmFacts | None) -> list[PciDevice]:
+    def claim(self, vm: Vm, spec: PassthroughGpus, facts: HostFacts, current: VmFacts | None,
+              nvlink: Nvlink) -> list[PciDevice]:
+        """The best set (`topology.best_set`) of the GPUs free for the VM; it keeps what it has, and
+        leaves what other VMs of the runbook have, where that costs no topology rule."""
         if spec.addresses:
             return [facts.device(a) for a in spec.addresses]  # type: ignore[misc]
         gpus = [d for d in facts.gpus if d.passthru_capable]
         mine = [d for d in gpus if current and any(p.kind == "classic" and p.address == d.id for p in current.pci)
                 and self.taken.get((facts.name, d.id), vm.name) == vm.name]
         free = [d for d in gpus if (facts.name, d.id) not in self.taken and d not in mine]
-        if vm.numa_node is not None:  # same NUMA node first
-            free.sort(key=lambda d: d.numa_node != vm.numa_node)
-        chosen = (mine + free)[: spec.count]
+
+        def cost(d: PciDevice) -> int:
+            return 0 if d in mine else 2 if self.attached.get((facts.name, d.id), vm.name) != vm.name else 1
+
+        chosen = sorted(best_set(mine + free, spec.count, vm.numa_node, nvlink, cost), key=lambda d: d.id)
         for device in chosen:
             self.taken[(facts.name, device.id)] = vm.name
         return chosen
@@ -143,7 +156,8 @@ def _explicit(vm: Vm) -> list[str]:
     return addresses
 
 
-def resolve(rb: Runbook, inventory: Inventory) -> Desired:
+def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | None = None) -> Desired:
+    """`nvlink`: the NVLink pairs read from ESXi shells, by host (for hosts that declare none)."""
     desired = Desired()
     for i, host in enumerate(rb.hosts):
         facts = inventory.hosts.get(host.name)
@@ -156,6 +170,7 @@ def resolve(rb: Runbook, inventory: Inventory) -> Desired:
             name=host.name, passthrough=_select(rb, i, host, facts),
             graphics=GRAPHICS_TYPES[host.graphics] if host.graphics else None,
             allow_reboot=host.allow_reboot and host.allow_maintenance,
+            nvlink=host_nvlink(rb, i, facts, nvlink or {}),
         )
     pool = _GpuPool(rb, inventory)
     memory_by_host: dict[str, int] = {}
@@ -231,7 +246,7 @@ def _classic_gpus(s: _VmScope, gpus: PassthroughGpus, pool: _GpuPool, current: V
         if device is None or not device.is_gpu:
             raise s.error(("gpus", "addresses", j), f"no GPU at {address} on host {s.vm.host} "
                                                     f"(GPUs: {', '.join(d.id for d in s.facts.gpus)})")
-    chosen = pool.claim(s.vm, gpus, s.facts, current)
+    chosen = pool.claim(s.vm, gpus, s.facts, current, s.host.nvlink)
     if len(chosen) < gpus.count:
         users = sorted({v for (h, _), v in pool.taken.items() if h == s.vm.host and v != s.vm.name})
         raise s.error(("gpus", "count"),
@@ -243,29 +258,32 @@ def _classic_gpus(s: _VmScope, gpus: PassthroughGpus, pool: _GpuPool, current: V
         out.devices.append(DesiredDevice("classic", address=device.id, vendor_id=device.vendor_id,
                                          device_id=device.device_id, label=device.device_name))
         out.memory_gb.append(device.memory_gb or 0)
-    _warn_topology(s.desired, s.vm, chosen)
+    _warn_topology(s, chosen, gpu_problems(chosen, gpus.count, s.vm.numa_node, s.host.nvlink))
     return out
 
 
 def _dynamic_gpus(s: _VmScope, gpus: DynamicGpus) -> _Gpus:
-    """Dynamic DirectPath: any host GPU of one PCI id, chosen by vSphere at power-on."""
+    """Dynamic DirectPath: any host GPU of one PCI id, chosen by vSphere at power-on; with the VM's
+    `numa_node` (numa.nodeAffinity) one on that node (simulator/gpusim/vm.go says why)."""
     wanted = gpus.id or (s.facts.gpus[0].pci_id if s.facts.gpus else None)
     matching = [d for d in s.facts.gpus if d.pci_id == wanted]
     if not matching:
         raise s.error(("gpus", "id"), f"no GPU {wanted} on host {s.vm.host}")
     usable = [d for d in matching if d.id in s.host.passthrough or d.passthru_enabled]
-    if len(usable) < gpus.count:
-        raise s.error(("gpus", "count"), f"needs {gpus.count} GPU(s) {wanted} but host {s.vm.host} "
-                                         f"passes through {len(usable)}")
+    node = s.vm.numa_node
+    there = [d for d in usable if node is None or d.numa_node == node]
+    if len(there) < gpus.count:
+        where = "" if node is None else f" on NUMA node {node} (numa_node)"
+        raise s.error(("gpus", "count"), f"needs {gpus.count} GPU(s) {wanted}{where} but host {s.vm.host} "
+                                         f"passes through {len(there)}{' there' if where else ''}"
+                                         f"{': ' + ', '.join(d.id for d in there) if there else ''}")
     gpu = matching[0]
     out = _Gpus()
     for _ in range(gpus.count):
         out.devices.append(DesiredDevice("dynamic", vendor_id=gpu.vendor_id, device_id=gpu.device_id,
-                                         label=gpu.device_name))
+                                         label=gpu.device_name, candidates=tuple(d.id for d in there)))
         out.memory_gb.append(gpu.memory_gb or 0)
-    if gpus.count > 2 and gpu.device_id in NVLINK_PAIRED:
-        s.desired.notes.append(Note(s.vm.name, "resolve", f"{gpus.count} {gpu.device_name} GPUs: NVLink "
-                                    "bridges join pairs, traffic between pairs crosses PCIe"))
+    _warn_topology(s, there, dynamic_problems(there, gpus.count, s.host.nvlink), gpus.count)
     return out
 
 
@@ -319,13 +337,15 @@ def _gpu_settings(s: _VmScope, gpu_memory: list[int]) -> dict[str, str]:
     return extra
 
 
-def _warn_topology(desired: Desired, vm: Vm, chosen: list[PciDevice]) -> None:
-    paired = [d for d in chosen if d.device_id in NVLINK_PAIRED]
-    if len(paired) > 2:
-        desired.notes.append(Note(vm.name, "resolve", f"{len(paired)} NVLinked {paired[0].device_name} GPUs in one "
-                                  "VM: NVLink bridges join pairs, traffic between pairs crosses PCIe"))
-    if vm.numa_node is not None:
-        away = [d.id for d in chosen if d.numa_node is not None and d.numa_node != vm.numa_node]
-        if away:
-            desired.notes.append(Note(vm.name, "resolve", f"GPU(s) {', '.join(away)} are not on NUMA node "
-                                      f"{vm.numa_node}"))
+def _warn_topology(s: _VmScope, gpus: list[PciDevice], problems: list[Problem], count: int | None = None) -> None:
+    """The VM's topology problems (and its NICs' against `gpus`): plan warnings, or with
+    `topology: strict` an input error."""
+    count = len(gpus) if count is None else count
+    nics = [(j, d) for j, nic in enumerate(s.vm.nics) if (d := s.facts.device(nic.address)) is not None]
+    for problem in problems + nic_problems(nics, numa_nodes(gpus)):
+        if s.rb.strict_topology(s.vm):
+            raise s.error(problem.loc, f"{problem.message} (refused by topology: strict)")
+        s.desired.notes.append(Note(s.vm.name, "resolve", problem.message))
+    if count > 2 and gpus and gpus[0].device_id in NVLINK_PAIRED:
+        s.desired.notes.append(Note(s.vm.name, "resolve", f"{count} NVLinked {gpus[0].device_name} GPUs in one VM: "
+                                    "NVLink bridges join pairs, traffic between pairs crosses PCIe"))

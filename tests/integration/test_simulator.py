@@ -458,3 +458,40 @@ def test_plain_http_and_h100(make_env):
 def test_missing_binary_message(tmp_path):
     with pytest.raises(RuntimeError, match="make sim"):
         gsim.Simulator(binary=tmp_path / "nope").start()
+
+
+def dynamic_spec(count: int, affinity: str) -> vim.vm.ConfigSpec:
+    backing = vim.vm.device.VirtualPCIPassthrough.DynamicBackingInfo(
+        allowedDevice=[vim.vm.device.VirtualPCIPassthrough.AllowedDevice(vendorId=0x10DE, deviceId=0x20B5)])
+    return vim.vm.ConfigSpec(
+        firmware="efi", memoryReservationLockedToMax=True,
+        deviceChange=[vim.vm.device.VirtualDeviceSpec(operation="add", device=vim.vm.device.VirtualPCIPassthrough(
+            key=-1 - n, backing=backing)) for n in range(count)],
+        extraConfig=[vim.option.OptionValue(key="pciPassthru.use64bitMMIO", value="TRUE"),
+                     vim.option.OptionValue(key="pciPassthru.64bitMMIOSizeGB", value="256"),
+                     vim.option.OptionValue(key="numa.nodeAffinity", value=affinity)])
+
+
+def assigned(vm) -> list[str]:
+    return sorted(d.backing.assignedId for d in vm.config.hardware.device
+                  if isinstance(d, vim.vm.device.VirtualPCIPassthrough))
+
+
+def test_dynamic_directpath_follows_numa_node_affinity(make_env):
+    # seen: a VM with numa.nodeAffinity = 1 was given the two NUMA-0 GPUs
+    e = make_env(hosts=1, vms_per_host=2, rebind=True)
+    host = e.host("esx-01")
+    host.configManager.pciPassthruSystem.UpdatePassthruConfig(
+        [vim.host.PciPassthruConfig(id=i, passthruEnabled=True) for i in GPU_IDS])
+    vm1, vm2 = e.vm("esx-01-vm1"), e.vm("esx-01-vm2")
+    ok(vm1.ReconfigVM_Task(dynamic_spec(2, "1")))
+    ok(vm1.PowerOnVM_Task())
+    assert assigned(vm1) == ["0000:b1:00.0", "0000:ca:00.0"]
+
+    ok(vm2.ReconfigVM_Task(dynamic_spec(1, "1")))  # node 1 is taken; node 0 is free but not allowed
+    err = fails(vm2.PowerOnVM_Task(), vim.fault.GenericVmConfigFault)
+    assert re.search(r"No available passthrough device on host esx-01 matches dynamic DirectPath device \d+ on the "
+                     r"virtual machine's NUMA node affinity \(numa.nodeAffinity = 1\)\.$", fault_text(err))
+    ok(vm2.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key="numa.nodeAffinity", value="0,1")])))
+    ok(vm2.PowerOnVM_Task())
+    assert assigned(vm2) == ["0000:17:00.0"]

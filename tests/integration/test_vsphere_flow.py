@@ -172,3 +172,49 @@ def test_bad_runbook_apply_touches_nothing(sim, name):
     assert f"{name}.yaml:" in result.stderr and "Traceback" not in result.stderr
     assert re.search((BAD / f"{name}.expect").read_text().strip(), result.stderr), result.stderr
     assert raw_state(sim) == before
+
+
+TOPOLOGY = """
+vcenter: {password_env: GPUVM_VCENTER_PASSWORD}
+hosts:
+  - name: esx-01
+    passthrough: [{model: A100}]
+    nvlink: [["0000:17:00.0", "0000:31:00.0"], ["0000:b1:00.0", "0000:ca:00.0"]]
+    allow_maintenance: true
+    allow_reboot: true
+  - name: esx-02
+    passthrough: [{model: A100}]
+    allow_maintenance: true
+    allow_reboot: true
+vms:
+  - {name: esx-01-vm1, host: esx-01, memory_gb: 16, gpus: {mode: passthrough, count: 1}}
+  - {name: esx-01-vm2, host: esx-01, memory_gb: 16, gpus: {mode: passthrough, count: 2}}
+  - {name: esx-02-vm1, host: esx-02, memory_gb: 16, gpus: {mode: dynamic, count: 2}, numa_node: 1}
+  - {name: esx-02-vm2, host: esx-02, memory_gb: 16, gpus: {mode: dynamic, count: 1}, numa_node: 0}
+"""
+
+
+def test_gpus_stay_on_one_numa_node_and_dynamic_ones_on_the_vms_node(sim, tmp_path):
+    # seen: a 2-GPU VM got 31:00.0 (NUMA 0) and b1:00.0 (NUMA 1); a dynamic VM with numa_node 1 got NUMA-0 GPUs
+    runbook = tmp_path / "topology.yaml"
+    runbook.write_text(TOPOLOGY)
+    planned = gpuvm("plan", str(runbook), "--json")
+    assert planned.exit_code == 0, planned.output
+    devices = [(c["target"], c["after"]) for c in json.loads(planned.stdout)["changes"] if c["field"] == "device"]
+    assert ("esx-02-vm1", "dynamic 10de:20b5 (vSphere picks from 0000:b1:00.0, 0000:ca:00.0)") in devices
+    assert gpuvm("apply", str(runbook), "--yes", "--allow-host-reboot").exit_code == 0
+    state = raw_state(sim)
+    assert [p.split(":", 1)[1] for p in state["esx-01-vm2"]["pci"]] == ["0000:b1:00.0", "0000:ca:00.0"]
+    from pyVmomi import vim
+
+    from tests.integration.vcenter import pyvmomi
+
+    with pyvmomi(sim) as si:
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        assigned = {v.name: sorted(d.backing.assignedId for d in v.config.hardware.device
+                                   if isinstance(d, vim.vm.device.VirtualPCIPassthrough))
+                    for v in view.view if v.name.startswith("esx-02")}
+        view.DestroyView()
+    assert assigned == {"esx-02-vm1": ["0000:b1:00.0", "0000:ca:00.0"], "esx-02-vm2": ["0000:17:00.0"]}
+    assert gpuvm("plan", str(runbook), "--detailed-exitcode").exit_code == 0

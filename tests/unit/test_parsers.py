@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuvm.errors import RemoteCommandError
-from gpuvm.parsers import esxcli, ibdev2netdev, mlxconfig, mst, nvidia_smi
+from gpuvm.parsers import esxcli, ibdev2netdev, mlxconfig, mst, nvidia_smi, nvidia_topo
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
 
@@ -223,3 +223,31 @@ def test_mst_status_refuses_a_row_with_too_many_columns():
     text = "DEVICE_TYPE  MST  PCI  RDMA  NET  NUMA\nConnectX6  /dev/mst/x  ca:00.0  mlx5_0  mlx5_1  net-a  1\n"
     with pytest.raises(RemoteCommandError, match="could not parse"):
         mst.parse_mst_status(text)
+
+
+@pytest.mark.parametrize("file, gpus, pairs, cell", [
+    # R750xa (2 sockets): bridges join GPU0+GPU1 and GPU2+GPU3; header underlined on a terminal
+    ("nvidia_smi_topo_m_r750xa.txt", (0, 1, 2, 3), [(0, 1), (2, 3)], ((0, 2), "SYS")),
+    # one socket, one bridged pair, R535+ columns (GPU NUMA ID) and a NIC legend
+    ("nvidia_smi_topo_m_nic_legend.txt", (0, 1, 2, 3), [(0, 1)], ((2, 3), "PHB")),
+])
+def test_topo_matrix(file, gpus, pairs, cell):
+    matrix = nvidia_topo.parse_topo_matrix(fixture(file))
+    assert matrix.gpus == gpus
+    assert matrix.nvlinked() == pairs
+    assert matrix.links[cell[0]] == cell[1] and matrix.links[cell[0][::-1]] == cell[1]
+
+
+def test_topo_matrix_without_gpus_and_malformed():
+    assert nvidia_topo.parse_topo_matrix("No devices were found\n").gpus == ()
+    with pytest.raises(RemoteCommandError, match=r"`nvidia-smi topo -m`: expected a matrix"):
+        nvidia_topo.parse_topo_matrix("NVIDIA-SMI has failed\n")
+    with pytest.raises(RemoteCommandError, match=r"rows of 2 cells"):
+        nvidia_topo.parse_topo_matrix("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNVLINK\t0-31\n")
+
+
+def test_bus_ids():
+    text = "0, 00000000:17:00.0\n1, 00000000:31:00.0\n2, 00000000:B1:00.0\n"
+    assert nvidia_topo.parse_bus_ids(text) == {0: "0000:17:00.0", 1: "0000:31:00.0", 2: "0000:b1:00.0"}
+    with pytest.raises(RemoteCommandError, match="index, 00000000:17:00.0"):
+        nvidia_topo.parse_bus_ids("0, GPU-1234\n")

@@ -164,7 +164,8 @@ def test_vgpu_profile_must_be_offered_and_host_shared_direct(tmp_path):
 def test_dynamic_directpath_by_id(tmp_path):
     vms = "- {name: vm1, host: esx-01, gpus: {mode: dynamic, count: 2, id: '10de:20b5'}}\n"
     plan, desired = make_plan(runbook(tmp_path, vms), inventory([r750xa(enabled=True, active=True)], [vm("vm1")]))
-    assert [d.describe() for d in desired.vms["vm1"].devices] == ["dynamic 10de:20b5"] * 2
+    picks = "dynamic 10de:20b5 (vSphere picks from 0000:17:00.0, 0000:31:00.0, 0000:b1:00.0, 0000:ca:00.0)"
+    assert [d.describe() for d in desired.vms["vm1"].devices] == [picks] * 2
     assert desired.vms["vm1"].extra_config["pciPassthru.64bitMMIOSizeGB"] == "512"
 
 

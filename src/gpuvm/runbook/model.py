@@ -84,6 +84,24 @@ class PciSelector(Strict):
 
 
 GraphicsMode = Literal["shared", "shared_direct"]
+TopologyPolicy = Literal["warn", "strict"]  # strict: what would be a topology warning refuses the plan
+
+
+def _nvlink_pairs(value: Any) -> list[tuple[str, str]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(p, list) and all(isinstance(a, str) for a in p)
+                                              for p in value):
+        raise ValueError("nvlink is a list of GPU address pairs, like [[0000:17:00.0, 0000:31:00.0]]")
+    pairs: list[tuple[str, str]] = []
+    for pair in value:
+        addresses = [_pci_address(a) for a in pair]
+        if len(addresses) != 2 or addresses[0] == addresses[1]:
+            raise ValueError(f"{pair} is not a pair: give two GPU addresses, like [0000:17:00.0, 0000:31:00.0]")
+        if twice := {a for p in pairs for a in p} & set(addresses):
+            raise ValueError(f"GPU {', '.join(sorted(twice))} is in two NVLink pairs")
+        pairs.append((addresses[0], addresses[1]))
+    return pairs
 
 
 class SshAccess(Strict):
@@ -122,6 +140,9 @@ class Host(Strict):
     ats: bool | None = None  # PCIe Address Translation Services (for P2P), via esxcli
     ats_option: str = "atsSupport"  # the kernel setting's name is unconfirmed: configurable
     mig: Literal["all"] | list[Annotated[int, Field(ge=0, le=15)]] | None = None  # GPUs in MIG mode (MIG-backed vGPU)
+    nvlink: list[tuple[str, str]] | None = None  # NVLink-bridged GPU pairs; undeclared: read from the ESXi shell
+
+    _l = field_validator("nvlink", mode="before")(lambda cls, v: _nvlink_pairs(v))
 
     @model_validator(mode="after")
     def _needs_ssh(self) -> "Host":
@@ -193,6 +214,7 @@ class Vm(Strict):
     p2p: bool = True
     mmio: Literal["auto"] | int = "auto"
     numa_node: int | None = Field(default=None, ge=0, le=7)
+    topology: TopologyPolicy | None = None  # default: the runbook's
     power: Literal["on", "off"] = "on"
 
     _n = field_validator("name")(lambda cls, v: checked_name(v))
@@ -304,6 +326,7 @@ class Runbook(Strict):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
     vcenter: VCenter = VCenter()
+    topology: TopologyPolicy = "warn"  # GPUs of a VM on one NUMA node, in NVLink pairs, its NICs on their node
     hosts: list[Host] = []
     vms: list[Vm] = []
     ssh: SshSettings = SshSettings()
@@ -344,6 +367,9 @@ class Runbook(Strict):
 
     def host(self, name: str) -> Host | None:
         return next((h for h in self.hosts if h.name == name), None)
+
+    def strict_topology(self, vm: Vm) -> bool:
+        return (vm.topology or self.topology) == "strict"
 
     def check_references(self) -> None:
         """Checks that need only the runbook: unique names, VMs on declared hosts."""
