@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuvm.capacity import check_capacity
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
 from gpuvm.errors import InputError
 from gpuvm.plan import Note
@@ -167,6 +168,7 @@ def resolve(rb: Runbook, inventory: Inventory) -> Desired:
                 raise rb.error(("vms", i, "memory_gb"),
                                f"reserving {vm.memory_gb} GB does not fit: VMs on {vm.host} would reserve "
                                f"{memory_by_host[vm.host] // 1024} GB of its {host_mb // 1024} GB")
+    check_capacity(rb, inventory, desired)
     return desired
 
 

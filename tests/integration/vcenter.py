@@ -8,6 +8,10 @@ from typing import Any, Iterator
 
 from gpusim import Simulator
 
+# GPUs in MIG mode for the lab's MIG-backed vGPU (playbooks/lab.yaml, esx-02's `mig: [0, 1]`). gpusim has
+# no ESXi shell: MIG modes are given when it starts (the test hosts standing in for ESXi shells keep their own).
+LAB_MIG = {"esx-02": "0,1"}
+
 
 def env_for(sim: Simulator) -> dict[str, str]:
     return {"GOVC_URL": sim.url, "GOVC_TLS_CA_CERTS": str(sim.cert_file), "GOVC_USERNAME": sim.username,

@@ -18,9 +18,11 @@ HOST_PROPERTIES = [
     "hardware.numaInfo",
     "hardware.systemInfo.uuid",
     "hardware.memorySize",
+    "hardware.cpuInfo.numCpuThreads",
     "config.pciPassthruInfo",
     "config.graphicsConfig",
     "config.sharedPassthruGpuTypes",
+    "config.graphicsInfo",
     "capability.deviceRebindWithoutRebootSupported",
     "runtime.connectionState",
     "runtime.inMaintenanceMode",
@@ -103,6 +105,7 @@ def host_facts(moid: str, props: dict[str, Any]) -> HostFacts:
         name=props["name"], moid=moid,
         system_uuid=props.get("hardware.systemInfo.uuid") or "",
         memory_mb=int(props.get("hardware.memorySize") or 0) // (1024 * 1024),
+        cpu_threads=int(props.get("hardware.cpuInfo.numCpuThreads") or 0),
         connection_state=str(props.get("runtime.connectionState") or ""),
         in_maintenance=bool(props.get("runtime.inMaintenanceMode")),
         power_state=str(props.get("runtime.powerState") or ""),
@@ -111,6 +114,8 @@ def host_facts(moid: str, props: dict[str, Any]) -> HostFacts:
                           assignment_policy=graphics.sharedPassthruAssignmentPolicy or "performance")
         if graphics else Graphics(),
         vgpu_profiles=list(props.get("config.sharedPassthruGpuTypes") or []),
+        gpu_memory_mb={g.pciId: int(g.memorySizeInKB) // 1024 for g in props.get("config.graphicsInfo") or []
+                       if g.pciId and g.memorySizeInKB},
         pci=devices,
         passthru_system=_moid(props.get("configManager.pciPassthruSystem")),
         graphics_manager=_moid(props.get("configManager.graphicsManager")),
