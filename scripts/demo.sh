@@ -16,7 +16,7 @@ export GPUVM_STATE_DIR=$WORK/state
 exec 9>/tmp/gpuvm-testbed.lock && flock 9        # one test bed per machine (the tests take turns too)
 
 .venv/bin/python testbed/bed.py up --root $BED --esxi 2 --guests 4 >/dev/null
-build/gpusim -hosts 2 -vms-per-host 2 -listen 127.0.0.1:0 -cert-out "$WORK/sim.pem" \
+build/gpusim -hosts 2 -vms-per-host 2 -mig esx-02=0,1 -listen 127.0.0.1:0 -cert-out "$WORK/sim.pem" \
   -on-reboot ".venv/bin/python testbed/bed.py reboot \"\$GPUSIM_HOST\" \$GPUSIM_VMS --root $BED" >"$WORK/sim.out" 2>"$WORK/sim.log" &
 SIM=$!
 trap 'kill $SIM 2>/dev/null || true; .venv/bin/python testbed/bed.py down --root $BED >/dev/null' EXIT

@@ -74,6 +74,8 @@ class Simulator:
         latency: Mapping[str, str] | None = None,
         rebind: bool = False,
         on_reboot: str | None = None,
+        mig: Mapping[str, str] | None = None,
+        vm_version: str = "vmx-19",
         binary: str | Path | None = None,
         workdir: str | Path | None = None,
         username: str = DEFAULT_USERNAME,
@@ -88,6 +90,8 @@ class Simulator:
         self.latency = dict(latency or {})
         self.rebind = rebind
         self.on_reboot = on_reboot
+        self.mig = dict(mig or {})  # host → "all" or GPU indices "0,1": GPUs in MIG mode
+        self.vm_version = vm_version
         self.binary = Path(binary) if binary else binary_path()
         self.username = username
         self.password = password
@@ -113,6 +117,7 @@ class Simulator:
             f"-password={self.password}",
             f"-vm-power={self.vm_power}",
             f"-rebind-without-reboot={'true' if self.rebind else 'false'}",
+            f"-vm-version={self.vm_version}",
         ]
         if self.tls and self.cert_file is not None:
             cmd.append(f"-cert-out={self.cert_file}")
@@ -120,6 +125,8 @@ class Simulator:
             cmd.append(f"-on-reboot={self.on_reboot}")
         for f in self.faults:
             cmd.append("-" + f.lstrip("-"))
+        for host, gpus in self.mig.items():
+            cmd.append(f"-mig={host}={gpus}")
         for method, duration in self.latency.items():
             cmd.append(f"-latency={method}={duration}")
         return cmd

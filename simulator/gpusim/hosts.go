@@ -120,6 +120,8 @@ type gpuHost struct {
 	pci      []pciSpec
 	passthru *HostPciPassthruSystem
 	graphics *HostGraphicsManager
+	mig      map[string]bool     // GPU id → in MIG mode (-mig)
+	vgpus    map[string][]string // VM moref → the GPU each of its vGPUs runs on (capacity.go)
 	// bootGraphics is the graphics config the host booted with: GPUs run it
 	// until the next reboot, whatever UpdateGraphicsConfig stored since.
 	bootGraphics types.HostGraphicsConfig
@@ -190,6 +192,7 @@ func (g *gpusim) configureHost(hs *simulator.HostSystem, name string) {
 	hw.SystemInfo.Vendor = "Dell Inc."
 	hw.SystemInfo.Model = "PowerEdge R750xa"
 	hw.MemorySize = hostMemory
+	hw.CpuInfo = types.HostCpuInfo{NumCpuPackages: 2, NumCpuCores: 64, NumCpuThreads: 128, Hz: 2000000000}
 	hw.PciDevice = nil
 	nodes := [2]types.HostNumaNode{{TypeId: 0}, {TypeId: 1}}
 	for n := range nodes {

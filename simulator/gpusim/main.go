@@ -39,6 +39,8 @@ type options struct {
 	failTask          int
 	latency           multiFlag
 	onReboot          string
+	mig               multiFlag
+	vmVersion         string
 }
 
 func parseFlags() *options {
@@ -57,6 +59,8 @@ func parseFlags() *options {
 	flag.IntVar(&o.failTask, "fail-task", 0, "the Nth task created (after startup) fails once")
 	flag.Var(&o.latency, "latency", "METHOD=DURATION, e.g. ReconfigVM_Task=1s (repeatable)")
 	flag.StringVar(&o.onReboot, "on-reboot", "", "command run (via sh -c, with GPUSIM_HOST set) when a host reboots, e.g. to reboot a test host's ESXi shell")
+	flag.Var(&o.mig, "mig", "HOST=all or HOST=0,1: GPUs (by index in PCI order) in MIG mode, for MIG-backed vGPU (repeatable)")
+	flag.StringVar(&o.vmVersion, "vm-version", "vmx-19", "hardware version of the VMs created (ESXi 7.0 U2 and later: vmx-19)")
 	flag.Parse()
 	return o
 }
@@ -106,6 +110,9 @@ func run(o *options) error {
 	if err := g.buildHosts(); err != nil {
 		return err
 	}
+	if err := g.applyMig(o.mig); err != nil {
+		return err
+	}
 
 	if o.tls {
 		cert, err := selfSignedCert(o.listen)
@@ -127,7 +134,7 @@ func run(o *options) error {
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	err = g.createVMs(ctx, server.URL, o.vmsPerHost, o.vmPower == "on")
+	err = g.createVMs(ctx, server.URL, o.vmsPerHost, o.vmPower == "on", o.vmVersion)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("create VMs: %w", err)

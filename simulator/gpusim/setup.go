@@ -13,7 +13,7 @@ import (
 
 // createVMs makes <host>-vm<j> on every host through the simulator's own API,
 // so the stock code lays out files, devices and runtime.host as usual.
-func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn bool) error {
+func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn bool, version string) error {
 	c, err := govmomi.NewClient(ctx, u, true)
 	if err != nil {
 		return err
@@ -41,6 +41,7 @@ func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn
 			spec := types.VirtualMachineConfigSpec{
 				Name:                         fmt.Sprintf("%s-vm%d", h.hs.Name, j),
 				GuestId:                      string(types.VirtualMachineGuestOsIdentifierUbuntu64Guest),
+				Version:                      version,
 				NumCPUs:                      4,
 				MemoryMB:                     8192,
 				Firmware:                     string(types.GuestOsDescriptorFirmwareTypeBios),

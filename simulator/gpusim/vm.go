@@ -53,6 +53,9 @@ func (p *vmProxy) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_T
 		if reason, fail := p.g.faults.takeReconfigureFault(vm.Name); fail {
 			return nil, injectedFault(reason)
 		}
+		if err := checkDeviceVersions(vm, &req.Spec); err != nil {
+			return nil, err
+		}
 		if vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOff {
 			for _, c := range req.Spec.DeviceChange {
 				dc := c.GetVirtualDeviceConfigSpec()
@@ -143,6 +146,9 @@ func (p *vmProxy) PowerOnVMTask(ctx *simulator.Context, req *types.PowerOnVM_Tas
 		if h != nil {
 			if h.hs.Runtime.InMaintenanceMode {
 				return nil, invalidState(fmt.Sprintf("The operation is not allowed in the current state: host %s is in maintenance mode.", h.hs.Name))
+			}
+			if err := checkCPUs(vm, h); err != nil {
+				return nil, err
 			}
 			var err types.BaseMethodFault
 			if assign, err = p.g.checkPassthrough(vm, h); err != nil {
@@ -254,6 +260,7 @@ func (g *gpusim) checkPassthrough(vm *simulator.VirtualMachine, h *gpuHost) (fun
 		id string
 	}
 	var dyn []pending
+	var vgpus []string
 	for _, pt := range devs {
 		switch b := pt.Backing.(type) {
 		case *types.VirtualPCIPassthroughDeviceBackingInfo:
@@ -289,6 +296,7 @@ func (g *gpusim) checkPassthrough(vm *simulator.VirtualMachine, h *gpuHost) (fun
 			if !contains(h.hs.Config.SharedPassthruGpuTypes, b.Vgpu) {
 				return nil, vmFault(fmt.Sprintf("Module DevicePowerOn power on failed. vGPU profile %q is not supported by host %s.", b.Vgpu, h.hs.Name))
 			}
+			vgpus = append(vgpus, b.Vgpu)
 		default:
 			return nil, vmFault(fmt.Sprintf("Module DevicePowerOn power on failed. Unsupported PCI passthrough backing %T.", pt.Backing))
 		}
@@ -313,10 +321,15 @@ func (g *gpusim) checkPassthrough(vm *simulator.VirtualMachine, h *gpuHost) (fun
 			return nil, vmFault(fmt.Sprintf("Module DevicePowerOn power on failed. Failed to map 64-bit MMIO for PCI passthrough devices: total number of pages needed (%d) exceeds limit (%d). Set pciPassthru.64bitMMIOSizeGB to at least %d.", need*pagesPerGB, size*pagesPerGB, need))
 		}
 	}
+	placeVgpus, fault := g.placeVgpus(vm, h, vgpus)
+	if fault != nil {
+		return nil, fault
+	}
 	return func() {
 		for _, d := range dyn {
 			d.b.AssignedId = d.id
 		}
+		placeVgpus()
 	}, nil
 }
 

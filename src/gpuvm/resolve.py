@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpuvm.capacity import check_capacity
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
 from gpuvm.errors import InputError
 from gpuvm.plan import Note
@@ -185,6 +186,7 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
                 raise rb.error(("vms", i, "memory_gb"),
                                f"reserving {vm.memory_gb} GB does not fit: VMs on {vm.host} would reserve "
                                f"{memory_by_host[vm.host] // 1024} GB of its {host_mb // 1024} GB")
+    check_capacity(rb, inventory, desired)
     return desired
 
 

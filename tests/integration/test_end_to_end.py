@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
-from tests.integration.vcenter import reboot_hook, env_for, raw_state
+from tests.integration.vcenter import LAB_MIG, env_for, raw_state, reboot_hook
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).parents[2]
@@ -45,7 +45,7 @@ def fresh_bed(testbed):
 @pytest.fixture
 def lab(testbed, tmp_path, monkeypatch):
     hook = reboot_hook(testbed)
-    with Simulator(hosts=2, vms_per_host=2, on_reboot=hook) as sim:
+    with Simulator(hosts=2, vms_per_host=2, on_reboot=hook, mig=LAB_MIG) as sim:
         for key, value in env_for(sim).items():
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
@@ -132,7 +132,7 @@ def test_secrets_never_leak(testbed, tmp_path, monkeypatch):
     state = tmp_path / "state"
     hook = reboot_hook(testbed)
     outputs = []
-    with Simulator(hosts=2, vms_per_host=2, password=VC_CANARY, on_reboot=hook) as sim:
+    with Simulator(hosts=2, vms_per_host=2, password=VC_CANARY, on_reboot=hook, mig=LAB_MIG) as sim:
         env = dict(env_for(sim), GPUVM_STATE_DIR=str(state), GPUVM_KEY_PASSPHRASE=KEY_CANARY,
                    PATH="/usr/bin:/bin")
         for args in (["validate"], ["inventory", "--save", str(tmp_path / "inv.json")], ["plan"], ["plan", "--json"],

@@ -16,7 +16,7 @@ import pytest
 
 from gpusim import Simulator
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import env_for, pyvmomi, raw_state
+from tests.integration.vcenter import LAB_MIG, env_for, pyvmomi, raw_state
 
 pytestmark = pytest.mark.integration
 VMS = ("esx-01-vm1", "esx-01-vm2", "esx-02-vm1", "esx-02-vm2")
@@ -58,7 +58,7 @@ def runbook(tmp_path) -> Path:
 
 def test_sigkill_mid_apply_then_rerun(runbook, tmp_path):
     state = tmp_path / "state"
-    with Simulator(latency={"ReconfigVM_Task": "1500ms"}) as sim:
+    with Simulator(mig=LAB_MIG, latency={"ReconfigVM_Task": "1500ms"}) as sim:
         proc = start_apply(sim, runbook, state)
         wait_for(lambda: any(e["status"] == "started" and e["step"] == "vm.hardware" for e in journal(state)
                              if "step" in e))
@@ -81,7 +81,7 @@ def test_sigkill_mid_apply_then_rerun(runbook, tmp_path):
 def test_inflight_task_from_another_run_is_not_doubled(runbook, tmp_path):
     """A re-run started while the killed run's task is still running refuses instead of doubling."""
     state = tmp_path / "state"
-    with Simulator(latency={"ReconfigVM_Task": "3s"}) as sim:
+    with Simulator(mig=LAB_MIG, latency={"ReconfigVM_Task": "3s"}) as sim:
         proc = start_apply(sim, runbook, state)
         wait_for(lambda: any(e.get("step") == "vm.hardware" and e["status"] == "started" for e in journal(state)))
         proc.send_signal(signal.SIGKILL)
@@ -100,7 +100,7 @@ def test_vcenter_session_dropped_mid_apply(runbook, tmp_path):
     """vCenter ends gpuvm's session mid-apply (as an expired or terminated session): gpuvm says so,
     logs in again, and finishes — the refused calls were not done, so repeating them is safe."""
     state = tmp_path / "state"
-    with Simulator(latency={"ReconfigVM_Task": "1s"}) as sim:
+    with Simulator(mig=LAB_MIG, latency={"ReconfigVM_Task": "1s"}) as sim:
         proc = start_apply(sim, runbook, state)
         wait_for(lambda: any(e.get("step") == "vm.hardware" and e["status"] == "started" for e in journal(state)))
         with pyvmomi(sim) as si:
@@ -124,7 +124,7 @@ def test_vcenter_gone_mid_apply_then_rerun(runbook, tmp_path):
     """vCenter itself stops answering mid-apply: one clear error per target, a journal, and a re-run
     against the restarted vCenter (here: the same simulator's state is gone, so a fresh one) works."""
     state = tmp_path / "state"
-    with Simulator(latency={"ReconfigVM_Task": "1s"}) as sim:
+    with Simulator(mig=LAB_MIG, latency={"ReconfigVM_Task": "1s"}) as sim:
         proc = start_apply(sim, runbook, state)
         wait_for(lambda: any(e.get("step") == "vm.hardware" and e["status"] == "started" for e in journal(state)))
         sim.stop()

@@ -18,7 +18,7 @@ from ruamel.yaml import YAML
 
 from gpusim import Simulator
 from tests.integration.test_end_to_end import REPO, lab_for_bed
-from tests.integration.vcenter import reboot_hook, env_for
+from tests.integration.vcenter import LAB_MIG, env_for, reboot_hook
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def test_guest_stops_answering_and_a_command_hangs_mid_apply(testbed, tmp_path):
         yaml.dump(data, out)
     state = tmp_path / "state"
     hook = reboot_hook(testbed)
-    with Simulator(hosts=2, vms_per_host=2, on_reboot=hook, latency={"ReconfigVM_Task": "1500ms"}) as sim:
+    with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG, on_reboot=hook, latency={"ReconfigVM_Task": "1500ms"}) as sim:
         env = dict(os.environ, **env_for(sim), GPUVM_STATE_DIR=str(state))
         proc = subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(runbook), "--yes",
                                  "--allow-host-reboot"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -142,7 +142,7 @@ def test_first_deployment_with_a_guest_not_up_yet(testbed, tmp_path):
     hook = reboot_hook(testbed)
     testbed.stop_sshd("gpu-vm-04")  # esx-02-vm2's guest OS is not up
     try:
-        with Simulator(hosts=2, vms_per_host=2, on_reboot=hook) as sim:
+        with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG, on_reboot=hook) as sim:
             env = dict(os.environ, **env_for(sim), GPUVM_STATE_DIR=str(state))
             planned = gpuvm(env, "plan", str(runbook))
             assert planned.returncode == 0, planned.stdout + planned.stderr

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
-from tests.integration.vcenter import env_for, raw_state
+from tests.integration.vcenter import LAB_MIG, env_for, raw_state
 
 pytestmark = pytest.mark.integration
 LAB_FILE = Path(__file__).parents[2] / "playbooks" / "lab.yaml"
@@ -42,7 +42,7 @@ def lab(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def sim(monkeypatch, tmp_path):
-    with Simulator(hosts=2, vms_per_host=2) as running:
+    with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG) as running:
         for key, value in env_for(running).items():
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
@@ -118,7 +118,7 @@ def test_drift_is_reported_by_verify(sim, lab):
 
 
 def test_injected_reconfigure_fault_then_rerun_completes(monkeypatch, tmp_path, lab):
-    with Simulator(hosts=2, vms_per_host=2, faults=["fail-reconfigure=esx-01-vm2:1"]) as sim:
+    with Simulator(hosts=2, vms_per_host=2, faults=["fail-reconfigure=esx-01-vm2:1"], mig=LAB_MIG) as sim:
         for key, value in env_for(sim).items():
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
@@ -161,7 +161,8 @@ BAD = Path(__file__).parents[1] / "fixtures" / "bad_runbooks"
 
 
 @pytest.mark.parametrize("name", ["08-type-cpus-string", "32-combo-selector-two", "46-inv-too-many-gpus",
-                                  "54-inv-profile-not-offered", "58-inject-vm-name"])
+                                  "54-inv-profile-not-offered", "58-inject-vm-name", "64-cap-vgpu-no-room",
+                                  "65-cap-classic-and-dynamic", "66-cap-vcpus"])
 def test_bad_runbook_apply_touches_nothing(sim, name):
     """`apply` of a broken runbook exits 2 with file:line: field, and the simulator is unchanged."""
     before = raw_state(sim)

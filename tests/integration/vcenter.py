@@ -11,6 +11,10 @@ from typing import Any, Iterator
 
 from gpusim import Simulator
 
+# GPUs in MIG mode for the lab's MIG-backed vGPU (playbooks/lab.yaml, esx-02's `mig: [0, 1]`). gpusim has
+# no ESXi shell: MIG modes are given when it starts (the test hosts standing in for ESXi shells keep their own).
+LAB_MIG = {"esx-02": "0,1"}
+
 
 BED = Path(__file__).resolve().parents[2] / "testbed" / "bed.py"
 

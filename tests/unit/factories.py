@@ -7,8 +7,13 @@ from gpuvm.vsphere.facts import HostFacts, Inventory, PciDevice, VmFacts
 GPU_ADDRESSES = [("0000:17:00.0", 0), ("0000:31:00.0", 0), ("0000:b1:00.0", 1), ("0000:ca:00.0", 1)]
 
 
-def r750xa(name: str = "esx-01", enabled: bool = False, active: bool = False, **extra) -> HostFacts:
-    pci = [PciDevice(id=a, vendor_id=0x10DE, device_id=0x20B5, device_name="GA100 [A100 PCIe 80GB]", class_id=0x0302,
+A100_80GB = (0x20B5, "GA100 [A100 PCIe 80GB]")
+H100 = (0x2331, "GH100 [H100 PCIe]")
+
+
+def r750xa(name: str = "esx-01", enabled: bool = False, active: bool = False, gpu: tuple[int, str] = A100_80GB,
+           **extra) -> HostFacts:
+    pci = [PciDevice(id=a, vendor_id=0x10DE, device_id=gpu[0], device_name=gpu[1], class_id=0x0302,
                      numa_node=n, passthru_capable=True, passthru_enabled=enabled, passthru_active=active)
            for a, n in GPU_ADDRESSES]
     pci += [PciDevice(id=f"0000:4b:00.{f}", vendor_id=0x15B3, device_id=0x101B, class_id=0x0207,

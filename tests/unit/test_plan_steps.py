@@ -146,17 +146,24 @@ def test_mmio_too_small_is_refused(tmp_path):
         make_plan(runbook(tmp_path, vms), inventory([r750xa()], [vm("vm1")]))
 
 
+# A vGPU host passes through its ConnectX ports only: passthrough GPUs serve no vGPU.
+VGPU_HOST = HOST.replace("{model: A100}, ", "")
+
+
 def test_vgpu_profile_must_be_offered_and_host_shared_direct(tmp_path):
-    hosts = HOST.replace("allow_reboot: true", "allow_reboot: true\n    graphics: shared_direct")
+    hosts = VGPU_HOST.replace("allow_reboot: true", "allow_reboot: true\n    graphics: shared_direct")
     bad = "- {name: vm1, host: esx-01, gpus: {mode: vgpu, profile: grid_a100-99c}}\n"
     with pytest.raises(InputError, match=r"vms\[0\]\.gpus\.profile: vGPU profile 'grid_a100-99c' is not offered"):
         make_plan(runbook(tmp_path, bad, hosts), inventory([r750xa()], [vm("vm1")]))
     good = "- {name: vm1, host: esx-01, gpus: {mode: vgpu, profile: grid_a100d-3-40c, count: 2}}\n"
     with pytest.raises(InputError, match=r"graphics: shared_direct"):
-        make_plan(runbook(tmp_path, good), inventory([r750xa()], [vm("vm1")]))
+        make_plan(runbook(tmp_path, good, VGPU_HOST), inventory([r750xa()], [vm("vm1")]))
     plan, desired = make_plan(runbook(tmp_path, good, hosts), inventory([r750xa()], [vm("vm1")]))
-    assert changes(plan, "host.graphics") == [("host.graphics", "esx-01", "hostDefaultGraphicsType", "shared",
-                                               "sharedDirect", Disruption.HOST_REBOOT)]
+    graphics = changes(plan, "host.graphics")
+    assert graphics[0] == ("host.graphics", "esx-01", "hostDefaultGraphicsType", "shared", "sharedDirect",
+                           Disruption.HOST_REBOOT)
+    assert [c.resource for c in plan.for_step("host.graphics")[1:]] == [  # every GPU not passed through
+        f"GPU {gpu.id}" for gpu in r750xa().gpus]
     assert desired.vms["vm1"].extra_config == {"pciPassthru0.cfg.enable_uvm": "0", "pciPassthru1.cfg.enable_uvm": "0"}
     assert [c.after for c in plan.for_step("vm.hardware") if c.field == "device"] == ["vGPU grid_a100d-3-40c"] * 2
 

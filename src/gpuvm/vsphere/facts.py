@@ -72,12 +72,14 @@ class HostFacts(BaseModel):
     moid: str
     system_uuid: str = ""
     memory_mb: int = 0
+    cpu_threads: int = 0  # logical CPUs; 0: not read
     connection_state: str = "connected"
     in_maintenance: bool = False
     power_state: str = "poweredOn"
     rebind_without_reboot: bool = False
     graphics: Graphics = Graphics()
     vgpu_profiles: list[str] = []
+    gpu_memory_mb: dict[str, int] = {}  # graphics device address → its memory (config.graphicsInfo)
     pci: list[PciDevice] = []
     passthru_system: str | None = None  # moid of configManager.pciPassthruSystem
     graphics_manager: str | None = None
@@ -88,6 +90,11 @@ class HostFacts(BaseModel):
     @property
     def gpus(self) -> list[PciDevice]:
         return [d for d in self.pci if d.is_gpu]
+
+    def gpu_memory_gb(self, device: PciDevice) -> int | None:
+        """The GPU's memory: as the host reports it, else from the PCI id."""
+        mb = self.gpu_memory_mb.get(device.id)
+        return mb // 1024 if mb else device.memory_gb
 
 
 VmDeviceKind = Literal["classic", "dynamic", "vgpu"]

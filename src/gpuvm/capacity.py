@@ -1,0 +1,266 @@
+"""Capacity, exclusivity and compatibility of the devices resolve() chose, checked before anything is touched.
+
+Host by host, against the inventory — VMs the runbook does not manage included, powered on or not:
+- a GPU that is passthrough (enabled, active, or selected by the runbook) serves no vGPU;
+- dynamic DirectPath: the host's passthrough GPUs of the PCI id, less those held by classic
+  DirectPath, cover the dynamic counts of every VM on the host;
+- vGPU: every instance finds a GPU with room (`place_vgpu`, the rules below);
+- each VM's hardware version is at least what its devices need, and its vCPUs at most the host's
+  logical CPUs.
+The first failure is an InputError naming the runbook line, the VM, the host and the GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gpuvm.errors import InputError
+from gpuvm.mig import GpuModel, gpu_model
+from gpuvm.plan import Note
+from gpuvm.runbook.model import Runbook
+from gpuvm.vsphere.facts import HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
+
+if TYPE_CHECKING:
+    from gpuvm.resolve import Desired, DesiredDevice
+
+# Minimum VM hardware version per device kind, from VMware's documentation:
+# - classic DirectPath: "verify that the virtual machine is using hardware version 7 or later"
+#   (vSphere 6.5 Client SDK, "Add a PCI Device to a Virtual Machine");
+# - vGPU: "compatible with ESXi 6.0 and later" (vmx-11); several vGPUs in one VM: "compatible with
+#   ESXi 6.7 Update 2 and later" (vmx-15) (vSphere 6.7 VM administration, "Configure NVIDIA GRID vGPU");
+# - dynamic DirectPath: "verify that the virtual hardware version is 17" (vSphere 7.0 Host Client,
+#   "Add a PCI Device to a Virtual Machine").
+# vmx-N ↔ ESXi release: vSphere Automation API, Hardware.Version.
+MIN_HW_VERSION = {"classic": (7, "classic DirectPath", "ESXi 4.0"), "vgpu": (11, "vGPU", "ESXi 6.0"),
+                  "vgpus": (15, "more than one vGPU", "ESXi 6.7 U2"), "dynamic": (17, "dynamic DirectPath", "ESXi 7.0")}
+
+# grid_a100-20c (time-sliced, 20 GB), grid_a100d-3-40c (MIG-backed: 3 compute slices, 40 GB);
+# newer releases name them nvidia_a100-20c.
+PROFILE = re.compile(r"^[a-z]+_[a-z0-9]+-(?:(?P<slices>\d)-)?(?P<gb>\d+)[a-z]+$")
+
+
+@dataclass(frozen=True)
+class VgpuProfile:
+    name: str
+    memory_gb: int
+    slices: int | None  # MIG compute slices; None: time-sliced
+
+    @property
+    def mig_profile(self) -> str:
+        return f"{self.slices}g.{self.memory_gb}gb"
+
+
+def vgpu_profile(name: str) -> VgpuProfile | None:
+    m = PROFILE.match(name)
+    if m is None:
+        return None
+    return VgpuProfile(name, int(m["gb"]), int(m["slices"]) if m["slices"] else None)
+
+
+# vGPU placement rules (NVIDIA Virtual GPU Software User Guide, "Virtual GPU Types" and "Valid Virtual
+# GPU Configurations on a Single GPU"; vSphere API HostGraphicsInfoVgpuMode: sameSize, mixedSize,
+# multiInstanceGpu — one mode per GPU):
+# - time-sliced: a GPU in equal-size mode (the default) runs vGPUs of one frame-buffer size, as many
+#   as its memory holds (grid_a100-20c: 2 on a 40 GB A100; grid_h100-80c: 1 on an H100 80GB);
+# - MIG-backed: only on a GPU in MIG mode, which then runs no time-sliced vGPU; an instance takes
+#   its profile's compute and memory slices (7 and 8 per A100/H100, 3g.20gb takes 3 and 4) and a
+#   profile has a most-per-GPU count (gpuvm.mig, from NVIDIA's MIG user guide).
+# A vGPU goes to a GPU already running vGPUs it can join, else to the first free one; gpusim places
+# them the same way, so a plan that fits here powers on there.
+@dataclass
+class GpuRoom:
+    device: PciDevice
+    memory_gb: int | None
+    mig: bool | None  # MIG mode; None: not known
+    blocked: str = ""  # why it serves no vGPU at all
+    size: int | None = None  # frame buffer of the time-sliced vGPUs it runs
+    compute: int = 0  # MIG slices taken
+    memory: int = 0
+    users: list[tuple[str, str]] = field(default_factory=list)  # (VM, profile)
+
+    @property
+    def model(self) -> GpuModel | None:
+        return gpu_model(self.device.device_name)
+
+    def _by(self) -> str:
+        return ", ".join(sorted({vm for vm, _ in self.users}))
+
+    def refusal(self, p: VgpuProfile) -> str | None:
+        """Why this GPU cannot take one more vGPU of profile p; None if it can."""
+        if self.blocked:
+            return self.blocked
+        if p.slices is None:
+            if self.mig:
+                return "is in MIG mode (time-sliced vGPUs need it off)"
+            if self.compute:
+                return f"runs MIG-backed vGPUs of {self._by()}"
+            if self.size is not None and self.size != p.memory_gb:
+                return f"runs {self.size} GB vGPUs of {self._by()} (one size per GPU)"
+            if self.memory_gb is not None and (len(self.users) + 1) * p.memory_gb > self.memory_gb:
+                return f"is full: {len(self.users)} x {p.memory_gb} GB of {self.memory_gb} GB used by {self._by()}"
+            return None
+        if self.mig is False:
+            return "is not in MIG mode"
+        if self.size is not None:
+            return f"runs time-sliced vGPUs of {self._by()}"
+        model = self.model
+        spec = model.profiles.get(p.mig_profile) if model else None
+        if model is None or spec is None:
+            return None  # a GPU or profile gpuvm has no slice table for: not checked
+        same = sum(1 for _, name in self.users if name == p.name)
+        if (same >= spec.max_count or self.compute + spec.compute > model.compute_slices
+                or self.memory + spec.memory > model.memory_slices):
+            return (f"has {model.compute_slices - self.compute} of {model.compute_slices} MIG compute slices free "
+                    f"({p.mig_profile} needs {spec.compute}; used by {self._by()})")
+        return None
+
+    def take(self, vm: str, p: VgpuProfile) -> None:
+        self.users.append((vm, p.name))
+        if p.slices is None:
+            self.size, self.mig = p.memory_gb, False if self.mig is None else self.mig
+            return
+        self.mig = True
+        model = self.model
+        spec = model.profiles.get(p.mig_profile) if model else None
+        if spec:
+            self.compute, self.memory = self.compute + spec.compute, self.memory + spec.memory
+
+
+def place_vgpu(gpus: list[GpuRoom], vm: str, p: VgpuProfile) -> str | None:
+    """Put one vGPU on a GPU (one already in use first); return why none can take it, or None."""
+    fits = [g for g in gpus if g.refusal(p) is None]
+    if fits:
+        min(fits, key=lambda g: (not g.users, g.device.id)).take(vm, p)
+        return None
+    return "; ".join(f"GPU {g.device.id} {g.refusal(p)}" for g in gpus) or "the host has no NVIDIA GPU"
+
+
+@dataclass
+class _Host:
+    """One host's facts and what every VM on it (managed or not) holds or asks for."""
+
+    rb: Runbook
+    facts: HostFacts
+    index: int  # in rb.hosts
+    passthrough: set[str]  # GPU addresses that are (or will be) passthrough
+    held: dict[str, str]  # address → VM holding it by classic DirectPath
+    vms: list[tuple[int, str, list[DesiredDevice]]]  # runbook VMs: (index in rb.vms, name, desired devices)
+    unmanaged: list[VmFacts]  # VmFacts of other VMs on the host
+
+    def error(self, i: int, loc: tuple, vm: str, message: str) -> InputError:
+        return self.rb.error(("vms", i) + loc, f"VM {vm} on host {self.facts.name}: {message}")
+
+
+def check_capacity(rb: Runbook, inventory: Inventory, desired: Desired) -> None:
+    """Every check above, host by host; MIG modes gpuvm cannot know become plan notes."""
+    for h, host in enumerate(rb.hosts):
+        scope = _host_scope(rb, inventory, desired, h)
+        _check_versions_and_cpus(scope, inventory)
+        _check_dynamic(scope)
+        _check_vgpus(scope, desired)
+
+
+def _host_scope(rb: Runbook, inventory: Inventory, desired: Desired, h: int) -> _Host:
+    name = rb.hosts[h].name
+    facts = inventory.hosts[name]
+    selected = set(desired.hosts[name].passthrough)
+    passthrough = {d.id for d in facts.gpus if d.passthru_enabled or d.passthru_active or d.id in selected}
+    managed = {vm.name for vm in rb.vms}
+    vms = [(i, vm.name, desired.vms[vm.name].devices) for i, vm in enumerate(rb.vms) if vm.host == name]
+    unmanaged = [vm for vm in inventory.vms_on(name) if vm.name not in managed]
+    held = {d.address: vm.name for vm in unmanaged for d in vm.pci if d.kind == "classic" and d.address}
+    held |= {d.address: vm for _, vm, devices in vms for d in devices if d.kind == "classic" and d.address}
+    return _Host(rb, facts, h, passthrough, held, vms, unmanaged)
+
+
+def _hw_version(text: str) -> int | None:
+    m = re.fullmatch(r"vmx-(\d+)", text)
+    return int(m[1]) if m else None
+
+
+def _check_versions_and_cpus(s: _Host, inventory: Inventory) -> None:
+    for i, name, devices in s.vms:
+        vm = s.rb.vms[i]
+        if vm.cpus and s.facts.cpu_threads and vm.cpus > s.facts.cpu_threads:
+            raise s.error(i, ("cpus",), name, f"{vm.cpus} vCPUs but the host has {s.facts.cpu_threads} logical CPUs")
+        have = inventory.vms[name].hw_version
+        version = _hw_version(have)
+        kinds = {d.kind for d in devices}
+        if sum(1 for d in devices if d.kind == "vgpu") > 1:
+            kinds.add("vgpus")
+        needs = [MIN_HW_VERSION[k] for k in kinds]
+        if version is None or not needs:
+            continue
+        need, feature, release = max(needs)
+        if version < need:
+            raise s.error(i, ("gpus",) if vm.gpus else ("nics",), name,
+                          f"{feature} needs hardware version vmx-{need} or later (compatible with {release} "
+                          f"and later) but the VM is {have}: upgrade its compatibility first")
+
+
+def _check_dynamic(s: _Host) -> None:
+    """Sum of dynamic DirectPath counts ≤ the host's passthrough GPUs of that id not held by classic."""
+    wanted: Counter = Counter()
+    for vm in s.unmanaged:
+        wanted.update(_pci(d) for d in vm.pci if d.kind == "dynamic")
+    for i, name, devices in s.vms:
+        mine = Counter(_pci(d) for d in devices if d.kind == "dynamic")
+        for pci, count in mine.items():
+            wanted[pci] += count
+            gpus = [d.id for d in s.facts.gpus if d.pci_id == pci and d.id in s.passthrough]
+            pool = [a for a in gpus if a not in s.held]
+            if wanted[pci] > len(pool):
+                left = max(0, len(pool) - (wanted[pci] - count))
+                held = sorted({s.held[a] for a in gpus if a in s.held})
+                why = f"; classic DirectPath holds {len(gpus) - len(pool)} ({', '.join(held)})" if held else ""
+                others = wanted[pci] - count
+                why += f"; {others} go to dynamic DirectPath of other VMs" if others else ""
+                raise s.error(i, ("gpus", "count"), name,
+                              f"needs {count} dynamic DirectPath GPU(s) {pci} but {left} of the host's "
+                              f"{len(gpus)} passthrough GPU(s) {pci} are left for it{why}")
+
+
+def _pci(device: DesiredDevice | VmPciDevice) -> str:
+    return f"{(device.vendor_id or 0):04x}:{(device.device_id or 0):04x}"
+
+
+def _mig_modes(s: _Host) -> dict[str, bool | None]:
+    """MIG mode per GPU address: from the runbook's hosts[].mig (GPU indices in PCI order), else unknown."""
+    mig = s.rb.hosts[s.index].mig
+    gpus = sorted(d.id for d in s.facts.gpus)
+    if mig is None:
+        return {a: None for a in gpus}
+    return {a: mig == "all" or n in mig for n, a in enumerate(gpus)}
+
+
+def _check_vgpus(s: _Host, desired: Desired) -> None:
+    modes = _mig_modes(s)
+    rooms = []
+    for d in sorted(s.facts.gpus, key=lambda d: d.id):
+        blocked = ""
+        if d.id in s.passthrough:
+            blocked = "is passthrough" + (f" (held by {s.held[d.id]})" if d.id in s.held else "")
+        elif d.id in s.held:
+            blocked = f"is given to {s.held[d.id]} by classic DirectPath"
+        rooms.append(GpuRoom(d, s.facts.gpu_memory_gb(d), modes[d.id], blocked))
+    for vm in s.unmanaged:  # already there: placed first, never refused here
+        for d in vm.pci:
+            p = vgpu_profile(d.profile or "") if d.kind == "vgpu" else None
+            if p:
+                place_vgpu(rooms, vm.name, p)
+    for i, name, devices in s.vms:
+        vgpus = [d.profile for d in devices if d.kind == "vgpu" and d.profile]
+        for n, profile in enumerate(vgpus, 1):
+            p = vgpu_profile(profile)
+            if p is None:
+                continue  # a profile name gpuvm cannot read: not checked
+            if p.slices and modes and None in modes.values() and n == 1:
+                desired.notes.append(Note(name, "resolve", f"vGPU {profile} is MIG-backed: it powers on only on a GPU "
+                                          f"of {s.facts.name} in MIG mode, which gpuvm cannot read from vCenter "
+                                          f"(set hosts[{s.index}].mig to have it enabled and checked)"))
+            short = place_vgpu(rooms, name, p)
+            if short:
+                raise s.error(i, ("gpus",), name, f"vGPU {n} of {len(vgpus)} ({profile}) fits on no GPU: {short}")

@@ -1,0 +1,92 @@
+"""`gpuvm apply` refuses, before touching anything, what the simulated vCenter would refuse later
+(capacity, exclusivity, hardware version; issue 9, item 5). The cases seen in the field."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from pyVmomi import vim
+from typer.testing import CliRunner
+
+from gpusim import Simulator
+from gpuvm.cli.main import app
+from tests.integration.test_simulator import GPU_IDS, gpu_vm_spec, ok
+from tests.integration.vcenter import env_for, pyvmomi, raw_state
+
+pytestmark = pytest.mark.integration
+HEAD = "vcenter: {user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}\n"
+
+
+@pytest.fixture
+def start(monkeypatch, tmp_path):
+    started = []
+
+    def start(**kwargs) -> Simulator:
+        sim = Simulator(hosts=1, vms_per_host=2, **kwargs).start()
+        started.append(sim)
+        for key, value in env_for(sim).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        return sim
+
+    yield start
+    for sim in started:
+        sim.stop()
+
+
+def apply(tmp_path: Path, runbook: str):
+    path = tmp_path / "rb.yaml"
+    path.write_text(HEAD + textwrap.dedent(runbook))
+    return CliRunner().invoke(app, ["apply", str(path), "--yes", "--allow-power-off", "--allow-host-reboot"])
+
+
+def test_vgpus_on_gpus_held_by_another_running_vm_are_refused(start, tmp_path):
+    sim = start(gpu="h100-80", rebind=True)
+    with pyvmomi(sim) as si:
+        view = si.RetrieveContent().viewManager.CreateContainerView(si.RetrieveContent().rootFolder, [vim.ManagedEntity], True)
+        host = next(o for o in view.view if o.name == "esx-01")
+        other = next(o for o in view.view if o.name == "esx-01-vm2")
+        host.configManager.pciPassthruSystem.UpdatePassthruConfig(
+            [vim.host.PciPassthruConfig(id=i, passthruEnabled=True) for i in GPU_IDS])
+        spec = gpu_vm_spec(host, GPU_IDS[0], mmio_gb=1024)
+        spec.deviceChange += [gpu_vm_spec(host, i).deviceChange[0] for i in GPU_IDS[1:]]
+        ok(other.ReconfigVM_Task(spec))
+        ok(other.PowerOnVM_Task())
+        view.DestroyView()
+    before = raw_state(sim)
+    result = apply(tmp_path, """
+        hosts: [{name: esx-01, graphics: shared_direct}]
+        vms: [{name: esx-01-vm1, host: esx-01, gpus: {mode: vgpu, profile: grid_h100-80c, count: 5}}]
+        """)
+    assert result.exit_code == 2, result.output
+    assert ("vms[0].gpus: VM esx-01-vm1 on host esx-01: vGPU 1 of 5 (grid_h100-80c) fits on no GPU: GPU 0000:17:00.0 "
+            "is passthrough (held by esx-01-vm2)") in " ".join(result.output.split())
+    assert raw_state(sim) == before
+
+
+def test_dynamic_directpath_on_a_vmx13_vm_is_refused(start, tmp_path):
+    sim = start(vm_version="vmx-13")
+    before = raw_state(sim)
+    result = apply(tmp_path, """
+        hosts: [{name: esx-01, passthrough: [{model: A100}], allow_maintenance: true, allow_reboot: true}]
+        vms: [{name: esx-01-vm1, host: esx-01, gpus: {mode: dynamic, count: 1}}]
+        """)
+    assert result.exit_code == 2, result.output
+    assert ("VM esx-01-vm1 on host esx-01: dynamic DirectPath needs hardware version vmx-17 or later (compatible with "
+            "ESXi 7.0 and later) but the VM is vmx-13") in " ".join(result.output.split())
+    assert raw_state(sim) == before
+
+
+def test_mig_backed_vgpu_without_known_mig_mode_is_said_and_refused_at_power_on(start, tmp_path):
+    """gpuvm cannot read MIG mode from vCenter: the plan says so; gpusim, like ESXi, refuses the power-on."""
+    start(gpu="a100-40")
+    result = apply(tmp_path, """
+        hosts: [{name: esx-01, graphics: shared_direct, allow_maintenance: true, allow_reboot: true}]
+        vms: [{name: esx-01-vm1, host: esx-01, gpus: {mode: vgpu, profile: grid_a100-3-20c}}]
+        """)
+    output = " ".join(result.output.split())
+    assert "vGPU grid_a100-3-20c is MIG-backed: it powers on only on a GPU of esx-01 in MIG mode" in output
+    assert result.exit_code == 4, output
+    assert "0000:17:00.0" not in output and "17:00.0 is not in MIG mode" in output
