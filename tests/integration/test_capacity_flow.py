@@ -89,4 +89,4 @@ def test_mig_backed_vgpu_without_known_mig_mode_is_said_and_refused_at_power_on(
     output = " ".join(result.output.split())
     assert "vGPU grid_a100-3-20c is MIG-backed: it powers on only on a GPU of esx-01 in MIG mode" in output
     assert result.exit_code == 4, output
-    assert "0000:17:00.0" not in output and "17:00.0 is not in MIG mode" in output
+    assert "17:00.0 is not in MIG mode" in output  # the fault text, from gpusim

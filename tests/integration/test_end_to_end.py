@@ -6,7 +6,6 @@ validate → plan → apply (hosts, VMs, guests) → re-plan empty → verify cl
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 

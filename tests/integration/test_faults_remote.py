@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from gpusim import Simulator
-from tests.integration.test_end_to_end import REPO, lab_for_bed
+from tests.integration.test_end_to_end import lab_for_bed
 from tests.integration.vcenter import LAB_MIG, env_for, reboot_hook
 
 pytestmark = pytest.mark.integration

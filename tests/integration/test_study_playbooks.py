@@ -40,3 +40,37 @@ def test_study_runbook_plans_on_a_lab_of_its_shape(tmp_path, monkeypatch, name, 
     assert added == gpu_devices  # GPUs plus one ConnectX-6 port each
     mmio = {c["target"]: c["after"] for c in plan["changes"] if c["field"] == "pciPassthru.64bitMMIOSizeGB"}
     assert set(mmio.values()) == ({"512"} if name == "study-scenario1" else {"256"})
+
+
+@pytest.mark.parametrize("name, hosts, vms_per_host", [("study-scenario1", 1, 2), ("study-scenario2", 4, 1)])
+def test_study_runbook_applies_and_verifies_with_every_setting_active(tmp_path, monkeypatch, name, hosts, vms_per_host):
+    """The vSphere half of each study runbook, applied on a simulated lab of its shape with its VMs
+    running: plan → apply (VMs shut down for the reboots, hosts one at a time) → verify clean, every
+    passthrough device active, every VM on with its GPUs."""
+    from ruamel.yaml import YAML
+
+    from tests.integration.test_vsphere_flow import vsphere_only
+    from tests.integration.vcenter import env_for, raw_state
+
+    runbook = vsphere_only(PLAYBOOKS / f"{name}.yaml", tmp_path / f"{name}.yaml")
+    yaml = YAML()
+    data = yaml.load(runbook.read_text())
+    data["vcenter"].pop("url")  # the simulator's, from GOVC_URL
+    data["vcenter"]["password_env"] = "GPUVM_VCENTER_PASSWORD"
+    data.pop("benchmarks", None)
+    with runbook.open("w") as out:
+        yaml.dump(data, out)
+    with Simulator(hosts=hosts, vms_per_host=vms_per_host, vm_power="on") as sim:
+        for key, value in env_for(sim).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        run = CliRunner().invoke
+        assert run(app, ["plan", str(runbook), "--detailed-exitcode"]).exit_code == 2
+        applied = run(app, ["apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-power-off"])
+        assert applied.exit_code == 0, applied.output
+        assert run(app, ["verify", str(runbook)]).exit_code == 0
+        state = raw_state(sim)
+        for host in (f"esx-0{i}" for i in range(1, hosts + 1)):
+            assert all(enabled == active for _, enabled, active in state[host]["passthru"])
+        vms = [v for v in state if "-vm" in v]
+        assert vms and all(state[v]["power"] == "poweredOn" and len(state[v]["pci"]) >= 2 for v in vms)
