@@ -19,7 +19,7 @@ from gpuvm.parsers import mlxconfig, nvidia_smi
 from gpuvm.plan import Disruption
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
-from gpuvm.steps import esxi_mig, guest_mig, guest_nic
+from gpuvm.steps import esxi_mig, guest_mig, guest_nic, guest_nic_ats
 
 pytestmark = pytest.mark.integration
 
@@ -213,29 +213,36 @@ def test_guest_nic(testbed, tmp_path):
     cluster = make_cluster(testbed, tmp_path, guests={"gpu-vm-01": NIC})
     try:
         before_links = links(cluster, "gpu-vm-01")["ens64np1"]
+        ats = plan_of(guest_nic_ats, cluster, "gpu-vm-01")
+        assert [(c.field, c.before, c.after, c.disruption) for c in ats] == [
+            ("ATS_ENABLED", False, True, Disruption.HOST_REBOOT)]
         changes = plan_of(guest_nic, cluster, "gpu-vm-01")
         assert [(c.field, c.before, c.after, c.disruption) for c in changes] == [
-            ("ATS_ENABLED", False, True, Disruption.HOST_REBOOT), ("mtu", 1500, 9000, Disruption.NONE),
-            ("state", "down", "up", Disruption.NONE), ("address", "absent", "192.168.100.11/24", Disruption.NONE)]
-        assert changes[1].resource == "ens64np1 (mlx5_0 port 1)"
+            ("mtu", 1500, 9000, Disruption.NONE), ("state", "down", "up", Disruption.NONE),
+            ("address", "absent", "192.168.100.11/24", Disruption.NONE)]
+        assert changes[0].resource == "ens64np1 (mlx5_0 port 1)"
         # a dry run changes nothing: no setting, and it does not even load the MST driver
         assert testbed.state("gpu-vm-01")["mlx"]["ATS_ENABLED"]["next"] == "False(0)"
         assert not testbed.state("gpu-vm-01").get("mst_started")
         assert links(cluster, "gpu-vm-01")["ens64np1"] == before_links
 
+        guest_nic_ats.apply(Context(cluster=cluster), cluster.targets["gpu-vm-01"], ats)
         guest_nic.apply(Context(cluster=cluster), cluster.targets["gpu-vm-01"], changes)
         assert plan_of(guest_nic, cluster, "gpu-vm-01") == []
+        [pending] = plan_of(guest_nic_ats, cluster, "gpu-vm-01")  # set for the next boot, not active
+        assert pending.pending and (pending.before, pending.after) == (False, True)
 
         nic = links(cluster, "gpu-vm-01")["ens64np1"]
         assert "UP" in nic["flags"] and nic["mtu"] == 9000
         assert ipaddress.ip_interface("192.168.100.11/24") in [
             ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}") for a in nic["addr_info"]]
         run = cluster.targets["gpu-vm-01"].executor.run
-        assert mlxconfig.ats_enabled(run(["mlxconfig", "-d", "ca:00.0", "q", "ATS_ENABLED"], sudo=True).stdout)
         params = mlxconfig.parse_mlxconfig_params(
             run(["mlxconfig", "-d", "ca:00.0", "-e", "q", "ATS_ENABLED"], sudo=True).stdout)
         assert (params["ATS_ENABLED"].current, params["ATS_ENABLED"].next_boot) == ("False(0)", "True(1)")  # host reboot
         assert "mlx5_0 port 1 ==> ens64np1 (Up)" in run(["ibdev2netdev"]).stdout
+        testbed.reboot("gpu-vm-01")  # its host rebooted: the card runs what was set
+        assert plan_of(guest_nic_ats, cluster, "gpu-vm-01") == []
 
         guest_nic.apply(Context(cluster=cluster), cluster.targets["gpu-vm-01"], [])  # idempotent: nothing to do, nothing done
         assert plan_of(guest_nic, cluster, "gpu-vm-01") == []

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from gpusim import Simulator
 from gpuvm.cli.main import app
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import env_for, raw_state
+from tests.integration.vcenter import LAB_MIG, env_for, raw_state
 
 pytestmark = pytest.mark.integration
 VMS = ("esx-01-vm1", "esx-01-vm2", "esx-02-vm1", "esx-02-vm2")
@@ -29,7 +29,7 @@ def gpuvm(*args: str):
 
 
 def started(monkeypatch, tmp_path, **options) -> Simulator:
-    sim = Simulator(hosts=2, vms_per_host=2, **options)
+    sim = Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG, **options)
     sim.start()
     for key, value in env_for(sim).items():
         monkeypatch.setenv(key, value)

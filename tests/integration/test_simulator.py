@@ -274,6 +274,17 @@ def test_graphics_update(env):
     assert host.config.graphicsConfig.hostDefaultGraphicsType == "sharedDirect"
     assert host.config.graphicsConfig.deviceType[0].deviceId == "0000:ca:00.0"
     assert gm.graphicsConfig.hostDefaultGraphicsType == "sharedDirect"
+    running = lambda: {g.pciId: g.graphicsType for g in host.config.graphicsInfo}  # noqa: E731
+    assert running()["0000:ca:00.0"] == "shared"  # what the GPU runs changes at the reboot
+    reboot(host)
+    assert running()["0000:ca:00.0"] == "sharedDirect" and running()["0000:17:00.0"] == "sharedDirect"
+
+
+def reboot(host) -> None:
+    """Maintenance mode, reboot, back: what activates passthrough and graphics changes."""
+    ok(host.EnterMaintenanceMode_Task(timeout=0))
+    ok(host.RebootHost_Task(force=False))
+    ok(host.ExitMaintenanceMode_Task(timeout=0))
 
 
 def test_enter_maintenance_refused_with_running_vm(make_env):
@@ -369,6 +380,8 @@ def test_vgpu_and_dynamic_directpath(make_env):
     assert "Shared Direct" in fault_text(fails(vm.PowerOnVM_Task(), vim.fault.GenericVmConfigFault))
     host.configManager.graphicsManager.UpdateGraphicsConfig(vim.host.GraphicsConfig(
         hostDefaultGraphicsType="sharedDirect", sharedPassthruAssignmentPolicy="performance"))
+    assert "takes effect after the host reboots" in fault_text(fails(vm.PowerOnVM_Task(), vim.fault.GenericVmConfigFault))
+    reboot(host)
     ok(vm.PowerOnVM_Task())
     ok(vm.PowerOffVM_Task())
 

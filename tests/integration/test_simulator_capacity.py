@@ -7,7 +7,7 @@ import pytest
 from pyVmomi import vim
 
 from tests.integration.test_simulator import (  # noqa: F401 (fixtures)
-    GPU_IDS, fails, fault_text, gpu_vm_spec, gpusim_binary, make_env, ok, passthru)
+    GPU_IDS, fails, fault_text, gpu_vm_spec, gpusim_binary, make_env, ok, passthru, reboot)
 
 pytestmark = pytest.mark.integration
 PCI = vim.vm.device.VirtualPCIPassthrough
@@ -29,8 +29,10 @@ def dynamic_spec(count: int, device_id: int = 0x2331) -> vim.vm.ConfigSpec:
 
 
 def shared_direct(host) -> None:
+    """Shared Direct, made active by a reboot."""
     host.configManager.graphicsManager.UpdateGraphicsConfig(vim.host.GraphicsConfig(
         hostDefaultGraphicsType="sharedDirect", sharedPassthruAssignmentPolicy="performance"))
+    reboot(host)
 
 
 def passthrough_now(host, ids) -> None:

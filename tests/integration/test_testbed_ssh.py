@@ -170,9 +170,9 @@ def test_mlxconfig_ats_round_trip(guest):
     guest.run(["mst", "start"], sudo=True)
     dev = next(d.mst for d in mst.parse_mst_status(guest.run(["mst", "status", "-v"]).stdout) if d.rdma == "mlx5_0")
     query = ["mlxconfig", "-d", dev, "q", "ATS_ENABLED"]
-    assert mlxconfig.ats_enabled(guest.run(query, sudo=True).stdout) is False
+    assert mlxconfig.parse_mlxconfig_query(guest.run(query, sudo=True).stdout)["ATS_ENABLED"] == "False(0)"
     guest.run(["mlxconfig", "-y", "-d", dev, "set", "ATS_ENABLED=true"], sudo=True)
-    assert mlxconfig.ats_enabled(guest.run(query, sudo=True).stdout) is True
+    assert mlxconfig.parse_mlxconfig_query(guest.run(query, sudo=True).stdout)["ATS_ENABLED"] == "True(1)"
     params = mlxconfig.parse_mlxconfig_params(guest.run(["mlxconfig", "-d", dev, "-e", "q", "ATS_ENABLED"], sudo=True).stdout)
     assert (params["ATS_ENABLED"].current, params["ATS_ENABLED"].next_boot) == ("False(0)", "True(1)")
 
