@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gpuvm.pci import pci_id
 from gpuvm.errors import InputError
 from gpuvm.mig import GpuModel, gpu_model
 from gpuvm.plan import Note
@@ -224,7 +225,7 @@ def _check_dynamic(s: _Host) -> None:
 
 
 def _pci(device: DesiredDevice | VmPciDevice) -> str:
-    return f"{(device.vendor_id or 0):04x}:{(device.device_id or 0):04x}"
+    return pci_id(device.vendor_id or 0, device.device_id or 0)
 
 
 def _mig_modes(s: _Host) -> dict[str, bool | None]:

@@ -79,18 +79,19 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
                 stops.setdefault(change.action.host, []).append((vm, change.action))
     hosts = [h for h in stops if any(isinstance(c.action, RebootHost) for c in by_target.get(h, []))]
     size = max(1, ctx.options.max_unavailable)
-    failures: dict[str, Exception] = {}
+    failed: dict[str, Exception] = {}
+    left: dict[str, Exception] = {}  # hosts not rebooted because one failed before them
     for start in range(0, len(hosts), size):
         batch = {h: h for h in hosts[start:start + size]}
-        if failures:
-            for h in batch:
-                failures[h] = TaskError(f"not rebooted: {', '.join(sorted(failures))} failed first "
-                                        f"(hosts reboot {size} at a time)")
+        if failed:
+            left |= {h: TaskError(f"not rebooted: {', '.join(sorted(failed))} failed first "
+                                  f"(hosts reboot {size} at a time)") for h in batch}
             continue
         try:
             run_parallel(batch, lambda h: _reboot(ctx, h, stops[h]), min(parallel, size))
         except TargetFailures as e:
-            failures.update(e.failures)  # type: ignore[arg-type]
+            failed.update(e.failures)  # type: ignore[arg-type]
+    failures = failed | left
     for host, vms in stops.items():
         for vm, _ in vms:
             if host in failures:
