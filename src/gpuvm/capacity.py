@@ -168,7 +168,9 @@ def _host_scope(rb: Runbook, inventory: Inventory, desired: Desired, h: int) -> 
     name = rb.hosts[h].name
     facts = inventory.hosts[name]
     selected = set(desired.hosts[name].passthrough)
-    passthrough = {d.id for d in facts.gpus if d.passthru_enabled or d.passthru_active or d.id in selected}
+    released = set(desired.hosts[name].release)  # turned off before the VMs power on (the host reboots first)
+    passthrough = {d.id for d in facts.gpus
+                   if (d.passthru_enabled or d.passthru_active or d.id in selected) and d.id not in released}
     managed = {vm.name for vm in rb.vms}
     vms = [(i, vm.name, desired.vms[vm.name].devices) for i, vm in enumerate(rb.vms) if vm.host == name]
     unmanaged = [vm for vm in inventory.vms_on(name) if vm.name not in managed]

@@ -10,7 +10,7 @@ VM or host, or VMs on a failed host). Once VMs have changed, guests are observed
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,8 +101,11 @@ def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[
 
 
 def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = None,
-              facts: Facts | None = None, unreachable: dict[str, str] | None = None) -> tuple[Plan, Desired]:
-    desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}))
+              facts: Facts | None = None, unreachable: dict[str, str] | None = None,
+              journal: Sequence[Mapping[str, Any]] = ()) -> tuple[Plan, Desired]:
+    """`journal`: the entries of past runs (what gpuvm itself set: see `host_passthrough.set_by_gpuvm`)."""
+    desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}),
+                      host_passthrough.set_by_gpuvm(journal))
     plan = Plan(notes=list(desired.notes), unobserved=dict(unreachable or {}))
     for guest, reason in (unreachable or {}).items():
         plan.notes.append(Note(guest, "observe", f"not reachable over SSH yet ({reason}); its guest steps are "

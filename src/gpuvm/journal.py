@@ -19,17 +19,45 @@ from gpuvm.plan import Change
 from gpuvm.secrets import redact
 
 
+JOURNAL = "journal.jsonl"
+
+
+def state_path(explicit: Path | None = None) -> Path:
+    """Where the state directory is: --state-dir, $GPUVM_STATE_DIR, or ./.gpuvm."""
+    return explicit or Path(os.environ.get("GPUVM_STATE_DIR", ".gpuvm"))
+
+
 def state_dir(explicit: Path | None = None) -> Path:
-    """The state directory (mode 0700): --state-dir, $GPUVM_STATE_DIR, or ./.gpuvm."""
-    path = explicit or Path(os.environ.get("GPUVM_STATE_DIR", ".gpuvm"))
+    """The state directory, created (mode 0700) if need be."""
+    path = state_path(explicit)
     path.mkdir(parents=True, exist_ok=True)
     path.chmod(0o700)
     return path
 
 
+def past_entries(explicit: Path | None = None) -> list[dict[str, Any]]:
+    """Every entry of the state directory's journal, oldest first; none when there is no journal
+    yet (nothing is created). A line a killed run left half-written is skipped."""
+    return _read(state_path(explicit) / JOURNAL)
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
 class Journal:
     def __init__(self, directory: Path):
-        self.path = directory / "journal.jsonl"
+        self.path = directory / JOURNAL
         self.run_id = uuid.uuid4().hex[:12]
         self._lock = threading.Lock()
 
@@ -47,9 +75,3 @@ class Journal:
                 os.fsync(fd)  # a killed run still leaves what it did on disk
             finally:
                 os.close(fd)
-
-    def entries(self, run: str | None = None) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
-        return [r for r in rows if run is None or r.get("run") == run]

@@ -51,6 +51,7 @@ class DesiredHost:
     allow_reboot: bool
     nvlink: Nvlink = Nvlink()  # its NVLink-bridged GPU pairs, where known
     vms: list[str] = field(default_factory=list)  # the runbook's VMs on this host
+    release: list[str] = field(default_factory=list)  # PCI addresses whose passthrough gpuvm turns off again
 
 
 @dataclass
@@ -157,8 +158,11 @@ def _explicit(vm: Vm) -> list[str]:
     return addresses
 
 
-def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | None = None) -> Desired:
-    """`nvlink`: the NVLink pairs read from ESXi shells, by host (for hosts that declare none)."""
+def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | None = None,
+            set_by_gpuvm: Mapping[str, Mapping[str, str]] | None = None) -> Desired:
+    """`nvlink`: the NVLink pairs read from ESXi shells, by host (for hosts that declare none);
+    `set_by_gpuvm`: by host and PCI address, the passthrough state gpuvm set last ("active" or
+    "off", from the journal)."""
     desired = Desired()
     for i, host in enumerate(rb.hosts):
         facts = inventory.hosts.get(host.name)
@@ -186,8 +190,35 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
                 raise rb.error(("vms", i, "memory_gb"),
                                f"reserving {vm.memory_gb} GB does not fit: VMs on {vm.host} would reserve "
                                f"{memory_by_host[vm.host] // 1024} GB of its {host_mb // 1024} GB")
+    for host in desired.hosts.values():
+        _release_unused(inventory, desired, host, (set_by_gpuvm or {}).get(host.name, {}))
     check_capacity(rb, inventory, desired)
     return desired
+
+
+def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, set_by_gpuvm: Mapping[str, str]) -> None:
+    """Devices passed through that the runbook no longer selects and no VM will use: gpuvm turns
+    passthrough off for those it turned on (freeing GPUs for vGPU); the others are only noted.
+    "Used": a classic DirectPath device of a VM the runbook does not manage, or of a runbook VM as
+    the runbook wants it (one that has it now loses it in the same apply, before the host reboot
+    that releases it has its VMs powered on again), or a GPU model some VM on the host takes by
+    dynamic DirectPath (any device of that model may be picked)."""
+    facts = inventory.hosts[host.name]
+    others = [vm for vm in inventory.vms_on(host.name) if vm.name not in desired.vms]
+    devices = [d for vm in others for d in vm.pci] + [d for name in host.vms for d in desired.vms[name].devices]
+    held = {d.address for d in devices if d.kind == "classic"}
+    dynamic = {pci_id(d.vendor_id or 0, d.device_id or 0) for d in devices if d.kind == "dynamic"}
+    for device in facts.pci:
+        if (device.id in host.passthrough or device.id in held or device.pci_id in dynamic
+                or not (device.passthru_enabled or device.passthru_active)):
+            continue
+        if set_by_gpuvm.get(device.id) == ("active" if device.passthru_enabled else "off"):
+            host.release.append(device.id)  # to turn off, or turned off and waiting for the reboot
+        elif device.is_gpu and host.graphics == "sharedDirect":
+            desired.notes.append(Note(host.name, "resolve", f"GPU {device.id} is passthrough-enabled, unused, "
+                                      "and not selected in the runbook, but gpuvm did not enable it (no record "
+                                      "in this state directory's journal): it cannot serve vGPU until its "
+                                      "passthrough is turned off"))
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_reachable, raise_failures
 from gpuvm.errors import DriftError
-from gpuvm.journal import Journal, state_dir as make_state_dir
+from gpuvm.journal import Journal, past_entries, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.plan import Plan
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
@@ -86,11 +86,12 @@ def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None) ->
     """Every change the runbook needs. From a snapshot, vSphere only; else live, SSH steps too."""
     book = load_runbook(runbook)
     inventory = observe_inventory(book, access, snapshot)
+    journal = past_entries(access.state_dir)
     if snapshot is not None:
-        plan, _ = make_plan(book, inventory)
+        plan, _ = make_plan(book, inventory, journal=journal)
         return plan
     with remote(book, access) as (cluster, facts, down):
-        plan, _ = make_plan(book, inventory, cluster, facts, down)
+        plan, _ = make_plan(book, inventory, cluster, facts, down, journal)
     return plan
 
 
@@ -143,7 +144,7 @@ def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = Fals
     book = load_runbook(runbook)
     with connect(book, access) as session, remote(book, access, parallel) as (cluster, seen, down):
         facts = read_inventory(session)
-        plan, desired = make_plan(book, facts, cluster, seen, down)
+        plan, desired = make_plan(book, facts, cluster, seen, down, past_entries(access.state_dir))
         if show_plan is not None:
             show_plan(plan)
         if plan.empty and not down:
@@ -185,7 +186,7 @@ def verify_runbook(runbook: Path, access: Access) -> Verified:
         if down:
             raise DriftError("drift: guest(s) not reachable over SSH:\n  " +
                              "\n  ".join(f"{name}: {reason}" for name, reason in down.items()))
-        plan, _ = make_plan(book, inventory, cluster, facts)
+        plan, _ = make_plan(book, inventory, cluster, facts, journal=past_entries(access.state_dir))
         if not plan.empty:
             raise PlanDrift(f"drift: {len(plan.changes)} change(s) needed to match {runbook}", plan)
         if cluster is None or not (book.guests and book.guests.ssh_mesh and book.guests.ssh_mesh.enabled):

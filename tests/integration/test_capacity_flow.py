@@ -90,3 +90,37 @@ def test_mig_backed_vgpu_without_known_mig_mode_is_said_and_refused_at_power_on(
     assert "vGPU grid_a100-3-20c is MIG-backed: it powers on only on a GPU of esx-01 in MIG mode" in output
     assert result.exit_code == 4, output
     assert "17:00.0 is not in MIG mode" in output  # the fault text, from gpusim
+
+
+def test_moving_a_host_from_passthrough_to_vgpu_releases_the_gpus_gpuvm_enabled(start, tmp_path):
+    """Issue 9, item 7: the GPUs gpuvm passed through are turned back off once the runbook gives the
+    host to vGPU, in the same apply that moves the VM; a GPU enabled by hand is left alone."""
+    sim = start(gpu="h100-80")
+    result = apply(tmp_path, """
+        hosts: [{name: esx-01, passthrough: [{address: "0000:17:00.0"}, {address: "0000:31:00.0"}],
+                 allow_maintenance: true, allow_reboot: true}]
+        vms: [{name: esx-01-vm1, host: esx-01, firmware: efi, gpus: {mode: passthrough, count: 2}, power: on}]
+        """)
+    assert result.exit_code == 0, result.output
+    with pyvmomi(sim) as si:  # a third GPU passed through by hand, outside gpuvm
+        view = si.RetrieveContent().viewManager.CreateContainerView(si.RetrieveContent().rootFolder, [vim.HostSystem], True)
+        view.view[0].configManager.pciPassthruSystem.UpdatePassthruConfig(
+            [vim.host.PciPassthruConfig(id=GPU_IDS[2], passthruEnabled=True)])
+        view.DestroyView()
+    vgpu = """
+        hosts: [{name: esx-01, graphics: shared_direct, allow_maintenance: true, allow_reboot: true}]
+        vms: [{name: esx-01-vm1, host: esx-01, firmware: efi, gpus: {mode: vgpu, profile: grid_h100-80c, count: 2},
+               power: on}]
+        """
+    result = apply(tmp_path, vgpu)
+    assert result.exit_code == 0, result.output
+    state = raw_state(sim)["esx-01"]
+    passthru = {i: (enabled, active) for i, enabled, active in state["passthru"] if i in GPU_IDS}
+    assert passthru == {GPU_IDS[0]: (False, False), GPU_IDS[1]: (False, False), GPU_IDS[2]: (True, True),
+                        GPU_IDS[3]: (False, False)}  # b1 was enabled by hand: kept, and noted in the plan
+    assert f"GPU {GPU_IDS[2]} is passthrough-enabled, unused, and not selected" in " ".join(result.output.split())
+    assert raw_state(sim)["esx-01-vm1"]["power"] == "poweredOn"
+    assert raw_state(sim)["esx-01-vm1"]["pci"] == ["vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo:grid_h100-80c"] * 2
+    path = tmp_path / "rb.yaml"
+    verify = CliRunner().invoke(app, ["verify", str(path)])
+    assert verify.exit_code == 0, verify.output

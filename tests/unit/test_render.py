@@ -7,7 +7,7 @@ import json
 from rich.console import Console
 
 from gpuvm.plan import Change, Disruption, Note, Plan
-from gpuvm.steps.host_passthrough import EnablePassthrough
+from gpuvm.steps.host_passthrough import SetPassthrough
 from gpuvm.steps.vm_hardware import RemoveDevice
 from gpuvm.render import NO_CHANGES, plan_json, plan_summary, print_plan
 from gpuvm.secrets import remember
@@ -16,7 +16,7 @@ from gpuvm.secrets import remember
 def plan() -> Plan:
     return Plan(changes=[
         Change("host.passthrough", "esx-01", "pci 0000:17:00.0", "passthrough", "off", "active", Disruption.HOST_REBOOT,
-               EnablePassthrough("0000:17:00.0", False)),
+               SetPassthrough("0000:17:00.0", True, False)),
         Change("vm.hardware", "vm1", "pci device (new)", "device", None, "0000:17:00.0", Disruption.VM_POWER_OFF,
                action=RemoveDevice(-100)),
         Change("vm.power", "vm1", "vm", "power", "poweredOff", "poweredOn"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
@@ -77,19 +78,21 @@ def test_verify_checks_the_mesh_of_every_guest(world, mocker):
     check_mesh.assert_called_once_with(world.cluster)
 
 
-def test_plan_from_a_snapshot_plans_without_ssh(world, mocker):
+def test_plan_from_a_snapshot_plans_without_ssh(world, mocker, tmp_path):
     make_plan = mocker.patch.object(runs, "make_plan", return_value=(Plan(), None))
-    runs.plan_runbook(RUNBOOK, runs.Access(), snapshot=Path("lab.json"))
-    make_plan.assert_called_once_with(world.book, world.inventory)
+    runs.plan_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), snapshot=Path("lab.json"))
+    make_plan.assert_called_once_with(world.book, world.inventory, journal=[])
     runs.remote.assert_not_called()
 
 
-def test_plan_live_passes_unreachable_guests_to_the_planner(world, mocker):
+def test_plan_live_passes_unreachable_guests_and_the_journal_to_the_planner(world, mocker, tmp_path):
     world.cluster, world.facts, world.down = object(), {("guest.nic", "train-01"): "fact"}, {"train-02": "refused"}
+    entry = {"run": "r1", "status": "done", "step": "host.passthrough", "target": "esx-01"}
+    (tmp_path / "journal.jsonl").write_text(json.dumps(entry) + "\n" + '{"run": "r2", "sta')  # a killed run's half line
     plan = Plan(changes=[CHANGE])
     make_plan = mocker.patch.object(runs, "make_plan", return_value=(plan, None))
-    assert runs.plan_runbook(RUNBOOK, runs.Access()) is plan
-    make_plan.assert_called_once_with(world.book, world.inventory, world.cluster, world.facts, world.down)
+    assert runs.plan_runbook(RUNBOOK, runs.Access(state_dir=tmp_path)) is plan
+    make_plan.assert_called_once_with(world.book, world.inventory, world.cluster, world.facts, world.down, [entry])
 
 
 def test_apply_with_nothing_to_do_shows_the_plan_and_asks_nothing(world, mocker):

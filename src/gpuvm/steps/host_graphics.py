@@ -4,7 +4,7 @@ Both the host default (`hostDefaultGraphicsType`) and each shared GPU's own type
 that a per-device override left from before cannot keep a GPU out of vGPU) are configured. What a
 GPU runs changes only when the host's graphics services restart, i.e. at the host reboot: until
 then `config.graphicsInfo[].graphicsType` still shows the old type, and the plan shows the GPU as
-pending a reboot. GPUs the runbook passes through are left alone (they run `direct`). The host's
+pending a reboot. GPUs passed through after the reboot are left alone (they run `direct`). The host's
 shared-passthrough assignment policy is kept as it is.
 """
 
@@ -29,7 +29,10 @@ class SetGraphics:
 
 
 def _shared_gpus(host: DesiredHost, facts: HostFacts) -> list[str]:
-    return [g.id for g in facts.gpus if g.id not in host.passthrough]
+    """The GPUs that run graphics after the reboot: not passed through then (by the runbook, or
+    enabled by hand and left so)."""
+    return [g.id for g in facts.gpus
+            if g.id not in host.passthrough and (g.id in host.release or not g.passthru_enabled)]
 
 
 def plan(host: DesiredHost, facts: HostFacts) -> list[Change]:
