@@ -402,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", required=True, help="directory for keys and per-host files")
     parser.add_argument("--esxi", type=int, default=None, help="number of ESXi hosts (default 2)")
     parser.add_argument("--guests", type=int, default=None, help="number of GPU guests (default 4)")
+    parser.add_argument("--vms-per-host", type=int, default=2,
+                        help="with reboot: how gpusim's VMs pair with guests (esx-02-vm1 is guest 3 with 2)")
     args = parser.parse_args(argv)
     bed = _bed_from_args(args)
     if args.command == "down":
@@ -410,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "reboot":  # names without a test host behind them: nothing to do
         known = [h.name for h in bed.hosts]
-        for name in [n for n in map(guest_of_vm, args.names) if n in known]:
+        for name in [n for n in (guest_of_vm(a, args.vms_per_host) for a in args.names) if n in known]:
             bed.reboot(name)
             print(f"{name}: rebooted")
         return 0

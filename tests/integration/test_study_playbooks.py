@@ -74,3 +74,61 @@ def test_study_runbook_applies_and_verifies_with_every_setting_active(tmp_path, 
             assert all(enabled == active for _, enabled, active in state[host]["passthru"])
         vms = [v for v in state if "-vm" in v]
         assert vms and all(state[v]["power"] == "poweredOn" and len(state[v]["pci"]) >= 2 for v in vms)
+
+
+def study_for_bed(bed, name: str, target: Path) -> Path:
+    """A study runbook pointed at the simulator and the SSH test bed: its ESXi shells and guests are
+    the bed's test hosts, in order. The NGC training image cannot be pulled here: it is left out."""
+    from ruamel.yaml import YAML
+
+    from bed import GUEST_USER
+
+    yaml = YAML()
+    data = yaml.load((PLAYBOOKS / f"{name}.yaml").read_text())
+    data["vcenter"].pop("url")
+    data["vcenter"]["password_env"] = "GPUVM_VCENTER_PASSWORD"
+    data["ssh"] = {"known_hosts": str(bed.known_hosts_file)}
+    for i, host in enumerate(data["hosts"], 1):
+        host["ssh"].update(address=bed.address(f"esx-{i:02d}"), key_file=str(bed.client_key))
+    for i, guest in enumerate(data["guests"]["hosts"], 1):
+        guest["ssh"].update(address=bed.address(f"gpu-vm-{i:02d}"), user=GUEST_USER, key_file=str(bed.client_key))
+    data["guests"].pop("image")
+    data.pop("benchmarks")
+    with target.open("w") as out:
+        yaml.dump(data, out)
+    return target
+
+
+def test_study_scenario2_end_to_end_with_every_setting_active(testbed, tmp_path, monkeypatch):
+    """Scenario 2 whole (the image aside): four hosts with ESXi shells and four guests, VMs running.
+    plan → apply → verify clean; ATS active on every ESXi host and every ConnectX card (set, then
+    activated by the one reboot of each host), passthrough active, every VM on."""
+    from bed import TestBed
+
+    from tests.integration.vcenter import env_for, raw_state, reboot_hook
+
+    testbed.down()  # the session's bed has two ESXi shells: this lab needs four
+    bed = TestBed(tmp_path / "bed", esxi=4, guests=4)
+    try:
+        bed.up()
+        runbook = study_for_bed(bed, "study-scenario2", tmp_path / "scenario2.yaml")
+        with Simulator(hosts=4, vms_per_host=1, vm_power="on", on_reboot=reboot_hook(bed, vms_per_host=1)) as sim:
+            for key, value in env_for(sim).items():
+                monkeypatch.setenv(key, value)
+            monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+            run = CliRunner().invoke
+            assert run(app, ["plan", str(runbook), "--detailed-exitcode"]).exit_code == 2
+            applied = run(app, ["apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-power-off"])
+            assert applied.exit_code == 0, applied.output
+            verified = run(app, ["verify", str(runbook)])
+            assert verified.exit_code == 0, verified.output
+            state = raw_state(sim)
+        for i in range(1, 5):
+            assert all(enabled == active for _, enabled, active in state[f"esx-0{i}"]["passthru"])
+            assert state[f"esx-0{i}-vm1"]["power"] == "poweredOn" and len(state[f"esx-0{i}-vm1"]["pci"]) == 2
+            assert bed.state(f"esx-0{i}")["kernel"]["atsSupport"]["runtime"] == "TRUE"
+            assert bed.state(f"gpu-vm-0{i}")["mlx"]["ATS_ENABLED"]["current"] == "True(1)"
+        assert "rebooted" in " ".join(applied.output.split())
+    finally:
+        bed.down()
+        testbed.up()

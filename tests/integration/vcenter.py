@@ -19,10 +19,11 @@ LAB_MIG = {"esx-02": "0,1"}
 BED = Path(__file__).resolve().parents[2] / "testbed" / "bed.py"
 
 
-def reboot_hook(testbed: Any) -> str:
+def reboot_hook(testbed: Any, vms_per_host: int = 2) -> str:
     """gpusim's -on-reboot for the SSH test bed: a host reboot reboots the host's test host and the
     guests of its VMs (their passed-through ConnectX cards take their next-boot settings)."""
-    return f'{shlex.quote(sys.executable)} {BED} reboot "$GPUSIM_HOST" $GPUSIM_VMS --root {testbed.root}'
+    return (f'{shlex.quote(sys.executable)} {BED} reboot "$GPUSIM_HOST" $GPUSIM_VMS --root {testbed.root} '
+            f'--vms-per-host {vms_per_host}')
 
 
 def env_for(sim: Simulator) -> dict[str, str]:
