@@ -106,6 +106,8 @@ def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = 
     """`journal`: the entries of past runs (what gpuvm itself set: see `host_passthrough.set_by_gpuvm`)."""
     desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}),
                       host_passthrough.set_by_gpuvm(journal))
+    for name in host_reboot.entered_by_gpuvm(journal) & desired.hosts.keys():
+        desired.hosts[name].maintenance_by_gpuvm = True
     plan = Plan(notes=list(desired.notes), unobserved=dict(unreachable or {}))
     for guest, reason in (unreachable or {}).items():
         plan.notes.append(Note(guest, "observe", f"not reachable over SSH yet ({reason}); its guest steps are "
@@ -127,7 +129,8 @@ def check_allowed(plan: Plan, desired: Desired, allow_power_off: bool, allow_hos
         vms = ", ".join(dict.fromkeys(c.target for c in power))
         problems.append(f"VM(s) {vms} must be powered off for {len(power)} change(s): pass --allow-power-off")
     reboot_steps = {s.name for s in STEPS if s.reboots_host}
-    reboots = [c for c in plan.changes if c.step in reboot_steps and c.target in desired.hosts]
+    reboots = [c for c in plan.changes if c.step in reboot_steps and c.target in desired.hosts
+               and c.disruption == Disruption.HOST_REBOOT]
     if reboots and not allow_host_reboot:
         problems.append(f"host(s) {', '.join(c.target for c in reboots)} must reboot: pass --allow-host-reboot")
     for change in reboots:
@@ -222,11 +225,25 @@ def _run_order() -> list[Step | None]:
 
 def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int = 8,
                progress: Progress | None = None) -> Outcome:
+    """Every change, step by step; the journal records the run's start and end (interrupted too)."""
     outcome = Outcome()
     start = time.monotonic()
+    journal.record("run-start", changes=len(plan.changes))
+    try:
+        _apply_steps(plan, desired, ctx, journal, parallel, progress, outcome)
+    except BaseException as e:  # Ctrl-C or SIGTERM (cli.common makes it a KeyboardInterrupt)
+        journal.record("run-end", interrupted=type(e).__name__, failed=len(outcome.failed),
+                       seconds=round(time.monotonic() - start, 3))
+        raise
+    outcome.seconds = time.monotonic() - start
+    journal.record("run-end", failed=len(outcome.failed), seconds=round(outcome.seconds, 3))
+    return outcome
+
+
+def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int,
+                 progress: Progress | None, outcome: Outcome) -> None:
     failed_targets: set[str] = set()
     attempted: set[int] = set()  # ids of the changes carried out (or tried): each at most once
-    journal.record("run-start", changes=len(plan.changes))
     for step in _run_order():
         if step is None:
             _replan_guests(plan, desired, ctx, outcome, parallel, progress)
@@ -262,9 +279,6 @@ def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, par
                 outcome.failed[f"{target} ({step.name})"] = failures[target]
             else:
                 outcome.done.setdefault(target, []).extend(changes)
-    outcome.seconds = time.monotonic() - start
-    journal.record("run-end", failed=len(outcome.failed), seconds=round(outcome.seconds, 3))
-    return outcome
 
 
 def _replan_guests(plan: Plan, desired: Desired, ctx: Context, outcome: Outcome, parallel: int,

@@ -156,7 +156,7 @@ def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = Fals
         options = Options(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
                           shutdown_timeout=shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
                           max_unavailable=max_unavailable)
-        context = Context(session, facts, options, cluster, down)
+        context = Context(session, facts, options, cluster, down, journal=journal)
         outcome = apply_plan(plan, desired, context, journal, parallel, progress)
     return Applied(plan, outcome, journal.path)
 

@@ -5,15 +5,21 @@ and hosts rebooted one batch at a time."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from pyVmomi import vim
 from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import LAB_MIG, env_for, raw_state
+from tests.integration.vcenter import LAB_MIG, env_for, pyvmomi, raw_state
 
 pytestmark = pytest.mark.integration
 VMS = ("esx-01-vm1", "esx-01-vm2", "esx-02-vm1", "esx-02-vm2")
@@ -89,5 +95,72 @@ def test_running_vms_refused_up_front_then_shut_down_and_hosts_rebooted_one_at_a
         first, second = sorted(state[h]["booted"] for h in ("esx-01", "esx-02"))
         assert (second - first).total_seconds() >= 1.4, "hosts rebooted at the same time (--max-unavailable 1)"
         assert gpuvm("plan", str(lab), "--detailed-exitcode").exit_code == 0
+    finally:
+        sim.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_apply_stopped_in_maintenance_mode_is_brought_back_by_the_next_run(lab, tmp_path, monkeypatch, sig):
+    """Issue 11, item 2: an apply killed (or terminated) once a host is in the maintenance mode it
+    entered. The journal says so; the next plan takes the host out, the next apply converges."""
+    sim = started(monkeypatch, tmp_path, latency={"RebootHost_Task": "3000ms"})
+    journal = tmp_path / "state" / "journal.jsonl"
+    try:
+        run = subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(lab), "--yes", "--allow-host-reboot"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+        deadline = time.monotonic() + 120
+        while '"status": "maintenance"' not in (journal.read_text() if journal.exists() else ""):
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0]
+            time.sleep(0.05)
+        run.send_signal(sig)
+        output = run.communicate(timeout=120)[0]
+        entries = [json.loads(line) for line in journal.read_text().splitlines()]
+        if sig == signal.SIGTERM:  # stopped like Ctrl-C: the run's end is journaled
+            assert run.returncode == 130 and "interrupted" in output, output
+            assert entries[-1]["status"] == "run-end" and entries[-1]["interrupted"] == "KeyboardInterrupt"
+        else:
+            assert run.returncode == -signal.SIGKILL
+            assert raw_state(sim)["esx-01"]["maintenance"], "killed right after entering maintenance mode"
+            planned = json.loads(gpuvm("plan", str(lab), "--json").output)["changes"]
+            assert any(c["target"] == "esx-01" and c["step"] == "host.reboot" for c in planned)
+            assert gpuvm("verify", str(lab)).exit_code == 5
+        again = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot")
+        assert again.exit_code == 0, again.output
+        state = raw_state(sim)
+        assert not state["esx-01"]["maintenance"] and not state["esx-02"]["maintenance"]
+        assert all(enabled == active for _, enabled, active in state["esx-01"]["passthru"])
+        assert gpuvm("verify", str(lab)).exit_code == 0
+    finally:
+        sim.stop()
+
+
+def test_a_host_left_in_maintenance_mode_by_gpuvm_is_planned_out_but_one_put_there_by_hand_is_not(
+        lab, tmp_path, monkeypatch):
+    sim = started(monkeypatch, tmp_path)
+    try:
+        assert gpuvm("apply", str(lab), "--yes", "--allow-host-reboot").exit_code == 0
+        with pyvmomi(sim) as si:  # an operator takes both hosts down for service
+            content = si.RetrieveContent()
+            view = content.viewManager.CreateContainerView(content.rootFolder, [vim.ManagedEntity], True)
+            for vm in [o for o in view.view if isinstance(o, vim.VirtualMachine)]:
+                vm.PowerOffVM_Task()
+            time.sleep(1)
+            for host in [o for o in view.view if isinstance(o, vim.HostSystem)]:
+                host.EnterMaintenanceMode_Task(timeout=0)
+            view.DestroyView()
+        for _ in range(100):
+            if all(raw_state(sim)[h]["maintenance"] for h in ("esx-01", "esx-02")):
+                break
+            time.sleep(0.1)
+        assert all(raw_state(sim)[h]["maintenance"] for h in ("esx-01", "esx-02"))
+        journal = tmp_path / "state" / "journal.jsonl"  # as an interrupted run leaves it for esx-02
+        with journal.open("a") as out:
+            out.write(json.dumps({"run": "x", "status": "maintenance", "host": "esx-02", "state": "entered"}) + "\n")
+        planned = json.loads(gpuvm("plan", str(lab), "--json").output)["changes"]
+        assert [(c["target"], c["field"], c["after"]) for c in planned if c["step"] == "host.reboot"] == [
+            ("esx-02", "maintenance mode", "off")]
+        applied = gpuvm("apply", str(lab), "--yes")  # esx-01's VMs cannot power on: the operator's maintenance stays
+        state = raw_state(sim)
+        assert state["esx-01"]["maintenance"] and not state["esx-02"]["maintenance"], applied.output
     finally:
         sim.stop()

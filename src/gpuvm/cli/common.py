@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -15,6 +17,7 @@ from gpuvm.errors import GpuvmError
 from gpuvm.secrets import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
+
 
 def _console(stderr: bool = False) -> Console:
     console = Console(stderr=stderr, highlight=False)
@@ -32,17 +35,26 @@ def fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def handle_errors(fn: F) -> F:
     """Expected failures print one clear message and exit with their code; never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _interrupt) if main else None  # stopped like Ctrl-C
         try:
             return fn(*args, **kwargs)
         except GpuvmError as e:
             raise fail(str(e), e.exit_code) from None
         except KeyboardInterrupt:
             raise fail("interrupted", 130) from None
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
     return wrapper  # type: ignore[return-value]
 

@@ -50,6 +50,7 @@ class Context:
     cluster: Any = None  # gpuvm.remote.Cluster, when the runbook names SSH targets
     unreachable: dict[str, str] = field(default_factory=dict)  # guests that did not answer at plan time
     planned: list[Change] = field(default_factory=list)  # what earlier steps planned (while planning)
+    journal: Any = None  # gpuvm.journal.Journal (apply only): steps record state they own (maintenance mode)
     _planned_index: tuple[int, dict[str, list[Change]]] = field(default_factory=lambda: (0, {}), repr=False)
 
     def planned_on(self, target: str) -> list[Change]:
