@@ -56,6 +56,9 @@ func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn
 			if err != nil {
 				return fmt.Errorf("create %s: %w", spec.Name, err)
 			}
+			if vm, ok := simulator.Map.Get(info.Result.(types.ManagedObjectReference)).(*simulator.VirtualMachine); ok {
+				simulator.Map.WithLock(vm, func() { bumpChangeVersion(vm) })
+			}
 			if powerOn {
 				vm := object.NewVirtualMachine(c.Client, info.Result.(types.ManagedObjectReference))
 				t, err := vm.PowerOn(ctx)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/methods"
@@ -50,6 +52,10 @@ func (p *vmProxy) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_T
 		return &methods.ReconfigVM_TaskBody{Fault_: notFound(p.real)}
 	}
 	ref := p.g.startTask(vm, "reconfigVm", "ReconfigVM_Task", func() (types.AnyType, types.BaseMethodFault) {
+		if v := req.Spec.ChangeVersion; v != "" && v != vm.Config.ChangeVersion {
+			return nil, &types.ConcurrentAccess{VimFault: types.VimFault{MethodFault: methodFault(
+				"Cannot complete operation due to concurrent modification by another operation.")}}
+		}
 		if reason, fail := p.g.faults.takeReconfigureFault(vm.Name); fail {
 			return nil, injectedFault(reason)
 		}
@@ -79,10 +85,28 @@ func (p *vmProxy) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_T
 			return nil, err
 		}
 		mergeExtraConfig(vm, req.Spec.ExtraConfig)
+		bumpChangeVersion(vm)
 		return res, nil
 	})
 	return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: ref}}
 }
+
+// bumpChangeVersion gives the VM's configuration a new config.changeVersion, as vSphere does on
+// every change; a ReconfigVM_Task whose spec names another changeVersion fails with ConcurrentAccess
+// ("VirtualMachineConfigSpec.changeVersion", vSphere Web Services API). The VM's lock is held.
+func bumpChangeVersion(vm *simulator.VirtualMachine) {
+	changeVersionMu.Lock()
+	changeVersionSeq++
+	v := fmt.Sprintf("%s-%d", time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), changeVersionSeq)
+	changeVersionMu.Unlock()
+	vm.Config.ChangeVersion = v
+	simulator.Map.Update(vm, []types.PropertyChange{{Name: "config.changeVersion", Val: v}})
+}
+
+var (
+	changeVersionMu  sync.Mutex
+	changeVersionSeq int
+)
 
 func optionString(v types.AnyType) string {
 	switch x := v.(type) {

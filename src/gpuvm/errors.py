@@ -49,6 +49,12 @@ class BenchmarkError(GpuvmError):
     exit_code = 6
 
 
+class LockedError(GpuvmError):
+    """Another gpuvm run holds the lock of a host this run would change. Nothing was touched."""
+
+    exit_code = 7
+
+
 class TargetFailures(GpuvmError):
     """Some targets of a run failed; the others finished. Carries one line per failed target."""
 

@@ -26,6 +26,7 @@ from gpuvm.runbook.model import Runbook
 from gpuvm.steps.base import Context, Options
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.inventory import read_inventory
+from gpuvm.vsphere.lock import HostLocks
 from gpuvm.vsphere.session import Session, resolve_target
 
 Progress = Callable[[str, str, str], None]  # (step, target, status), as the engine reports them
@@ -142,8 +143,11 @@ def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = Fals
     `confirm` (if given) is asked and raises to stop. Failed targets do not raise: see `Applied`.
     """
     book = load_runbook(runbook)
-    with connect(book, access) as session, remote(book, access, parallel) as (cluster, seen, down):
-        facts = read_inventory(session)
+    journal = Journal(make_state_dir(access.state_dir))
+    hosts = {h.name for h in book.hosts} | {vm.host for vm in book.vms}
+    with (connect(book, access) as session, HostLocks(session, hosts, journal.run_id),
+          remote(book, access, parallel) as (cluster, seen, down)):
+        facts = read_inventory(session)  # read under the lock: what no other run is changing now
         plan, desired = make_plan(book, facts, cluster, seen, down, past_entries(access.state_dir))
         if show_plan is not None:
             show_plan(plan)
@@ -152,7 +156,6 @@ def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = Fals
         check_allowed(plan, desired, allow_power_off, allow_host_reboot)
         if confirm is not None:
             confirm(plan)
-        journal = Journal(make_state_dir(access.state_dir))
         options = Options(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
                           shutdown_timeout=shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
                           max_unavailable=max_unavailable)

@@ -19,13 +19,21 @@ CHANGE = Change("vm.hardware", "train-01", "vm", "cpus", 4, 8)
 
 def _book(mesh: bool = False):
     guests = SimpleNamespace(ssh_mesh=SimpleNamespace(enabled=mesh)) if mesh else None
-    return SimpleNamespace(guests=guests, hosts=[], ssh=SimpleNamespace(boot_timeout=42.0), vcenter=None)
+    return SimpleNamespace(guests=guests, hosts=[SimpleNamespace(name="esx-02")], vms=[SimpleNamespace(host="esx-01")],
+                           ssh=SimpleNamespace(boot_timeout=42.0), vcenter=None)
 
 
 @pytest.fixture
-def world(mocker):
+def world(mocker, monkeypatch, tmp_path):
     """A runbook, an inventory, and SSH targets whose cluster and reachability the test sets."""
-    state = SimpleNamespace(book=_book(), cluster=None, facts={}, down={}, inventory=object(), session=object())
+    state = SimpleNamespace(book=_book(), cluster=None, facts={}, down={}, inventory=object(), session=object(),
+                            locked=None)
+    monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+
+    def locks(session, hosts, run):
+        assert session is state.session
+        state.locked = sorted(hosts)
+        return nullcontext()
 
     @contextmanager
     def remote(book, access, parallel=8):
@@ -37,6 +45,7 @@ def world(mocker):
     mocker.patch.object(runs, "connect", side_effect=lambda book, access: nullcontext(state.session))
     mocker.patch.object(runs, "read_inventory", side_effect=lambda session: state.inventory)
     mocker.patch.object(runs, "remote", side_effect=remote)
+    mocker.patch.object(runs, "HostLocks", side_effect=locks)
     return state
 
 
@@ -149,6 +158,8 @@ def test_apply_carries_out_the_plan_and_reports(world, mocker, tmp_path):
     assert (context.options.shutdown_timeout, context.options.guest_boot_timeout) == (60, 42.0)
     assert world.remote_parallel == 3
     assert applied.ran and applied.journal == journal.path == tmp_path / "journal.jsonl"
+    assert context.journal is journal
+    assert world.locked == ["esx-01", "esx-02"]  # the runbook's hosts and its VMs' hosts, locked for the run
     assert (applied.changes_done, applied.seconds) == (1, 1.5)
     assert applied.failed == {"train-02 (guest.nic)": error}
     assert applied.skipped == {"train-02 (guest.mig)": "an earlier step failed on train-02"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from gpuvm.errors import TaskError
 from gpuvm.steps.base import Context
 from gpuvm.plan import Change, Disruption
 from gpuvm.vsphere.tasks import call, run_task, wait_for_other_tasks
@@ -45,11 +46,23 @@ def _state(vm: Any) -> str:
 def reconfigure(ctx: Context, vm_name: str, changes: list[Change], spec: Any,
                 check: Callable[[Any], None] | None = None) -> None:
     """ReconfigVM with `spec`: powered off first if a change needs it, never stacked on a task still
-    running on the VM; `check(vm)` may refuse before anything is sent."""
+    running on the VM. `check(config)` may refuse, on the VM's configuration read just before; the
+    spec carries that read's `changeVersion`, so vSphere refuses the change (ConcurrentAccess) if
+    anyone changed the VM in between: two runs can never both add a device."""
     if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
         power_off(ctx, vm_name)
     vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm_name].moid)
     wait_for_other_tasks(ctx.session, vm, ctx.options.task_timeout)
+    config = call("read configuration", lambda: vm.config)
     if check is not None:
-        check(vm)
-    run_task("ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
+        check(config)
+    version = getattr(config, "changeVersion", None)
+    if isinstance(version, str) and version:
+        spec.changeVersion = version
+    try:
+        run_task("ReconfigVM", lambda: vm.ReconfigVM_Task(spec=spec), ctx.options.task_timeout)
+    except TaskError as e:
+        if "concurrent modification" in str(e):
+            raise TaskError(f"{e} (the VM changed while gpuvm reconfigured it: another run or a person; "
+                            "run apply again to re-plan)") from None
+        raise

@@ -132,14 +132,13 @@ def config_spec(changes: list[Change]) -> Any:
     return spec
 
 
-def _check_unchanged(vm: Any, planned: VmFacts) -> None:
+def _check_unchanged(config: Any, planned: VmFacts) -> None:
     """Devices are added exactly once: refuse if the VM's devices changed since the plan was made
-    (a task of a killed run finishing late, or a person at the console)."""
+    (a task of a killed run finishing late, another run, or a person at the console)."""
     from gpuvm.errors import TaskError
     from gpuvm.vsphere.inventory import vm_pci_devices
-    from gpuvm.vsphere.tasks import call
 
-    now = vm_pci_devices(call("read devices", lambda: vm.config.hardware.device))
+    now = vm_pci_devices(config.hardware.device)
     if _devices(now) != _devices(planned.pci):
         raise TaskError(f"the VM's PCI devices changed since the plan was made "
                         f"(now: {', '.join(d.describe() for d in now) or 'none'}); run apply again to re-plan")
@@ -149,7 +148,7 @@ def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
     planned = ctx.inventory.vms[vm.name]
     devices = any(isinstance(c.action, (AddDevice, RemoveDevice)) for c in changes)
     reconfigure(ctx, vm.name, changes, config_spec(changes),
-                check=(lambda ref: _check_unchanged(ref, planned)) if devices else None)
+                check=(lambda config: _check_unchanged(config, planned)) if devices else None)
 
 
 STEP = Step(NAME, "vm", vm_facts, plan, apply, restarts_guest=True)

@@ -1,0 +1,118 @@
+"""Two or more applies at once (issue 11, item 1): the lock in vCenter lets one run change the hosts
+and refuses the others before they touch anything; a VM's reconfigure is pinned to the changeVersion
+it was checked against, so even without the lock a device can never be added twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from pyVmomi import vim
+from typer.testing import CliRunner
+
+from gpusim import Simulator
+from gpuvm.cli.main import app
+from gpuvm.vsphere.tasks import fault_text
+from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
+from tests.integration.vcenter import LAB_MIG, env_for, pyvmomi, raw_state
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def lab(tmp_path, monkeypatch):
+    runbook = vsphere_only(LAB_FILE, tmp_path / "lab.yaml")
+    with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG, latency={"ReconfigVM_Task": "1500ms"}) as sim:
+        for key, value in env_for(sim).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        yield sim, runbook
+
+
+def lock_fields(sim) -> dict[str, str]:
+    with pyvmomi(sim) as si:
+        content = si.RetrieveContent()
+        names = {f.key: f.name for f in content.customFieldsManager.field or []}
+        values = {v.key: v.value for v in content.rootFolder.customValue or []}
+        return {names[k]: values.get(k, "") for k in names if names[k].startswith("gpuvm.lock.")}
+
+
+def test_three_applies_at_once_one_runs_the_others_are_refused_and_no_device_doubles(lab, tmp_path):
+    sim, runbook = lab
+    before = raw_state(sim)
+    runs = [subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(runbook), "--yes",
+                              "--allow-host-reboot"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=dict(os.environ, GPUVM_STATE_DIR=str(tmp_path / f"state-{i}")))  # 3 machines' worth
+            for i in range(3)]
+    outputs = [run.communicate(timeout=300)[0] for run in runs]
+    codes = sorted(run.returncode for run in runs)
+    assert codes == [0, 7, 7], "\n---\n".join(outputs)
+    for output, run in zip(outputs, runs):
+        if run.returncode == 7:
+            assert "is locked by another gpuvm run" in " ".join(output.split()) and "nothing was changed" in output
+    state = raw_state(sim)
+    assert all(before[vm]["pci"] != state[vm]["pci"] for vm in ("esx-01-vm1", "esx-01-vm2", "esx-02-vm1", "esx-02-vm2"))
+    assert lock_fields(sim) == {}, "the locks outlived the run"
+    verified = CliRunner().invoke(app, ["verify", str(runbook)])  # a doubled device would be drift (one to remove)
+    assert verified.exit_code == 0, verified.output
+
+
+def hold(sim, host: str, expires_in: float) -> None:
+    """A lock as another gpuvm run (elsewhere) holds it, expiring `expires_in` seconds from now."""
+    with pyvmomi(sim) as si:
+        content = si.RetrieveContent()
+        key = content.customFieldsManager.AddCustomFieldDef(name=f"gpuvm.lock.{host}", moType=vim.Folder).key
+        expires = si.CurrentTime() + timedelta(seconds=expires_in)
+        content.customFieldsManager.SetField(entity=content.rootFolder, key=key, value=json.dumps(
+            {"run": "0badc0ffee00", "who": "ops@jumphost pid 4242", "since": "2026-11-23T09:00:00+00:00",
+             "expires": expires.isoformat(timespec="seconds")}))
+
+
+def test_a_lock_held_by_another_run_refuses_the_apply_until_it_expires(lab):
+    sim, runbook = lab
+    hold(sim, "esx-02", expires_in=3600)
+    before = raw_state(sim)
+    refused = CliRunner().invoke(app, ["apply", str(runbook), "--yes", "--allow-host-reboot"])
+    assert refused.exit_code == 7, refused.output
+    assert ("host esx-02 is locked by another gpuvm run: ops@jumphost pid 4242 (run 0badc0ffee00"
+            in " ".join(refused.output.split()))
+    assert raw_state(sim) == before and list(lock_fields(sim)) == ["gpuvm.lock.esx-02"]  # ours released, theirs kept
+
+
+def test_an_expired_lock_is_taken_over(lab):
+    sim, runbook = lab
+    hold(sim, "esx-01", expires_in=-60)  # its holder was killed and stopped renewing it
+    applied = CliRunner().invoke(app, ["apply", str(runbook), "--yes", "--allow-host-reboot"])
+    assert applied.exit_code == 0, applied.output
+    assert lock_fields(sim) == {}
+
+
+def test_a_reconfigure_pinned_to_an_old_change_version_is_refused(lab):
+    """gpusim, like vSphere: ReconfigVM_Task with a spec.changeVersion that is no longer the VM's fails
+    with ConcurrentAccess, and every reconfigure gives the VM a new changeVersion."""
+    sim, _ = lab
+    with pyvmomi(sim) as si:
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        vm = next(v for v in view.view if v.name == "esx-01-vm1")
+        first = vm.config.changeVersion
+        assert first
+
+        def reconfigure(version: str) -> vim.Task:
+            task = vm.ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=8, changeVersion=version))
+            while task.info.state in ("queued", "running"):
+                time.sleep(0.1)
+            return task
+
+        assert reconfigure(first).info.state == "success"
+        assert vm.config.changeVersion != first
+        stale = reconfigure(first)
+        assert stale.info.state == "error" and isinstance(stale.info.error, vim.fault.ConcurrentAccess)
+        assert "concurrent modification" in fault_text(stale.info.error)
+        view.DestroyView()
