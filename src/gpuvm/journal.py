@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gpuvm.errors import InputError
 from gpuvm.plan import Change
 from gpuvm.secrets import redact
 
@@ -30,8 +31,12 @@ def state_path(explicit: Path | None = None) -> Path:
 def state_dir(explicit: Path | None = None) -> Path:
     """The state directory, created (mode 0700) if need be."""
     path = state_path(explicit)
-    path.mkdir(parents=True, exist_ok=True)
-    path.chmod(0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o700)
+    except OSError as e:
+        raise InputError(f"state directory {path}: cannot create or use it ({e.strerror}); "
+                         "give another with --state-dir or GPUVM_STATE_DIR") from None
     return path
 
 

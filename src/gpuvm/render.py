@@ -6,6 +6,7 @@ import json
 from typing import Any, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpuvm.plan import Disruption, Plan
@@ -61,7 +62,8 @@ def print_plan(console: Console, plan: Plan) -> None:
                  ("! " + c.disruption_label) if c.disruption != Disruption.NONE else "") for c in plan.changes]
         console.print(table(None, ["step", "target", "resource", "field", "before", "after", "disruption"], rows))
     for note in plan.notes:
-        console.print(f"[yellow]{note.level}[/]: {note.target}: {redact(note.message)}", highlight=False)
+        console.print(f"[yellow]{note.level}[/]: {escape(note.target)}: {escape(redact(note.message))}",
+                      highlight=False, markup=True)
     console.print(plan_summary(plan), highlight=False)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from gpuvm.cli.common import err, fail, handle_errors, load, out
 
@@ -89,9 +90,10 @@ class _Progress:
 
         if error is None:
             figure = f"{value:,.2f} {unit}".strip()
-            self._progress.console.print(f"[green]✓[/] {bench} {point} {label}: {figure}", highlight=False)
+            self._progress.console.print(f"[green]✓[/] {escape(f'{bench} {point} {label}: {figure}')}",
+                                         highlight=False, markup=True)
         else:
             figure = "failed"
-            self._progress.console.print(f"[red]✗[/] {bench} {point} {label}: {redact(error)}",
+            self._progress.console.print(f"[red]✗[/] {escape(f'{bench} {point} {label}: {redact(error)}')}",
                                          highlight=False, markup=True, soft_wrap=True)
         self._progress.update(self._task, advance=1, last=f"last: {figure}")

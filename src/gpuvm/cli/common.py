@@ -12,6 +12,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gpuvm.errors import GpuvmError
 from gpuvm.secrets import redact
@@ -20,7 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _console(stderr: bool = False) -> Console:
-    console = Console(stderr=stderr, highlight=False)
+    console = Console(stderr=stderr, highlight=False, markup=False)  # text from runbooks and hosts is text
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = 160  # logs and pipes: no terminal to fit, keep rows on one line
     return console
@@ -31,7 +32,7 @@ err = _console(stderr=True)
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    err.print(f"[red]error[/]: {redact(message)}", highlight=False, markup=True, soft_wrap=True)
+    err.print(f"[red]error[/]: {escape(redact(message))}", highlight=False, markup=True, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -73,7 +74,7 @@ def access(insecure: bool = False, accept_new_host_keys: bool = False, state_dir
 
 
 def warn(message: str) -> None:
-    err.print(f"[bold yellow]warning[/]: {message}", soft_wrap=True)
+    err.print(f"[bold yellow]warning[/]: {escape(message)}", markup=True, soft_wrap=True)
 
 
 def interactive() -> bool:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.markup import escape
 
 from gpuvm.cli import bench_report, bench_run
 from gpuvm.cli.common import access, err, fail, handle_errors, interactive, load, out
@@ -37,7 +38,16 @@ STATE = typer.Option(None, "--state-dir", help="State directory: journal, keys (
 @handle_errors
 def validate(runbook: Path = RUNBOOK) -> None:
     """Check a runbook: prints 'valid' or errors with file:line and field (exit 2)."""
+    import os
+
+    from gpuvm.errors import InputError
+    from gpuvm.runbook.model import url_problem
+    from gpuvm.runbook.strict import shown
+
     book = load(runbook)
+    govc_url = os.environ.get("GOVC_URL")
+    if book.vcenter is not None and not book.vcenter.url and govc_url and (problem := url_problem(govc_url)):
+        raise InputError(f"GOVC_URL (the runbook names no vcenter.url): {shown(govc_url)} {problem}")
     out.print(f"{runbook}: valid ({len(book.hosts)} host(s), {len(book.vms)} VM(s))")
 
 
@@ -123,7 +133,7 @@ def _confirm(plan: Any) -> None:
 
 def _progress(step: str, target: str, status: str) -> None:
     mark = "[red]✗[/]" if status.startswith("failed") else ("[green]✓[/]" if status.startswith("done") else "…")
-    err.print(f"{mark} {step:<17} {target}: {status}", highlight=False)
+    err.print(f"{mark} {step:<17} {escape(target)}: {escape(status)}", highlight=False, markup=True)
 
 
 @app.command()

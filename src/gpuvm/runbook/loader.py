@@ -6,6 +6,9 @@ in that map, so every message reads `file:line: field.path: what is wrong`.
 
 from __future__ import annotations
 
+import codecs
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +34,29 @@ def field_path(loc: Path_) -> str:
     return out or "(top level)"
 
 
+MAX_BYTES = 16 << 20  # a runbook of 4,096 VMs is well under 1 MB
+MAX_NODES = 1_000_000  # values once YAML aliases are expanded (an alias bomb expands to billions)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _expanded_size(node: Any, memo: dict[int, int], parents: frozenset[int] = frozenset()) -> int:
+    """How many values the document has once YAML aliases are expanded, counted without expanding
+    them (an aliased value is the same object at each use). Refuses a value that contains itself."""
+    if not isinstance(node, (CommentedMap, CommentedSeq)):
+        return 1
+    if id(node) in parents:
+        raise _TooLarge("a YAML alias refers to a value that contains it")
+    if id(node) not in memo:
+        children = node.values() if isinstance(node, CommentedMap) else node
+        memo[id(node)] = 1 + sum(_expanded_size(c, memo, parents | {id(node)}) for c in children)
+    return memo[id(node)]
+
+
 def _index_lines(node: Any, path: Path_, lines: dict[Path_, int]) -> None:
+    """Every key's and item's line (an aliased value has lines at each use: see `_expanded_size`)."""
     if isinstance(node, CommentedMap):
         for key in node:
             try:
@@ -47,6 +72,27 @@ def _index_lines(node: Any, path: Path_, lines: dict[Path_, int]) -> None:
             except (KeyError, TypeError):
                 pass
             _index_lines(item, path + (index,), lines)
+
+
+def _read_text(file: Path) -> str:
+    """The runbook's text: a regular file of at most MAX_BYTES, in UTF-8 (or UTF-16 with its BOM)."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+        with os.fdopen(fd, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InputError(f"{file}: not a regular file (a runbook is a YAML file)")
+            raw = stream.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise InputError(f"{file}: cannot read runbook: {e.strerror}") from None
+    if len(raw) > MAX_BYTES:
+        raise InputError(f"{file}: larger than {MAX_BYTES >> 20} MB; a runbook is far smaller")
+    encoding = "utf-16" if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8-sig"
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise InputError(f"{file}:{line}: not {encoding.upper().removesuffix('-SIG')} text (byte "
+                         f"0x{raw[e.start]:02x}); save the runbook as UTF-8") from None
 
 
 class Locator:
@@ -105,10 +151,7 @@ def _model_path(loc: tuple[Any, ...], data: Any, kind: str = "") -> Path_:
 
 def load_runbook(path: str | Path) -> Runbook:
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{file}: cannot read runbook: {e.strerror}") from None
+    text = _read_text(file)
     yaml = YAML(typ="rt")
     try:
         data = yaml.load(text)
@@ -123,6 +166,11 @@ def load_runbook(path: str | Path) -> Runbook:
         raise InputError(f"{file}:{line}: YAML error: {reason}") from None
     if not isinstance(data, dict):
         raise InputError(f"{file}:1: (top level): a runbook is a mapping with vcenter, hosts and vms")
+    try:
+        if _expanded_size(data, {}) > MAX_NODES:
+            raise _TooLarge(f"the document expands to more than {MAX_NODES:,} values (YAML aliases?)")
+    except (_TooLarge, RecursionError) as e:
+        raise InputError(f"{file}:1: {e if isinstance(e, _TooLarge) else 'nested too deeply'}") from None
     locator = Locator.of(file, data)
     try:
         runbook = Runbook.model_validate(data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from urllib.parse import urlsplit
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -12,13 +13,15 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_vali
 
 from gpuvm.errors import InputError
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
-from gpuvm.runbook.strict import Strict, checked_name
+from gpuvm.runbook.strict import Strict, checked_name, shown
 
 if TYPE_CHECKING:
     from gpuvm.runbook.loader import Locator
 
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 PCI_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
+HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
+MAX_MMIO_GB = 1 << 16  # 64 TB: far beyond any GPU set; a larger figure is a typo
 
 
 def _pci_address(value: str) -> str:
@@ -50,9 +53,27 @@ class VCenter(Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"'{value}' is not a URL like https://vcenter.example.com/sdk")
+        if value is not None and (problem := url_problem(value)):
+            raise ValueError(f"{shown(value)} {problem}")
         return value
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be a vCenter address (None when it can): scheme, host and port checked."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        return "contains control characters"
+    try:
+        parts = urlsplit(url if "://" in url else "https://" + url)
+        parts.port  # noqa: B018 - raises on a port that is not a number from 0 to 65535
+    except ValueError as e:
+        return f"is not a valid URL ({e})"
+    if parts.scheme != "https":
+        return f"is not an https URL like https://vcenter.example.com/sdk ('{parts.scheme}://': vCenter speaks https)"
+    if not parts.hostname:
+        return "names no host (a URL like https://vcenter.example.com/sdk)"
+    if not HOSTNAME.fullmatch(parts.hostname) and ":" not in parts.hostname:  # IPv6 literals were checked
+        return "is not a URL like https://vcenter.example.com/sdk (the host name has characters no host has)"
+    return None
 
 
 class PciSelector(Strict):
@@ -223,7 +244,9 @@ class Vm(Strict):
     @classmethod
     def _mmio(cls, value: Any) -> Any:
         if isinstance(value, int) and (value < 1 or value & (value - 1)):
-            raise ValueError(f"64-bit MMIO size {value} GB is not a power of two (e.g. 256, 512, 1024) or 'auto'")
+            raise ValueError(f"64-bit MMIO size {shown(value)} GB is not a power of two (e.g. 256, 512, 1024) or 'auto'")
+        if isinstance(value, int) and value > MAX_MMIO_GB:
+            raise ValueError(f"64-bit MMIO size {shown(value)} GB is more than {MAX_MMIO_GB} GB; give the size in GB")
         return value
 
     @property

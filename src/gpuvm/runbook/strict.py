@@ -1,20 +1,55 @@
-"""What every runbook model shares: no unknown keys, frozen, and one rule for names."""
+"""What every runbook model shares: no unknown keys, frozen, no booleans for numbers, and one
+rule for names."""
 
 from __future__ import annotations
 
 import re
+import types
+import typing
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value quoted for a message: control characters escaped, long values cut."""
+    text = str(value)
+    cut = text[:limit].encode("unicode_escape").decode("ascii")
+    quoted = cut if isinstance(value, int) else f"'{cut}'"
+    return quoted + (f" (… {len(text)} characters)" if len(text) > limit else "")
+
+
+def _types(annotation: Any) -> set[Any]:
+    """The plain types an annotation admits (unions, Optional, Annotated and lists looked through)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated, list, tuple):
+        args = typing.get_args(annotation)
+        return set().union(*(_types(a) for a in (args[:1] if origin is typing.Annotated else args)))
+    return {annotation}
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, data: Any) -> Any:
+        """YAML's true/false is not 1/0: a number field refuses it (pydantic would take it)."""
+        if isinstance(data, dict):
+            for name, value in data.items():
+                field = cls.model_fields.get(name) if isinstance(name, str) else None
+                items = value if isinstance(value, list) else [value]
+                if field is not None and any(isinstance(v, bool) for v in items):
+                    admitted = _types(field.annotation)
+                    if admitted & {int, float} and bool not in admitted:
+                        raise ValueError(f"{name}: expected a number, got {str(value).lower()}")
+        return data
+
 
 def checked_name(value: str) -> str:
     """A host, VM or benchmark name: letters, digits, '.', '_', '-'; at most 80."""
-    if not NAME.match(value):
-        raise ValueError(f"'{value}' is not a valid name (letters, digits, '.', '_', '-'; max 80)")
+    if not NAME.fullmatch(value):
+        raise ValueError(f"{shown(value)} is not a valid name (letters, digits, '.', '_', '-'; max 80)")
     return value

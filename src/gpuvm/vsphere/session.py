@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpuvm.errors import ConnectError, InputError
-from gpuvm.runbook.model import VCenter, env_flag
+from gpuvm.runbook.model import VCenter, env_flag, url_problem
+from gpuvm.runbook.strict import shown
 from gpuvm.secrets import redact, remember, secret_from_env
 
 log = logging.getLogger(__name__)
@@ -44,11 +45,11 @@ def resolve_target(config: VCenter, insecure: bool = False) -> Target:
     url = config.url or os.environ.get("GOVC_URL")
     if not url:
         raise InputError("vcenter.url: no vCenter URL (set vcenter.url in the runbook or GOVC_URL)")
+    if problem := url_problem(url):
+        raise InputError(f"{'vcenter.url' if config.url else 'GOVC_URL'}: {shown(url)} {problem}")
     if "://" not in url:
         url = "https://" + url
     parts = urlsplit(url)
-    if parts.scheme != "https":
-        raise InputError(f"vcenter.url: '{parts.scheme}://' is not supported; vCenter speaks https")
     user = config.user or parts.username or os.environ.get("GOVC_USERNAME")
     if not user:
         raise InputError("vcenter.user: no user (set vcenter.user or GOVC_USERNAME)")
@@ -61,12 +62,28 @@ def resolve_target(config: VCenter, insecure: bool = False) -> Target:
     else:
         raise InputError("vcenter.password_env: no password (name an environment variable in "
                          "vcenter.password_env, or set GOVC_PASSWORD)")
-    turn_off = insecure or bool(config.insecure) or bool(env_flag("GOVC_INSECURE"))
+    # The command line wins, then the runbook, then govc's variable: a runbook that says
+    # `insecure: false` keeps verification on whatever GOVC_INSECURE says.
+    turn_off = insecure or (config.insecure if config.insecure is not None else bool(env_flag("GOVC_INSECURE")))
     ca = config.ca_file or (Path(os.environ["GOVC_TLS_CA_CERTS"]) if os.environ.get("GOVC_TLS_CA_CERTS") else None)
-    if ca is not None and not ca.is_file():
-        raise InputError(f"vcenter.ca_file: {ca} does not exist")
+    if ca is not None:
+        _check_ca(ca, "vcenter.ca_file" if config.ca_file else "GOVC_TLS_CA_CERTS")
     return Target(host=parts.hostname or "", port=parts.port or 443, path=parts.path or "/sdk",
                   user=user, password=password, insecure=turn_off, ca_file=ca)
+
+
+def _check_ca(ca: Path, where: str) -> None:
+    """A CA bundle that exists, is a file and holds PEM certificates."""
+    if not ca.exists():
+        raise InputError(f"{where}: {ca} does not exist")
+    if not ca.is_file():
+        raise InputError(f"{where}: {ca} is not a file (give a PEM bundle of CA certificates)")
+    if ca.stat().st_size == 0:
+        raise InputError(f"{where}: {ca} is empty (give a PEM bundle of CA certificates)")
+    try:
+        ssl.create_default_context(cafile=str(ca))
+    except (ssl.SSLError, OSError, ValueError) as e:
+        raise InputError(f"{where}: {ca} is not a PEM bundle of CA certificates ({e})") from None
 
 
 class RequestCounter:
