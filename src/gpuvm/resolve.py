@@ -9,7 +9,7 @@ notes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuvm.capacity import check_capacity
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
@@ -193,6 +193,7 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
                                f"{memory_by_host[vm.host] // 1024} GB of its {host_mb // 1024} GB")
     for host in desired.hosts.values():
         _release_unused(inventory, desired, host, (set_by_gpuvm or {}).get(host.name, {}))
+        _drop_named_candidates(inventory, desired, host)
     check_capacity(rb, inventory, desired)
     return desired
 
@@ -220,6 +221,18 @@ def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, s
                                       "and not selected in the runbook, but gpuvm did not enable it (no record "
                                       "in this state directory's journal): it cannot serve vGPU until its "
                                       "passthrough is turned off"))
+
+
+def _drop_named_candidates(inventory: Inventory, desired: Desired, host: DesiredHost) -> None:
+    """A dynamic DirectPath VM cannot get a GPU that classic DirectPath names (vm.power starts
+    those VMs first): not a candidate."""
+    others = [vm for vm in inventory.vms_on(host.name) if vm.name not in desired.vms]
+    named = {d.address for vm in others for d in vm.pci if d.kind == "classic"}
+    named |= {d.address for name in host.vms for d in desired.vms[name].devices if d.kind == "classic"}
+    for name in host.vms:
+        vm = desired.vms[name]
+        vm.devices = [replace(d, candidates=tuple(c for c in d.candidates if c not in named))
+                      if d.kind == "dynamic" else d for d in vm.devices]
 
 
 @dataclass

@@ -124,3 +124,50 @@ def test_moving_a_host_from_passthrough_to_vgpu_releases_the_gpus_gpuvm_enabled(
     path = tmp_path / "rb.yaml"
     verify = CliRunner().invoke(app, ["verify", str(path)])
     assert verify.exit_code == 0, verify.output
+
+
+DYNAMIC_FIRST = """
+    hosts: [{name: esx-01, passthrough: [{model: A100}], allow_maintenance: true, allow_reboot: true}]
+    vms:
+      - {name: esx-01-vm2, host: esx-01, gpus: {mode: dynamic, count: 2}}
+      - {name: esx-01-vm1, host: esx-01, gpus: {mode: passthrough, count: 1, addresses: ["0000:17:00.0"]}}
+    """
+
+
+def assigned(sim) -> dict[str, list[str]]:
+    with pyvmomi(sim) as si:
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        out = {vm.name: sorted(getattr(d.backing, "assignedId", None) or getattr(d.backing, "id", "")
+                               for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualPCIPassthrough))
+               for vm in view.view}
+        view.DestroyView()
+        return out
+
+
+def test_dynamic_and_classic_on_one_host_converge(start, tmp_path):
+    """Issue 11, item 13: a VM naming 17:00.0 and a dynamic x2 VM on one host. Seen: the dynamic VM
+    powered on first took 17:00.0, the other failed, every apply again. Now VMs that name their GPUs
+    power on first; a dynamic VM already holding a named GPU is powered off for it (refused up
+    front without --allow-power-off), and one re-run converges."""
+    sim = start()
+    assert apply(tmp_path, DYNAMIC_FIRST).exit_code == 0
+    now = assigned(sim)
+    assert now["esx-01-vm1"] == ["0000:17:00.0"] and "0000:17:00.0" not in now["esx-01-vm2"]
+    with pyvmomi(sim) as si:  # break it as a person could: vm1 off, vm2 restarted first, takes 17:00.0
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        vms = {vm.name: vm for vm in view.view}
+        for name in ("esx-01-vm1", "esx-01-vm2"):
+            ok(vms[name].PowerOffVM_Task())
+        ok(vms["esx-01-vm2"].PowerOnVM_Task())
+        view.DestroyView()
+    assert "0000:17:00.0" in assigned(sim)["esx-01-vm2"]
+    path = tmp_path / "rb.yaml"
+    refused = CliRunner().invoke(app, ["apply", str(path), "--yes"])
+    assert refused.exit_code == 2 and "esx-01-vm2" in refused.output and "--allow-power-off" in refused.output
+    again = CliRunner().invoke(app, ["apply", str(path), "--yes", "--allow-power-off"])
+    assert again.exit_code == 0, again.output
+    now = assigned(sim)
+    assert now["esx-01-vm1"] == ["0000:17:00.0"] and len(now["esx-01-vm2"]) == 2 and "0000:17:00.0" not in now["esx-01-vm2"]
+    assert CliRunner().invoke(app, ["verify", str(path)]).exit_code == 0

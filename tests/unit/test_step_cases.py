@@ -176,7 +176,8 @@ def _mock_session(mocker, ctx: Context, state: dict[str, Any]) -> dict[str, Any]
         key = f"{kind}:{moid}"
         if key not in refs:
             obj = mocker.MagicMock(name=key)
-            for path, value in state.items():
+            own = state.get(key) or {k: v for k, v in state.items() if ":" not in k}  # per object, or shared
+            for path, value in own.items():
                 holder = obj
                 *parents, last = path.split(".")
                 for part in parents:

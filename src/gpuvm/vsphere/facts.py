@@ -108,6 +108,7 @@ class VmPciDevice(BaseModel):
     vendor_id: int | None = None  # classic and dynamic
     device_id: int | None = None
     profile: str | None = None  # vGPU
+    assigned: str | None = None  # dynamic: the device vSphere gave it at power-on (while it runs)
 
     def describe(self) -> str:
         if self.kind == "vgpu":

@@ -147,7 +147,8 @@ def vm_pci_devices(devices: list[Any]) -> list[VmPciDevice]:
             allowed = (backing.allowedDevice or [None])[0]
             out.append(VmPciDevice(key=dev.key, kind="dynamic", label=label,
                                    vendor_id=unsigned16(allowed.vendorId) if allowed else None,
-                                   device_id=unsigned16(allowed.deviceId) if allowed else None))
+                                   device_id=unsigned16(allowed.deviceId) if allowed else None,
+                                   assigned=backing.assignedId or None))
         elif isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo):
             out.append(VmPciDevice(key=dev.key, kind="classic", label=label, address=backing.id,
                                    vendor_id=unsigned16(backing.vendorId or 0),
