@@ -16,14 +16,25 @@ _lock = threading.Lock()
 _known: set[str] = set()
 
 MASK = "********"
+MIN_LENGTH = 6  # a shorter secret cannot be masked without garbling other text (`tim********`)
 
 
-def remember(value: str | None) -> str | None:
-    """Mark a value as secret so that `redact` hides it wherever it appears."""
+def remember(value: str | None, where: str = "a secret") -> str | None:
+    """Mark a value as secret so that `redact` hides it wherever it appears; refuse one too short
+    to hide safely (`where` names where it came from)."""
     if value:
+        if len(value) < MIN_LENGTH:
+            raise InputError(f"{where}: the secret is shorter than {MIN_LENGTH} characters; gpuvm could not "
+                             "mask it in its output without garbling other text: use a longer one")
         with _lock:
             _known.add(value)
     return value
+
+
+def is_secret(value: str) -> bool:
+    """Whether `value` contains a remembered secret."""
+    with _lock:
+        return any(secret in value for secret in _known)
 
 
 def secret_from_env(variable: str, where: str) -> str:
@@ -31,7 +42,30 @@ def secret_from_env(variable: str, where: str) -> str:
     value = os.environ.get(variable)
     if not value:
         raise InputError(f"{where}: environment variable {variable} is not set (it holds the secret)")
-    return remember(value)  # type: ignore[return-value]
+    return remember(value, f"{where} ({variable})")  # type: ignore[return-value]
+
+
+def remember_runbook_secrets(model: object, where: str = "") -> None:
+    """Every secret a runbook names (its `*_env` fields whose variables are set), and govc's
+    password, remembered at load: whichever command runs, none of them reaches a file or output."""
+    from pydantic import BaseModel
+
+    if isinstance(model, BaseModel):
+        for name in type(model).model_fields:
+            value = getattr(model, name)
+            here = f"{where}.{name}" if where else name
+            if name.endswith("_env") and isinstance(value, str) and os.environ.get(value):
+                remember(os.environ[value], f"{here} ({value})")
+            else:
+                remember_runbook_secrets(value, here)
+    elif isinstance(model, (list, tuple)):
+        for i, item in enumerate(model):
+            remember_runbook_secrets(item, f"{where}[{i}]")
+    elif isinstance(model, dict):
+        for key, item in model.items():
+            remember_runbook_secrets(item, f"{where}.{key}")
+    if not where and os.environ.get("GOVC_PASSWORD"):
+        remember(os.environ["GOVC_PASSWORD"], "GOVC_PASSWORD")
 
 
 def redact(text: str) -> str:

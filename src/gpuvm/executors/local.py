@@ -1,4 +1,9 @@
-"""Run commands on this machine, with the same interface and quoting as over SSH."""
+"""Run commands on this machine, with the same interface and quoting as over SSH.
+
+Commands get a minimal environment (`job_environment`), as a job started over SSH would, not
+gpuvm's own: the variables that hold its secrets (the vCenter password, key passphrases) never
+reach a benchmark that prints its environment.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,35 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Mapping
 from typing import BinaryIO
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.executors.base import CommandResult, Executor, check_result, timeout_message
 
 
+# What a job needs of this machine's environment: where programs and libraries are, who and where
+# it runs, and the GPU/MPI/NCCL settings an operator may have exported for it.
+KEPT = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TMPDIR", "TZ",
+        "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX"}
+KEPT_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "OMPI_MCA_", "GLOO_", "TORCH_", "OMP_")
+
+
+def job_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of `environ` (default: this process's) a job is given; never a secret's value."""
+    from gpuvm.secrets import is_secret
+
+    source = os.environ if environ is None else environ
+    return {k: v for k, v in source.items()
+            if (k in KEPT or k.startswith(KEPT_PREFIXES)) and not is_secret(v)}
+
+
 class LocalExecutor(Executor):
     """Runs each command line with `sh -c` in its own process group (killed whole on timeout)."""
 
-    def __init__(self, name: str = "local"):
+    def __init__(self, name: str = "local", env: Mapping[str, str] | None = None):
         self.name = name
+        self.env = dict(env) if env is not None else None  # None: job_environment() at each command
 
     def _execute(
         self, command: str, timeout: float, check: bool, stdin: bytes | None, stdout_to: BinaryIO | None
@@ -27,6 +50,7 @@ class LocalExecutor(Executor):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, so a timeout kills all of it
+            env=self.env if self.env is not None else job_environment(),
         )
         out, err = bytearray(), bytearray()
         threads = [

@@ -19,6 +19,7 @@ from ruamel.yaml.error import MarkedYAMLError
 
 from gpuvm.errors import InputError
 from gpuvm.runbook.model import Runbook
+from gpuvm.secrets import remember_runbook_secrets
 
 Path_ = tuple[str | int, ...]
 
@@ -179,4 +180,20 @@ def load_runbook(path: str | Path) -> Runbook:
         raise InputError("\n".join(dict.fromkeys(messages))) from None
     runbook.attach(file, locator, text)
     runbook.check_references()
+    try:
+        remember_runbook_secrets(runbook)
+    except InputError as e:  # a secret too short to mask: name its line
+        field = str(e).split(" ", 1)[0].split("(")[0]
+        raise InputError(f"{file}:{locator.line(_dotted(field))}: {e}") from None
     return runbook
+
+
+def _dotted(field: str) -> Path_:
+    """'guests.hosts[0].ssh.passphrase_env' → ('guests', 'hosts', 0, 'ssh', 'passphrase_env')."""
+    parts: list[str | int] = []
+    for word in field.replace("]", "").split("."):
+        name, *indices = word.split("[")
+        if name:
+            parts.append(name)
+        parts += [int(i) for i in indices if i.isdigit()]
+    return tuple(parts)

@@ -56,9 +56,9 @@ def resolve_target(config: VCenter, insecure: bool = False) -> Target:
     if config.password_env:
         password = secret_from_env(config.password_env, "vcenter.password_env")
     elif parts.password:
-        password = remember(parts.password)  # type: ignore[assignment]
+        password = remember(parts.password, "vcenter.url (its password)")  # type: ignore[assignment]
     elif os.environ.get("GOVC_PASSWORD"):
-        password = remember(os.environ["GOVC_PASSWORD"])  # type: ignore[assignment]
+        password = remember(os.environ["GOVC_PASSWORD"], "GOVC_PASSWORD")  # type: ignore[assignment]
     else:
         raise InputError("vcenter.password_env: no password (name an environment variable in "
                          "vcenter.password_env, or set GOVC_PASSWORD)")
