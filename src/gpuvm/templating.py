@@ -18,9 +18,12 @@ if TYPE_CHECKING:
 PACKAGE = "gpuvm.templates"
 
 
-def environment(directory: str = "", **options: Any) -> jinja2.Environment:
-    """A jinja2 Environment over `templates/<directory>`; `options` as for jinja2.Environment."""
+def environment(directory: str = "", sandboxed: bool = False, **options: Any) -> jinja2.Environment:
+    """A jinja2 Environment over `templates/<directory>`; `options` as for jinja2.Environment.
+    `sandboxed`: for templates users write (a runbook's command): jinja2's immutable sandbox, where
+    `{{ cycler.__init__.__globals__.os.system(...) }}` is a SecurityError, not a command run here."""
     import jinja2
+    import jinja2.sandbox
 
     try:
         loader = jinja2.PackageLoader(PACKAGE, directory or ".")
@@ -28,4 +31,5 @@ def environment(directory: str = "", **options: Any) -> jinja2.Environment:
         where = f"{PACKAGE}/{directory}" if directory else PACKAGE
         raise GpuvmError(f"gpuvm's templates ({where}) are not installed: install gpuvm "
                          "(from a source checkout: pip install -e .)") from None
-    return jinja2.Environment(loader=loader, **options)
+    kind = jinja2.sandbox.ImmutableSandboxedEnvironment if sandboxed else jinja2.Environment
+    return kind(loader=loader, **options)

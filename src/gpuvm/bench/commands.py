@@ -51,18 +51,20 @@ def _quote(value: Any) -> str:
 
 
 _env_lock = threading.Lock()
-_envs: dict[bool, Any] = {}
+_envs: dict[tuple[bool, bool], Any] = {}
 
 
-def _environment(shell: bool = True):
+def _environment(shell: bool = True, sandboxed: bool = False):
+    """gpuvm's templates; `sandboxed` for the runbook's own (user) templates."""
     import jinja2
 
     from gpuvm.templating import environment
 
     with _env_lock:
-        if shell not in _envs:
-            _envs[shell] = environment(
+        if (shell, sandboxed) not in _envs:
+            _envs[(shell, sandboxed)] = environment(
                 "bench",
+                sandboxed=sandboxed,
                 undefined=jinja2.StrictUndefined,
                 trim_blocks=not shell,  # shell templates: one word group per line, blank lines dropped
                 lstrip_blocks=True,
@@ -70,7 +72,7 @@ def _environment(shell: bool = True):
                 autoescape=False,
                 finalize=_quote if shell else None,
             )
-        return _envs[shell]
+        return _envs[(shell, sandboxed)]
 
 
 def render_words(template: str, **context: Any) -> Shell:
@@ -88,7 +90,7 @@ def render_user_command(runbook: Runbook, index: int, command: str, context: dic
     import jinja2
 
     try:
-        template = _environment().from_string(command)
+        template = _environment(sandboxed=True).from_string(command)
         return Shell(template.render(**context).strip())
     except jinja2.TemplateError as e:
         known = ", ".join(sorted(k for k in context if not k.startswith("_")))
@@ -103,7 +105,7 @@ def uses_workload(command: str | None) -> bool:
     import jinja2.meta
 
     try:
-        return "workload" in jinja2.meta.find_undeclared_variables(_environment().parse(command))
+        return "workload" in jinja2.meta.find_undeclared_variables(_environment(sandboxed=True).parse(command))
     except Exception:  # a syntax error is reported when the command is rendered
         return False
 
