@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuvm.errors import ConnectError, GpuvmError, InputError, TargetFailures
+from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, TargetFailures
 from gpuvm.executors.group import run_parallel
 from gpuvm.journal import Journal
 from gpuvm.plan import Change, Disruption, Note, Plan
@@ -75,8 +75,9 @@ def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[
     try:
         return observe_remote(cluster, parallel=parallel), {}
     except TargetFailures as e:
-        down = {n: str(error) for n, error in e.failures.items()
-                if isinstance(error, ConnectError) and cluster.targets[n].role == "guest"}
+        down = {n: str(error) for n, error in e.failures.items()  # a wrong host key is no "not up yet"
+                if isinstance(error, ConnectError) and not isinstance(error, HostKeyError)
+                and cluster.targets[n].role == "guest"}
         others = {n: error for n, error in e.failures.items() if n not in down}
         if others:
             raise TargetFailures(others, results=e.results) from None

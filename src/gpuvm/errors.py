@@ -25,6 +25,10 @@ class ConnectError(GpuvmError):
     exit_code = 3
 
 
+class HostKeyError(ConnectError):
+    """An SSH host key is unknown, changed or revoked: an error, never "not reachable yet"."""
+
+
 class RemoteCommandError(GpuvmError):
     """A command on a remote host failed or timed out."""
 

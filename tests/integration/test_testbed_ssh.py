@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuvm.errors import ConnectError, RemoteCommandError, TargetFailures
+from gpuvm.errors import ConnectError, HostKeyError, RemoteCommandError, TargetFailures
 from gpuvm.executors import SshExecutor, run_parallel
 from gpuvm.parsers import esxcli, ibdev2netdev, mlxconfig, mst, nvidia_smi
 
@@ -94,6 +95,31 @@ def test_changed_host_key_is_refused_even_when_accepting(testbed, tmp_path):
     changed.write_text(f"{testbed.host('esx-02').address} {wrong[1]} {wrong[2]}\n")
     ex = executor(testbed, "esx-02", known_hosts=[changed], accept_new_host_keys=True, record_to=changed)
     with pytest.raises(ConnectError, match="esx-02: host key for 10.250.0.12:22 has CHANGED"):
+        ex.run(["true"])
+
+
+def test_known_hosts_lines_openssh_has_but_gpuvm_cannot_use_break_nothing(testbed, tmp_path, caplog):
+    """Issue 11, item 11: a @cert-authority line, a non-UTF-8 byte and a garbled line are skipped,
+    each named by file and line; the hosts' own lines still work."""
+    caplog.set_level(logging.INFO)
+    messy = tmp_path / "known_hosts"
+    messy.write_bytes(b"@cert-authority *.example.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
+                      b"caf\xe9.example.com ssh-rsa AAAA\n"
+                      b"this is not a key line\n"
+                      + testbed.known_hosts_file.read_bytes())
+    ex = executor(testbed, "esx-02", known_hosts=[messy])
+    assert ex.run(["hostname"]).stdout == "esx-02\n"
+    ex.close()
+    assert f"{messy}:1: @cert-authority skipped" in caplog.text
+    assert f"{messy}:2: not UTF-8" in caplog.text and f"{messy}:3: not a host key line" in caplog.text
+
+
+def test_a_revoked_host_key_is_refused(testbed, tmp_path):
+    revoked = tmp_path / "known_hosts"
+    _, kind, blob = testbed.host("esx-02").host_key_line.split()
+    revoked.write_text(testbed.known_hosts_file.read_text() + f"@revoked * {kind} {blob}\n")
+    ex = executor(testbed, "esx-02", known_hosts=[revoked])
+    with pytest.raises(HostKeyError, match=r"esx-02: host key for 10\.250\.0\.12:22 \(ssh-ed25519 SHA256:\S+\) is @revoked"):
         ex.run(["true"])
 
 

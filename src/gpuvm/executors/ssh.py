@@ -23,8 +23,9 @@ from fabric import Config, Connection
 from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.message import Message
 
-from gpuvm.errors import ConnectError, RemoteCommandError
+from gpuvm.errors import ConnectError, HostKeyError, RemoteCommandError
 from gpuvm.executors.base import CommandResult, Executor, check_result, timeout_message
+from gpuvm.executors.known_hosts import KnownHosts, read_known_hosts
 from gpuvm.secrets import redact, remember
 from gpuvm.ssh_keys import blob_fingerprint, known_hosts_name
 
@@ -96,6 +97,7 @@ class SshExecutor(Executor):
         self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
         self._connection: Connection | None = None
+        self._known = KnownHosts()
 
     def __repr__(self) -> str:
         return f"SshExecutor({self.name!r}, {self.user}@{self.host}:{self.port})"
@@ -153,22 +155,27 @@ class SshExecutor(Executor):
         # fabric trusts any key by default (AutoAddPolicy); we do not
         client.set_missing_host_key_policy(_HostKeyPolicy(self))
         user_known_hosts = Path("~/.ssh/known_hosts").expanduser()
-        for path in [user_known_hosts, *self.known_hosts, *([self.record_to] if self.record_to else [])]:
-            if path.is_file():
-                client.load_system_host_keys(str(path))
+        paths = [user_known_hosts, *self.known_hosts, *([self.record_to] if self.record_to else [])]
+        self._known = read_known_hosts(list(dict.fromkeys(p for p in paths if p.is_file())))
+        self._known.add_to(client.get_host_keys())
         return connection
 
     def _open(self, connection: Connection) -> None:
         where = f"{self.host}:{self.port}"
         try:
             connection.open()
+            offered = connection.client.get_transport().get_remote_server_key()
+            if self._known.is_revoked(offered):
+                connection.close()
+                raise HostKeyError(f"{self.name}: host key for {where} ({offered.get_name()} {fingerprint(offered)}) "
+                                   "is @revoked in known_hosts: refusing to connect")
         except _UnknownHostKey as e:
-            raise ConnectError(
+            raise HostKeyError(
                 f"{self.name}: host key for {where} is unknown ({e.key.get_name()} {fingerprint(e.key)}); "
                 "pass --accept-new-host-keys to trust and record it"
             ) from None
         except paramiko.BadHostKeyException as e:
-            raise ConnectError(
+            raise HostKeyError(
                 f"{self.name}: host key for {where} has CHANGED: the server offers {e.key.get_name()} "
                 f"{fingerprint(e.key)} but the known key is {e.expected_key.get_name()} "
                 f"{fingerprint(e.expected_key)}; if the host was reinstalled, remove its old key "

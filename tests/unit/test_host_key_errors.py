@@ -1,0 +1,33 @@
+"""A guest whose SSH host key is unknown, changed or revoked is an error at plan time (issue 11,
+item 11), never a guest "not reachable yet" that plan sets aside."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from gpuvm import engine
+from gpuvm.errors import ConnectError, HostKeyError, TargetFailures
+
+
+def cluster():
+    return SimpleNamespace(targets={"gpu-vm-01": SimpleNamespace(role="guest"), "gpu-vm-02": SimpleNamespace(role="guest")})
+
+
+def test_a_guest_that_does_not_answer_is_set_aside(mocker):
+    mocker.patch.object(engine, "observe_remote", side_effect=TargetFailures(
+        {"gpu-vm-02": ConnectError("gpu-vm-02: cannot connect to 10.0.0.2:22: Connection refused")},
+        results={"gpu-vm-01": {"guest.nic": "fact"}}))
+    facts, down = engine.observe_reachable(cluster())
+    assert facts == {("guest.nic", "gpu-vm-01"): "fact"} and list(down) == ["gpu-vm-02"]
+
+
+def test_a_guest_whose_host_key_changed_fails_the_plan(mocker):
+    changed = HostKeyError("gpu-vm-02: host key for 10.0.0.2:22 has CHANGED: the server offers ssh-ed25519 "
+                           "SHA256:new but the known key is ssh-ed25519 SHA256:old")
+    mocker.patch.object(engine, "observe_remote", side_effect=TargetFailures({"gpu-vm-02": changed}, results={}))
+    with pytest.raises(TargetFailures) as e:
+        engine.observe_reachable(cluster())
+    assert e.value.failures == {"gpu-vm-02": changed} and e.value.exit_code != 0
+    assert isinstance(changed, ConnectError) and changed.exit_code == 3
