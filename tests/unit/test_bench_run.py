@@ -224,11 +224,12 @@ def test_torchrun_over_several_nodes_is_one_torchrun_per_node_started_by_mpirun(
 
 
 def test_torchrun_on_one_node_runs_standalone_without_mpirun(tmp_path):
-    runbook = book(tmp_path, one_run(kind="pytorch_allreduce", launch="torchrun", nodes=[1, 3], python="/usr/bin/python3"))
+    runbook = book(tmp_path, one_run(kind="pytorch_allreduce", launch="torchrun", nodes=[1, 3], python="/usr/bin/python3",
+                                     torchrun_args=["--redirects", "2", "--tee", "2"]))
     [here] = plan_campaign(runbook, local=True, only=["b"])[1:]
     assert here.jobs[0].command == (
         "env NCCL_DEBUG=INFO 'NCCL_SOCKET_IFNAME=^lo,docker0' /usr/bin/python3 -m torch.distributed.run --nnodes 1 "
-        "--nproc_per_node 3 --standalone --no_python /usr/bin/python3 "
+        "--nproc_per_node 3 --standalone --redirects 2 --tee 2 --no_python /usr/bin/python3 "
         f"{Path(__file__).parents[2] / 'src/gpuvm/bench/workloads/pytorch_allreduce.py'} -b 8 -e 128M -f 2")
 
 
@@ -304,6 +305,8 @@ def test_uploads_go_to_every_participant_once(tmp_path):
      r"benchmarks\.runs\[0\]\.launch: Input should be 'mpirun', 'torchrun', 'horovodrun' or 'none'"),
     (one_run(kind="pytorch_train", launch="none", mpirun_args=["-x", "A"]),
      r"`mpirun_args` is read only with launch: mpirun or torchrun"),
+    (one_run(kind="pytorch_train", torchrun_args=["--max_restarts", "1"]),
+     r"`torchrun_args` is read only with launch: torchrun"),
     (one_run(kind="pytorch_train", launch="none", nodes=[1, 2]),
      r"lab\.yaml:\d+: benchmarks\.runs\[0\]\.launch: launch: none starts one process, but 2 node\(s\) x 1 GPU\(s\)"),
     (one_run(kind="pytorch_train", launch="none", scenario="concurrent", groups=[["vm1"]], gpus_per_vm=2),

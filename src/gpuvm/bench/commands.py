@@ -154,7 +154,7 @@ def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, i
     if run.launch == "torchrun":
         program = render_words("torchrun.j2", env=env, python=run.python, nnodes=len(hosts),
                                nproc_per_node=hosts[0][1], endpoint=f"{first}:{RDZV_PORT}", rdzv_id=run.name,
-                               program=program)
+                               torchrun_args=list(run.torchrun_args), program=program)
         if len(hosts) == 1:
             return program
         np, env = len(hosts), {}

@@ -73,6 +73,7 @@ class BenchmarkRun(Strict):
     higher_is_better: bool = True  # kind command
     upload: dict[str, str] = {}  # local file → path on every participating guest (relative: workdir)
     mpirun_args: list[str] = []  # extra mpirun words, e.g. ["-mca", "btl_tcp_if_include", "10.0.0.0/24"]
+    torchrun_args: list[str] = []  # extra torchrun words, e.g. ["--max_restarts", "0"]
     launch: Launch = "mpirun"  # the launcher (templates/bench/<launch>.j2); none: one process, no launcher
 
     @field_validator("name")
@@ -105,7 +106,7 @@ class BenchmarkRun(Strict):
                 raise ValueError("must not be empty")
         return value
 
-    @field_validator("args", "mpirun_args")
+    @field_validator("args", "mpirun_args", "torchrun_args")
     @classmethod
     def _words(cls, value: list[str]) -> list[str]:
         for word in value:
@@ -158,6 +159,8 @@ class BenchmarkRun(Strict):
             raise ValueError(f"`pattern` is read only with kind command (kind {self.kind} has its own parser)")
         if self.launch in ("horovodrun", "none") and self.mpirun_args:
             raise ValueError("`mpirun_args` is read only with launch: mpirun or torchrun (which mpirun starts per node)")
+        if self.launch != "torchrun" and self.torchrun_args:
+            raise ValueError("`torchrun_args` is read only with launch: torchrun")
         if self.kind != "pytorch_train":
             if self.precision == "bf16":
                 raise ValueError(f"precision bf16 is read only with kind pytorch_train (kind {self.kind}: fp32 or fp16)")
