@@ -4,6 +4,7 @@ across 1, 2 and 4 guests), then compare and report."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -196,9 +197,9 @@ benchmarks:
 # --------------------------------------------------------------------------------- the SSH bed
 
 
-@pytest.fixture
-def mesh(testbed):
-    """Keyless SSH from gpu-vm-01 to gpu-vm-01..04 as gpuadmin, set up by hand.
+@contextlib.contextmanager
+def keyless_mesh(testbed):
+    """Keyless SSH from gpu-vm-01 to gpu-vm-01..04 as gpuadmin, set up by hand (bench/ uses it too).
 
     TODO: the end-to-end test should use the SSH-mesh step instead of this fixture."""
     pub = Path(f"{testbed.client_key}.pub").read_bytes()
@@ -219,11 +220,17 @@ def mesh(testbed):
         ex.put(pub, ".ssh/id_ed25519.pub", mode=0o644)
         ex.put(known, ".ssh/known_hosts", mode=0o644)
         executors.append(ex)
-    yield testbed
+    yield
     for ex in executors:
         ex.run(["rm", "-rf", ".ssh/id_ed25519", ".ssh/id_ed25519.pub", ".ssh/known_hosts", ".gpuvm-bench"],
                check=False)
         ex.close()
+
+
+@pytest.fixture
+def mesh(testbed):
+    with keyless_mesh(testbed):
+        yield testbed
 
 
 def bed_runbook(bed, path: Path, benchmarks: str) -> Path:
