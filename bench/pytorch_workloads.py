@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 GPUVM = [str(Path(sys.executable).parent / "gpuvm")]
 
 BARE_LOOP = """
-import sys, time, torch, torch.nn.functional as F, torchvision
+import contextlib, sys, time, torch, torch.nn.functional as F, torchvision
 model_name, batch, size, precision, channels_last, warmup, steps = sys.argv[1:8]
 batch, size, warmup, steps = int(batch), int(size), int(warmup), int(steps)
 cuda = torch.cuda.is_available()
@@ -37,7 +37,7 @@ data = torch.randn(batch, 3, size, size).to(device).contiguous(memory_format=fmt
 target = torch.randint(0, 1000, (batch,)).to(device)
 def step():
     opt.zero_grad(set_to_none=True)
-    with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+    with torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext():
         loss = F.cross_entropy(model(data), target)
     scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
 for _ in range(warmup): step()

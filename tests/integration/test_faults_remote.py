@@ -80,7 +80,7 @@ def test_guest_stops_answering_and_a_command_hangs_mid_apply(testbed, tmp_path):
 
 def local_campaign(tmp_path: Path, die: bool) -> Path:
     """Two ranks under mpirun; with `die`, rank 1 exits on purpose while rank 0 still runs."""
-    rank_one = 'echo "rank 1 exiting on purpose" >&2; exit 3' if die else "true"
+    rank_one = "echo rank 1 exiting on purpose >&2; exit 3" if die else "true"
     runbook = tmp_path / "campaign.yaml"
     runbook.write_text(f"""\
 benchmarks:
