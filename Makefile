@@ -1,11 +1,11 @@
 # gpuvm: two commands on a fresh Debian machine (as root, or with sudo for the apt step).
 #   make demo   installs, builds and starts the bundled simulated vCenter, shows the whole flow
-#   make test   installs everything the tests need (simulator, SSH test hosts, Open MPI), runs all tests
+#   make test   installs everything the tests need (simulator, SSH test hosts, Open MPI, PyTorch), runs all tests
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := golang-go golang-github-vmware-govmomi-dev openssh-server sudo iproute2 openmpi-bin \
-                python3-mpi4py python3-numpy
+                python3-torch python3-torchvision
 GOVMOMI := /usr/share/gocode/src/github.com/vmware/govmomi
 
 .PHONY: demo test deps apt venv sim bench clean

@@ -35,8 +35,9 @@ step $GPUVM apply $RUNBOOK --yes --allow-host-reboot
 step $GPUVM plan $RUNBOOK
 step $GPUVM verify $RUNBOOK
 
-# The benchmark campaign: a real data-parallel training (NumPy MLP, MPI allreduce) across the guests
-# over the SSH mesh gpuvm just set up, and the same on this machine as the bare-metal baseline.
+# The benchmark campaign: a real data-parallel training (gpuvm's PyTorch workload, a small ResNet-18,
+# DistributedDataParallel over gloo, launched by mpirun) across the guests over the SSH mesh gpuvm
+# just set up, and the same on this machine as the bare-metal baseline.
 step $GPUVM bench run $RUNBOOK --out $WORK/results
 step $GPUVM bench run $RUNBOOK --local --out $WORK/baseline
 VM=$(ls -d $WORK/results/*/) BM=$(ls -d $WORK/baseline/*/)

@@ -91,7 +91,7 @@ def test_full_pipeline(lab, testbed):
     assert testbed.state("gpu-vm-02")["mlx"]["ATS_ENABLED"]["current"] == "True(1)"
     assert gpuvm("verify", str(runbook)).exit_code == 0
 
-    # The benchmark campaign: a real MPI training across the guests over the SSH mesh gpuvm set up,
+    # The benchmark campaign: a real PyTorch training (DDP over gloo, mpirun) across the guests over the SSH mesh,
     # and the same on this machine as the bare-metal baseline; then compare and report.
     vm_run = gpuvm("bench", "run", str(runbook), "--out", str(out := runbook.parent / "results"))
     assert vm_run.exit_code == 0, vm_run.output
@@ -101,11 +101,11 @@ def test_full_pipeline(lab, testbed):
     [bm_results] = [p for p in base.iterdir() if p.is_dir()]
     compared = gpuvm("bench", "compare", str(vm_results), "--baseline", str(bm_results))
     assert compared.exit_code == 0, compared.output
-    assert "mlp-weak-scaling" in compared.output and "speedup" in compared.output.lower()
+    assert "resnet18-weak-scaling" in compared.output and "speedup" in compared.output.lower()
     report = gpuvm("bench", "report", str(vm_results), "--baseline", str(bm_results), "--out", str(runbook.parent / "report"))
     assert report.exit_code == 0, report.output
     html = (runbook.parent / "report" / "report.html").read_text()
-    assert "mlp-weak-scaling" in html and "data:image/png;base64," in html
+    assert "resnet18-weak-scaling" in html and "data:image/png;base64," in html
     log = next((vm_results / "logs").rglob("repeat-1.log")).read_text()
     assert "Total img/sec on" in log
 

@@ -78,21 +78,25 @@ def test_guest_stops_answering_and_a_command_hangs_mid_apply(testbed, tmp_path):
         assert "all 4 guests reach each other" in verify.stdout
 
 
-def local_campaign(tmp_path: Path, extra: str) -> Path:
+def local_campaign(tmp_path: Path, die: bool) -> Path:
+    """Two ranks under mpirun; with `die`, rank 1 exits on purpose while rank 0 still runs."""
+    rank_one = "echo rank 1 exiting on purpose >&2; exit 3" if die else "true"
     runbook = tmp_path / "campaign.yaml"
     runbook.write_text(f"""\
 benchmarks:
   runs:
     - name: dies
-      kind: horovod_synthetic
-      command: "/usr/bin/python3 {{{{ workload }}}} --num-iters 2 --num-batches-per-iter 2 {extra}"
+      kind: command
+      command: "sh -c 'if [ \\"$OMPI_COMM_WORLD_RANK\\" = 1 ]; then {rank_one}; fi; sleep 2; echo took 2'"
+      pattern: "took ([0-9]+)"
       nodes: [2]
       repeats: 1
       timeout: 120
       mpirun_args: ["--oversubscribe"]
     - name: fine
-      kind: horovod_synthetic
-      command: "/usr/bin/python3 {{{{ workload }}}} --num-iters 2 --num-batches-per-iter 2"
+      kind: command
+      command: "sh -c 'echo took 1'"
+      pattern: "took ([0-9]+)"
       nodes: [1]
       repeats: 1
       timeout: 120
@@ -101,7 +105,7 @@ benchmarks:
 
 
 def test_benchmark_rank_dies(tmp_path):
-    runbook = local_campaign(tmp_path, "--die-on-rank 1")
+    runbook = local_campaign(tmp_path, die=True)
     result = gpuvm(dict(os.environ), "bench", "run", str(runbook), "--local", "--out", str(tmp_path / "out"))
     assert result.returncode == 6, result.stdout + result.stderr
     assert "dies at nodes-2, repeat 1: exited" in result.stdout + result.stderr
@@ -121,7 +125,7 @@ def test_disk_full_while_writing_results(tmp_path):
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
     try:
         subprocess.run(["dd", "if=/dev/zero", f"of={full / 'filler'}", "bs=4k", "count=64"], capture_output=True)
-        runbook = local_campaign(tmp_path, "")
+        runbook = local_campaign(tmp_path, die=False)
         result = gpuvm(dict(os.environ), "bench", "run", str(runbook), "--local", "--out", str(full / "out"))
         assert result.returncode != 0
         assert "No space left on device" in result.stderr and str(full) in result.stderr, result.stderr

@@ -16,7 +16,7 @@ from gpuvm.bench.results import Benchmark, Point, Repeat, Results, load_results
 from gpuvm.bench.campaign import LOCAL, describe, plan_campaign, uploads
 from gpuvm.bench.commands import launch_script, render_hostfile, stop_script
 from gpuvm.bench.runner import CampaignRunner
-from gpuvm.errors import InputError, RemoteCommandError
+from gpuvm.errors import InputError, RemoteCommandError, TargetFailures
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor
 from gpuvm.runbook.loader import load_runbook
@@ -90,9 +90,9 @@ def test_full_mpirun_line_for_tf_cnn_benchmarks(tmp_path):
      "--num_batches=500"),
     (dict(kind="mlperf_log", command="./run_and_time.sh --batch {{ batch_size }} --seed $SEED"),
      "./run_and_time.sh --batch 64 --seed $SEED"),
-    (dict(kind="command", command="python3 {{ workload }} --batch-size {{ batch_size }} --tag {{ name }}",
+    (dict(kind="command", command="python3 train.py --batch-size {{ batch_size }} --tag {{ name }}",
           pattern=r"Total img/sec on \d+ CPU\(s\): ([\d.]+)"),
-     "python3 mpi_synthetic.py --batch-size 64 --tag b"),
+     "python3 train.py --batch-size 64 --tag b"),
     (dict(kind="command", command="echo {{ model }}", model="it's; rm -rf /", pattern="(x)"),
      "echo 'it'\"'\"'s; rm -rf /'"),
 ])  # fmt: skip
@@ -100,6 +100,26 @@ def test_program_per_kind(tmp_path, fields, program):
     [point] = plan_campaign(book(tmp_path, one_run(**fields)))
     line = point.jobs[0].command
     assert line.startswith("mpirun -np 1 --hostfile hostfile-b-nodes-1 " + MPIRUN_COMMON)
+    assert line.endswith(" " + program)
+
+
+@pytest.mark.parametrize("fields, program", [
+    (dict(kind="pytorch_train"),
+     "python3 pytorch_train.py --model resnet50 --batch-size 64 --precision fp32"),
+    (dict(kind="pytorch_train", model="vit_b_16", precision="bf16", channels_last=True, compile=True, steps=20,
+          python="/usr/bin/python3", args=["--image-size", "32"]),
+     "/usr/bin/python3 pytorch_train.py --model vit_b_16 --batch-size 64 --precision bf16 --channels-last "
+     "--compile --num-iters 20 --image-size 32"),
+    (dict(kind="pytorch_train", program="/opt/my/train.py"),
+     "python3 /opt/my/train.py --model resnet50 --batch-size 64 --precision fp32"),
+    (dict(kind="pytorch_allreduce", steps=50, args=["-e", "1G"]),
+     "python3 pytorch_allreduce.py -b 8 -e 128M -f 2 -n 50 -e 1G"),
+])  # fmt: skip
+def test_pytorch_workloads_under_mpirun_learn_where_rank_zero_is(tmp_path, fields, program):
+    [point] = plan_campaign(book(tmp_path, one_run(nodes=[2], **fields)))
+    line = point.jobs[0].command
+    assert line.startswith("mpirun -np 2 --hostfile hostfile-b-nodes-2 --tag-output -bind-to none -map-by slot "
+                           "-x LD_LIBRARY_PATH -x PATH -x MASTER_ADDR=10.0.0.1 -x MASTER_PORT=29500 -x NCCL_DEBUG=INFO")
     assert line.endswith(" " + program)
 
 
@@ -180,6 +200,50 @@ def test_horovodrun_launcher(tmp_path):
         "-H 10.0.0.1:1,10.0.0.2:1 python3 tensorflow2_synthetic_benchmark.py")
 
 
+def test_horovodrun_tells_the_pytorch_workload_where_rank_zero_is(tmp_path):
+    [point] = plan_campaign(book(tmp_path, one_run(kind="pytorch_train", launch="horovodrun", nodes=[2])))
+    assert point.jobs[0].command == (
+        "env MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 NCCL_DEBUG=INFO 'NCCL_SOCKET_IFNAME=^lo,docker0' horovodrun "
+        "-np 2 -H 10.0.0.1:1,10.0.0.2:1 python3 pytorch_train.py --model resnet50 --batch-size 64 --precision fp32")
+
+
+def test_torchrun_over_several_nodes_is_one_torchrun_per_node_started_by_mpirun(tmp_path):
+    [point] = plan_campaign(book(tmp_path, one_run(kind="pytorch_train", launch="torchrun", nodes=[2], gpus_per_vm=4,
+                                                    env={"GLOO_SOCKET_IFNAME": "eth0"},
+                                                    mpirun_args=["-mca", "btl_tcp_if_include", "eth0"])))
+    job = point.jobs[0]
+    assert job.np == 8 and job.hosts == (("10.0.0.1", 4), ("10.0.0.2", 4))
+    assert job.command == (
+        "mpirun -np 2 --hostfile hostfile-b-nodes-2 -bind-to none -map-by ppr:1:node -x LD_LIBRARY_PATH -x PATH "
+        "-mca pml ob1 -mca btl '^openib' -mca btl_tcp_if_include eth0 "
+        "env NCCL_DEBUG=INFO 'NCCL_SOCKET_IFNAME=^lo,docker0' GLOO_SOCKET_IFNAME=eth0 "
+        "python3 -m torch.distributed.run --nnodes 2 --nproc_per_node 4 "
+        "--rdzv_backend c10d --rdzv_endpoint 10.0.0.1:29400 --rdzv_id b --no_python "
+        "python3 pytorch_train.py --model resnet50 --batch-size 64 --precision fp32")
+    assert "--tag-output" not in job.command  # torchrun's rank 0 may be on any node: lines stay untagged
+
+
+def test_torchrun_on_one_node_runs_standalone_without_mpirun(tmp_path):
+    runbook = book(tmp_path, one_run(kind="pytorch_allreduce", launch="torchrun", nodes=[1, 3], python="/usr/bin/python3",
+                                     torchrun_args=["--redirects", "2", "--tee", "2"]))
+    [here] = plan_campaign(runbook, local=True, only=["b"])[1:]
+    assert here.jobs[0].command == (
+        "env NCCL_DEBUG=INFO 'NCCL_SOCKET_IFNAME=^lo,docker0' /usr/bin/python3 -m torch.distributed.run --nnodes 1 "
+        "--nproc_per_node 3 --standalone --redirects 2 --tee 2 --no_python /usr/bin/python3 "
+        f"{Path(__file__).parents[2] / 'src/gpuvm/bench/workloads/pytorch_allreduce.py'} -b 8 -e 128M -f 2")
+
+
+def test_launch_none_is_the_program_alone(tmp_path):
+    [point] = plan_campaign(book(tmp_path, one_run(kind="pytorch_train", launch="none", env={"OMP_NUM_THREADS": 4})))
+    assert point.jobs[0].command == (
+        "env NCCL_DEBUG=INFO 'NCCL_SOCKET_IFNAME=^lo,docker0' OMP_NUM_THREADS=4 "
+        "python3 pytorch_train.py --model resnet50 --batch-size 64 --precision fp32")
+    assert launch_script("w", point.jobs[0].command).endswith(" && exec env NCCL_DEBUG=INFO "
+                                                              "'NCCL_SOCKET_IFNAME=^lo,docker0' OMP_NUM_THREADS=4 "
+                                                              "python3 pytorch_train.py --model resnet50 "
+                                                              "--batch-size 64 --precision fp32 2>&1")
+
+
 def test_only_selects_runs_and_names_unknown_ones(tmp_path):
     runbook = book(tmp_path, "runs:\n  - {name: a, kind: nccl_allreduce}\n  - {name: c, kind: nccl_allreduce}\n")
     assert [p.run.name for p in plan_campaign(runbook, only=["c"])] == ["c"]
@@ -189,11 +253,16 @@ def test_only_selects_runs_and_names_unknown_ones(tmp_path):
 
 def test_uploads_go_to_every_participant_once(tmp_path):
     (tmp_path / "train.py").write_text("print(1)\n")
-    runbook = book(tmp_path, one_run(kind="command", command="python3 {{ workload }} x", pattern="(x)",
-                                     nodes=[1, 2], upload={"train.py": "scripts/train.py"}))
+    runbook = book(tmp_path, "runs:\n"
+                   "  - {name: a, kind: pytorch_train, nodes: [1, 2], upload: {train.py: scripts/train.py}}\n"
+                   "  - {name: c, kind: pytorch_allreduce, nodes: [1]}\n"
+                   "  - {name: d, kind: pytorch_train, nodes: [3], program: own.py}\n")
     found = {(u.target, u.destination) for u in uploads(runbook, plan_campaign(runbook), local=False)}
     assert found == {("vm1", "scripts/train.py"), ("vm2", "scripts/train.py"),
-                     ("vm1", "mpi_synthetic.py"), ("vm2", "mpi_synthetic.py")}
+                     ("vm1", "pytorch_train.py"), ("vm2", "pytorch_train.py"), ("vm1", "pytorch_allreduce.py")}
+    assert not uploads(runbook, plan_campaign(runbook, only=["d"]), local=False)  # its own program
+    assert {u.destination for u in uploads(runbook, plan_campaign(runbook, local=True), local=True)} == \
+        {"scripts/train.py"}  # --local runs the shipped files where they are
 
 
 # ----------------------------------------------------------------------------------- validation
@@ -226,7 +295,22 @@ def test_uploads_go_to_every_participant_once(tmp_path):
     (one_run(kind="command", command="run {{ nope }}", pattern="(x)"),
      r"benchmarks\.runs\[0\]\.command: cannot render: 'nope' is undefined \(variables: .*batch_size"),
     (one_run(kind="nccl_allreduce", color="red"), r"benchmarks\.runs\[0\]\.color: unknown field"),
-    (one_run(kind="tpu"), r"benchmarks\.runs\[0\]\.kind: Input should be 'tf_cnn_benchmarks'"),
+    (one_run(kind="tpu"), r"benchmarks\.runs\[0\]\.kind: Input should be 'pytorch_train'"),
+    (one_run(kind="tf_cnn_benchmarks", precision="bf16"),
+     r"benchmarks\.runs\[0\]: .*precision bf16 is read only with kind pytorch_train"),
+    (one_run(kind="pytorch_allreduce", channels_last=True), r"`channels_last` is read only with kind pytorch_train"),
+    (one_run(kind="horovod_synthetic", compile=True), r"`compile` is read only with kind pytorch_train"),
+    (one_run(kind="pytorch_train", precision="fp8"), r"benchmarks\.runs\[0\]\.precision: Input should be 'fp32'"),
+    (one_run(kind="pytorch_train", launch="srun"),
+     r"benchmarks\.runs\[0\]\.launch: Input should be 'mpirun', 'torchrun', 'horovodrun' or 'none'"),
+    (one_run(kind="pytorch_train", launch="none", mpirun_args=["-x", "A"]),
+     r"`mpirun_args` is read only with launch: mpirun or torchrun"),
+    (one_run(kind="pytorch_train", torchrun_args=["--max_restarts", "1"]),
+     r"`torchrun_args` is read only with launch: torchrun"),
+    (one_run(kind="pytorch_train", launch="none", nodes=[1, 2]),
+     r"lab\.yaml:\d+: benchmarks\.runs\[0\]\.launch: launch: none starts one process, but 2 node\(s\) x 1 GPU\(s\)"),
+    (one_run(kind="pytorch_train", launch="none", scenario="concurrent", groups=[["vm1"]], gpus_per_vm=2),
+     r"benchmarks\.runs\[0\]\.launch: launch: none starts one process, but 1 node\(s\) x 2 GPU\(s\)"),
     ("runs: []\n", r"benchmarks\.runs: List should have at least 1 item"),
 ])  # fmt: skip
 def test_bad_benchmarks_name_file_line_and_field(tmp_path, section, error):
@@ -291,6 +375,7 @@ def fake(name: str, launch=None) -> FakeExecutor:
         re.compile(r"^docker image inspect"): ok("sha256:" + "a" * 64 + "\n"),
         re.compile(r"^mkdir -p"): ok(),
         re.compile(r"pid=\$\(cat"): ok(),
+        re.compile(r"(test -e|command -v) .* \|\| echo"): ok(),  # every program is there
     })
     return FakeExecutor(name, responses)
 
@@ -447,6 +532,57 @@ def test_local_campaign_runs_in_the_results_workdir(tmp_path):
     launch = next(c.command for c in local.calls if "exec mpirun" in c.command)
     assert launch.startswith(f"cd {workdir} && rm -f gpuvm-run*.pid && echo $$ > gpuvm-run-")
     assert " && exec mpirun --allow-run-as-root -np 2 " in launch
+
+
+def test_local_results_name_this_machine_and_the_launcher(tmp_path, mocker):
+    mocker.patch("gpuvm.bench.recording.socket.gethostname", return_value="dgx-h100-07")
+    local = fake(LOCAL)
+    done, _ = campaign(tmp_path, one_run(kind="pytorch_train", repeats=1), {LOCAL: local}, local=True)
+    results = load_results(done.results_file)
+    assert results.hosts == ["dgx-h100-07"] and results.environment == "bare-metal"
+    assert results.benchmarks[0].launch == "mpirun" and results.benchmarks[0].unit == "img/sec"
+
+
+def test_a_program_absent_on_guests_fails_before_anything_runs_naming_each_guest_and_path(tmp_path):
+    def missing(executor, *paths):  # the guest's answer to the check: the paths it lacks
+        [check] = [k for k in executor.responses if isinstance(k, re.Pattern) and "test -e" in k.pattern]
+        executor.responses[check] = lambda call: ok("".join(f"{p}\n" for p in paths if p in call.command))
+
+    vm1, vm2, vm3 = fake("vm1"), fake("vm2"), fake("vm3")
+    missing(vm1, "./tf_cnn_benchmarks.py")
+    missing(vm2, "./tf_cnn_benchmarks.py", "/opt/nccl/all_reduce_perf")
+    section = ("runs:\n"
+               "  - {name: tf, kind: tf_cnn_benchmarks, program: tf_cnn_benchmarks.py, nodes: [2]}\n"
+               "  - {name: ar, kind: nccl_allreduce, program: /opt/nccl/all_reduce_perf, nodes: [3]}\n")
+    runbook = book(tmp_path, section)
+    runner = CampaignRunner(runbook, plan_campaign(runbook), {"vm1": vm1, "vm2": vm2, "vm3": vm3}, tmp_path / "r")
+    with pytest.raises(TargetFailures) as failed:
+        runner.prepare()
+    assert set(failed.value.failures) == {"vm1", "vm2"}
+    message = str(failed.value)
+    assert ("vm1: ./tf_cnn_benchmarks.py: no such file in .gpuvm-bench (benchmark 'tf')") in message
+    assert ("vm2: ./tf_cnn_benchmarks.py: no such file in .gpuvm-bench (benchmark 'tf'); "
+            "/opt/nccl/all_reduce_perf: no such file (benchmark 'ar')") in message
+    assert failed.value.exit_code == 2
+    checks = [c.command for c in vm3.calls if "|| echo" in c.command]
+    assert checks == ["cd .gpuvm-bench && { test -e /opt/nccl/all_reduce_perf >/dev/null 2>&1 || "
+                      "echo /opt/nccl/all_reduce_perf; }"]  # one script per guest, only what its runs need
+    assert not any("exec mpirun" in c.command for ex in (vm1, vm2, vm3) for c in ex.calls)
+
+
+@pytest.mark.parametrize("fields, needed", [
+    (dict(kind="pytorch_train"), ["python3"]),  # the shipped file is uploaded
+    (dict(kind="pytorch_train", program="bin/train.py", python="/usr/bin/python3"), ["bin/train.py", "/usr/bin/python3"]),
+    (dict(kind="horovod_synthetic", framework="pytorch"), ["./pytorch_synthetic_benchmark.py", "python3"]),
+    (dict(kind="nccl_allreduce"), ["all_reduce_perf"]),  # a name: looked up on PATH
+    (dict(kind="command", command="./run.sh", pattern="(x)"), []),  # shell text: the user's own
+])  # fmt: skip
+def test_what_a_run_needs_on_each_guest(tmp_path, fields, needed):
+    from gpuvm.bench.runner import _programs
+
+    [point] = plan_campaign(book(tmp_path, one_run(**fields)))
+    assert _programs(point.run, containerised=False) == needed
+    assert _programs(point.run, containerised=True) == [p for p in needed if p.startswith(("./", "bin/"))]
 
 
 def test_describe_is_the_dry_run(tmp_path):

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuvm.bench.commands import (
-    WORKLOAD,
     Shell,
+    bundled_program,
     container_name,
     docker_command,
     launch_script,
@@ -23,7 +23,6 @@ from gpuvm.bench.commands import (
     program_context,
     render_user_command,
     render_words,
-    uses_workload,
 )
 from gpuvm.errors import InputError
 from gpuvm.runbook.benchmarks import (
@@ -182,14 +181,15 @@ def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, l
 
 
 def uploads(runbook: Runbook, points: Sequence[PlannedPoint], local: bool) -> list[Upload]:
-    """Files to copy before the campaign: each run's `upload` (and the bundled workload if its
-    command uses `{{ workload }}` on guests) to every guest the run uses, once each."""
+    """Files to copy before the campaign: each run's `upload` (and on guests the workload shipped
+    with gpuvm that it runs) to every guest the run uses, once each."""
     seen: dict[tuple[str, str], Upload] = {}
     for point in points:
         targets = (LOCAL,) if local else point.guests
         files = [(upload_source(runbook, src), dst) for src, dst in point.run.upload.items()]
-        if not local and uses_workload(point.run.command):
-            files.append((WORKLOAD, WORKLOAD.name))
+        bundled = bundled_program(point.run)
+        if not local and bundled is not None:
+            files.append((bundled, bundled.name))
         for source, destination in files:
             mode = 0o755 if os.access(source, os.X_OK) else 0o644
             for target in targets:

@@ -1,6 +1,6 @@
-"""The shell text of a benchmark job: program, mpirun/horovodrun and docker lines rendered from
-`templates/bench/*.j2` (every value shell-quoted), the hostfile, and the scripts that start and
-stop a job on its launcher.
+"""The shell text of a benchmark job: program, launcher (mpirun, torchrun, horovodrun or none) and
+docker lines rendered from `templates/bench/*.j2` (every value shell-quoted), the hostfile, and the
+scripts that start and stop a job on its launcher.
 
 Each job is started as `cd WORKDIR && echo $$ > PIDFILE && exec mpirun ... 2>&1`: the shell is
 its session's process-group leader (sshd and LocalExecutor both start commands in a new session)
@@ -21,18 +21,24 @@ from typing import Any
 from gpuvm.runbook.benchmarks import BenchmarkRun
 from gpuvm.runbook.model import Runbook
 
-WORKLOAD = Path(__file__).resolve().parent / "workloads" / "mpi_synthetic.py"
+WORKLOADS = Path(__file__).resolve().parent / "workloads"  # shipped with gpuvm, uploaded to the guests
+BUNDLED = {"pytorch_train": WORKLOADS / "pytorch_train.py", "pytorch_allreduce": WORKLOADS / "pytorch_allreduce.py"}
 PIDFILE = "gpuvm-run.pid"  # per job: gpuvm-run-<token>.pid
 DEFAULT_ENV = {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "^lo,docker0"}
+MASTER_PORT = 29500  # gpuvm's PyTorch workloads under mpirun/horovodrun: rank 0 (MASTER_ADDR: the first host)
+RDZV_PORT = 29400  # torchrun's c10d rendezvous on the first host
+# Kinds whose program runs as `{{ python }} {{ program }}` (a file); the others run it as a command.
+PYTHON_KINDS = ("pytorch_train", "pytorch_allreduce", "tf_cnn_benchmarks", "horovod_synthetic")
 # The program each kind runs when the run gives no `program` (paths relative to the workdir).
 DEFAULT_PROGRAMS: dict[str, str] = {
+    **{kind: path.name for kind, path in BUNDLED.items()},
     "tf_cnn_benchmarks": "benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py",
     "horovod_synthetic/tensorflow": "tensorflow2_synthetic_benchmark.py",
     "horovod_synthetic/pytorch": "pytorch_synthetic_benchmark.py",
     "nccl_allreduce": "all_reduce_perf",
 }
-DEFAULT_MODELS = {"tf_cnn_benchmarks": "resnet50", "horovod_synthetic/tensorflow": "ResNet50",
-                  "horovod_synthetic/pytorch": "resnet50"}
+DEFAULT_MODELS = {"pytorch_train": "resnet50", "tf_cnn_benchmarks": "resnet50",
+                  "horovod_synthetic/tensorflow": "ResNet50", "horovod_synthetic/pytorch": "resnet50"}
 
 
 class Shell(str):
@@ -98,22 +104,19 @@ def render_user_command(runbook: Runbook, index: int, command: str, context: dic
                             f"cannot render: {e.message or e} (variables: {known})") from None
 
 
-def uses_workload(command: str | None) -> bool:
-    """Whether a command template refers to `workload` (then the bundled workload is uploaded)."""
-    if command is None:
-        return False
-    import jinja2.meta
-
-    try:
-        return "workload" in jinja2.meta.find_undeclared_variables(_environment(sandboxed=True).parse(command))
-    except Exception:  # a syntax error is reported when the command is rendered
-        return False
+def bundled_program(run: BenchmarkRun) -> Path | None:
+    """The workload shipped with gpuvm that this run uploads and runs (its kind's, unless it names a
+    `program` or gives its own `command`)."""
+    if run.program is None and run.command is None:
+        return BUNDLED.get(run.kind)
+    return None
 
 
 def program_context(run: BenchmarkRun, *, np: int, nodes: int, per_vm: int, batch: int, hostfile: str,
                     local: bool) -> dict[str, Any]:
     """The variables of a program template (`<kind>.j2`) or of the run's own `command`."""
-    program = run.program or DEFAULT_PROGRAMS.get(run.variant, "")
+    bundled = bundled_program(run)
+    program = str(bundled) if local and bundled else run.program or DEFAULT_PROGRAMS.get(run.variant, "")
     return {
         "name": run.name,
         "kind": run.kind,
@@ -123,6 +126,8 @@ def program_context(run: BenchmarkRun, *, np: int, nodes: int, per_vm: int, batc
         "global_batch_size": batch * np,
         "precision": run.precision,
         "fp16": run.precision == "fp16",
+        "channels_last": run.channels_last,
+        "compile": run.compile,
         "data": run.data,
         "steps": run.steps,
         "args": list(run.args),
@@ -133,22 +138,40 @@ def program_context(run: BenchmarkRun, *, np: int, nodes: int, per_vm: int, batc
         "gpus_per_vm": per_vm,
         "hostfile": hostfile,
         "workdir": Shell('"$PWD"'),  # the job runs in its workdir: expanded on the launcher
-        "workload": str(WORKLOAD) if local else WORKLOAD.name,
     }
 
 
 def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, int]], hostfile: str,
                      allow_run_as_root: bool, rsh_port: int | None, program: Shell) -> Shell:
-    """The program under the run's launcher: `horovodrun -H ...` or `mpirun --hostfile ...`."""
+    """The program under the run's launcher (`templates/bench/<launch>.j2`).
+
+    mpirun and horovodrun start every rank (and tell gpuvm's PyTorch workloads where rank 0 is:
+    MASTER_ADDR, the first host). torchrun runs once per node (`--nproc_per_node` workers each,
+    rendezvous on the first host); over several nodes mpirun starts it, one per node. none: the
+    program alone, one process."""
+    first = "127.0.0.1" if hosts[0][0] == "localhost" else hosts[0][0]
+    env = {**DEFAULT_ENV, **run.env}
+    if run.launch == "none":
+        return render_words("none.j2", env=env, program=program)
+    if run.launch == "torchrun":
+        program = render_words("torchrun.j2", env=env, python=run.python, nnodes=len(hosts),
+                               nproc_per_node=hosts[0][1], endpoint=f"{first}:{RDZV_PORT}", rdzv_id=run.name,
+                               torchrun_args=list(run.torchrun_args), program=program)
+        if len(hosts) == 1:
+            return program
+        np, env = len(hosts), {}
+    elif run.kind in BUNDLED:
+        env = {"MASTER_ADDR": first, "MASTER_PORT": str(MASTER_PORT), **env}
     if run.launch == "horovodrun":
         return render_words("horovodrun.j2", np=np, hosts=[f"{a}:{n}" for a, n in hosts],
-                            env={**DEFAULT_ENV, **run.env}, rsh_port=rsh_port, program=program)
+                            env=env, rsh_port=rsh_port, program=program)
     return render_words(
         "mpirun.j2",
         allow_run_as_root=allow_run_as_root,
         np=np,
+        per_node=run.launch == "torchrun",
         hostfile=hostfile,
-        env={**DEFAULT_ENV, **run.env},
+        env=env,
         mpirun_args=list(run.mpirun_args),
         rsh_port=rsh_port,
         program=program,

@@ -20,8 +20,8 @@ from gpuvm.errors import BenchmarkError
 from gpuvm.runbook.benchmarks import BenchmarkRun
 from gpuvm.runbook.model import Runbook
 
-UNITS = {"tf_cnn_benchmarks": "images/sec", "horovod_synthetic": "img/sec", "nccl_allreduce": "GB/s",
-         "mlperf_log": "min"}
+UNITS = {"pytorch_train": "img/sec", "pytorch_allreduce": "GB/s", "tf_cnn_benchmarks": "images/sec",
+         "horovod_synthetic": "img/sec", "nccl_allreduce": "GB/s", "mlperf_log": "min"}
 
 
 @dataclass
@@ -111,7 +111,7 @@ class Recorder:
             unit, better = self.unit(run)
             benchmarks.append(Benchmark(
                 name=name, kind=run.kind, unit=unit, higher_is_better=better, scenario=run.scenario,
-                scaling=run.scaling_mode,
+                scaling=run.scaling_mode, launch=run.launch,
                 points=[Point(nodes=p.nodes, gpus_per_node=p.gpus_per_node, vms=p.vms,
                               repeats=self._recorded[(name, p.label)]) for p in mine],
             ))

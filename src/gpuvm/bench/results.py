@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuvm.errors import InputError
+from gpuvm.runbook.benchmarks import Launch
 from gpuvm.runbook.loader import Locator, field_path
 
 FORMAT = "gpuvm-results/1"
@@ -88,6 +89,7 @@ class Benchmark(_Model):
     higher_is_better: bool = True
     scenario: Literal["concurrent", "scaling"] = "scaling"
     scaling: Literal["weak", "strong"] | None = None
+    launch: Launch | None = None  # the launcher; None in baselines and older results
     points: list[Point] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -1,6 +1,7 @@
 """Running a planned campaign (`gpuvm bench run`), after `campaign.plan_campaign`:
 
-* `prepare`: create the workdir on every guest taking part, upload files, write hostfiles.
+* `prepare`: create the workdir on every guest taking part, upload files, write hostfiles, and
+  check that every program a run names is there (all guests at once, one error naming each).
 * `run`: every point's warm-up runs and repeats, one after the other, output streamed to
   `logs/<bench>/<point>/repeat-<k>.log` and parsed by the kind's parser. A failed run (non-zero
   exit, timeout, no figure) is recorded with its error and the campaign goes on. Ctrl-C stops
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import getpass
+import shlex
 import socket
 import threading
 import uuid
@@ -20,12 +22,19 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from gpuvm.bench.campaign import LOCAL, Job, PlannedPoint, taking_part, uploads
-from gpuvm.bench.commands import launch_script, render_hostfile, stop_script
+from gpuvm.bench.commands import (
+    DEFAULT_PROGRAMS,
+    PYTHON_KINDS,
+    bundled_program,
+    launch_script,
+    render_hostfile,
+    stop_script,
+)
 from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import save_results
 from gpuvm.bench.software import software_versions
-from gpuvm.errors import GpuvmError
+from gpuvm.errors import GpuvmError, InputError, TargetFailures
 from gpuvm.executors.base import Executor, last_line
 from gpuvm.runbook.benchmarks import BenchmarkRun, BenchmarkSpec
 from gpuvm.runbook.model import Runbook
@@ -102,6 +111,33 @@ class CampaignRunner:
             for job in point.jobs:
                 self.executors[job.launcher].put(render_hostfile(job.hosts).encode(),
                                                  str(PurePosixPath(self.workdir) / job.hostfile))
+        self.check_programs()
+
+    def check_programs(self) -> None:
+        """Every run's program and interpreter, looked for on every machine that runs it: one
+        `test -e` (a file) or `command -v` (a name on PATH) per path, one script per machine, all
+        machines at once. Raises one error naming every machine and path that is missing."""
+        wanted: dict[str, dict[str, str]] = {}  # target → {path: what needs it}
+        for point in self.points:
+            for target in [LOCAL] if self.local else point.guests:
+                for path in _programs(point.run, containerised=self.spec.container and not self.local):
+                    wanted.setdefault(target, {}).setdefault(path, point.run.name)
+
+        def missing(target: str) -> list[str]:
+            tests = "; ".join(f"{_probe(p)} >/dev/null 2>&1 || echo {shlex.quote(p)}" for p in wanted[target])
+            script = f"cd {shlex.quote(self.workdir)} && {{ {tests}; }}"
+            result = self.executors[target].run_script(script, timeout=60)
+            return [line for line in result.stdout.splitlines() if line in wanted[target]]
+
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-check") as pool:
+            absent = dict(zip(wanted, pool.map(missing, wanted), strict=True))
+        failures: dict[str, GpuvmError | Exception] = {
+            target: InputError("; ".join(f"{_where(path, self.workdir)} (benchmark '{wanted[target][path]}')"
+                                         for path in paths))
+            for target, paths in absent.items() if paths
+        }
+        if failures:
+            raise TargetFailures(failures)
 
     def software(self) -> dict[str, dict[str, str]]:
         """Versions every guest taking part reports (best effort: a missing tool is left out)."""
@@ -236,6 +272,35 @@ class CampaignRunner:
             return str(Path(path).relative_to(self.directory))
         except ValueError:
             return str(path)
+
+
+def _programs(run: BenchmarkRun, containerised: bool) -> list[str]:
+    """What a run needs on each machine: its program (a file for Python kinds, a file or a name on
+    PATH for the others) and its interpreter. Inside a container only the workdir (mounted at the
+    same path) is the guest's, so only paths relative to it are checked."""
+    if run.command is not None:
+        return []  # the user's own shell text
+    paths = []
+    program = None if bundled_program(run) else run.program or DEFAULT_PROGRAMS.get(run.variant)
+    if program:
+        python_file = run.kind in PYTHON_KINDS and "/" not in program  # `python3 x.py`: the workdir's
+        paths.append(f"./{program}" if python_file else program)
+    if run.kind in PYTHON_KINDS:
+        paths.append(run.python)
+    if containerised:
+        paths = [p for p in paths if "/" in p and not p.startswith("/")]
+    return paths
+
+
+def _probe(path: str) -> str:
+    """`test -e` for a path, `command -v` for a bare name (looked up on PATH)."""
+    return f"test -e {shlex.quote(path)}" if "/" in path else f"command -v {shlex.quote(path)}"
+
+
+def _where(path: str, workdir: str) -> str:
+    if "/" not in path:
+        return f"{path}: not found on PATH"
+    return f"{path}: no such file" + ("" if path.startswith("/") else f" in {workdir}")
 
 
 def _pidfile() -> str:

@@ -5,9 +5,12 @@
       container: false             # true: mpirun runs inside guests.image (docker run --network=host ...)
       runs:
         - name: resnet50-scaling
-          kind: tf_cnn_benchmarks  # tf_cnn_benchmarks | horovod_synthetic | nccl_allreduce | mlperf_log | command
-          batch_size: 1024         # per GPU (strong scaling: the global batch)
+          kind: pytorch_train      # pytorch_train | pytorch_allreduce (shipped with gpuvm) | tf_cnn_benchmarks |
+                                   # horovod_synthetic | nccl_allreduce | mlperf_log | command
+          batch_size: 256          # per GPU (strong scaling: the global batch)
+          precision: bf16          # fp32 | fp16 | bf16 (bf16: pytorch_train only)
           nodes: [1, 2, 4]         # guests used, launcher first, then runbook order
+          launch: torchrun         # mpirun (default) | torchrun | horovodrun | none (one process)
 
 Field-level checks live on the models (pydantic, so errors carry file:line); checks that need the
 rest of the runbook (guest names, node counts, batch divisibility, upload files) are in
@@ -27,7 +30,9 @@ from gpuvm.runbook.strict import Strict, checked_name
 if TYPE_CHECKING:
     from gpuvm.runbook.model import Guest, Runbook
 
-Kind = Literal["tf_cnn_benchmarks", "horovod_synthetic", "nccl_allreduce", "mlperf_log", "command"]
+Kind = Literal["pytorch_train", "pytorch_allreduce", "tf_cnn_benchmarks", "horovod_synthetic", "nccl_allreduce",
+               "mlperf_log", "command"]
+Launch = Literal["mpirun", "torchrun", "horovodrun", "none"]
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -45,7 +50,9 @@ class BenchmarkRun(Strict):
     framework: Literal["tensorflow", "pytorch"] | None = None  # horovod_synthetic only
     model: str | None = None  # default per kind: resnet50 (TF2 Keras: ResNet50)
     batch_size: int = Field(default=64, ge=1)  # per GPU; strong scaling: global
-    precision: Literal["fp32", "fp16"] = "fp32"
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    channels_last: bool = False  # pytorch_train: NHWC memory format
+    compile: bool = False  # pytorch_train: torch.compile (PyTorch 2)
     data: str = "synthetic"  # or a data directory on the guests (tf_cnn_benchmarks --data_dir)
     steps: int | None = Field(default=None, ge=1)  # timed steps: --num_batches / --num-iters
     scenario: Literal["scaling", "concurrent"] = "scaling"
@@ -66,7 +73,8 @@ class BenchmarkRun(Strict):
     higher_is_better: bool = True  # kind command
     upload: dict[str, str] = {}  # local file → path on every participating guest (relative: workdir)
     mpirun_args: list[str] = []  # extra mpirun words, e.g. ["-mca", "btl_tcp_if_include", "10.0.0.0/24"]
-    launch: Literal["mpirun", "horovodrun"] = "mpirun"  # the launcher program (templates/bench/<launch>.j2)
+    torchrun_args: list[str] = []  # extra torchrun words, e.g. ["--max_restarts", "0"]
+    launch: Launch = "mpirun"  # the launcher (templates/bench/<launch>.j2); none: one process, no launcher
 
     @field_validator("name")
     @classmethod
@@ -98,7 +106,7 @@ class BenchmarkRun(Strict):
                 raise ValueError("must not be empty")
         return value
 
-    @field_validator("args", "mpirun_args")
+    @field_validator("args", "mpirun_args", "torchrun_args")
     @classmethod
     def _words(cls, value: list[str]) -> list[str]:
         for word in value:
@@ -149,8 +157,16 @@ class BenchmarkRun(Strict):
             raise ValueError("kind command needs `pattern`: a regular expression with one group")
         if self.kind != "command" and self.pattern is not None:
             raise ValueError(f"`pattern` is read only with kind command (kind {self.kind} has its own parser)")
-        if self.launch == "horovodrun" and self.mpirun_args:
-            raise ValueError("`mpirun_args` is read only with launch: mpirun")
+        if self.launch in ("horovodrun", "none") and self.mpirun_args:
+            raise ValueError("`mpirun_args` is read only with launch: mpirun or torchrun (which mpirun starts per node)")
+        if self.launch != "torchrun" and self.torchrun_args:
+            raise ValueError("`torchrun_args` is read only with launch: torchrun")
+        if self.kind != "pytorch_train":
+            if self.precision == "bf16":
+                raise ValueError(f"precision bf16 is read only with kind pytorch_train (kind {self.kind}: fp32 or fp16)")
+            for flag in ("channels_last", "compile"):
+                if getattr(self, flag):
+                    raise ValueError(f"`{flag}` is read only with kind pytorch_train")
         if self.framework is not None and self.kind != "horovod_synthetic":
             raise ValueError("`framework` is read only with kind horovod_synthetic")
         if self.scenario == "scaling":
@@ -260,7 +276,7 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
                     if vm not in guests:
                         raise runbook.error(loc + ("groups", j),
                                             f"'{vm}' is not a guest (guests: {', '.join(guests)})")
-                gpus_per_vm(run, [guests[vm] for vm in group], runbook, loc)
+                _check_batch(runbook, run, loc, 1, gpus_per_vm(run, [guests[vm] for vm in group], runbook, loc))
     return spec
 
 
@@ -276,6 +292,10 @@ def _check_local(runbook: Runbook, spec: BenchmarkSpec) -> None:
 
 def _check_batch(runbook: Runbook, run: BenchmarkRun, loc: tuple, nodes: int, per_vm: int) -> None:
     gpus = nodes * per_vm
+    if run.launch == "none" and gpus > 1:
+        raise runbook.error(loc + ("launch",),
+                            f"launch: none starts one process, but {nodes} node(s) x {per_vm} GPU(s) need {gpus}; "
+                            "use mpirun or torchrun")
     if run.scaling_mode == "strong" and run.batch_size % gpus:
         raise runbook.error(loc + ("batch_size",),
                             f"strong scaling splits the global batch {run.batch_size} over {gpus} GPU(s) "

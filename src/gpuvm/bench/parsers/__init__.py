@@ -23,6 +23,9 @@ PARSERS: dict[str, Callable[..., Figure]] = {
     "nccl_allreduce": parse_nccl_allreduce,
     "mlperf_log": parse_mlperf_log,
     "command": parse_command,
+    # gpuvm's own workloads print Horovod's and nccl-tests' lines
+    "pytorch_train": parse_horovod_synthetic,
+    "pytorch_allreduce": parse_nccl_allreduce,
 }
 
 

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Data-parallel training of a torchvision model on synthetic data: gpuvm's training benchmark.
+
+DistributedDataParallel over NCCL on GPUs, gloo on CPUs; one process per GPU (or per CPU worker).
+Rank and world size come from torchrun (RANK, WORLD_SIZE, LOCAL_RANK), Open MPI
+(OMPI_COMM_WORLD_*) or Horovod's launcher (HOROVOD_*); rank 0's address from MASTER_ADDR and
+MASTER_PORT, which gpuvm's launchers set. Rank 0 alone prints Horovod's synthetic-benchmark lines,
+so the `horovod_synthetic` parser reads them:
+
+    Iter #0: 812.3 img/sec per GPU
+    Img/sec per GPU: 815.0 +-4.1
+    Total img/sec on 8 GPU(s): 6520.0 +-32.8
+
+(± is 1.96 σ over the timed iterations; warm-up batches are excluded; on CPU it says CPU.)
+Standalone on purpose: needs only PyTorch and torchvision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import torchvision
+
+PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="resnet50", help="any torchvision classification model")
+    parser.add_argument("--batch-size", type=int, default=32, help="images per worker per step")
+    parser.add_argument("--image-size", type=int, default=224, help="synthetic images are SIZE x SIZE")
+    parser.add_argument("--num-classes", type=int, default=1000)
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="autocast to fp16 (with a gradient scaler) or bf16")
+    parser.add_argument("--channels-last", action="store_true", help="NHWC memory format")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2)")
+    parser.add_argument("--no-cuda", action="store_true", help="train on the CPU even with GPUs")
+    parser.add_argument("--num-warmup-batches", type=int, default=10, help="untimed steps first")
+    parser.add_argument("--num-batches-per-iter", type=int, default=10, help="steps per iteration")
+    parser.add_argument("--num-iters", type=int, default=10, help="timed iterations")
+    return parser.parse_args(argv)
+
+
+def world() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's, Open MPI's or Horovod's environment."""
+    for prefix, rank, size, local in (("", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+                                      ("OMPI_COMM_WORLD_", "RANK", "SIZE", "LOCAL_RANK"),
+                                      ("HOROVOD_", "RANK", "SIZE", "LOCAL_RANK")):
+        if prefix + rank in os.environ and prefix + size in os.environ:
+            return (int(os.environ[prefix + rank]), int(os.environ[prefix + size]),
+                    int(os.environ.get(prefix + local, "0")))
+    return 0, 1, 0
+
+
+def fail(message: str) -> int:
+    print(f"pytorch_train: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+def build_model(args: argparse.Namespace) -> torch.nn.Module:
+    """The classification model named `--model` (torchvision's list: classification models only)."""
+    models = torchvision.models
+    if args.model not in models.list_models(module=models):
+        raise ValueError(f"{args.model!r} is not a torchvision classification model (try resnet50, resnet18)")
+    return models.get_model(args.model, num_classes=args.num_classes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.compile and not hasattr(torch, "compile"):
+        return fail(f"--compile needs torch.compile (PyTorch 2.0 or later); this is PyTorch {torch.__version__}")
+    rank, size, local_rank = world()
+    cuda = torch.cuda.is_available() and not args.no_cuda
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if args.precision == "fp16" and not cuda:
+        return fail("fp16 autocast needs a GPU; on the CPU use bf16 or fp32")
+    if size > 1 and "MASTER_ADDR" not in os.environ:
+        return fail(f"{size} workers but no MASTER_ADDR: set MASTER_ADDR/MASTER_PORT to rank 0's address")
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+    if size > 1:
+        os.environ.setdefault("MASTER_PORT", "29500")
+        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=size)
+
+    torch.manual_seed(42)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
+    try:
+        model = build_model(args).to(device)
+    except ValueError as e:
+        return fail(str(e))
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = model.to(memory_format=memory_format)
+    if size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
+    if args.compile:
+        model = torch.compile(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * size)
+    dtype = PRECISIONS[args.precision]
+    scaler = torch.cuda.amp.GradScaler(enabled=args.precision == "fp16")
+
+    generator = torch.Generator().manual_seed(1000 + rank)  # each worker its own batch
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator)
+    data = data.to(device).contiguous(memory_format=memory_format)
+    target = torch.randint(0, args.num_classes, (args.batch_size,), generator=generator).to(device)
+
+    def autocast():
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=dtype)
+
+    def benchmark_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            loss = F.cross_entropy(model(data), target)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    def steps(count: int) -> float:
+        """Seconds for `count` steps, the device drained before the clock stops."""
+        start = time.perf_counter()
+        for _ in range(count):
+            benchmark_step()
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    def log(message: str) -> None:
+        if rank == 0:
+            print(message, flush=True)
+
+    kind = "GPU" if cuda else "CPU"
+    log(f"Model: {args.model}")
+    log(f"Batch size: {args.batch_size}")
+    log(f"Number of {kind}s: {size}")
+    log("Running warmup...")
+    steps(args.num_warmup_batches)
+    log("Running benchmark...")
+    img_secs = []
+    for x in range(args.num_iters):
+        img_sec = args.batch_size * args.num_batches_per_iter / steps(args.num_batches_per_iter)
+        log(f"Iter #{x}: {img_sec:.1f} img/sec per {kind}")
+        img_secs.append(img_sec)
+    mean, conf = statistics.fmean(img_secs), 1.96 * statistics.pstdev(img_secs)
+    log(f"Img/sec per {kind}: {mean:.1f} +-{conf:.1f}")
+    log(f"Total img/sec on {size} {kind}(s): {size * mean:.1f} +-{size * conf:.1f}")
+    if size > 1:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
