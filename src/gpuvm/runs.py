@@ -20,6 +20,7 @@ from gpuvm.errors import DriftError
 from gpuvm.journal import Journal, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.plan import Plan
+from gpuvm.resolve import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.model import Runbook
@@ -140,7 +141,16 @@ def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = Fals
     stops there. Disruptive changes not allowed raise InputError before anything is touched; then
     `confirm` (if given) is asked and raises to stop. Failed targets do not raise: see `Applied`.
     """
-    book = load_runbook(runbook)
+    return apply_loaded(load_runbook(runbook), access, allow_power_off=allow_power_off,
+                        allow_host_reboot=allow_host_reboot, parallel=parallel, shutdown_timeout=shutdown_timeout,
+                        max_unavailable=max_unavailable, show_plan=show_plan, confirm=confirm, progress=progress)
+
+
+def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
+                 parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
+                 show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
+                 progress: Progress | None = None) -> Applied:
+    """`apply_runbook` for a runbook already loaded (a campaign's setup is built, not read)."""
     with connect(book, access) as session, remote(book, access, parallel) as (cluster, seen, down):
         facts = read_inventory(session)
         plan, desired = make_plan(book, facts, cluster, seen, down)
@@ -158,6 +168,12 @@ def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = Fals
         context = Context(session, facts, options, cluster, down)
         outcome = apply_plan(plan, desired, context, journal, parallel, progress)
     return Applied(plan, outcome, journal.path)
+
+
+def plan_loaded(book: Runbook, access: Access) -> tuple[Plan, Desired]:
+    """The live plan of a loaded runbook and the desired state it was made for (to check flags)."""
+    with connect(book, access) as session, remote(book, access) as (cluster, seen, down):
+        return make_plan(book, read_inventory(session), cluster, seen, down)
 
 
 class PlanDrift(DriftError):

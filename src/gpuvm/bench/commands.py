@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -136,18 +136,20 @@ def program_context(run: BenchmarkRun, *, np: int, nodes: int, per_vm: int, batc
 
 
 def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, int]], hostfile: str,
-                     allow_run_as_root: bool, rsh_port: int | None, program: Shell) -> Shell:
-    """The program under the run's launcher: `horovodrun -H ...` or `mpirun --hostfile ...`."""
+                     allow_run_as_root: bool, rsh_port: int | None, program: Shell,
+                     env: Mapping[str, str] | None = None, mpirun_args: Sequence[str] = ()) -> Shell:
+    """The program under the run's launcher: `horovodrun -H ...` or `mpirun --hostfile ...`.
+    `env` and `mpirun_args` are gpuvm's own additions (the derived network); the run's win."""
     if run.launch == "horovodrun":
         return render_words("horovodrun.j2", np=np, hosts=[f"{a}:{n}" for a, n in hosts],
-                            env={**DEFAULT_ENV, **run.env}, rsh_port=rsh_port, program=program)
+                            env={**DEFAULT_ENV, **(env or {}), **run.env}, rsh_port=rsh_port, program=program)
     return render_words(
         "mpirun.j2",
         allow_run_as_root=allow_run_as_root,
         np=np,
         hostfile=hostfile,
-        env={**DEFAULT_ENV, **run.env},
-        mpirun_args=list(run.mpirun_args),
+        env={**DEFAULT_ENV, **(env or {}), **run.env},
+        mpirun_args=[*mpirun_args, *run.mpirun_args],
         rsh_port=rsh_port,
         program=program,
     )

@@ -69,11 +69,16 @@ class Repeat(_Model):
 
 
 class Point(_Model):
-    """One configuration: `nodes` hosts, `gpus_per_node` GPUs used on each, `vms` VMs in all."""
+    """One configuration: `nodes` hosts, `gpus_per_node` GPUs used on each, `vms` VMs in all; in a
+    campaign with setups, the `setup` it ran in; `network_mapping` on/off when the run measured both,
+    and `network` the settings gpuvm derived for it (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, btl_tcp_if_include)."""
 
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(default=1, ge=1)
     vms: int = Field(default=1, ge=1)
+    setup: str | None = None
+    network_mapping: Literal["on", "off"] | None = None
+    network: dict[str, str] = Field(default_factory=dict)
     repeats: list[Repeat] = Field(min_length=1)
 
     @property
@@ -93,12 +98,20 @@ class Benchmark(_Model):
     @model_validator(mode="after")
     def _points_are_distinct(self) -> Benchmark:
         keys = [point_key(self, p) for p in self.points]
-        duplicates = sorted({k for k in keys if keys.count(k) > 1})
+        duplicates = sorted({tuple(v for v in k if v != "") for k in keys if keys.count(k) > 1}, key=str)
         if duplicates:
             raise ValueError(
                 f"points repeat the same configuration {duplicates}; put runs in `repeats`"
             )
         return self
+
+
+class SetupInfo(_Model):
+    """A setup of the campaign: the ESXi hosts and VMs (as laid out for it) that took part."""
+
+    name: str
+    hosts: list[str] = Field(default_factory=list)
+    vms: list[VmInfo] = Field(default_factory=list)
 
 
 class Results(_Model):
@@ -110,6 +123,7 @@ class Results(_Model):
     finished: datetime | None = None
     hosts: list[str] = Field(default_factory=list)
     vms: list[VmInfo] = Field(default_factory=list)
+    setups: list[SetupInfo] = Field(default_factory=list)  # campaigns with setups: each one's VMs
     software: dict[str, dict[str, str]] = Field(default_factory=dict)
     benchmarks: list[Benchmark] = Field(default_factory=list)
 
@@ -125,11 +139,13 @@ class Results(_Model):
         return next((b for b in self.benchmarks if b.name == name), None)
 
 
-def point_key(benchmark: Benchmark, point: Point) -> tuple[int, ...]:
-    """What identifies a point: node count when scaling; nodes, GPUs and VMs when concurrent."""
+def point_key(benchmark: Benchmark, point: Point) -> tuple[str | int, ...]:
+    """What identifies a point: its setup and network mapping, then the node count when scaling;
+    nodes, GPUs and VMs when concurrent."""
+    tags = (point.setup or "", point.network_mapping or "")
     if benchmark.scenario == "scaling":
-        return (point.nodes,)
-    return (point.nodes, point.gpus_per_node, point.vms)
+        return (*tags, point.nodes)
+    return (*tags, point.nodes, point.gpus_per_node, point.vms)
 
 
 # ---------------------------------------------------------------------------------------- saving
