@@ -291,3 +291,45 @@ def _plain(value: Any) -> Any:
     if isinstance(value, str):
         return str(value)
     return value
+
+
+# --------------------------------------------------------------------------------------- merging
+
+
+def merge_results(sets: list[tuple[str, Results]]) -> Results:
+    """Several results (each named by where it was read) as one, to compare setups side by side.
+
+    Points keep their setup; with more than one set, a point without one (a campaign without
+    setups) takes its set's name. Benchmarks of one name are merged; a point measured in two sets
+    is refused, as are sets of different environments (VMs and bare metal)."""
+    if len(sets) == 1:
+        return sets[0][1]
+    environments = {results.environment for _, results in sets}
+    if len(environments) > 1:
+        names = ", ".join(f"{name} ({results.environment})" for name, results in sets)
+        raise InputError(f"results to merge mix environments: {names}; give bare metal as --baseline")
+    benchmarks: dict[str, dict] = {}
+    origin: dict[tuple, str] = {}
+    for name, results in sets:
+        for bench in results.benchmarks:
+            merged = benchmarks.setdefault(bench.name, {**bench.model_dump(exclude={"points"}), "points": []})
+            if (merged["kind"], merged["unit"]) != (bench.kind, bench.unit):
+                raise InputError(f"{name}: benchmark {bench.name} is {bench.kind} in {bench.unit or 'no unit'}, "
+                                 f"but {merged['kind']} in {merged['unit'] or 'no unit'} elsewhere")
+            for point in bench.points:
+                point = point if point.setup else point.model_copy(update={"setup": name})
+                key = (bench.name, *point_key(bench, point))
+                if key in origin:
+                    raise InputError(f"{name} and {origin[key]} both measured {bench.name} at the same point "
+                                     f"(setup {point.setup}); compare them one at a time")
+                origin[key] = name
+                merged["points"].append(point)
+    notes = [f"{name}: {results.note}" for name, results in sets if results.note]
+    return Results(
+        environment=sets[0][1].environment,
+        note="; ".join(notes) or None,
+        hosts=list(dict.fromkeys(h for _, results in sets for h in results.hosts)),
+        setups=[s for _, results in sets for s in results.setups],
+        software={k: v for _, results in sets for k, v in results.software.items()},
+        benchmarks=[Benchmark.model_validate(b) for b in benchmarks.values()],
+    )
