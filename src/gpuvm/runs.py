@@ -24,6 +24,7 @@ from gpuvm.resolve import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.model import Runbook
+from gpuvm.runbook.setups import select_setup
 from gpuvm.steps.base import Context, Options
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.inventory import read_inventory
@@ -83,9 +84,10 @@ def inventory_of(runbook: Path, access: Access) -> Inventory:
     return observe_inventory(load_runbook(runbook), access)
 
 
-def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None) -> Plan:
-    """Every change the runbook needs. From a snapshot, vSphere only; else live, SSH steps too."""
-    book = load_runbook(runbook)
+def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, setup: str | None = None) -> Plan:
+    """Every change the runbook (with `setup`'s layout) needs. From a snapshot, vSphere only; else
+    live, SSH steps too."""
+    book = select_setup(load_runbook(runbook), setup)
     inventory = observe_inventory(book, access, snapshot)
     if snapshot is not None:
         plan, _ = make_plan(book, inventory)
@@ -134,14 +136,14 @@ class Applied:
 def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
                   parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
                   show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
-                  progress: Progress | None = None) -> Applied:
+                  progress: Progress | None = None, setup: str | None = None) -> Applied:
     """Plan the runbook live and carry the plan out, every change journaled.
 
     `show_plan` sees the plan first. With nothing to do (no change, every guest answering) the run
     stops there. Disruptive changes not allowed raise InputError before anything is touched; then
     `confirm` (if given) is asked and raises to stop. Failed targets do not raise: see `Applied`.
     """
-    return apply_loaded(load_runbook(runbook), access, allow_power_off=allow_power_off,
+    return apply_loaded(select_setup(load_runbook(runbook), setup), access, allow_power_off=allow_power_off,
                         allow_host_reboot=allow_host_reboot, parallel=parallel, shutdown_timeout=shutdown_timeout,
                         max_unavailable=max_unavailable, show_plan=show_plan, confirm=confirm, progress=progress)
 
@@ -191,11 +193,11 @@ class Verified:
     mesh_guests: int | None = None  # guests whose SSH mesh was checked pair by pair; None: no mesh
 
 
-def verify_runbook(runbook: Path, access: Access) -> Verified:
+def verify_runbook(runbook: Path, access: Access, setup: str | None = None) -> Verified:
     """Raise DriftError when the world differs from the runbook: a guest that does not answer SSH,
     or changes to make (PlanDrift, with the plan). With an SSH mesh, every ordered pair of guests
     must log in with the mesh key (else RemoteCommandError naming the pairs)."""
-    book = load_runbook(runbook)
+    book = select_setup(load_runbook(runbook), setup)
     inventory = observe_inventory(book, access)
     with remote(book, access) as (cluster, facts, down):
         if down:

@@ -110,11 +110,13 @@ def layout_line(book: Any) -> str:
 
 
 def _dry_run(stages: Any, local: bool, connect: Any) -> None:
-    """Every stage's layout and commands; the derived network read from the guests that answer."""
+    """Every stage's layout and commands; the derived network read (once) from the guests that answer."""
     from gpuvm.bench.campaign import describe, plan_campaign, taking_part
     from gpuvm.bench.network import read_port_maps
     from gpuvm.errors import GpuvmError
 
+    ports: dict[str, Any] = {}
+    unread: dict[str, str] = {}
     for stage in stages:
         book = stage.runbook
         if stage.setup is not None:
@@ -122,15 +124,20 @@ def _dry_run(stages: Any, local: bool, connect: Any) -> None:
         points = plan_campaign(book, local=local, only=stage.only, setup=stage.setup)
         guests = [g for g in (book.guests.hosts if book.guests else []) if g.vm in taking_part(points) and g.rdma_ports]
         if guests and not local:
-            executors = connect(book, points)
-            try:
-                ports = read_port_maps(executors, guests)
+            for guest in guests:
+                if guest.vm not in ports and guest.vm not in unread:
+                    executors = connect(book, points)
+                    try:
+                        ports.update(read_port_maps(executors, [guest]))
+                    except GpuvmError as e:
+                        unread[guest.vm] = str(e)
+                    finally:
+                        for executor in executors.values():
+                            executor.close()
+            if missing := [unread[g.vm] for g in guests if g.vm in unread]:
+                out.print(f"network: not derived ({'; '.join(missing)})", highlight=False, markup=False, soft_wrap=True)
+            else:
                 points = plan_campaign(book, only=stage.only, setup=stage.setup, ports=ports)
-            except GpuvmError as e:
-                out.print(f"network: not derived ({e})", highlight=False, markup=False, soft_wrap=True)
-            finally:
-                for executor in executors.values():
-                    executor.close()
         workdir = "<results>/work" if local else book.benchmarks.workdir
         for line in describe(points, workdir):
             out.print(line, highlight=False, markup=False, soft_wrap=True)

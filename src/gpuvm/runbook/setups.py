@@ -26,6 +26,16 @@ from gpuvm.runbook.model import Guest, Runbook, Vm
 PARKED = {"power": "off", "gpus": None, "nics": []}
 
 
+def select_setup(book: Runbook, setup: str | None) -> Runbook:
+    """The runbook laid out as its setup `setup` (`plan/apply/verify --setup NAME`); None: as is."""
+    if setup is None:
+        return book
+    names = [s.name for s in book.benchmarks.setups] if book.benchmarks else []
+    if setup not in names:
+        raise InputError(f"--setup {setup}: no such setup in {book.file} (setups: {', '.join(names) or 'none'})")
+    return setup_runbook(book, names.index(setup))
+
+
 def setup_runbooks(runbook: Runbook) -> list[tuple[Setup, Runbook]]:
     """Every setup of the runbook's campaign with its runbook, in campaign order (checked)."""
     spec = runbook.benchmarks
