@@ -97,10 +97,12 @@ def parse_fraction(text: str) -> float:
 def _load(results: list[Path], baseline: Path | None):
     from gpuvm.bench.results import load_results, merge_results
 
-    named = [(_name(path), load_results(path)) for path in results]
-    names = [name for name, _ in named]
+    names = [_name(path) for path in results]
+    if len(set(names)) != len(names):  # same directory names under different parents
+        names = [f"{path.resolve().parent.name}/{name}" for path, name in zip(results, names, strict=True)]
     if len(set(names)) != len(names):
-        raise InputError(f"results named alike ({', '.join(names)}): give directories with distinct names")
+        raise InputError(f"results named alike ({', '.join(names)}): give each results directory once")
+    named = [(name, load_results(path)) for name, path in zip(names, results, strict=True)]
     return merge_results(named), load_results(baseline) if baseline else None
 
 
