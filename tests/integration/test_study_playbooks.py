@@ -80,7 +80,7 @@ SETUPS = ("1vm-2gpu", "2vm-1gpu", "2vm-2gpu")
 # what each setup lays out: VM → (power, passthrough devices: GPUs + the ConnectX port)
 LAYOUTS = {
     "1vm-2gpu": {"esx-01-vm1": ("poweredOn", 3), "esx-01-vm2": ("poweredOff", 0)},
-    "2vm-1gpu": {"esx-01-vm1": ("poweredOn", 2), "esx-01-vm2": ("poweredOn", 1)},
+    "2vm-1gpu": {"esx-01-vm1": ("poweredOn", 2), "esx-01-vm2": ("poweredOn", 2)},
     "2vm-2gpu": {"esx-01-vm1": ("poweredOn", 3), "esx-01-vm2": ("poweredOn", 3)},
 }
 MLP = "/usr/bin/python3 {{ workload }} --batch-size {{ batch_size }} --num-iters 2 --num-batches-per-iter 3 --hidden 32"
