@@ -33,6 +33,8 @@ sys.path.insert(0, str(BIN))
 import _gpuvm_fake as fake  # noqa: E402
 
 BRIDGE = "gpuvmbr0"
+FABRIC = "gpuvmbr1"  # the guests' first ConnectX port (ens64np1) on a network of its own, as in a lab
+FABRIC_PREFIX = "gvf-"
 NETNS_PREFIX = "gpuvm-"
 VETH_PREFIX = "gvh-"
 SUBNET = "10.250.0"
@@ -176,7 +178,7 @@ class TestBed:
         links = _run("ip", "-o", "link", "show", check=False).stdout.splitlines()
         for line in links:
             ifname = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-            if ifname.startswith(VETH_PREFIX) or ifname == BRIDGE:
+            if ifname.startswith((VETH_PREFIX, FABRIC_PREFIX)) or ifname in (BRIDGE, FABRIC):
                 _run("ip", "link", "del", ifname, check=False)
 
     def start_sshd(self, name: str) -> None:
@@ -273,6 +275,8 @@ class TestBed:
         _run("ip", "link", "add", BRIDGE, "type", "bridge")
         _run("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
         _run("ip", "link", "set", BRIDGE, "up")
+        _run("ip", "link", "add", FABRIC, "type", "bridge")  # no address: only the guests talk on it
+        _run("ip", "link", "set", FABRIC, "up")
 
     def _make_netns(self, name: str) -> None:
         netns, veth = self.netns(name), VETH_PREFIX + name
@@ -285,7 +289,12 @@ class TestBed:
         _run(*ip, "link", "set", "eth0", "up")
         _run(*ip, "route", "add", "default", "via", f"{SUBNET}.1")
         if self.role(name) == "guest":
-            for i, nic in enumerate(NIC_NAMES, 1):
+            # port 1 is cabled: a veth to the fabric bridge, so traffic the derived network (NCCL,
+            # btl_tcp_if_include) sends over it reaches the other guests; port 2 is not
+            fabric = FABRIC_PREFIX + name
+            _run("ip", "link", "add", fabric, "type", "veth", "peer", "name", NIC_NAMES[0], "netns", netns)
+            _run("ip", "link", "set", fabric, "master", FABRIC, "up")
+            for i, nic in enumerate(NIC_NAMES[1:], 2):
                 # The kernel may lack the dummy driver; a veth pair whose peer stays up is the
                 # same to `ip` and to ibdev2netdev (its operstate follows `ip link set ... up|down`).
                 if _run(*ip, "link", "add", nic, "type", "dummy", check=False).returncode != 0:

@@ -20,9 +20,11 @@ from gpuvm.errors import DriftError
 from gpuvm.journal import Journal, past_entries, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.plan import Plan
+from gpuvm.resolve import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.model import Runbook
+from gpuvm.runbook.setups import select_setup
 from gpuvm.steps.base import Context, Options
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.inventory import read_inventory
@@ -83,9 +85,10 @@ def inventory_of(runbook: Path, access: Access) -> Inventory:
     return observe_inventory(load_runbook(runbook), access)
 
 
-def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None) -> Plan:
-    """Every change the runbook needs. From a snapshot, vSphere only; else live, SSH steps too."""
-    book = load_runbook(runbook)
+def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, setup: str | None = None) -> Plan:
+    """Every change the runbook (with `setup`'s layout) needs. From a snapshot, vSphere only; else
+    live, SSH steps too."""
+    book = select_setup(load_runbook(runbook), setup)
     inventory = observe_inventory(book, access, snapshot)
     journal = past_entries(access.state_dir)
     if snapshot is not None:
@@ -135,14 +138,23 @@ class Applied:
 def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
                   parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
                   show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
-                  progress: Progress | None = None) -> Applied:
+                  progress: Progress | None = None, setup: str | None = None) -> Applied:
     """Plan the runbook live and carry the plan out, every change journaled.
 
     `show_plan` sees the plan first. With nothing to do (no change, every guest answering) the run
     stops there. Disruptive changes not allowed raise InputError before anything is touched; then
     `confirm` (if given) is asked and raises to stop. Failed targets do not raise: see `Applied`.
     """
-    book = load_runbook(runbook)
+    return apply_loaded(select_setup(load_runbook(runbook), setup), access, allow_power_off=allow_power_off,
+                        allow_host_reboot=allow_host_reboot, parallel=parallel, shutdown_timeout=shutdown_timeout,
+                        max_unavailable=max_unavailable, show_plan=show_plan, confirm=confirm, progress=progress)
+
+
+def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
+                 parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
+                 show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
+                 progress: Progress | None = None) -> Applied:
+    """`apply_runbook` for a runbook already loaded (a campaign's setup is built, not read)."""
     journal = Journal(make_state_dir(access.state_dir))
     hosts = {h.name for h in book.hosts} | {vm.host for vm in book.vms}
     with (connect(book, access) as session, HostLocks(session, hosts, journal.run_id),
@@ -164,6 +176,12 @@ def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = Fals
     return Applied(plan, outcome, journal.path)
 
 
+def plan_loaded(book: Runbook, access: Access) -> tuple[Plan, Desired]:
+    """The live plan of a loaded runbook and the desired state it was made for (to check flags)."""
+    with connect(book, access) as session, remote(book, access) as (cluster, seen, down):
+        return make_plan(book, read_inventory(session), cluster, seen, down, past_entries(access.state_dir))
+
+
 class PlanDrift(DriftError):
     """`verify` found changes to make; they are in `plan`."""
 
@@ -179,11 +197,11 @@ class Verified:
     mesh_guests: int | None = None  # guests whose SSH mesh was checked pair by pair; None: no mesh
 
 
-def verify_runbook(runbook: Path, access: Access) -> Verified:
+def verify_runbook(runbook: Path, access: Access, setup: str | None = None) -> Verified:
     """Raise DriftError when the world differs from the runbook: a guest that does not answer SSH,
     or changes to make (PlanDrift, with the plan). With an SSH mesh, every ordered pair of guests
     must log in with the mesh key (else RemoteCommandError naming the pairs)."""
-    book = load_runbook(runbook)
+    book = select_setup(load_runbook(runbook), setup)
     inventory = observe_inventory(book, access)
     with remote(book, access) as (cluster, facts, down):
         if down:

@@ -285,7 +285,6 @@ def test_uploads_go_to_every_participant_once(tmp_path):
      r"benchmarks\.runs\[0\]\.batch_size: strong scaling splits the global batch 100 over 3 GPU\(s\)"),
     ("launcher: vm9\n" + one_run(kind="nccl_allreduce"), r"benchmarks\.launcher: 'vm9' is not a guest"),
     (one_run(kind="nccl_allreduce", nodes=[2, 2]), r"node counts repeat"),
-    (one_run(kind="nccl_allreduce", scenario="concurrent"), r"scenario concurrent needs `groups`"),
     (one_run(kind="nccl_allreduce", groups=[["vm1"]]), r"`groups` is for scenario concurrent"),
     (one_run(kind="nccl_allreduce", scenario="concurrent", groups=[["vm1"], ["vm2"]]),
      r"groups\[1\]: same configuration as group 1"),

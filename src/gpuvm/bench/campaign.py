@@ -4,13 +4,17 @@
 point per node count (one job over the first N guests), a concurrent run one point per group (one
 job per VM, all at once). Each job carries its rendered command line and hostfile; `uploads` lists
 the files to copy first, `describe` is the `--dry-run` text.
+
+A campaign with `setups` is a list of stages (`plan_stages`): each setup's runbook (runbook/setups.py)
+and the points measured on it. A point's network settings (bench/network.py) come from the port
+maps read on its guests when its stage starts; `plan_campaign` without them renders none.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuvm.bench.commands import (
@@ -25,14 +29,17 @@ from gpuvm.bench.commands import (
     render_words,
 )
 from gpuvm.errors import InputError
+from gpuvm.bench.network import PortMaps, derive, split
 from gpuvm.runbook.benchmarks import (
     BenchmarkRun,
     BenchmarkSpec,
     check_benchmarks,
+    concurrent_groups,
     gpus_per_vm,
     guests_in_order,
     upload_source,
 )
+from gpuvm.runbook.model import Guest
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 
@@ -63,6 +70,9 @@ class PlannedPoint:
     vms: int
     jobs: tuple[Job, ...]
     guests: tuple[str, ...]  # every guest taking part (uploads go to each)
+    setup: str | None = None  # the campaign's setup it is measured in
+    mapping: str | None = None  # "on" / "off" when the run measures both (network_mapping)
+    network: tuple[tuple[str, str], ...] = ()  # the derived network settings its jobs use
 
     @property
     def concurrent(self) -> bool:
@@ -85,19 +95,71 @@ def select_runs(spec: BenchmarkSpec, only: Sequence[str] = ()) -> list[tuple[int
     return [(i, r) for i, r in enumerate(spec.runs) if not only or r.name in only]
 
 
+@dataclass(frozen=True)
+class Stage:
+    """One layout of a campaign: the runbook itself, or a setup's runbook, and its runs."""
+
+    setup: str | None
+    runbook: Runbook
+    only: tuple[str, ...]  # the runs measured in it (all, when empty)
+
+
+def plan_stages(runbook: Runbook, *, local: bool = False, only: Sequence[str] = (),
+                setups: Sequence[str] = ()) -> list[Stage]:
+    """The campaign's stages: one per setup (those named in `setups`, default all), else the
+    runbook. `--local` ignores setups (a bare-metal baseline has no VMs). Checked: nothing runs."""
+    spec = check_benchmarks(runbook, local=local)
+    select_runs(spec, only)
+    if local or not spec.setups:
+        if setups:
+            raise InputError(f"--setup {', '.join(setups)}: " + ("--local runs have no setups" if local else
+                             "the runbook has no benchmarks.setups"))
+        return [Stage(None, runbook, tuple(only))]
+    from gpuvm.runbook.setups import setup_runbooks
+
+    known = [s.name for s in spec.setups]
+    unknown = [name for name in setups if name not in known]
+    if unknown:
+        raise InputError(f"--setup {', '.join(unknown)}: no such setup (the runbook has: {', '.join(known)})")
+    stages = []
+    for setup, book in setup_runbooks(runbook):
+        if setups and setup.name not in setups:
+            continue
+        names = [r.name for r in book.benchmarks.runs]  # type: ignore[union-attr]
+        mine = tuple(n for n in only if n in names)
+        if not only or mine:
+            stages.append(Stage(setup.name, book, mine))
+    return stages
+
+
 def plan_campaign(runbook: Runbook, *, local: bool = False, only: Sequence[str] = (),
-                  local_root: bool | None = None) -> list[PlannedPoint]:
-    """Every point to measure, with its rendered commands. Pure: reads only the runbook."""
+                  local_root: bool | None = None, setup: str | None = None,
+                  ports: PortMaps | None = None) -> list[PlannedPoint]:
+    """Every point to measure, with its rendered commands. Pure: reads only the runbook (and the
+    guests' port maps, when given, for the network settings)."""
     spec = check_benchmarks(runbook, local=local)
     if local_root is None:
         local_root = os.geteuid() == 0
     points: list[PlannedPoint] = []
     for index, run in select_runs(spec, only):
         if run.scenario == "scaling":
-            points.extend(_scaling_points(runbook, spec, index, run, local, local_root))
+            points.extend(_scaling_points(runbook, spec, index, run, local, local_root, ports))
         else:
-            points.extend(_concurrent_points(runbook, spec, index, run))
-    return points
+            points.extend(_concurrent_points(runbook, spec, index, run, ports))
+    return [replace(p, setup=setup) for p in points] if setup else points
+
+
+def _network(run: BenchmarkRun, guests: Sequence[Guest], mapping: str | None,
+             ports: PortMaps | None) -> dict[str, str]:
+    """The network settings of a point's jobs: derived unless the point is "mapping off"."""
+    if mapping == "off" or ports is None:
+        return {}
+    found = derive(guests, ports)
+    return found.settings(run) if found else {}
+
+
+def _mappings(run: BenchmarkRun, local: bool) -> list[str | None]:
+    return [None] if local or not run.network_mapping else list(run.network_mapping)
 
 
 def taking_part(points: Sequence[PlannedPoint]) -> set[str]:
@@ -106,11 +168,11 @@ def taking_part(points: Sequence[PlannedPoint]) -> set[str]:
 
 
 def _scaling_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, local: bool,
-                    local_root: bool) -> list[PlannedPoint]:
+                    local_root: bool, ports: PortMaps | None) -> list[PlannedPoint]:
     ordered = [] if local else guests_in_order(runbook, spec.launcher)
     points = []
     for nodes in run.node_counts:
-        label = f"nodes-{nodes}"
+        chosen: list[Guest] = []
         if local:
             per_vm = run.gpus_per_vm or 1
             hosts: tuple[tuple[str, int], ...] = (("localhost", nodes * per_vm),)
@@ -120,16 +182,22 @@ def _scaling_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: Benc
             per_vm = gpus_per_vm(run, chosen, runbook, ("benchmarks", "runs", index))
             hosts = tuple((g.ssh.address, per_vm) for g in chosen)
             launcher, root, guests = chosen[0].vm, chosen[0].ssh.user == "root", tuple(g.vm for g in chosen)
-        job = _job(runbook, spec, index, run, label, launcher, hosts, nodes, per_vm, root, local)
-        points.append(PlannedPoint(run, index, label, nodes, per_vm, nodes, (job,), guests))
+        for mapping in _mappings(run, local):
+            label = f"nodes-{nodes}" + (f"-mapping-{mapping}" if mapping else "")
+            network = _network(run, chosen, mapping, ports)
+            job = _job(runbook, spec, index, run, label, launcher, hosts, nodes, per_vm, root, local,
+                       network=network)
+            points.append(PlannedPoint(run, index, label, nodes, per_vm, nodes, (job,), guests,
+                                       mapping=mapping, network=tuple(network.items())))
     return points
 
 
-def _concurrent_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun) -> list[PlannedPoint]:
+def _concurrent_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun,
+                       ports: PortMaps | None) -> list[PlannedPoint]:
     guests = {g.vm: g for g in runbook.guests.hosts} if runbook.guests else {}
     vm_hosts = {vm.name: vm.host for vm in runbook.vms}
     points, keys = [], {}
-    for j, group in enumerate(run.groups or [], 1):
+    for j, group in enumerate(concurrent_groups(runbook, run), 1):
         members = [guests[name] for name in group]
         per_vm = gpus_per_vm(run, members, runbook, ("benchmarks", "runs", index))
         nodes = len({vm_hosts.get(g.vm, g.vm) for g in members})
@@ -143,19 +211,22 @@ def _concurrent_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: B
                                 f"same configuration as group {keys[key]} ({len(members)} VM(s) × {per_vm} GPU(s) "
                                 f"on {nodes} host(s)); results could not tell them apart")
         keys[key] = j
-        label = f"group-{j}-" + "+".join(group)
-        jobs = tuple(
-            _job(runbook, spec, index, run, label, g.vm, (("localhost", per_vm),), 1, per_vm,
-                 g.ssh.user == "root", False, vm=g.vm)
-            for g in members
-        )
-        points.append(PlannedPoint(run, index, label, nodes, total // nodes, len(members), jobs, tuple(group)))
+        for mapping in _mappings(run, False):
+            label = f"group-{j}-" + "+".join(group) + (f"-mapping-{mapping}" if mapping else "")
+            network = _network(run, members, mapping, ports)
+            jobs = tuple(
+                _job(runbook, spec, index, run, label, g.vm, (("localhost", per_vm),), 1, per_vm,
+                     g.ssh.user == "root", False, vm=g.vm, network=network)
+                for g in members
+            )
+            points.append(PlannedPoint(run, index, label, nodes, total // nodes, len(members), jobs, tuple(group),
+                                       mapping=mapping, network=tuple(network.items())))
     return points
 
 
 def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, label: str, launcher: str,
          hosts: tuple[tuple[str, int], ...], nodes: int, per_vm: int, root: bool, local: bool,
-         vm: str | None = None) -> Job:
+         vm: str | None = None, network: dict[str, str] | None = None) -> Job:
     np = sum(slots for _, slots in hosts)
     batch = run.per_gpu_batch(np if run.scenario == "scaling" else per_vm)
     hostfile = f"hostfile-{run.name}-{label}"
@@ -171,8 +242,9 @@ def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, l
     if container and runbook.guests is not None:
         mesh = runbook.guests.ssh_mesh
         rsh_port = (mesh.container_port if mesh else None) or (image.sshd_port if image else None)
+    env, mpi_words = split(network or {})
     command = launcher_command(run, np=np, hosts=hosts, hostfile=hostfile, allow_run_as_root=root or container,
-                               rsh_port=rsh_port, program=program)
+                               rsh_port=rsh_port, program=program, env=env, mpirun_args=mpi_words)
     name = None
     if container and image is not None:
         name = container_name(run.name, label)
@@ -201,8 +273,12 @@ def describe(points: Sequence[PlannedPoint], workdir: str) -> list[str]:
     """The dry-run text: every point's launcher, hostfile and command line."""
     lines = []
     for point in points:
-        lines.append(f"{point.run.name} {point.label}: {point.run.repeats} repeat(s)"
+        where = f" in setup {point.setup}" if point.setup else ""
+        lines.append(f"{point.run.name} {point.label}{where}: {point.run.repeats} repeat(s)"
                      + (f" after {point.run.warmup} warm-up(s)" if point.run.warmup else ""))
+        if point.network:
+            lines.append("  network (derived from ibdev2netdev): "
+                         + " ".join(f"{k}={v}" for k, v in point.network))
         for job in point.jobs:
             hosts = ", ".join(f"{a} slots={s}" for a, s in job.hosts)
             lines.append(f"  on {job.launcher} (hostfile {job.hostfile}: {hosts})")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -142,15 +142,17 @@ def program_context(run: BenchmarkRun, *, np: int, nodes: int, per_vm: int, batc
 
 
 def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, int]], hostfile: str,
-                     allow_run_as_root: bool, rsh_port: int | None, program: Shell) -> Shell:
-    """The program under the run's launcher (`templates/bench/<launch>.j2`).
+                     allow_run_as_root: bool, rsh_port: int | None, program: Shell,
+                     env: Mapping[str, str] | None = None, mpirun_args: Sequence[str] = ()) -> Shell:
+    """The program under the run's launcher (`templates/bench/<launch>.j2`). `env` and
+    `mpirun_args` are gpuvm's own additions (the derived network); the run's own win.
 
     mpirun and horovodrun start every rank (and tell gpuvm's PyTorch workloads where rank 0 is:
     MASTER_ADDR, the first host). torchrun runs once per node (`--nproc_per_node` workers each,
     rendezvous on the first host); over several nodes mpirun starts it, one per node. none: the
     program alone, one process."""
     first = "127.0.0.1" if hosts[0][0] == "localhost" else hosts[0][0]
-    env = {**DEFAULT_ENV, **run.env}
+    env = {**DEFAULT_ENV, **(env or {}), **run.env}
     if run.launch == "none":
         return render_words("none.j2", env=env, program=program)
     if run.launch == "torchrun":
@@ -172,7 +174,7 @@ def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, i
         per_node=run.launch == "torchrun",
         hostfile=hostfile,
         env=env,
-        mpirun_args=list(run.mpirun_args),
+        mpirun_args=[*mpirun_args, *run.mpirun_args],
         rsh_port=rsh_port,
         program=program,
     )

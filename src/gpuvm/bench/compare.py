@@ -5,6 +5,10 @@ also get speedup S(N) = T(N)/T(ref) against the smallest node count (1 when pres
 lower-is-better figures such as minutes) and efficiency E(N) = S(N)/(GPUs(N)/GPUs(ref)), which is
 S(N)/N when each node runs the same GPUs. Against a baseline at the same point, `ratio` is the VM's
 performance relative to bare metal (vm/bm, or bm/vm for lower-is-better) and overhead = 1 − ratio.
+
+Points of several setups (or network mappings) are compared within their own setup and mapping:
+each has its own speedup reference. A point measured with the network mapping on has
+`mapping_gain`: its figure relative to the same point with the mapping off.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ class PointComparison:
     overhead: float | None = None  # 1 − ratio
     per_vm: dict[str, float] | None = None  # concurrent points: median per VM
     total: float | None = None  # concurrent points: sum of the per-VM medians
+    setup: str | None = None
+    mapping: str | None = None  # network mapping "on" / "off", when the run measured both
+    mapping_gain: float | None = None  # mapping on: performance relative to mapping off, minus 1
 
 
 @dataclass(frozen=True)
@@ -125,22 +132,36 @@ def exceeds(overhead: float | None, limit: float | None) -> bool:
 
 def _compare_benchmark(bench: Benchmark, base: Benchmark | None) -> BenchmarkComparison:
     # only points with a successful repeat have a figure; failed repeats carry no value
-    points = sorted((p for p in bench.points if _values(p)), key=lambda p: (p.nodes, p.gpus_per_node, p.vms))
+    setups = list(dict.fromkeys(p.setup for p in bench.points))
+    points = sorted((p for p in bench.points if _values(p)),
+                    key=lambda p: (setups.index(p.setup), p.network_mapping != "on", p.network_mapping or "",
+                                   p.nodes, p.gpus_per_node, p.vms))
     spreads = [Spread.of(_values(p)) for p in points]
+    # speedup within each setup and mapping: against its smallest point
+    references: dict[tuple, tuple[Point, Spread]] = {}
+    for point, spread in zip(points, spreads, strict=True):
+        references.setdefault((point.setup, point.network_mapping), (point, spread))
+    mapping_off = {_unmapped_key(bench, p): s.median for p, s in zip(points, spreads, strict=True)
+                   if p.network_mapping == "off"}
     reference = points[0] if bench.scenario == "scaling" and points else None
     base_medians = _baseline_medians(bench, base)
     compared = []
     for point, spread in zip(points, spreads, strict=True):
         speedup = efficiency = None
         if reference is not None:
-            speedup = _performance_ratio(spread.median, spreads[0].median, bench.higher_is_better)
-            efficiency = speedup / (point.gpus / reference.gpus) if speedup is not None else None
+            ref, ref_spread = references[(point.setup, point.network_mapping)]
+            speedup = _performance_ratio(spread.median, ref_spread.median, bench.higher_is_better)
+            efficiency = speedup / (point.gpus / ref.gpus) if speedup is not None else None
+        gain = None
+        if point.network_mapping == "on" and (off := mapping_off.get(_unmapped_key(bench, point))):
+            ratio_on = _performance_ratio(spread.median, off, bench.higher_is_better)
+            gain = ratio_on - 1 if ratio_on is not None else None
         bm = base_medians.get(_baseline_key(bench, point))
         ratio = _performance_ratio(spread.median, bm, bench.higher_is_better) if bm else None
         per_vm = _per_vm_medians(point)
         compared.append(
             PointComparison(
-                label=point_label(bench, point),
+                label=point_label(bench, point) + (f", mapping {point.network_mapping}" if point.network_mapping else ""),
                 nodes=point.nodes,
                 gpus_per_node=point.gpus_per_node,
                 vms=point.vms,
@@ -152,6 +173,9 @@ def _compare_benchmark(bench: Benchmark, base: Benchmark | None) -> BenchmarkCom
                 overhead=1 - ratio if ratio is not None else None,
                 per_vm=per_vm,
                 total=sum(per_vm.values()) if per_vm else None,
+                setup=point.setup,
+                mapping=point.network_mapping,
+                mapping_gain=gain,
             )
         )
     return BenchmarkComparison(
@@ -175,6 +199,10 @@ def point_label(bench: Benchmark, point: Point) -> str:
         return label + (f" on {point.nodes} nodes" if point.nodes > 1 else "")
     label = f"{point.nodes} node{'s' if point.nodes != 1 else ''}"
     return label + (f" × {point.gpus_per_node} GPUs" if point.gpus_per_node > 1 else "")
+
+
+def _unmapped_key(bench: Benchmark, point: Point) -> tuple:
+    return (point.setup, point.nodes, point.gpus_per_node, point.vms)
 
 
 def _performance_ratio(value: float, against: float | None, higher_is_better: bool) -> float | None:

@@ -1,7 +1,8 @@
 """What a campaign measured, gathered as it runs and turned into `Results` at the end.
 
 `Outcome` is one run's figure (or error); `Recorder` keeps every repeat per point and the unit
-each benchmark reports, then describes the campaign: benchmarks, ESXi hosts, VMs taking part.
+each benchmark reports, then describes the campaign: benchmarks, ESXi hosts, VMs taking part (per
+setup, in a campaign with setups: `add_stage` tells it each setup's runbook and points).
 `Campaign` is what the CLI is told: where the results are, the failed runs, whether it was cut
 short; `results_directory` is where a new campaign writes.
 """
@@ -15,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuvm.bench.campaign import PlannedPoint
-from gpuvm.bench.results import Benchmark, Point, Repeat, Results, RunbookRef, VmInfo
+from gpuvm.bench.results import Benchmark, Point, Repeat, Results, RunbookRef, SetupInfo, VmInfo
 from gpuvm.errors import BenchmarkError
 from gpuvm.runbook.benchmarks import BenchmarkRun
 from gpuvm.runbook.model import Runbook
@@ -81,8 +82,14 @@ class Recorder:
         self.runbook = runbook
         self.points = list(points)
         self.local = local
-        self._recorded: dict[tuple[str, str], list[Repeat]] = {}
+        self._recorded: dict[tuple[str, str | None, str], list[Repeat]] = {}
         self._units: dict[str, tuple[str, bool]] = {}
+        self._setups: dict[str, tuple[Runbook, list[PlannedPoint]]] = {}
+
+    def add_stage(self, setup: str, runbook: Runbook, points: Sequence[PlannedPoint]) -> None:
+        """A setup's points, and its runbook (whose VMs took part in it)."""
+        self._setups[setup] = (runbook, list(points))
+        self.points.extend(points)
 
     def remember_unit(self, run: BenchmarkRun, unit: str, higher_is_better: bool) -> None:
         """The first figure parsed for a benchmark fixes its unit."""
@@ -98,13 +105,13 @@ class Recorder:
 
     def record(self, point: PlannedPoint, outcome: Outcome, log: str) -> None:
         repeat = Repeat(value=outcome.value, per_vm=outcome.per_vm, log=log, error=outcome.error)
-        self._recorded.setdefault((point.run.name, point.label), []).append(repeat)
+        self._recorded.setdefault(_key(point), []).append(repeat)
 
     def results(self, started: datetime, finished: datetime, software: dict, note: str | None) -> Results:
         """Every benchmark with at least one recorded repeat, in runbook order, and where it ran."""
         benchmarks = []
         for name in dict.fromkeys(point.run.name for point in self.points):
-            mine = [p for p in self.points if p.run.name == name and self._recorded.get((name, p.label))]
+            mine = [p for p in self.points if p.run.name == name and self._recorded.get(_key(p))]
             if not mine:
                 continue
             run = mine[0].run
@@ -112,8 +119,9 @@ class Recorder:
             benchmarks.append(Benchmark(
                 name=name, kind=run.kind, unit=unit, higher_is_better=better, scenario=run.scenario,
                 scaling=run.scaling_mode, launch=run.launch,
-                points=[Point(nodes=p.nodes, gpus_per_node=p.gpus_per_node, vms=p.vms,
-                              repeats=self._recorded[(name, p.label)]) for p in mine],
+                points=[Point(nodes=p.nodes, gpus_per_node=p.gpus_per_node, vms=p.vms, setup=p.setup,
+                              network_mapping=p.mapping, network=dict(p.network),  # type: ignore[arg-type]
+                              repeats=self._recorded[_key(p)]) for p in mine],
             ))
         return Results(
             environment="bare-metal" if self.local else "vm",
@@ -122,30 +130,40 @@ class Recorder:
             started=started,
             finished=finished,
             hosts=self._hosts(),
-            vms=self._vm_info(),
+            vms=[] if self._setups else self._vm_info(self.runbook, self.points),
+            setups=[SetupInfo(name=name, hosts=self._hosts(book, points), vms=self._vm_info(book, points))
+                    for name, (book, points) in self._setups.items()],
             software=software,
             benchmarks=benchmarks,
         )
 
-    def _participants(self) -> list[str]:
-        names = {g for p in self.points for g in p.guests}
-        return [g.vm for g in (self.runbook.guests.hosts if self.runbook.guests else []) if g.vm in names]
-
-    def _hosts(self) -> list[str]:
+    def _hosts(self, runbook: Runbook | None = None, points: Sequence[PlannedPoint] | None = None) -> list[str]:
         if self.local:
             return [socket.gethostname()]
-        by_vm = {vm.name: vm.host for vm in self.runbook.vms}
-        return list(dict.fromkeys(by_vm[name] for name in self._participants() if name in by_vm))
+        if runbook is None:  # the whole campaign: every setup's hosts
+            stages = list(self._setups.values()) or [(self.runbook, self.points)]
+            return list(dict.fromkeys(h for book, pts in stages for h in self._hosts(book, pts)))
+        by_vm = {vm.name: vm.host for vm in runbook.vms}
+        return list(dict.fromkeys(by_vm[name] for name in _participants(runbook, points or []) if name in by_vm))
 
-    def _vm_info(self) -> list[VmInfo]:
+    def _vm_info(self, runbook: Runbook, points: Sequence[PlannedPoint]) -> list[VmInfo]:
         if self.local:
             return []
-        by_vm = {vm.name: vm for vm in self.runbook.vms}
+        by_vm = {vm.name: vm for vm in runbook.vms}
         info = []
-        for name in self._participants():
+        for name in _participants(runbook, points):
             vm = by_vm.get(name)
             if vm is None or vm.cpus is None or vm.memory_gb is None:
                 continue  # VmInfo needs both; the runbook left them to vSphere
             gpus = vm.gpus.count if vm.gpus is not None else 0
             info.append(VmInfo(name=vm.name, host=vm.host, gpus=gpus, cpus=vm.cpus, memory_gb=vm.memory_gb))
         return info
+
+
+def _key(point: PlannedPoint) -> tuple[str, str | None, str]:
+    return (point.run.name, point.setup, point.label)
+
+
+def _participants(runbook: Runbook, points: Sequence[PlannedPoint]) -> list[str]:
+    names = {g for p in points for g in p.guests}
+    return [g.vm for g in (runbook.guests.hosts if runbook.guests else []) if g.vm in names]

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuvm.bench.compare import BenchmarkComparison, Comparison, exceeds
+from gpuvm.bench.compare import BenchmarkComparison, Comparison, PointComparison, exceeds
 from gpuvm.templating import environment
 
 if TYPE_CHECKING:
@@ -51,12 +51,17 @@ def fmt_percent(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f}%"
 
 
+def has_setups(comparison: Comparison) -> bool:
+    return any(p.setup for b in comparison.benchmarks for p in b.points)
+
+
 def columns(comparison: Comparison) -> tuple[str, ...]:
     base = comparison.baseline_environment
     base_name = "Bare metal" if base == "bare-metal" else "Baseline"
     ratio = "VM / BM" if (comparison.environment, base) == ("vm", "bare-metal") else "Ratio"
+    setup = ("Setup",) if has_setups(comparison) else ()
     return (
-        "Benchmark", "Point", "Runs", "Median", "Min – max", "Stdev",
+        "Benchmark", *setup, "Point", "Runs", "Median", "Min – max", "Stdev",
         "Speedup", "Efficiency", base_name, ratio, "Overhead",
     )  # fmt: skip
 
@@ -70,14 +75,18 @@ def _benchmark_cell(bench: BenchmarkComparison) -> str:
 def table_rows(comparison: Comparison) -> list[Row]:
     """The cells of the comparison table, one row per point (and per VM for concurrent points)."""
     limit = comparison.max_overhead
+    setups = has_setups(comparison)
     rows: list[Row] = []
     for bench in comparison.benchmarks:
         for i, point in enumerate(bench.points):
             s = point.spread
+            new_setup = i == 0 or point.setup != bench.points[i - 1].setup
+            setup = ((point.setup or "—") if new_setup else "",) if setups else ()
             rows.append(
                 Row(
                     cells=(
                         _benchmark_cell(bench) if i == 0 else "",
+                        *setup,
                         point.label,
                         str(s.repeats),
                         fmt_value(point.total if point.total is not None else s.median),
@@ -97,7 +106,8 @@ def table_rows(comparison: Comparison) -> list[Row]:
                 for vm, value in point.per_vm.items():
                     blank = ("",) * 7
                     rows.append(
-                        Row(cells=("", f"  └ {vm}", "", fmt_value(value), *blank), sub=True)
+                        Row(cells=("", *(("",) if setups else ()), f"  └ {vm}", "", fmt_value(value), *blank),
+                            sub=True)
                     )
     return rows
 
@@ -117,6 +127,11 @@ def notes(comparison: Comparison) -> list[str]:
             )
         if any(p.per_vm for p in bench.points):
             lines.append(f"{bench.name}: concurrent points show the sum of the per-VM medians.")
+        gains = [p for p in bench.points if p.mapping_gain is not None]
+        if gains:
+            lines.append(f"{bench.name}: network mapping on against off: " + ", ".join(
+                f"{p.label.removesuffix(', mapping on')}{f' ({p.setup})' if p.setup else ''} "
+                f"{p.mapping_gain * 100:+.1f}%" for p in gains) + ".")
     return lines
 
 
@@ -132,7 +147,7 @@ def render_terminal(comparison: Comparison) -> Table:
         title += f" against baseline ({comparison.baseline_environment})"
     rows = table_rows(comparison)
     return table(title, columns(comparison), [row.cells for row in rows], caption="\n".join(notes(comparison)) or None,
-                 numbers_from=2, styles=["red" if row.violation else ("dim" if row.sub else None) for row in rows],
+                 numbers_from=3 if has_setups(comparison) else 2, styles=["red" if row.violation else ("dim" if row.sub else None) for row in rows],
                  sections=[i for i, row in enumerate(rows) if row.first])
 
 
@@ -150,6 +165,7 @@ def write_report(comparison: Comparison, out_dir: Path | str) -> list[Path]:
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "comparison": comparison,
         "columns": columns(comparison),
+        "text_columns": 3 if has_setups(comparison) else 2,  # then numbers, right-aligned
         "rows": table_rows(comparison),
         "notes": notes(comparison),
         "violations": [str(v) for v in comparison.violations],
@@ -231,23 +247,32 @@ def _save(figure, path: Path) -> Path:
     return path
 
 
+def _groups(bench: BenchmarkComparison) -> dict[str, list[PointComparison]]:
+    """The points of each setup and network mapping, named for a plot's legend."""
+    groups: dict[str, list[PointComparison]] = {}
+    for p in bench.points:
+        name = " · ".join(x for x in (p.setup, f"mapping {p.mapping}" if p.mapping else None) if x)
+        groups.setdefault(name, []).append(p)
+    return groups
+
+
 def _throughput_plot(bench: BenchmarkComparison, path: Path) -> Path:
     figure, ax = _figure()
-    nodes = [p.nodes for p in bench.points]
-    medians = [p.spread.median for p in bench.points]
-    low = [m - p.spread.min for m, p in zip(medians, bench.points, strict=True)]
-    high = [p.spread.max - m for m, p in zip(medians, bench.points, strict=True)]
-    ref, ref_gpus = (
-        bench.points[0].spread.median,
-        bench.points[0].nodes * bench.points[0].gpus_per_node,
-    )
-    scale = [(p.nodes * p.gpus_per_node) / ref_gpus for p in bench.points]
-    ideal = [ref * s if bench.higher_is_better else ref / s for s in scale]
-    ax.plot(nodes, ideal, "--", color="grey", label="ideal (linear)")
-    ax.errorbar(nodes, medians, yerr=[low, high], marker="o", capsize=4, label="median (min–max)")
+    groups = _groups(bench)
+    for name, points in groups.items():
+        nodes = [p.nodes for p in points]
+        medians = [p.spread.median for p in points]
+        low = [m - p.spread.min for m, p in zip(medians, points, strict=True)]
+        high = [p.spread.max - m for m, p in zip(medians, points, strict=True)]
+        ref, ref_gpus = points[0].spread.median, points[0].nodes * points[0].gpus_per_node
+        scale = [(p.nodes * p.gpus_per_node) / ref_gpus for p in points]
+        ideal = [ref * s if bench.higher_is_better else ref / s for s in scale]
+        ax.plot(nodes, ideal, "--", color="grey", label="ideal (linear)" if len(groups) == 1 else None)
+        ax.errorbar(nodes, medians, yerr=[low, high], marker="o", capsize=4,
+                    label=f"{name + ': ' if name else ''}median (min–max)")
     ax.set_xlabel("nodes")
     ax.set_ylabel(bench.unit or "value")
-    ax.set_xticks(nodes)
+    ax.set_xticks(sorted({p.nodes for p in bench.points}))
     ax.set_title(f"{bench.name}: {_quantity(bench)}")
     ax.legend()
     ax.grid(alpha=0.3)
@@ -256,18 +281,20 @@ def _throughput_plot(bench: BenchmarkComparison, path: Path) -> Path:
 
 def _efficiency_plot(bench: BenchmarkComparison, path: Path) -> Path:
     figure, ax = _figure()
-    nodes = [p.nodes for p in bench.points]
-    efficiency = [(p.efficiency or 0) * 100 for p in bench.points]
     ax.axhline(100, linestyle="--", color="grey", label="ideal")
-    ax.plot(
-        nodes, efficiency, marker="o", label=f"{bench.scaling or ''} scaling efficiency".strip()
-    )
-    for x, y in zip(nodes, efficiency, strict=True):
-        ax.annotate(f"{y:.1f}%", (x, y), textcoords="offset points", xytext=(0, -14), ha="center")
+    every = [0.0]
+    for name, points in _groups(bench).items():
+        nodes = [p.nodes for p in points]
+        efficiency = [(p.efficiency or 0) * 100 for p in points]
+        every += efficiency
+        label = f"{bench.scaling or ''} scaling efficiency".strip()
+        ax.plot(nodes, efficiency, marker="o", label=f"{name}: {label}" if name else label)
+        for x, y in zip(nodes, efficiency, strict=True):
+            ax.annotate(f"{y:.1f}%", (x, y), textcoords="offset points", xytext=(0, -14), ha="center")
     ax.set_xlabel("nodes")
     ax.set_ylabel("efficiency (%)")
-    ax.set_xticks(nodes)
-    ax.set_ylim(0, max(110, max(efficiency) + 10))
+    ax.set_xticks(sorted({p.nodes for p in bench.points}))
+    ax.set_ylim(0, max(110, max(every) + 10))
     ax.set_title(f"{bench.name}: efficiency")
     ax.legend(loc="lower left")
     ax.grid(alpha=0.3)
@@ -276,7 +303,7 @@ def _efficiency_plot(bench: BenchmarkComparison, path: Path) -> Path:
 
 def _concurrent_plot(bench: BenchmarkComparison, path: Path) -> Path:
     figure, ax = _figure()
-    labels = [p.label for p in bench.points]
+    labels = [f"{p.setup}\n{p.label}" if p.setup else p.label for p in bench.points]
     bottoms = [0.0] * len(bench.points)
     slots = max((len(p.per_vm or {}) for p in bench.points), default=0)
     if slots:

@@ -70,11 +70,16 @@ class Repeat(_Model):
 
 
 class Point(_Model):
-    """One configuration: `nodes` hosts, `gpus_per_node` GPUs used on each, `vms` VMs in all."""
+    """One configuration: `nodes` hosts, `gpus_per_node` GPUs used on each, `vms` VMs in all; in a
+    campaign with setups, the `setup` it ran in; `network_mapping` on/off when the run measured both,
+    and `network` the settings gpuvm derived for it (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, btl_tcp_if_include)."""
 
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(default=1, ge=1)
     vms: int = Field(default=1, ge=1)
+    setup: str | None = None
+    network_mapping: Literal["on", "off"] | None = None
+    network: dict[str, str] = Field(default_factory=dict)
     repeats: list[Repeat] = Field(min_length=1)
 
     @property
@@ -95,12 +100,20 @@ class Benchmark(_Model):
     @model_validator(mode="after")
     def _points_are_distinct(self) -> Benchmark:
         keys = [point_key(self, p) for p in self.points]
-        duplicates = sorted({k for k in keys if keys.count(k) > 1})
+        duplicates = sorted({tuple(v for v in k if v != "") for k in keys if keys.count(k) > 1}, key=str)
         if duplicates:
             raise ValueError(
                 f"points repeat the same configuration {duplicates}; put runs in `repeats`"
             )
         return self
+
+
+class SetupInfo(_Model):
+    """A setup of the campaign: the ESXi hosts and VMs (as laid out for it) that took part."""
+
+    name: str
+    hosts: list[str] = Field(default_factory=list)
+    vms: list[VmInfo] = Field(default_factory=list)
 
 
 class Results(_Model):
@@ -112,6 +125,7 @@ class Results(_Model):
     finished: datetime | None = None
     hosts: list[str] = Field(default_factory=list)
     vms: list[VmInfo] = Field(default_factory=list)
+    setups: list[SetupInfo] = Field(default_factory=list)  # campaigns with setups: each one's VMs
     software: dict[str, dict[str, str]] = Field(default_factory=dict)
     benchmarks: list[Benchmark] = Field(default_factory=list)
 
@@ -127,11 +141,13 @@ class Results(_Model):
         return next((b for b in self.benchmarks if b.name == name), None)
 
 
-def point_key(benchmark: Benchmark, point: Point) -> tuple[int, ...]:
-    """What identifies a point: node count when scaling; nodes, GPUs and VMs when concurrent."""
+def point_key(benchmark: Benchmark, point: Point) -> tuple[str | int, ...]:
+    """What identifies a point: its setup and network mapping, then the node count when scaling;
+    nodes, GPUs and VMs when concurrent."""
+    tags = (point.setup or "", point.network_mapping or "")
     if benchmark.scenario == "scaling":
-        return (point.nodes,)
-    return (point.nodes, point.gpus_per_node, point.vms)
+        return (*tags, point.nodes)
+    return (*tags, point.nodes, point.gpus_per_node, point.vms)
 
 
 # ---------------------------------------------------------------------------------------- saving
@@ -277,3 +293,45 @@ def _plain(value: Any) -> Any:
     if isinstance(value, str):
         return str(value)
     return value
+
+
+# --------------------------------------------------------------------------------------- merging
+
+
+def merge_results(sets: list[tuple[str, Results]]) -> Results:
+    """Several results (each named by where it was read) as one, to compare setups side by side.
+
+    Points keep their setup; with more than one set, a point without one (a campaign without
+    setups) takes its set's name. Benchmarks of one name are merged; a point measured in two sets
+    is refused, as are sets of different environments (VMs and bare metal)."""
+    if len(sets) == 1:
+        return sets[0][1]
+    environments = {results.environment for _, results in sets}
+    if len(environments) > 1:
+        names = ", ".join(f"{name} ({results.environment})" for name, results in sets)
+        raise InputError(f"results to merge mix environments: {names}; give bare metal as --baseline")
+    benchmarks: dict[str, dict] = {}
+    origin: dict[tuple, str] = {}
+    for name, results in sets:
+        for bench in results.benchmarks:
+            merged = benchmarks.setdefault(bench.name, {**bench.model_dump(exclude={"points"}), "points": []})
+            if (merged["kind"], merged["unit"]) != (bench.kind, bench.unit):
+                raise InputError(f"{name}: benchmark {bench.name} is {bench.kind} in {bench.unit or 'no unit'}, "
+                                 f"but {merged['kind']} in {merged['unit'] or 'no unit'} elsewhere")
+            for point in bench.points:
+                point = point if point.setup else point.model_copy(update={"setup": name})
+                key = (bench.name, *point_key(bench, point))
+                if key in origin:
+                    raise InputError(f"{name} and {origin[key]} both measured {bench.name} at the same point "
+                                     f"(setup {point.setup}); compare them one at a time")
+                origin[key] = name
+                merged["points"].append(point)
+    notes = [f"{name}: {results.note}" for name, results in sets if results.note]
+    return Results(
+        environment=sets[0][1].environment,
+        note="; ".join(notes) or None,
+        hosts=list(dict.fromkeys(h for _, results in sets for h in results.hosts)),
+        setups=[s for _, results in sets for s in results.setups],
+        software={k: v for _, results in sets for k, v in results.software.items()},
+        benchmarks=[Benchmark.model_validate(b) for b in benchmarks.values()],
+    )

@@ -83,7 +83,8 @@ class CampaignRunner:
     """Runs planned points with one executor per launcher (guest VM name, or LOCAL)."""
 
     def __init__(self, runbook: Runbook, points: Sequence[PlannedPoint], executors: Mapping[str, Executor],
-                 directory: Path, *, local: bool = False, observer: Observer | None = None):
+                 directory: Path, *, local: bool = False, observer: Observer | None = None,
+                 recorder: Recorder | None = None):
         self.runbook = runbook
         self.spec: BenchmarkSpec = runbook.benchmarks  # type: ignore[assignment]
         self.points = list(points)
@@ -92,7 +93,7 @@ class CampaignRunner:
         self.local = local
         self.observer = observer or _Silent()
         self.workdir = str((self.directory / "work").resolve()) if local else self.spec.workdir
-        self.recorder = Recorder(runbook, self.points, local)
+        self.recorder = recorder or Recorder(runbook, self.points, local)  # shared by a campaign's setups
 
     def _targets(self) -> list[str]:
         return [LOCAL] if self.local else sorted(taking_part(self.points))
@@ -149,36 +150,47 @@ class CampaignRunner:
         """Every point, warm-ups then repeats; results written at the end, even after Ctrl-C."""
         started = now()
         campaign = Campaign(self.directory)
-        schedule = [(p, k, warm) for p in self.points
-                    for warm, count in ((True, p.run.warmup), (False, p.run.repeats)) for k in range(1, count + 1)]
-        campaign.runs_total = sum(1 for _, _, warm in schedule if not warm)
         software: dict[str, dict[str, str]] = {}
         try:
-            software = self.software()
+            self.measure(campaign, software)
+        finally:
+            campaign.results_file = self.save(campaign, started, now(), software)
+        return campaign
+
+    def save(self, campaign: Campaign, started: datetime, finished: datetime,
+             software: dict[str, dict[str, str]]) -> Path:
+        note = None
+        if campaign.interrupted:
+            note = f"interrupted: {campaign.runs_done} of {campaign.runs_total} run(s) done"
+        return save_results(self.directory, self.recorder.results(started, finished, software, note))
+
+    def measure(self, campaign: Campaign, software: dict[str, dict[str, str]]) -> None:
+        """Every point's warm-ups and repeats, recorded; `software` gets the guests' versions.
+        Ctrl-C marks the campaign interrupted and returns."""
+        schedule = [(p, k, warm) for p in self.points
+                    for warm, count in ((True, p.run.warmup), (False, p.run.repeats)) for k in range(1, count + 1)]
+        campaign.runs_total += sum(1 for _, _, warm in schedule if not warm)
+        try:
+            software.update(self.software())
             for index, (point, k, warm) in enumerate(schedule, 1):
                 label = f"warm-up {k}" if warm else f"repeat {k}"
-                self.observer.started(index, len(schedule), point.run.name, point.label, label)
+                shown = f"{point.setup}/{point.label}" if point.setup else point.label
+                self.observer.started(index, len(schedule), point.run.name, shown, label)
                 outcome, log = self._run_point(point, f"warmup-{k}" if warm else f"repeat-{k}")
-                self.observer.finished(index, len(schedule), point.run.name, point.label, label,
+                self.observer.finished(index, len(schedule), point.run.name, shown, label,
                                        outcome.value, outcome.unit, outcome.error)
                 if warm:
                     continue
                 campaign.runs_done += 1
                 self.recorder.record(point, outcome, log)
                 if outcome.error is not None:
-                    campaign.failures.append(Failure(point.run.name, point.label, k, log, outcome.error))
+                    where = f"{point.setup}: {point.label}" if point.setup else point.label
+                    campaign.failures.append(Failure(point.run.name, where, k, log, outcome.error))
         except KeyboardInterrupt:
             campaign.interrupted = True
-        finally:
-            note = None
-            if campaign.interrupted:
-                note = f"interrupted: {campaign.runs_done} of {campaign.runs_total} run(s) done"
-            results = self.recorder.results(started, now(), software, note)
-            campaign.results_file = save_results(self.directory, results)
-        return campaign
 
     def _run_point(self, point: PlannedPoint, stem: str) -> tuple[Outcome, str]:
-        base = self.directory / "logs" / point.run.name / point.label
+        base = self.directory / "logs" / point.run.name / (point.setup or "") / point.label
         base.mkdir(parents=True, exist_ok=True)
         if not point.concurrent:
             job = point.jobs[0]

@@ -11,8 +11,9 @@ from gpuvm.cli.common import fail, handle_errors, out
 from gpuvm.errors import InputError
 
 ResultsArg = Annotated[
-    Path,
-    typer.Argument(help="Results directory, results.json, or a YAML baseline.", show_default=False),
+    list[Path],
+    typer.Argument(help="Results directories (or results.json files, YAML baselines); several are compared "
+                        "side by side, each a setup.", show_default=False),
 ]
 BaselineOpt = Annotated[
     Path | None,
@@ -37,7 +38,7 @@ def compare_command(
         ),
     ] = None,
 ) -> None:
-    """Print medians, spread, scaling and VM-vs-baseline overhead for a results set."""
+    """Print medians, spread, scaling and VM-vs-baseline overhead for results (several: side by side)."""
     from gpuvm.bench.compare import compare
     from gpuvm.bench.report import render_terminal
 
@@ -58,7 +59,7 @@ def report_command(
         typer.Option(
             "--out",
             "-o",
-            help="Directory for report.md, report.html and plots. [default: RESULTS/report]",
+            help="Directory for report.md, report.html and plots. [default: the first RESULTS/report]",
         ),
     ] = None,
 ) -> None:
@@ -67,7 +68,8 @@ def report_command(
     from gpuvm.bench.report import render_terminal, write_report
 
     comparison = compare(*_load(results, baseline))
-    out_dir = out_dir or (results if results.is_dir() else results.parent) / "report"
+    first = results[0]
+    out_dir = out_dir or (first if first.is_dir() else first.parent) / "report"
     try:
         written = write_report(comparison, out_dir)
     except OSError as e:
@@ -92,7 +94,20 @@ def parse_fraction(text: str) -> float:
     return value
 
 
-def _load(results: Path, baseline: Path | None):
-    from gpuvm.bench.results import load_results
+def _load(results: list[Path], baseline: Path | None):
+    from gpuvm.bench.results import load_results, merge_results
 
-    return load_results(results), load_results(baseline) if baseline else None
+    names = [_name(path) for path in results]
+    if len(set(names)) != len(names):  # same directory names under different parents
+        names = [f"{path.resolve().parent.name}/{name}" for path, name in zip(results, names, strict=True)]
+    if len(set(names)) != len(names):
+        raise InputError(f"results named alike ({', '.join(names)}): give each results directory once")
+    named = [(name, load_results(path)) for name, path in zip(names, results, strict=True)]
+    return merge_results(named), load_results(baseline) if baseline else None
+
+
+def _name(path: Path) -> str:
+    """A results set's name: its directory's (`results.json` names its parent)."""
+    if not path.is_dir() and path.name == "results.json":
+        path = path.parent
+    return path.name if path.is_dir() else path.stem

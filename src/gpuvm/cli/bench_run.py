@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from gpuvm.cli.common import err, fail, handle_errors, load, out
+from gpuvm.cli.common import access, err, fail, handle_errors, interactive, load, out
 
 
 def register(app: typer.Typer) -> None:
@@ -21,46 +21,127 @@ def register(app: typer.Typer) -> None:
 def run_command(
     runbook: Annotated[Path, typer.Argument(help="The runbook (YAML) with a `benchmarks` section.", show_default=False)],
     only: Annotated[list[str] | None, typer.Option("--only", help="Run only this benchmark (repeatable).")] = None,
+    setup: Annotated[list[str] | None, typer.Option("--setup", help="Run only this setup (repeatable).")] = None,
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Where the results directory is created.")] = Path("results"),
     local: Annotated[bool, typer.Option("--local", help="Run on this machine (bare-metal baseline), not on the guests.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print every command that would run; run nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Apply the setups' layouts without asking.")] = False,
+    allow_power_off: Annotated[bool, typer.Option(help="Setups: allow powering VMs off (guest shutdown first).")] = False,
+    allow_host_reboot: Annotated[bool, typer.Option(help="Setups: allow maintenance mode and host reboots.")] = False,
     accept_new_host_keys: Annotated[bool, typer.Option(
         "--accept-new-host-keys", help="Trust SSH host keys seen for the first time (records them).")] = False,
     state_dir: Annotated[Path | None, typer.Option(
         "--state-dir", help="State directory: known_hosts (default $GPUVM_STATE_DIR or .gpuvm)")] = None,
+    insecure: Annotated[bool, typer.Option("--insecure", help="Setups: turn TLS verification of vCenter OFF.")] = False,
 ) -> None:
-    """Run the runbook's benchmarks: every point, warm-ups, repeats; logs and results.json under --out."""
-    from gpuvm.bench.campaign import describe, plan_campaign
+    """Run the runbook's benchmarks: every point, warm-ups, repeats; logs and results.json under --out.
+    With `benchmarks.setups`, each setup's layout is planned and applied (as `gpuvm apply`) before its runs."""
+    from gpuvm.bench.campaign import plan_stages
     from gpuvm.bench.recording import results_directory
-    from gpuvm.bench.runner import CampaignRunner, executors_for
+    from gpuvm.bench.runner import executors_for
+    from gpuvm.bench.stages import preflight, run_stages
     from gpuvm.journal import state_dir as make_state_dir
 
     book = load(runbook)
-    points = plan_campaign(book, local=local, only=only or ())
+    stages = plan_stages(book, local=local, only=only or (), setups=setup or ())
+    keys = make_state_dir(state_dir)
+
+    def connect(stage_book: Any, points: Any) -> Any:
+        return executors_for(stage_book, points, local, keys, accept_new_host_keys)
+
     if dry_run:
-        workdir = "<results>/work" if local else book.benchmarks.workdir
-        for line in describe(points, workdir):
-            out.print(line, highlight=False, markup=False, soft_wrap=True)
+        _dry_run(stages, local, connect)
         return
+    layout = None
+    if any(stage.setup is not None for stage in stages):
+        layout = _layouts(stages, access(insecure, accept_new_host_keys, state_dir), yes, allow_power_off,
+                          allow_host_reboot, preflight)
     directory = results_directory(out_dir, book)
-    executors = executors_for(book, points, local, make_state_dir(state_dir), accept_new_host_keys)
-    try:
-        with _Progress() as progress:
-            runner = CampaignRunner(book, points, executors, directory, local=local, observer=progress)
-            try:
-                runner.prepare()
-            except KeyboardInterrupt:
-                raise fail("interrupted before any benchmark ran", 130) from None
-            campaign = runner.run()
-    finally:
-        for executor in executors.values():
-            executor.close()
+    with _Progress() as progress:
+        campaign = run_stages(book, stages, directory, connect, local=local, layout=layout,
+                              observer=lambda stage: progress)
+    if campaign.results_file is None:
+        raise fail("interrupted before any benchmark ran" if campaign.interrupted else "no benchmark ran",
+                   130 if campaign.interrupted else 1)
     out.print(f"results: {campaign.results_file}", highlight=False, markup=False, soft_wrap=True)
     if campaign.interrupted:
         raise fail(f"interrupted after {campaign.runs_done} of {campaign.runs_total} run(s); "
                    f"what was measured is in {campaign.results_file}", 130)
     campaign.raise_for_failures()
     out.print(f"compare: gpuvm bench compare {campaign.directory}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _layouts(stages: Any, reach: Any, yes: bool, allow_power_off: bool, allow_host_reboot: bool,
+             preflight: Any) -> Any:
+    """Check every setup up front (plans printed, flags, confirmation); return what applies one."""
+    from gpuvm.render import print_plan
+    from gpuvm.runs import apply_loaded, plan_loaded
+
+    def show(stage: Any, plan: Any) -> None:
+        out.print(f"setup {stage.setup} (planned from the layout as it is now): {layout_line(stage.runbook)}",
+                  highlight=False, markup=False, soft_wrap=True)
+        print_plan(out, plan)
+
+    preflight(stages, lambda book: plan_loaded(book, reach), show, allow_power_off, allow_host_reboot)
+    if not yes:
+        if not interactive():
+            raise fail("not running: no terminal to ask on; pass --yes to apply the setups without asking", 2)
+        if not typer.confirm("Apply each setup in turn and run its benchmarks?", default=False):
+            raise fail("not run", 1)
+
+    def apply(stage: Any) -> None:
+        err.print(f"setup {stage.setup}: applying its layout", highlight=False, markup=False)
+        applied = apply_loaded(stage.runbook, reach, allow_power_off=allow_power_off,
+                               allow_host_reboot=allow_host_reboot, show_plan=lambda plan: print_plan(out, plan))
+        applied.raise_for_failures()
+
+    return apply
+
+
+def layout_line(book: Any) -> str:
+    """`vm1 on (2 passthrough GPUs), vm2 parked`: a setup's VMs in one line."""
+    parts = []
+    for vm in book.vms:
+        if vm.power == "off":
+            parts.append(f"{vm.name} off" + ("" if vm.gpus or vm.nics else " (parked)"))
+            continue
+        gpus = f"{vm.gpus.count} {vm.gpus.mode} GPU(s)" if vm.gpus else "no GPU"
+        parts.append(f"{vm.name} on ({gpus})")
+    return ", ".join(parts)
+
+
+def _dry_run(stages: Any, local: bool, connect: Any) -> None:
+    """Every stage's layout and commands; the derived network read (once) from the guests that answer."""
+    from gpuvm.bench.campaign import describe, plan_campaign, taking_part
+    from gpuvm.bench.network import read_port_maps
+    from gpuvm.errors import GpuvmError
+
+    ports: dict[str, Any] = {}
+    unread: dict[str, str] = {}
+    for stage in stages:
+        book = stage.runbook
+        if stage.setup is not None:
+            out.print(f"setup {stage.setup}: {layout_line(book)}", highlight=False, markup=False, soft_wrap=True)
+        points = plan_campaign(book, local=local, only=stage.only, setup=stage.setup)
+        guests = [g for g in (book.guests.hosts if book.guests else []) if g.vm in taking_part(points) and g.rdma_ports]
+        if guests and not local:
+            for guest in guests:
+                if guest.vm not in ports and guest.vm not in unread:
+                    executors = connect(book, points)
+                    try:
+                        ports.update(read_port_maps(executors, [guest]))
+                    except GpuvmError as e:
+                        unread[guest.vm] = str(e)
+                    finally:
+                        for executor in executors.values():
+                            executor.close()
+            if missing := [unread[g.vm] for g in guests if g.vm in unread]:
+                out.print(f"network: not derived ({'; '.join(missing)})", highlight=False, markup=False, soft_wrap=True)
+            else:
+                points = plan_campaign(book, only=stage.only, setup=stage.setup, ports=ports)
+        workdir = "<results>/work" if local else book.benchmarks.workdir
+        for line in describe(points, workdir):
+            out.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 class _Progress:
@@ -80,7 +161,7 @@ class _Progress:
         self._progress.__exit__(*exc)
 
     def started(self, index: int, total: int, bench: str, point: str, label: str) -> None:
-        if self._task is None:
+        if self._task is None or index == 1:  # a campaign's next setup starts a new bar
             self._task = self._progress.add_task("", total=total, last="")
         self._progress.update(self._task, description=f"run {index}/{total} {bench} {point} {label}")
 

@@ -19,7 +19,8 @@ def _setup() -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    logging.getLogger("paramiko").setLevel(logging.ERROR)  # its transport chatter; failures reach us as errors
+    # its transport chatter (tracebacks of refused connections at ERROR); failures reach us as errors
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="Run, compare and report benchmark campaigns.")
@@ -32,6 +33,7 @@ INSECURE = typer.Option(False, "--insecure", help="Turn TLS certificate verifica
 ACCEPT_KEYS = typer.Option(False, "--accept-new-host-keys",
                            help="Trust SSH host keys seen for the first time (records them, prints fingerprints)")
 STATE = typer.Option(None, "--state-dir", help="State directory: journal, keys (default $GPUVM_STATE_DIR or .gpuvm)")
+SETUP = typer.Option(None, "--setup", help="Lay the VMs out as this setup of benchmarks.setups")
 
 
 @app.command()
@@ -75,14 +77,14 @@ def plan(runbook: Path = RUNBOOK,
                                                 help="Exit 0: no changes, 2: changes, 3: no changes on the "
                                                      "targets observed but some could not be observed, 1: error"),
          accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
-         insecure: bool = INSECURE) -> None:
+         insecure: bool = INSECURE, setup: Optional[str] = SETUP) -> None:
     """Dry run: every change on every host and VM, disruptive ones marked. Changes nothing."""
     from gpuvm.errors import GpuvmError
     from gpuvm.render import plan_json, print_plan
     from gpuvm.runs import plan_runbook
 
     try:
-        the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot)
+        the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot, setup)
     except GpuvmError as e:
         raise fail(str(e), 1 if detailed_exitcode else e.exit_code) from None
     if json_:
@@ -105,7 +107,7 @@ def apply(runbook: Path = RUNBOOK,
           max_unavailable: int = typer.Option(1, min=1, help="Hosts rebooted at once"),
           state_dir: Optional[Path] = STATE,
           shutdown_timeout: float = typer.Option(300, help="Seconds to wait for a guest shutdown"),
-          accept_new_host_keys: bool = ACCEPT_KEYS, insecure: bool = INSECURE) -> None:
+          accept_new_host_keys: bool = ACCEPT_KEYS, insecure: bool = INSECURE, setup: Optional[str] = SETUP) -> None:
     """Show the plan, ask (or --yes), apply it in parallel, journal every change."""
     from gpuvm.render import print_plan
     from gpuvm.runs import apply_runbook
@@ -113,7 +115,7 @@ def apply(runbook: Path = RUNBOOK,
     applied = apply_runbook(runbook, access(insecure, accept_new_host_keys, state_dir),
                             allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot, parallel=parallel,
                             shutdown_timeout=shutdown_timeout, max_unavailable=max_unavailable, show_plan=lambda plan: print_plan(out, plan),
-                            confirm=None if yes else _confirm, progress=_progress)
+                            confirm=None if yes else _confirm, progress=_progress, setup=setup)
     if not applied.ran:
         return
     out.print(f"Applied {applied.changes_done} of {len(applied.plan.changes)} change(s) in {applied.seconds:.1f} s; "
@@ -139,13 +141,13 @@ def _progress(step: str, target: str, status: str) -> None:
 @app.command()
 @handle_errors
 def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
-           insecure: bool = INSECURE) -> None:
+           insecure: bool = INSECURE, setup: Optional[str] = SETUP) -> None:
     """Exit non-zero (5) if the world drifted from the runbook, listing the drift."""
     from gpuvm.render import print_plan
     from gpuvm.runs import PlanDrift, verify_runbook
 
     try:
-        verified = verify_runbook(runbook, access(insecure, accept_new_host_keys, state_dir))
+        verified = verify_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), setup)
     except PlanDrift as drift:
         print_plan(out, drift.plan)
         raise

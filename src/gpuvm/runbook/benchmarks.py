@@ -11,6 +11,10 @@
           precision: bf16          # fp32 | fp16 | bf16 (bf16: pytorch_train only)
           nodes: [1, 2, 4]         # guests used, launcher first, then runbook order
           launch: torchrun         # mpirun (default) | torchrun | horovodrun | none (one process)
+          setups: [two-vms]        # the setups it runs in (default: all); see runbook/setups.py
+          network_mapping: [on, off]   # each point with and without the derived NCCL/MPI network
+      setups:                      # VM/GPU layouts applied one after the other
+        - {name: two-vms, vms: [{name: gpu-vm-01, gpus: {mode: passthrough, count: 1}}, {name: gpu-vm-02}]}
 
 Field-level checks live on the models (pydantic, so errors carry file:line); checks that need the
 rest of the runbook (guest names, node counts, batch divisibility, upload files) are in
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -75,6 +79,10 @@ class BenchmarkRun(Strict):
     mpirun_args: list[str] = []  # extra mpirun words, e.g. ["-mca", "btl_tcp_if_include", "10.0.0.0/24"]
     torchrun_args: list[str] = []  # extra torchrun words, e.g. ["--max_restarts", "0"]
     launch: Launch = "mpirun"  # the launcher (templates/bench/<launch>.j2); none: one process, no launcher
+    setups: list[str] | None = None  # the campaign's setups this run is measured in; default all
+    # each point with the network derived from the guests' rdma_ports ("on") and without ("off");
+    # left out: derived where the guests configure ports, points not labelled
+    network_mapping: list[Literal["on", "off"]] | None = None
 
     @field_validator("name")
     @classmethod
@@ -121,6 +129,16 @@ class BenchmarkRun(Strict):
                 raise ValueError("give at least one node count, such as [1, 2, 4]")
             if len(set(value)) != len(value):
                 raise ValueError(f"node counts repeat in {value}; put runs in `repeats`")
+        return value
+
+    @field_validator("setups", "network_mapping")
+    @classmethod
+    def _distinct(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("give at least one, or leave the field out")
+            if len(set(value)) != len(value):
+                raise ValueError(f"{value} names one twice")
         return value
 
     @field_validator("groups")
@@ -172,9 +190,7 @@ class BenchmarkRun(Strict):
         if self.scenario == "scaling":
             if self.groups is not None:
                 raise ValueError("`groups` is for scenario concurrent; scaling runs take `nodes`")
-        else:
-            if self.groups is None:
-                raise ValueError("scenario concurrent needs `groups`: lists of VMs, such as [[vm1], [vm1, vm2]]")
+        else:  # groups left out: one group of every guest (of the setup, in a campaign with setups)
             if self.nodes is not None:
                 raise ValueError("`nodes` is for scenario scaling; concurrent runs take `groups`")
             if self.scaling is not None:
@@ -203,6 +219,34 @@ class BenchmarkRun(Strict):
         return self.batch_size
 
 
+class Setup(Strict):
+    """One VM/GPU layout of the campaign: the runbook's VMs that take part, each by name with the
+    fields that differ (`{name: vm1, gpus: {mode: passthrough, count: 1}}`), and guest fields that
+    differ (`{vm: vm1, slots: 1}`). Checked and built into a runbook of its own by runbook/setups.py."""
+
+    name: str
+    vms: list[dict[str, Any]] = Field(min_length=1)
+    guests: list[dict[str, Any]] = []
+
+    _n = field_validator("name")(lambda cls, v: checked_name(v))
+
+    @field_validator("vms")
+    @classmethod
+    def _vms(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for entry in value:
+            if not isinstance(entry.get("name"), str):
+                raise ValueError("each entry names a VM of the runbook's `vms`: {name: vm1, ...}")
+        return value
+
+    @field_validator("guests")
+    @classmethod
+    def _guests(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for entry in value:
+            if not isinstance(entry.get("vm"), str):
+                raise ValueError("each entry names its VM: {vm: vm1, slots: 1}")
+        return value
+
+
 class BenchmarkSpec(Strict):
     """The whole `benchmarks` section."""
 
@@ -211,6 +255,7 @@ class BenchmarkSpec(Strict):
     workdir: str = ".gpuvm-bench"  # on each guest; relative to the login directory
     docker_args: list[str] = []  # extra `docker run` words (container: true)
     runs: list[BenchmarkRun] = Field(min_length=1)
+    setups: list[Setup] = []  # VM/GPU layouts applied in turn, each run in those it names
 
     @field_validator("workdir")
     @classmethod
@@ -251,8 +296,14 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
             path = upload_source(runbook, source)
             if not path.is_file():
                 raise runbook.error(("benchmarks", "runs", i, "upload", source), f"{path}: no such file to upload")
+    _check_setup_names(runbook, spec)
     if local:
         _check_local(runbook, spec)
+        return spec
+    if spec.setups:
+        from gpuvm.runbook.setups import setup_runbooks
+
+        setup_runbooks(runbook)  # each setup checked as a runbook of its own
         return spec
     if not guests:
         raise runbook.error(("benchmarks",), "benchmarks run on guests: add guests.hosts (or pass --local)")
@@ -264,6 +315,9 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
     ordered = guests_in_order(runbook, spec.launcher)
     for i, run in enumerate(spec.runs):
         loc = ("benchmarks", "runs", i)
+        if run.network_mapping and not any(g.rdma_ports for g in guests.values()):
+            raise runbook.error(loc + ("network_mapping",), "the mapping is derived from the guests' rdma_ports, "
+                                "and no guest has any (see guests.hosts[].rdma_ports)")
         if run.scenario == "scaling":
             for j, count in enumerate(run.node_counts):
                 if count > len(ordered):
@@ -271,13 +325,34 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
                                         f"{count} nodes, but the runbook has {len(ordered)} guest(s)")
                 _check_batch(runbook, run, loc, count, gpus_per_vm(run, ordered[:count], runbook, loc))
         else:
-            for j, group in enumerate(run.groups or []):
+            for j, group in enumerate(concurrent_groups(runbook, run)):
                 for vm in group:
                     if vm not in guests:
                         raise runbook.error(loc + ("groups", j),
                                             f"'{vm}' is not a guest (guests: {', '.join(guests)})")
                 _check_batch(runbook, run, loc, 1, gpus_per_vm(run, [guests[vm] for vm in group], runbook, loc))
     return spec
+
+
+def _check_setup_names(runbook: Runbook, spec: BenchmarkSpec) -> None:
+    names: dict[str, int] = {}
+    for i, setup in enumerate(spec.setups):
+        if setup.name in names:
+            raise runbook.error(("benchmarks", "setups", i, "name"),
+                                f"setup '{setup.name}' is declared twice (also setups[{names[setup.name]}])")
+        names[setup.name] = i
+    for i, run in enumerate(spec.runs):
+        for j, name in enumerate(run.setups or []):
+            if name not in names:
+                known = ", ".join(names) or "none: add benchmarks.setups"
+                raise runbook.error(("benchmarks", "runs", i, "setups", j), f"no setup '{name}' (setups: {known})")
+
+
+def concurrent_groups(runbook: Runbook, run: BenchmarkRun) -> list[list[str]]:
+    """A concurrent run's groups of VMs; left out, one group of every guest."""
+    if run.groups is not None:
+        return run.groups
+    return [[g.vm for g in runbook.guests.hosts]] if runbook.guests and runbook.guests.hosts else []
 
 
 def _check_local(runbook: Runbook, spec: BenchmarkSpec) -> None:

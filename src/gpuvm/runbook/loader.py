@@ -124,7 +124,7 @@ class Locator:
         return InputError(f"{self.where(tuple(loc))}: {message}")
 
 
-def _message(error: dict[str, Any]) -> str:
+def validation_message(error: dict[str, Any]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         return "unknown field (check the spelling; see README 'Runbook')"
@@ -134,7 +134,7 @@ def _message(error: dict[str, Any]) -> str:
     return message.removeprefix("Value error, ")
 
 
-def _model_path(loc: tuple[Any, ...], data: Any, kind: str = "") -> Path_:
+def document_path(loc: tuple[Any, ...], data: Any, kind: str = "") -> Path_:
     """pydantic's error location as a path in the document: union tags (e.g. 'vgpu') dropped."""
     path: list[str | int] = []
     node = data
@@ -176,7 +176,7 @@ def load_runbook(path: str | Path) -> Runbook:
     try:
         runbook = Runbook.model_validate(data)
     except ValidationError as e:
-        messages = [f"{locator.where(_model_path(err['loc'], data, err['type']))}: {_message(err)}" for err in e.errors()]
+        messages = [f"{locator.where(document_path(err['loc'], data, err['type']))}: {validation_message(err)}" for err in e.errors()]
         raise InputError("\n".join(dict.fromkeys(messages))) from None
     runbook.attach(file, locator, text)
     runbook.check_references()

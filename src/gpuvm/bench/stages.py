@@ -1,0 +1,111 @@
+"""A campaign run stage by stage: the runbook's points, or each setup's after its layout is applied.
+
+`preflight` comes first, before anything is touched: it plans every setup against the world as it
+is now (the plans the CLI prints) and refuses the campaign when a flag is missing — a setup's own
+plan needs it, or the next setup changes the layout of a VM the previous one runs (its devices
+change only while it is off: `--allow-power-off`). `run_stages` then, for each stage: applies its
+layout (the engine, through `layout`), connects to its guests, reads their port maps
+(`ibdev2netdev`, for the derived network), plans its points and measures them. Results are
+written after every stage, so a campaign stopped halfway keeps what it measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpuvm.bench.campaign import PlannedPoint, Stage, plan_campaign, taking_part
+from gpuvm.bench.network import read_port_maps
+from gpuvm.bench.recording import Campaign, Recorder
+from gpuvm.bench.results import save_results
+from gpuvm.bench.runner import CampaignRunner, Observer
+from gpuvm.engine import check_allowed
+from gpuvm.errors import InputError
+from gpuvm.executors.base import Executor
+from gpuvm.plan import Plan
+from gpuvm.resolve import Desired
+from gpuvm.runbook.model import Runbook
+
+Connect = Callable[[Runbook, Sequence[PlannedPoint]], Mapping[str, Executor]]
+
+
+def preflight(stages: Sequence[Stage], plan: Callable[[Runbook], tuple[Plan, Desired]],
+              show: Callable[[Stage, Plan], None], allow_power_off: bool, allow_host_reboot: bool) -> None:
+    """Refuse, before anything is touched, a campaign whose setups need a flag not given."""
+    problems = []
+    for stage in stages:
+        planned, desired = plan(stage.runbook)
+        show(stage, planned)
+        try:
+            check_allowed(planned, desired, allow_power_off, allow_host_reboot)
+        except InputError as e:
+            problems += [f"setup {stage.setup}: {line.strip()}" for line in str(e).splitlines()[1:]]
+    if not allow_power_off:
+        for before, after in zip(stages, stages[1:], strict=False):
+            if moved := relaid(before.runbook, after.runbook):
+                problems.append(f"setup {before.setup} → {after.setup}: VM(s) {', '.join(moved)} change layout "
+                                "and must be powered off: pass --allow-power-off")
+    if problems:
+        raise InputError("refusing to run the campaign; nothing was changed:\n  " + "\n  ".join(problems))
+
+
+def relaid(before: Runbook, after: Runbook) -> list[str]:
+    """VMs powered on in `before` whose definition `after` changes."""
+    later = {vm.name: vm for vm in after.vms}
+    return [vm.name for vm in before.vms if vm.power == "on" and later.get(vm.name, vm) != vm]
+
+
+def run_stages(runbook: Runbook, stages: Sequence[Stage], directory: Path, connect: Connect, *,
+               local: bool = False, layout: Callable[[Stage], None] | None = None,
+               observer: Callable[[Stage], Observer] | None = None,
+               now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Campaign:
+    """Every stage in order; results written after each (and after Ctrl-C or an error)."""
+    started = now()
+    campaign = Campaign(directory)
+    recorder = Recorder(runbook, [], local)
+    software: dict[str, dict[str, str]] = {}
+
+    def save() -> None:
+        note = None
+        if campaign.interrupted:
+            note = f"interrupted: {campaign.runs_done} of {campaign.runs_total} run(s) done"
+        campaign.results_file = save_results(directory, recorder.results(started, now(), software, note))
+
+    try:
+        for stage in stages:
+            if stage.setup is not None and layout is not None:
+                layout(stage)
+            _run_stage(stage, directory, connect, local, recorder, campaign, software,
+                       observer(stage) if observer else None)
+            save()
+            if campaign.interrupted:
+                break
+    except KeyboardInterrupt:
+        campaign.interrupted = True
+    finally:
+        if campaign.runs_total:
+            save()
+    return campaign
+
+
+def _run_stage(stage: Stage, directory: Path, connect: Connect, local: bool, recorder: Recorder,
+               campaign: Campaign, software: dict, observer: Observer | None) -> None:
+    book = stage.runbook
+    points = plan_campaign(book, local=local, only=stage.only, setup=stage.setup)
+    executors = connect(book, points)
+    try:
+        if not local:  # again, with the network derived from the guests' port maps
+            guests = [g for g in (book.guests.hosts if book.guests else []) if g.vm in taking_part(points)]
+            points = plan_campaign(book, only=stage.only, setup=stage.setup, ports=read_port_maps(executors, guests))
+        if stage.setup is not None:
+            recorder.add_stage(stage.setup, book, points)
+        else:
+            recorder.points.extend(points)
+        runner = CampaignRunner(book, points, executors, directory, local=local, observer=observer,
+                                recorder=recorder)
+        runner.prepare()
+        runner.measure(campaign, software)
+    finally:
+        for executor in executors.values():
+            executor.close()

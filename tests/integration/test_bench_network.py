@@ -1,0 +1,125 @@
+"""The derived network on the SSH test bed: NCCL_IB_HCA, NCCL_SOCKET_IFNAME and btl_tcp_if_include
+from the guests' rdma_ports and the bed's ibdev2netdev, each point measured with the mapping on and
+off; results of two campaigns compared side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuvm.bench.results import load_results
+from gpuvm.cli.main import app
+from tests.integration.test_bench_run import PYTHON, SMALL, mesh  # noqa: F401  (mesh: a fixture)
+
+pytestmark = pytest.mark.integration
+OOB = ["-mca", "oob_tcp_if_include", "10.250.0.0/24"]  # mpirun's own control channel: the bed's network
+
+
+def gpuvm(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture
+def fabric(mesh):
+    """gpu-vm-01..02 with their first ConnectX port up on the bed's fabric (192.168.100.0/24)."""
+    for i, name in enumerate(("gpu-vm-01", "gpu-vm-02"), 21):
+        from gpuvm.executors import SshExecutor
+
+        host = mesh.host(name)
+        ex = SshExecutor(name, host.address, host.user, key_file=host.key_file, known_hosts=[mesh.known_hosts_file])
+        ex.run(["sudo", "ip", "addr", "replace", f"192.168.100.{i}/24", "dev", "ens64np1"])
+        ex.run(["sudo", "ip", "link", "set", "ens64np1", "up"])
+        ex.close()
+    yield mesh
+    mesh.up()  # addresses and links back as new
+
+
+def write_runbook(bed, path: Path) -> Path:
+    guests = "".join(f"""\
+    - vm: {name}
+      ssh: {{address: {bed.host(name).address}, user: {bed.host(name).user}, key_file: {bed.host(name).key_file}}}
+      rdma_ports: [{{device: mlx5_0, port: 1}}]
+""" for name in ("gpu-vm-01", "gpu-vm-02"))
+    path.write_text(f"""\
+ssh: {{known_hosts: {bed.known_hosts_file}}}
+hosts: [{{name: esx-01}}]
+vms:
+  - {{name: gpu-vm-01, host: esx-01}}
+  - {{name: gpu-vm-02, host: esx-01}}
+guests:
+  hosts:
+{guests}
+benchmarks:
+  launcher: gpu-vm-01
+  runs:
+    - name: train
+      kind: pytorch_train
+      model: resnet18
+      python: {PYTHON}
+      args: {SMALL}
+      batch_size: 8
+      nodes: [2]
+      network_mapping: [on, off]
+      repeats: 1
+      timeout: 180
+      env: {{OMP_NUM_THREADS: "1"}}
+      mpirun_args: ["--oversubscribe", {", ".join(f'"{w}"' for w in OOB)}]
+    - name: env-on-rank-1
+      kind: command
+      command: "sh -c 'echo $OMPI_COMM_WORLD_RANK ifname=$NCCL_SOCKET_IFNAME hca=$NCCL_IB_HCA 1'"
+      pattern: "1 ifname==ens64np1 hca==mlx5_0:1 ([0-9])"
+      nodes: [2]
+      repeats: 1
+      timeout: 60
+      mpirun_args: {OOB}
+""")
+    return path
+
+
+def test_network_mapping_on_and_off_across_two_guests(fabric, tmp_path):
+    runbook = write_runbook(fabric, tmp_path / "bed.yaml")
+    state = ["--state-dir", tmp_path / "state"]
+    dry = gpuvm("bench", "run", runbook, "--dry-run", *state)
+    assert dry.exit_code == 0, dry.output
+    assert "network (derived from ibdev2netdev): NCCL_IB_HCA==mlx5_0:1 NCCL_SOCKET_IFNAME==ens64np1 " \
+           "btl_tcp_if_include=ens64np1" in dry.output
+
+    directories = []
+    for out in ("first", "second"):
+        result = gpuvm("bench", "run", runbook, "--out", tmp_path / out, *state)
+        [directory] = list((tmp_path / out).iterdir())
+        logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in sorted(directory.rglob("*.log")))
+        assert result.exit_code == 0, result.output + logs
+        directories.append(directory)
+
+    results = load_results(directories[0])
+    train = results.benchmark("train")
+    on, off = sorted(train.points, key=lambda p: p.network_mapping != "on")
+    assert (on.network_mapping, off.network_mapping) == ("on", "off")
+    # with the mapping, Open MPI's TCP traffic may use ens64np1 only: the 2-node job ran over the fabric
+    assert on.network == {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "=ens64np1",
+                          "btl_tcp_if_include": "ens64np1"}
+    assert off.network == {}
+    assert on.repeats[0].value > 0 and off.repeats[0].value > 0
+    command = (directories[0] / "logs/train/nodes-2-mapping-on/command.sh").read_text()
+    assert "-x NCCL_IB_HCA==mlx5_0:1" in command and "-mca btl_tcp_if_include ens64np1" in command
+    assert "btl_tcp_if_include" not in (directories[0] / "logs/train/nodes-2-mapping-off/command.sh").read_text()
+    # the derived values reach the remote rank (gpu-vm-02)
+    assert results.benchmark("env-on-rank-1").points[0].repeats[0].value == 1.0
+
+    compared = gpuvm("bench", "compare", *directories)
+    assert compared.exit_code == 0, compared.output
+    assert "network mapping on against off" in compared.output
+    from gpuvm.bench.compare import compare
+    from gpuvm.bench.results import merge_results
+
+    merged = compare(merge_results([("first", results), ("second", load_results(directories[1]))]))
+    points = merged.benchmarks[0].points
+    assert [(p.setup, p.mapping) for p in points] == [("first", "on"), ("first", "off"), ("second", "on"),
+                                                      ("second", "off")]  # side by side, each campaign a setup
+    assert all((p.mapping_gain is not None) == (p.mapping == "on") for p in points)
+    report = gpuvm("bench", "report", *directories, "--out", tmp_path / "report")
+    assert report.exit_code == 0, report.output
+    assert "mapping on" in (tmp_path / "report" / "report.md").read_text()
