@@ -24,12 +24,12 @@ rest of the runbook (guest names, node counts, batch divisibility, upload files)
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuvm.runbook.strict import Strict, checked_name
+from gpuvm.runbook.strict import Strict, checked_name, shown
 
 if TYPE_CHECKING:
     from gpuvm.runbook.model import Guest, Runbook
@@ -75,7 +75,7 @@ class BenchmarkRun(Strict):
     pattern: str | None = None  # kind command: regular expression with one group
     unit: str = ""  # kind command: unit of the captured figure
     higher_is_better: bool = True  # kind command
-    upload: dict[str, str] = {}  # local file → path on every participating guest (relative: workdir)
+    upload: dict[str, str] = {}  # local file → path in the workdir of every participating guest
     mpirun_args: list[str] = []  # extra mpirun words, e.g. ["-mca", "btl_tcp_if_include", "10.0.0.0/24"]
     torchrun_args: list[str] = []  # extra torchrun words, e.g. ["--max_restarts", "0"]
     launch: Launch = "mpirun"  # the launcher (templates/bench/<launch>.j2); none: one process, no launcher
@@ -112,6 +112,16 @@ class BenchmarkRun(Strict):
             _one_line(value, "the value")
             if not value.strip():
                 raise ValueError("must not be empty")
+        return value
+
+    @field_validator("upload")
+    @classmethod
+    def _upload(cls, value: dict[str, str]) -> dict[str, str]:
+        for source, destination in value.items():
+            path = PurePosixPath(_one_line(destination, f"upload {source}"))
+            if path.is_absolute() or ".." in path.parts or not path.parts:
+                raise ValueError(f"upload {source} → {shown(destination)}: give a path inside the workdir "
+                                 "(relative, without '..')")
         return value
 
     @field_validator("args", "mpirun_args", "torchrun_args")
