@@ -50,7 +50,6 @@ def test_study_runbook_applies_and_verifies_with_every_setting_active(tmp_path, 
     from ruamel.yaml import YAML
 
     from tests.integration.test_vsphere_flow import vsphere_only
-    from tests.integration.vcenter import env_for, raw_state
 
     runbook = vsphere_only(PLAYBOOKS / f"{name}.yaml", tmp_path / f"{name}.yaml")
     yaml = YAML()
@@ -60,7 +59,19 @@ def test_study_runbook_applies_and_verifies_with_every_setting_active(tmp_path, 
     data.pop("benchmarks", None)
     with runbook.open("w") as out:
         yaml.dump(data, out)
-    with Simulator(hosts=hosts, vms_per_host=vms_per_host, vm_power="on") as sim:
+    _, state = converge(runbook, monkeypatch, tmp_path, hosts=hosts, vms_per_host=vms_per_host)
+    for host in (f"esx-0{i}" for i in range(1, hosts + 1)):
+        assert all(enabled == active for _, enabled, active in state[host]["passthru"])
+    vms = [v for v in state if "-vm" in v]
+    assert vms and all(state[v]["power"] == "poweredOn" and len(state[v]["pci"]) >= 2 for v in vms)
+
+
+def converge(runbook: Path, monkeypatch, tmp_path: Path, **lab):
+    """On a simulated lab (`lab`: gpusim's options) with its VMs running: plan shows changes, apply
+    makes them (VMs shut down for the reboots), verify is clean. The apply's result and the state."""
+    from tests.integration.vcenter import env_for, raw_state
+
+    with Simulator(vm_power="on", **lab) as sim:
         for key, value in env_for(sim).items():
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
@@ -68,12 +79,9 @@ def test_study_runbook_applies_and_verifies_with_every_setting_active(tmp_path, 
         assert run(app, ["plan", str(runbook), "--detailed-exitcode"]).exit_code == 2
         applied = run(app, ["apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-power-off"])
         assert applied.exit_code == 0, applied.output
-        assert run(app, ["verify", str(runbook)]).exit_code == 0
-        state = raw_state(sim)
-        for host in (f"esx-0{i}" for i in range(1, hosts + 1)):
-            assert all(enabled == active for _, enabled, active in state[host]["passthru"])
-        vms = [v for v in state if "-vm" in v]
-        assert vms and all(state[v]["power"] == "poweredOn" and len(state[v]["pci"]) >= 2 for v in vms)
+        verified = run(app, ["verify", str(runbook)])
+        assert verified.exit_code == 0, verified.output
+        return applied, raw_state(sim)
 
 
 def study_for_bed(bed, name: str, target: Path) -> Path:
@@ -105,24 +113,15 @@ def test_study_scenario2_end_to_end_with_every_setting_active(testbed, tmp_path,
     activated by the one reboot of each host), passthrough active, every VM on."""
     from bed import TestBed
 
-    from tests.integration.vcenter import env_for, raw_state, reboot_hook
+    from tests.integration.vcenter import reboot_hook
 
     testbed.down()  # the session's bed has two ESXi shells: this lab needs four
     bed = TestBed(tmp_path / "bed", esxi=4, guests=4)
     try:
         bed.up()
         runbook = study_for_bed(bed, "study-scenario2", tmp_path / "scenario2.yaml")
-        with Simulator(hosts=4, vms_per_host=1, vm_power="on", on_reboot=reboot_hook(bed, vms_per_host=1)) as sim:
-            for key, value in env_for(sim).items():
-                monkeypatch.setenv(key, value)
-            monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
-            run = CliRunner().invoke
-            assert run(app, ["plan", str(runbook), "--detailed-exitcode"]).exit_code == 2
-            applied = run(app, ["apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-power-off"])
-            assert applied.exit_code == 0, applied.output
-            verified = run(app, ["verify", str(runbook)])
-            assert verified.exit_code == 0, verified.output
-            state = raw_state(sim)
+        applied, state = converge(runbook, monkeypatch, tmp_path, hosts=4, vms_per_host=1,
+                                  on_reboot=reboot_hook(bed, vms_per_host=1))
         for i in range(1, 5):
             assert all(enabled == active for _, enabled, active in state[f"esx-0{i}"]["passthru"])
             assert state[f"esx-0{i}-vm1"]["power"] == "poweredOn" and len(state[f"esx-0{i}-vm1"]["pci"]) == 2
