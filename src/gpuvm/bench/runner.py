@@ -19,13 +19,19 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from gpuvm.bench.campaign import LOCAL, Job, PlannedPoint, taking_part, uploads
-from gpuvm.bench.commands import launch_script, render_hostfile, stop_script
+from gpuvm.bench.campaign import LOCAL, Job, PlannedPoint, container_sshd_port, has_rdma, taking_part, uploads
+from gpuvm.bench.commands import (
+    launch_script,
+    render_hostfile,
+    stop_script,
+    worker_start_script,
+    worker_stop_script,
+)
 from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import save_results
 from gpuvm.bench.software import software_versions
-from gpuvm.errors import GpuvmError
+from gpuvm.errors import GpuvmError, RemoteCommandError
 from gpuvm.executors.base import Executor, last_line
 from gpuvm.runbook.benchmarks import BenchmarkRun, BenchmarkSpec
 from gpuvm.runbook.model import Runbook
@@ -103,10 +109,47 @@ class CampaignRunner:
                 self.executors[job.launcher].put(render_hostfile(job.hosts).encode(),
                                                  str(PurePosixPath(self.workdir) / job.hostfile))
 
+    @property
+    def containerised(self) -> bool:
+        return bool(self.spec.container and self.runbook.guests and self.runbook.guests.image and not self.local)
+
+    def start_workers(self) -> None:
+        """A worker container (sshd with the mesh key) on every guest taking part, all at once.
+        A guest that cannot start one fails the campaign before anything runs."""
+        if not self.containerised:
+            return
+        image, port = self.runbook.guests.image, container_sshd_port(self.runbook)  # type: ignore[union-attr]
+
+        def start(target: str) -> str | None:
+            script = worker_start_script(self.workdir, image, self.spec.docker_args, port,  # type: ignore[arg-type]
+                                         rdma=has_rdma(self.runbook, target))
+            result = self.executors[target].run_script(script, timeout=120, check=False)
+            return None if result.exit_code == 0 else f"{target}: {last_line(result.stdout + result.stderr)}"
+
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-workers") as pool:
+            errors = [e for e in pool.map(start, self._targets()) if e]
+        if errors:
+            raise RemoteCommandError(redact("cannot start the worker containers (sshd): " + "; ".join(errors)))
+
+    def stop_workers(self) -> dict[str, str]:
+        """Remove the worker containers (best effort); the guests where one is left, with why."""
+        if not self.containerised:
+            return {}
+
+        def stop(target: str) -> str | None:
+            try:
+                result = self.executors[target].run_script(worker_stop_script(), timeout=60, check=False)
+            except (GpuvmError, OSError) as e:
+                return str(e)
+            return None if result.exit_code == 0 else (last_line(result.stdout + result.stderr) or "still there")
+
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-workers") as pool:
+            left = dict(zip(self._targets(), pool.map(stop, self._targets()), strict=True))
+        return {t: why for t, why in left.items() if why}
+
     def software(self) -> dict[str, dict[str, str]]:
         """Versions every guest taking part reports (best effort: a missing tool is left out)."""
-        containerised = self.spec.container and self.runbook.guests and not self.local
-        image = self.runbook.guests.image if containerised else None
+        image = self.runbook.guests.image if self.containerised else None  # type: ignore[union-attr]
         return software_versions(self.executors, self._targets(), image)
 
     def run(self, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Campaign:
@@ -119,6 +162,7 @@ class CampaignRunner:
         software: dict[str, dict[str, str]] = {}
         try:
             software = self.software()
+            self.start_workers()
             for index, (point, k, warm) in enumerate(schedule, 1):
                 label = f"warm-up {k}" if warm else f"repeat {k}"
                 self.observer.started(index, len(schedule), point.run.name, point.label, label)
@@ -134,9 +178,13 @@ class CampaignRunner:
         except KeyboardInterrupt:
             campaign.interrupted = True
         finally:
+            left = self.stop_workers()
             note = None
             if campaign.interrupted:
                 note = f"interrupted: {campaign.runs_done} of {campaign.runs_total} run(s) done"
+            if left:
+                note = "; ".join(filter(None, [note, "worker containers left running on " + ", ".join(
+                    f"{t} ({why})" for t, why in left.items())]))
             results = self.recorder.results(started, now(), software, note)
             campaign.results_file = save_results(self.directory, results)
         return campaign
