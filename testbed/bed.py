@@ -58,6 +58,7 @@ DOCKER_GROUP = "docker"  # the guest user is in it, as on a real guest: the sock
 REQUIRED_TOOLS = ("ip", "unshare", "ssh-keygen", "sudo", "useradd")
 DOCKER_CLI = "/usr/bin/docker"  # Debian's docker.io (the bed's PATH has the stand-in first)
 NAT_COMMENT = "gpuvm-testbed-uplink"
+FORWARD_SAVED = "/run/gpuvm-testbed-ip_forward"  # ip_forward before uplink(), restored by down()
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ class TestBed:
         for rule in rules:
             if NAT_COMMENT in rule and rule.startswith("-A "):
                 _run("iptables", "-t", "nat", "-D", *shlex.split(rule)[1:], check=False)
-        saved = self.root / "ip_forward.saved"
+        saved = Path(FORWARD_SAVED)
         if saved.exists():
             Path("/proc/sys/net/ipv4/ip_forward").write_text(saved.read_text())
             saved.unlink()
@@ -339,7 +340,7 @@ class TestBed:
         if _run("iptables", "-t", "nat", "-C", *rule, check=False).returncode != 0:
             _run("iptables", "-t", "nat", "-A", *rule)
         forward = Path("/proc/sys/net/ipv4/ip_forward")
-        saved = self.root / "ip_forward.saved"
+        saved = Path(FORWARD_SAVED)
         if forward.read_text().strip() != "1":
             saved.write_text(forward.read_text())
             forward.write_text("1\n")

@@ -545,3 +545,47 @@ def test_software_versions_of_a_containerised_campaign_name_the_image(tmp_path):
     found = software_versions({"g1": fake}, ["g1"], image)
     assert found["g1"] == {"mpirun": "mpirun (Open MPI) 4.1.4", "image_name": image_ref(image), "image": "sha256:abc"}
     assert f"docker image inspect --format '{{{{.Id}}}}' {image_ref(image)}" in fake.commands
+
+
+def container_fake(name: str, launch=None, worker=ok()) -> FakeExecutor:
+    executor = fake(name, launch)
+    executor.responses[re.compile(r"docker run -d --rm --name gpuvm-worker ")] = worker
+    executor.responses[re.compile(r"^docker rm -f gpuvm-worker ")] = ok()
+    return executor
+
+
+def test_containerised_campaign_starts_workers_first_and_removes_them_at_the_end(tmp_path):
+    vm1, vm2 = container_fake("vm1"), container_fake("vm2")
+    done, _ = campaign(tmp_path, "container: true\n" + one_run(kind="horovod_synthetic", nodes=[2]),
+                       {"vm1": vm1, "vm2": vm2})
+    assert not done.failures and load_results(done.results_file).note is None
+    for executor in (vm1, vm2):
+        commands = [c.command for c in executor.calls]
+        start = next(i for i, c in enumerate(commands) if "docker run -d --rm --name gpuvm-worker" in c)
+        stop = next(i for i, c in enumerate(commands) if c.startswith("docker rm -f gpuvm-worker"))
+        assert "sshd -D -e -p 12345" in commands[start] and start < stop == len(commands) - 1
+    commands = [c.command for c in vm1.calls]
+    launch = next(i for i, c in enumerate(commands) if "exec docker run --rm --name gpuvm-b-nodes-2" in c)
+    assert next(i for i, c in enumerate(commands) if "gpuvm-worker" in c) < launch < len(commands) - 1
+
+
+def test_workers_are_removed_after_ctrl_c_and_a_worker_that_fails_stops_the_campaign(tmp_path):
+    vm1, vm2 = container_fake("vm1", Script(KeyboardInterrupt())), container_fake("vm2")
+    done, _ = campaign(tmp_path, "container: true\n" + one_run(kind="horovod_synthetic", nodes=[2]),
+                       {"vm1": vm1, "vm2": vm2})
+    assert done.interrupted
+    assert all(any(c.command.startswith("docker rm -f gpuvm-worker") for c in e.calls) for e in (vm1, vm2))
+
+    vm1 = container_fake("vm1")
+    vm2 = container_fake("vm2", worker=CommandResult("", 1, "sshd: no hostkeys available -- exiting.\n", ""))
+    with pytest.raises(RemoteCommandError, match=r"cannot start the worker containers \(sshd\): vm2: sshd: no hostkeys"):
+        campaign(tmp_path, "container: true\n" + one_run(kind="horovod_synthetic", nodes=[2]), {"vm1": vm1, "vm2": vm2})
+    assert not any("exec docker run --rm" in c.command for c in vm1.calls)  # nothing ran
+    assert all(any(c.command.startswith("docker rm -f gpuvm-worker") for c in e.calls) for e in (vm1, vm2))
+
+
+def test_containers_across_guests_need_the_mesh_container_port(tmp_path):
+    infra = INFRA.replace("  ssh_mesh: {container_port: 12345}\n", "")
+    with pytest.raises(InputError, match=r"benchmarks.container: .*guests.ssh_mesh.container_port"):
+        book(tmp_path, "container: true\n" + one_run(kind="horovod_synthetic", nodes=[1, 2]), infra)
+    book(tmp_path, "container: true\n" + one_run(kind="horovod_synthetic", nodes=[1]), infra)  # one guest: no ssh
