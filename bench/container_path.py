@@ -166,7 +166,8 @@ def main() -> int:
         print(f"{name:<12}{len(values):>5}{statistics.median(values):>10.2f}{min(values):>8.2f}{max(values):>8.2f}")
     added = statistics.median(boxed) - statistics.median(plain)
     print(f"image {size / 1e9:.2f} GB: build {build_s:.1f} s on {GUESTS[0]}, ship (save + load) {ship_s:.1f} s to {GUESTS[1]}")
-    print(f"worker containers start + stop per campaign: median {statistics.median(overhead):.2f} s")
+    print(f"container campaign time outside its runs (versions, workers start + stop, results): "
+          f"median {statistics.median(overhead):.2f} s")
     print(f"added_s_per_run={added:.2f} build_s={build_s:.1f} ship_s={ship_s:.1f} image_gb={size / 1e9:.2f}")
     return 0
 
