@@ -9,16 +9,29 @@ and the stand-in tools of `testbed/bin` are on PATH at `/usr/local/bin` (in the 
 ssh session starts lives in those namespaces, so `down()` ends a host by killing the
 processes of its network namespace and deleting it: no mount outlives it.
 
+Real Docker, on demand (`start_docker`, or `up --docker`): one `dockerd` per guest, entered into the
+guest's network namespace with `nsenter --net` (not `ip netns exec`, which remounts /sys without
+the cgroup hierarchies dockerd needs) and into a private mount namespace with the same binds as
+its sshd, so `docker run -v /etc/ssh:...` means the guest's own files. Its data root, exec root,
+socket and pid file live in `<root>/hosts/<name>/docker`, seen inside the host at
+`/run/gpuvm-docker`; it runs with `--bridge=none --iptables=false` (containers use
+`--network=host`) and its containers under the cgroup `gpuvm-<name>`. The `docker` on the host's
+PATH (testbed/bin/docker) hands every command to the real CLI once that socket exists, and is
+the stand-in before. Builds reach the Debian mirror through NAT on the bridge (`uplink`), the
+way real guests reach theirs.
+
 Run as root: `python testbed/bed.py up|down|status --root DIR [--esxi 2 --guests 4]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import pwd
+import shlex
 import shutil
 import signal
 import socket
@@ -42,7 +55,12 @@ GUEST_USER = "gpuadmin"
 NIC_NAMES = ("ens64np1", "ens64np2")
 FAKE_STATE_DIR = "/var/lib/gpuvm-fake"
 TOOLS_MOUNT = "/usr/local/bin"
+DOCKER_MOUNT = "/run/gpuvm-docker"  # a host's docker dir (socket, data root, exec root) inside the host
+DOCKER_GROUP = "docker"  # the guest user is in it, as on a real guest: the socket is the group's
 REQUIRED_TOOLS = ("ip", "unshare", "ssh-keygen", "sudo", "useradd")
+DOCKER_CLI = "/usr/bin/docker"  # Debian's docker.io (the bed's PATH has the stand-in first)
+NAT_COMMENT = "gpuvm-testbed-uplink"
+FORWARD_SAVED = "/run/gpuvm-testbed-ip_forward"  # ip_forward before uplink(), restored by down()
 
 
 @dataclass(frozen=True)
@@ -90,6 +108,23 @@ def _kill_netns_processes(netns: str, timeout: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"processes {pids} in {netns} would not die")
         time.sleep(0.05)
+
+
+def _remove_cgroups(name: str) -> None:
+    """Kill what is left in the cgroup `name` (every hierarchy) and remove it, leaves first."""
+    for top in sorted(Path("/sys/fs/cgroup").glob(f"**/{name}"), key=lambda p: -len(p.parts)):
+        for group in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [top]:
+            procs = group / "cgroup.procs"
+            for _ in range(50):
+                pids = procs.read_text().split() if procs.exists() else []
+                if not pids:
+                    break
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+                time.sleep(0.05)
+            with contextlib.suppress(OSError):
+                group.rmdir()
 
 
 class TestBed:
@@ -169,6 +204,9 @@ class TestBed:
 
     def down(self) -> None:
         """Remove every bed namespace, link and process, ours or a crashed run's. Idempotent."""
+        for name in self._names:
+            if (self.host_dir(name) / "run" / "dockerd.pid").exists():
+                self.stop_docker(name)
         netns_list = _run("ip", "netns", "list", check=False).stdout.split("\n")
         for line in netns_list:
             netns = line.split(" ")[0].strip()
@@ -180,24 +218,42 @@ class TestBed:
             ifname = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
             if ifname.startswith((VETH_PREFIX, FABRIC_PREFIX)) or ifname in (BRIDGE, FABRIC):
                 _run("ip", "link", "del", ifname, check=False)
+        for path in Path("/sys/fs/cgroup").glob(f"**/{NETNS_PREFIX}*"):  # a crashed run's containers
+            _remove_cgroups(path.name)
+        self._drop_uplink()
+
+    def _drop_uplink(self) -> None:
+        if shutil.which("iptables") is None:
+            return
+        rules = _run("iptables", "-t", "nat", "-S", "POSTROUTING", check=False).stdout.splitlines()
+        for rule in rules:
+            if NAT_COMMENT in rule and rule.startswith("-A "):
+                _run("iptables", "-t", "nat", "-D", *shlex.split(rule)[1:], check=False)
+        saved = Path(FORWARD_SAVED)
+        if saved.exists():
+            Path("/proc/sys/net/ipv4/ip_forward").write_text(saved.read_text())
+            saved.unlink()
+
+    def _mount_script(self, name: str) -> str:
+        """The binds that make a private mount namespace this host's "OS" (sshd's and dockerd's)."""
+        d = self.host_dir(name)
+        binds = [
+            (d / "root", "/root"),
+            (d / "home", "/home"),
+            (d / "fake", FAKE_STATE_DIR),
+            (d / "docker", DOCKER_MOUNT),
+            (BIN, TOOLS_MOUNT),
+            (d / "etc", "/etc"),
+            (d / "tmp", "/tmp"),  # last: the bed's own root may be under /tmp
+        ]
+        return f"mkdir -p {DOCKER_MOUNT}; " + "; ".join(f"mount --bind {src} {dst}" for src, dst in binds)
 
     def start_sshd(self, name: str) -> None:
         """Start the host's sshd (its whole "OS": sessions run inside its namespaces)."""
         d = self.host_dir(name)
         if self._sshd_pid(name):
             return
-        mounts = "; ".join(
-            f"mount --bind {src} {dst}"
-            for src, dst in [
-                (d / "root", "/root"),
-                (d / "home", "/home"),
-                (d / "fake", FAKE_STATE_DIR),
-                (BIN, TOOLS_MOUNT),
-                (d / "etc", "/etc"),
-                (d / "tmp", "/tmp"),  # last: the bed's own root may be under /tmp
-            ]
-        )
-        script = f"set -e; {mounts}; hostname {name}; exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config"
+        script = f"set -e; {self._mount_script(name)}; hostname {name}; exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config"
         log = open(d / "sshd.log", "ab")
         proc = subprocess.Popen(
             ["ip", "netns", "exec", self.netns(name), "unshare", "--mount", "--uts", "--propagation", "private",
@@ -207,6 +263,94 @@ class TestBed:
         log.close()
         (d / "run" / "sshd.pid").write_text(f"{proc.pid}\n")
         self._wait_listening(name, proc)
+
+    # -- real Docker --------------------------------------------------------------------------
+
+    def start_docker(self, name: str, timeout: float = 60.0) -> None:
+        """Start the guest's own dockerd (see the module docstring); waits until it answers."""
+        if self.role(name) != "guest":
+            raise ValueError(f"{name}: only guests run Docker")
+        missing = [t for t in ("dockerd", "nsenter", "iptables") if shutil.which(t) is None]
+        if missing or not Path(DOCKER_CLI).exists():
+            raise RuntimeError(f"real Docker on the test bed needs {', '.join(missing) or DOCKER_CLI}; "
+                               "apt-get install -y docker.io")
+        d = self.host_dir(name)
+        if self._docker_answers(name):
+            return
+        self.uplink()
+        daemon = [
+            "dockerd", "--data-root", f"{DOCKER_MOUNT}/data", "--exec-root", f"{DOCKER_MOUNT}/exec",
+            "-H", f"unix://{DOCKER_MOUNT}/docker.sock", "--pidfile", f"{DOCKER_MOUNT}/dockerd.pid",
+            "--group", DOCKER_GROUP, "--bridge=none", "--iptables=false", "--ip-forward=false",
+            "--ip-masq=false", "--cgroup-parent", f"/{self.cgroup(name)}", "--storage-driver", "overlay2",
+        ]
+        # /run/containerd hidden: dockerd starts its own containerd instead of a system one
+        script = (f"set -e; {self._mount_script(name)}; mkdir -p /run/containerd; "
+                  f"mount -t tmpfs none /run/containerd; hostname {name}; exec {' '.join(daemon)}")
+        log = open(d / "dockerd.log", "ab")
+        proc = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{self.netns(name)}", "unshare", "--mount", "--uts",
+             "--propagation", "private", "sh", "-c", script],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        )
+        log.close()
+        (d / "run" / "dockerd.pid").write_text(f"{proc.pid}\n")
+        deadline = time.monotonic() + timeout
+        while not self._docker_answers(name):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (d / "dockerd.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{name}: dockerd did not come up (exit {proc.poll()}):\n{tail}")
+            time.sleep(0.2)
+
+    def docker(self, name: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        """The real docker CLI against this guest's daemon, from the root namespace."""
+        return _run(DOCKER_CLI, "-H", f"unix://{self.host_dir(name)}/docker/docker.sock", *args, **kwargs)
+
+    def stop_docker(self, name: str, timeout: float = 20.0) -> None:
+        """Stop the guest's dockerd (it stops its containers), then anything left in its cgroup."""
+        pid_file = self.host_dir(name) / "run" / "dockerd.pid"
+        try:
+            pid = int(pid_file.read_text())
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                time.sleep(0.1)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            pid_file.unlink(missing_ok=True)
+        _remove_cgroups(self.cgroup(name))
+        # its mounts died with its mount namespace; the socket goes (the host's `docker` is the
+        # stand-in again) and so do its images
+        docker_dir = self.host_dir(name) / "docker"
+        (docker_dir / "docker.sock").unlink(missing_ok=True)
+        for sub in ("data", "exec"):
+            shutil.rmtree(docker_dir / sub, ignore_errors=True)
+
+    def cgroup(self, name: str) -> str:
+        return NETNS_PREFIX + name
+
+    def uplink(self) -> None:
+        """NAT from the bed's bridge to this machine's default route (for image builds); undone by down()."""
+        rule = ["POSTROUTING", "-s", f"{SUBNET}.0/24", "!", "-d", f"{SUBNET}.0/24", "-j", "MASQUERADE",
+                "-m", "comment", "--comment", NAT_COMMENT]
+        if _run("iptables", "-t", "nat", "-C", *rule, check=False).returncode != 0:
+            _run("iptables", "-t", "nat", "-A", *rule)
+        forward = Path("/proc/sys/net/ipv4/ip_forward")
+        saved = Path(FORWARD_SAVED)
+        if forward.read_text().strip() != "1":
+            saved.write_text(forward.read_text())
+            forward.write_text("1\n")
+
+    def _docker_answers(self, name: str) -> bool:
+        sock = self.host_dir(name) / "docker" / "docker.sock"
+        return sock.exists() and self.docker(name, "version", "--format", "{{.Server.Version}}",
+                                             check=False).returncode == 0
 
     def stop_sshd(self, name: str) -> None:
         """Take the host down: its sshd, every session and every process it started."""
@@ -266,6 +410,8 @@ class TestBed:
             _run("useradd", "-M", "-d", f"/home/{GUEST_USER}", "-s", "/bin/bash", GUEST_USER)
         # "*" (no password, not locked): sshd refuses key logins to locked ("!") accounts
         _run("usermod", "-p", "*", GUEST_USER)
+        _run("groupadd", "-f", DOCKER_GROUP)
+        _run("usermod", "-a", "-G", DOCKER_GROUP, GUEST_USER)
         sudoers = Path("/etc/sudoers.d/gpuvm-testbed")
         if not sudoers.exists():
             sudoers.write_text(f"{GUEST_USER} ALL=(ALL) NOPASSWD:ALL\n")
@@ -305,7 +451,7 @@ class TestBed:
         d = self.host_dir(name)
         user = self.host(name).user
         pw = pwd.getpwnam(user)
-        for sub in ("root", "home", "tmp", "fake", "run"):
+        for sub in ("root", "home", "tmp", "fake", "run", "docker"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(d / "root", 0o700)
         os.chmod(d / "home", 0o755)
@@ -413,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--guests", type=int, default=None, help="number of GPU guests (default 4)")
     parser.add_argument("--vms-per-host", type=int, default=2,
                         help="with reboot: how gpusim's VMs pair with guests (esx-02-vm1 is guest 3 with 2)")
+    parser.add_argument("--docker", action="store_true", help="with up: a real dockerd on every guest")
     args = parser.parse_args(argv)
     bed = _bed_from_args(args)
     if args.command == "down":
@@ -427,6 +574,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "up":
         bed.up()
+        if args.docker:
+            for host in bed.hosts:
+                if host.role == "guest":
+                    bed.start_docker(host.name)
     print(f"client key: {bed.client_key}\nknown hosts: {bed.known_hosts_file}")
     print(f"{'NAME':<12}{'ROLE':<7}{'ADDRESS':<14}{'USER':<10}SSHD")
     for host, running in bed.status():

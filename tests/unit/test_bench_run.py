@@ -181,15 +181,45 @@ def test_container_runs_wrap_mpirun_in_docker(tmp_path):
     line = point.jobs[0].command
     from gpuvm.image import image_ref
 
-    # the image guest.docker built (its name:recipe tag), run with the options that step defines
+    # the image guest.docker built (its name:recipe tag), run with the options that step defines, the
+    # mesh user's ~/.ssh for the entrypoint to copy, the workdir at the same path
     assert line.startswith(
         "docker run --rm --name gpuvm-b-nodes-2 --network=host --ipc=host --cap-add=IPC_LOCK "
-        "--device=/dev/infiniband --gpus all -v /etc/ssh:/etc/ssh/vm:ro -v \"$PWD:$PWD\" -w \"$PWD\" "
+        "--gpus all -v /etc/ssh:/etc/ssh/vm:ro -v \"$HOME/.ssh:/etc/gpuvm/mesh:ro\" -v \"$PWD:$PWD\" -w \"$PWD\" "
         f"-v /data:/data {image_ref(runbook.guests.image)} mpirun --allow-run-as-root -np 2 ")
     assert image_ref(runbook.guests.image).startswith("gpuvm/dl:")
     assert "-mca plm_rsh_args '-p 12345'" in line
     assert point.jobs[0].container == "gpuvm-b-nodes-2"
     assert "docker rm -f gpuvm-b-nodes-2" in stop_script(".gpuvm-bench", point.jobs[0].container)
+
+
+def test_containers_get_rdma_devices_and_gpus_only_where_there_are_some(tmp_path):
+    infra = INFRA.replace("image: {name: gpuvm/dl, sshd_port: 12345}", "image: {name: gpuvm/dl, gpus: false}").replace(
+        "- {vm: vm1, ssh: {address: 10.0.0.1, user: gpuadmin}}",
+        "- {vm: vm1, ssh: {address: 10.0.0.1, user: gpuadmin}, rdma_ports: [{device: mlx5_0, port: 1}]}")
+    runbook = book(tmp_path, "container: true\nlauncher: vm1\n" + one_run(kind="nccl_allreduce", nodes=[1]), infra)
+    [point] = plan_campaign(runbook)
+    assert "--device=/dev/infiniband" in point.jobs[0].command and "--gpus" not in point.jobs[0].command
+    runbook = book(tmp_path, "container: true\nlauncher: vm2\n" + one_run(kind="nccl_allreduce", nodes=[1]), infra)
+    [point] = plan_campaign(runbook)
+    assert "--device=/dev/infiniband" not in point.jobs[0].command
+
+
+def test_worker_container_scripts(tmp_path):
+    from gpuvm.bench.commands import WORKER, worker_start_script, worker_stop_script
+    from gpuvm.image import image_ref
+    from gpuvm.runbook.model import Image
+
+    image = Image(gpus=False)
+    script = worker_start_script(".gpuvm-bench", image, ["-v", "/data:/data"], 2222, rdma=False)
+    start = script.index("docker run")
+    run = shlex.split(script[start:script.index(" >/dev/null", start)])
+    assert script.startswith(f"cd .gpuvm-bench && {{ docker rm -f {WORKER} ")  # a stale worker goes first
+    assert run[:6] == ["docker", "run", "-d", "--rm", "--name", WORKER]
+    assert run[-6:] == [image_ref(image), "/usr/sbin/sshd", "-D", "-e", "-p", "2222"]
+    assert "$HOME/.ssh:/etc/gpuvm/mesh:ro" in run and "--gpus" not in run and "/data:/data" in run
+    assert "grep -q 'Server listening'" in script and script.endswith("exit 1")
+    assert worker_stop_script() == f"docker rm -f {WORKER} >/dev/null 2>&1; ! docker container inspect {WORKER} >/dev/null 2>&1"
 
 
 def test_horovodrun_launcher(tmp_path):
@@ -650,3 +680,47 @@ def test_software_versions_of_a_containerised_campaign_name_the_image(tmp_path):
     found = software_versions({"g1": fake}, ["g1"], image)
     assert found["g1"] == {"mpirun": "mpirun (Open MPI) 4.1.4", "image_name": image_ref(image), "image": "sha256:abc"}
     assert f"docker image inspect --format '{{{{.Id}}}}' {image_ref(image)}" in fake.commands
+
+
+def container_fake(name: str, launch=None, worker=ok()) -> FakeExecutor:
+    executor = fake(name, launch)
+    executor.responses[re.compile(r"docker run -d --rm --name gpuvm-worker ")] = worker
+    executor.responses[re.compile(r"^docker rm -f gpuvm-worker ")] = ok()
+    return executor
+
+
+def test_containerised_campaign_starts_workers_first_and_removes_them_at_the_end(tmp_path):
+    vm1, vm2 = container_fake("vm1"), container_fake("vm2")
+    done, _ = campaign(tmp_path, "container: true\n" + one_run(kind="horovod_synthetic", nodes=[2]),
+                       {"vm1": vm1, "vm2": vm2})
+    assert not done.failures and load_results(done.results_file).note is None
+    for executor in (vm1, vm2):
+        commands = [c.command for c in executor.calls]
+        start = next(i for i, c in enumerate(commands) if "docker run -d --rm --name gpuvm-worker" in c)
+        stop = next(i for i, c in enumerate(commands) if c.startswith("docker rm -f gpuvm-worker"))
+        assert "sshd -D -e -p 12345" in commands[start] and start < stop == len(commands) - 1
+    commands = [c.command for c in vm1.calls]
+    launch = next(i for i, c in enumerate(commands) if "exec docker run --rm --name gpuvm-b-nodes-2" in c)
+    assert next(i for i, c in enumerate(commands) if "gpuvm-worker" in c) < launch < len(commands) - 1
+
+
+def test_workers_are_removed_after_ctrl_c_and_a_worker_that_fails_stops_the_campaign(tmp_path):
+    vm1, vm2 = container_fake("vm1", Script(KeyboardInterrupt())), container_fake("vm2")
+    done, _ = campaign(tmp_path, "container: true\n" + one_run(kind="horovod_synthetic", nodes=[2]),
+                       {"vm1": vm1, "vm2": vm2})
+    assert done.interrupted
+    assert all(any(c.command.startswith("docker rm -f gpuvm-worker") for c in e.calls) for e in (vm1, vm2))
+
+    vm1 = container_fake("vm1")
+    vm2 = container_fake("vm2", worker=CommandResult("", 1, "sshd: no hostkeys available -- exiting.\n", ""))
+    with pytest.raises(RemoteCommandError, match=r"cannot start the worker containers \(sshd\): vm2: sshd: no hostkeys"):
+        campaign(tmp_path, "container: true\n" + one_run(kind="horovod_synthetic", nodes=[2]), {"vm1": vm1, "vm2": vm2})
+    assert not any("exec docker run --rm" in c.command for c in vm1.calls)  # nothing ran
+    assert all(any(c.command.startswith("docker rm -f gpuvm-worker") for c in e.calls) for e in (vm1, vm2))
+
+
+def test_containers_across_guests_need_the_mesh_container_port(tmp_path):
+    infra = INFRA.replace("  ssh_mesh: {container_port: 12345}\n", "")
+    with pytest.raises(InputError, match=r"benchmarks.container: .*guests.ssh_mesh.container_port"):
+        book(tmp_path, "container: true\n" + one_run(kind="horovod_synthetic", nodes=[1, 2]), infra)
+    book(tmp_path, "container: true\n" + one_run(kind="horovod_synthetic", nodes=[1]), infra)  # one guest: no ssh

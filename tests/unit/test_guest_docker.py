@@ -63,7 +63,8 @@ class DockerWorld:
             return CommandResult(call.command, 1, "", f"Error: No such image: {ref}")
 
         def build(call):
-            ref = call.command.split()[3]
+            words = call.command.split()
+            ref = words[words.index("-t") + 1]
             self.builds.append(guest)
             images[ref] = "sha256:" + hashlib.sha256(call.stdin).hexdigest()
             return ok(call.command, "Successfully built\n")
@@ -139,15 +140,68 @@ def test_dockerfile_has_versions_port_and_label():
     assert r.ref == f"gpuvm/dl:{r.digest[:12]}"
 
 
+DEBIAN = dict(base="gpuvm-base/debian:bookworm", mpi="distro", framework="pytorch", framework_from="distro",
+              ofed="inbox", horovod=None)
+
+
 @pytest.mark.parametrize("image, present, absent", [
-    (Image(ofed="inbox"), ["libibverbs1 librdmacm1 ibverbs-providers"], ["mlnxofedinstall"]),
-    (Image(framework="pytorch"), ["import torch", "HOROVOD_WITH_PYTORCH=1"], ["HOROVOD_WITH_TENSORFLOW=1"]),
-    (Image(), ["import tensorflow", "HOROVOD_WITHOUT_PYTORCH=1"], ["HOROVOD_WITH_PYTORCH=1", "libibverbs1"]),
+    (Image(ofed="inbox"), ["rdma-core libibverbs1 librdmacm1 ibverbs-providers"], ["mlnxofedinstall"]),
+    (Image(framework="pytorch"), ['python3 -c "import torch" 2>/dev/null || python3 -m pip install', "HOROVOD_WITH_PYTORCH=1"],
+     ["HOROVOD_WITH_TENSORFLOW=1"]),
+    (Image(), ["import tensorflow", "HOROVOD_WITHOUT_PYTORCH=1", "build-essential", "openmpi-4.1.2.tar.gz"],
+     ["HOROVOD_WITH_PYTORCH=1", "libibverbs1", "openmpi-bin"]),
+    # production on NGC: MOFED, Open MPI from source, Horovod; a Debian base: all from the distribution
+    (Image(**DEBIAN), ["FROM gpuvm-base/debian:bookworm", "openmpi-bin \\", "python3-torch python3-torchvision",
+                       "rdma-core", "no Horovod", "Open MPI from the distribution"],
+     ["build-essential", "wget", "pip install", "horovod==", "mlnxofedinstall", "./configure", "git "]),
+    (Image(**{**DEBIAN, "horovod": "0.28.1"}), ["openmpi-bin libopenmpi-dev", "horovod==0.28.1", "build-essential"], []),
+    (Image(framework="pytorch", framework_from="pip"), ["RUN python3 -m pip install --no-cache-dir torch torchvision"],
+     ['import torch" 2>/dev/null']),
 ])
 def test_dockerfile_variants(image, present, absent):
     text = recipes.recipe(image).dockerfile
-    assert all(p in text for p in present) and not any(a in text for a in absent)
+    assert all(p in text for p in present), [p for p in present if p not in text]
+    assert not any(a in text for a in absent), [a for a in absent if a in text]
     assert "{{" not in text and "{%" not in text
+
+
+def test_dockerfile_fetches_benchmark_scripts_at_pinned_refs():
+    image = Image(scripts={"tf_cnn_benchmarks": "cnn_tf_v2.1_compatible", "horovod_examples": "v0.28.1"})
+    text = recipes.recipe(image).dockerfile
+    assert ("RUN git init -q /opt/gpuvm/benchmarks && cd /opt/gpuvm/benchmarks \\\n"
+            "    && git fetch -q --depth 1 https://github.com/tensorflow/benchmarks.git cnn_tf_v2.1_compatible "
+            "&& git checkout -q FETCH_HEAD \\\n    && rm -rf .git\n") in text
+    assert "git fetch -q --depth 1 https://github.com/horovod/horovod.git v0.28.1" in text
+    assert " git perl " in text  # git is installed for it
+    assert recipes.image_programs(image) == {
+        "tf_cnn_benchmarks": "/opt/gpuvm/benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py",
+        "horovod_synthetic/tensorflow": "/opt/gpuvm/horovod/examples/tensorflow2/tensorflow2_synthetic_benchmark.py",
+        "horovod_synthetic/pytorch": "/opt/gpuvm/horovod/examples/pytorch/pytorch_synthetic_benchmark.py"}
+    assert recipes.image_programs(Image()) == {} and "git fetch" not in recipes.recipe(Image()).dockerfile
+    assert recipes.image_ref(image) != recipes.image_ref(Image(scripts={"horovod_examples": "v0.28.0"}))
+
+
+def test_image_entrypoint_installs_the_mesh_key_for_root():
+    text = recipes.recipe(Image(**DEBIAN)).dockerfile
+    assert 'ENTRYPOINT ["/usr/local/bin/gpuvm-entrypoint"]\nCMD ["/usr/sbin/sshd", "-D", "-e"]' in text
+    assert "install -m 600 /etc/gpuvm/mesh/id_ed25519_gpuvm.pub /root/.ssh/authorized_keys" in text
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"framework_from": "distro"}, "framework_from: distro needs framework: pytorch"),
+    ({"scripts": {"tf_cnn_benchmarks": "main; rm -rf /"}}, "is not a git ref"),
+    ({"mpi": "conda"}, "Input should be 'source' or 'distro'"),
+])
+def test_image_fields_checked(fields, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Image(**fields)
+
+
+def test_gpus_false_needs_no_nvidia_runtime():
+    assert "--gpus" not in recipes.container_run_args(Image(gpus=False))
+    assert recipes.container_run_args(Image())[3:5] == ["--device=/dev/infiniband", "--gpus"]
+    assert "--device=/dev/infiniband" not in recipes.container_run_args(Image(), rdma=False)
+    assert recipes.image_ref(Image(gpus=False)) == recipes.image_ref(Image())  # a run option, not the recipe
 
 
 def test_any_change_in_the_recipe_changes_the_tag():
@@ -262,6 +316,17 @@ def test_apply_all_builds_once_and_ships_to_the_rest(tmp_path):
     assert build.timeout == 10800
     assert len({tuple(i.values()) for i in world.images.values()}) == 1
     assert observe_and_plan(cluster) == {g: [] for g in GUESTS}
+
+
+def test_cpu_guests_build_on_the_host_network_without_the_nvidia_runtime(tmp_path):
+    world = DockerWorld(runtimes=("runc",))  # no NVIDIA toolkit, no runtime: `gpus: false` asks for neither
+    cluster = world.cluster(runbook(tmp_path, "{gpus: false, build_network: host}"), tmp_path)
+    planned = observe_and_plan(cluster)
+    assert [c.resource for cs in planned.values() for c in cs if "runtime" in c.resource] == []
+    assert not any(c.command.startswith("dpkg-query") for e in world.executors.values() for c in e.calls)
+    assert step.STEP.apply_all(Context(cluster=cluster), planned) == {}
+    [build] = [c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker build")]
+    assert build.command.startswith("docker build --network=host -t gpuvm/dl:")
 
 
 def test_apply_all_sets_up_docker_and_the_toolkit_first(tmp_path):

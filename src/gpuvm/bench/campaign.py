@@ -238,18 +238,29 @@ def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, l
     else:
         program = render_words(f"{run.kind}.j2", **context)
     image = runbook.guests.image if runbook.guests else None
-    rsh_port = None
-    if container and runbook.guests is not None:
-        mesh = runbook.guests.ssh_mesh
-        rsh_port = (mesh.container_port if mesh else None) or (image.sshd_port if image else None)
+    rsh_port = container_sshd_port(runbook) if container else None
     env, mpi_words = split(network or {})
     command = launcher_command(run, np=np, hosts=hosts, hostfile=hostfile, allow_run_as_root=root or container,
                                rsh_port=rsh_port, program=program, env=env, mpirun_args=mpi_words)
     name = None
     if container and image is not None:
         name = container_name(run.name, label)
-        command = docker_command(name, image, spec.docker_args, inner=command)
+        command = docker_command(name, image, spec.docker_args, inner=command, rdma=has_rdma(runbook, launcher))
     return Job(launcher, hosts, hostfile, np, batch, command, vm=vm, container=name)
+
+
+def container_sshd_port(runbook: Runbook) -> int | None:
+    """The port of the worker containers' sshd (what mpirun's ssh uses between containers)."""
+    if runbook.guests is None:
+        return None
+    mesh, image = runbook.guests.ssh_mesh, runbook.guests.image
+    return (mesh.container_port if mesh else None) or (image.sshd_port if image else None)
+
+
+def has_rdma(runbook: Runbook, vm: str) -> bool:
+    """Whether the guest has RDMA ports (its containers then get /dev/infiniband)."""
+    guest = next((g for g in runbook.guests.hosts if g.vm == vm), None) if runbook.guests else None
+    return bool(guest and guest.rdma_ports)
 
 
 def uploads(runbook: Runbook, points: Sequence[PlannedPoint], local: bool) -> list[Upload]:

@@ -185,12 +185,34 @@ def container_name(run_name: str, label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", f"gpuvm-{run_name}-{label}")[:120]
 
 
-def docker_command(name: str, image: Any, docker_args: Sequence[str], inner: Shell) -> Shell:
+def docker_command(name: str, image: Any, docker_args: Sequence[str], inner: Shell, *, rdma: bool = True,
+                   detach: bool = False) -> Shell:
     """`inner` run in the image guest.docker tagged, with that step's run options."""
-    from gpuvm.image import container_run_args, image_ref
+    from gpuvm.image import MESH_DIR, container_run_args, image_ref
 
-    return render_words("docker.j2", container_name=name, run_args=container_run_args(image),
-                        docker_args=list(docker_args), image=image_ref(image), inner=inner)
+    return render_words("docker.j2", container_name=name, run_args=container_run_args(image, rdma),
+                        mesh_dir=MESH_DIR, docker_args=list(docker_args), image=image_ref(image), inner=inner,
+                        detach=detach)
+
+
+WORKER = "gpuvm-worker"  # the container running sshd on every guest of a containerised campaign
+
+
+def worker_start_script(workdir: str, image: Any, docker_args: Sequence[str], port: int, *,
+                        rdma: bool = True, wait: float = 30) -> str:
+    """Start the guest's worker container (sshd on `port`, the mesh key, the workdir mounted),
+    replacing a stale one, and wait until its sshd listens; its log is the error otherwise."""
+    run = docker_command(WORKER, image, docker_args, Shell(_quote(["/usr/sbin/sshd", "-D", "-e", "-p", port])),
+                         rdma=rdma, detach=True)
+    tries = max(1, int(wait / 0.2))
+    return (f"cd {shlex.quote(workdir)} && {{ docker rm -f {WORKER} >/dev/null 2>&1; true; }} "
+            f"&& {run} >/dev/null && for i in $(seq {tries}); do "
+            f"docker logs {WORKER} 2>&1 | grep -q 'Server listening' && exit 0; sleep 0.2; done; "
+            f"docker logs {WORKER} 2>&1 | tail -n 5; docker rm -f {WORKER} >/dev/null 2>&1; exit 1")
+
+
+def worker_stop_script() -> str:
+    return f"docker rm -f {WORKER} >/dev/null 2>&1; ! docker container inspect {WORKER} >/dev/null 2>&1"
 
 
 def launch_script(workdir: str, command: str, pidfile: str = PIDFILE) -> str:

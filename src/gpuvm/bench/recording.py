@@ -56,6 +56,11 @@ class Campaign:
     interrupted: bool = False
     runs_done: int = 0
     runs_total: int = 0
+    notes: list[str] = field(default_factory=list)  # what results.json's note says besides an interruption
+
+    def note(self) -> str | None:
+        interrupted = [f"interrupted: {self.runs_done} of {self.runs_total} run(s) done"] if self.interrupted else []
+        return "; ".join(interrupted + self.notes) or None
 
     def raise_for_failures(self) -> None:
         if self.failures:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from gpuvm.bench.campaign import LOCAL, Job, PlannedPoint, taking_part, uploads
+from gpuvm.bench.campaign import LOCAL, Job, PlannedPoint, container_sshd_port, has_rdma, taking_part, uploads
 from gpuvm.bench.commands import (
     DEFAULT_PROGRAMS,
     PYTHON_KINDS,
@@ -29,12 +29,14 @@ from gpuvm.bench.commands import (
     launch_script,
     render_hostfile,
     stop_script,
+    worker_start_script,
+    worker_stop_script,
 )
 from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import save_results
 from gpuvm.bench.software import software_versions
-from gpuvm.errors import GpuvmError, InputError, TargetFailures
+from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailures
 from gpuvm.executors.base import Executor, last_line
 from gpuvm.runbook.benchmarks import BenchmarkRun, BenchmarkSpec
 from gpuvm.runbook.model import Runbook
@@ -140,10 +142,47 @@ class CampaignRunner:
         if failures:
             raise TargetFailures(failures)
 
+    @property
+    def containerised(self) -> bool:
+        return bool(self.spec.container and self.runbook.guests and self.runbook.guests.image and not self.local)
+
+    def start_workers(self) -> None:
+        """A worker container (sshd with the mesh key) on every guest taking part, all at once.
+        A guest that cannot start one fails the campaign before anything runs."""
+        if not self.containerised:
+            return
+        image, port = self.runbook.guests.image, container_sshd_port(self.runbook)  # type: ignore[union-attr]
+
+        def start(target: str) -> str | None:
+            script = worker_start_script(self.workdir, image, self.spec.docker_args, port,  # type: ignore[arg-type]
+                                         rdma=has_rdma(self.runbook, target))
+            result = self.executors[target].run_script(script, timeout=120, check=False)
+            return None if result.exit_code == 0 else f"{target}: {last_line(result.stdout + result.stderr)}"
+
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-workers") as pool:
+            errors = [e for e in pool.map(start, self._targets()) if e]
+        if errors:
+            raise RemoteCommandError(redact("cannot start the worker containers (sshd): " + "; ".join(errors)))
+
+    def stop_workers(self) -> dict[str, str]:
+        """Remove the worker containers (best effort); the guests where one is left, with why."""
+        if not self.containerised:
+            return {}
+
+        def stop(target: str) -> str | None:
+            try:
+                result = self.executors[target].run_script(worker_stop_script(), timeout=60, check=False)
+            except (GpuvmError, OSError) as e:
+                return str(e)
+            return None if result.exit_code == 0 else (last_line(result.stdout + result.stderr) or "still there")
+
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-workers") as pool:
+            left = dict(zip(self._targets(), pool.map(stop, self._targets()), strict=True))
+        return {t: why for t, why in left.items() if why}
+
     def software(self) -> dict[str, dict[str, str]]:
         """Versions every guest taking part reports (best effort: a missing tool is left out)."""
-        containerised = self.spec.container and self.runbook.guests and not self.local
-        image = self.runbook.guests.image if containerised else None
+        image = self.runbook.guests.image if self.containerised else None  # type: ignore[union-attr]
         return software_versions(self.executors, self._targets(), image)
 
     def run(self, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Campaign:
@@ -159,10 +198,7 @@ class CampaignRunner:
 
     def save(self, campaign: Campaign, started: datetime, finished: datetime,
              software: dict[str, dict[str, str]]) -> Path:
-        note = None
-        if campaign.interrupted:
-            note = f"interrupted: {campaign.runs_done} of {campaign.runs_total} run(s) done"
-        return save_results(self.directory, self.recorder.results(started, finished, software, note))
+        return save_results(self.directory, self.recorder.results(started, finished, software, campaign.note()))
 
     def measure(self, campaign: Campaign, software: dict[str, dict[str, str]]) -> None:
         """Every point's warm-ups and repeats, recorded; `software` gets the guests' versions.
@@ -172,6 +208,7 @@ class CampaignRunner:
         campaign.runs_total += sum(1 for _, _, warm in schedule if not warm)
         try:
             software.update(self.software())
+            self.start_workers()
             for index, (point, k, warm) in enumerate(schedule, 1):
                 label = f"warm-up {k}" if warm else f"repeat {k}"
                 shown = f"{point.setup}/{point.label}" if point.setup else point.label
@@ -188,6 +225,10 @@ class CampaignRunner:
                     campaign.failures.append(Failure(point.run.name, where, k, log, outcome.error))
         except KeyboardInterrupt:
             campaign.interrupted = True
+        finally:
+            if left := self.stop_workers():
+                campaign.notes.append("worker containers left running on " + ", ".join(
+                    f"{t} ({why})" for t, why in left.items()))
 
     def _run_point(self, point: PlannedPoint, stem: str) -> tuple[Outcome, str]:
         base = self.directory / "logs" / point.run.name / (point.setup or "") / point.label

@@ -67,10 +67,7 @@ def run_stages(runbook: Runbook, stages: Sequence[Stage], directory: Path, conne
     software: dict[str, dict[str, str]] = {}
 
     def save() -> None:
-        note = None
-        if campaign.interrupted:
-            note = f"interrupted: {campaign.runs_done} of {campaign.runs_total} run(s) done"
-        campaign.results_file = save_results(directory, recorder.results(started, now(), software, note))
+        campaign.results_file = save_results(directory, recorder.results(started, now(), software, campaign.note()))
 
     try:
         for stage in stages:

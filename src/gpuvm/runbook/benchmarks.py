@@ -323,6 +323,12 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
     if spec.container and (runbook.guests is None or runbook.guests.image is None):
         raise runbook.error(("benchmarks", "container"), "container: true needs guests.image (the training image)")
     ordered = guests_in_order(runbook, spec.launcher)
+    mesh = runbook.guests.ssh_mesh if runbook.guests else None
+    if spec.container and not (mesh and mesh.container_port) and any(
+            max(run.node_counts) > 1 for run in spec.runs if run.scenario == "scaling"):
+        raise runbook.error(("benchmarks", "container"),
+                            "containers across guests reach each other's sshd: set guests.ssh_mesh.container_port "
+                            "(the port, and the known_hosts entries the mesh writes for it)")
     for i, run in enumerate(spec.runs):
         loc = ("benchmarks", "runs", i)
         if run.network_mapping and not any(g.rdma_ports for g in guests.values()):

@@ -317,20 +317,56 @@ class Guest(Strict):
         return value
 
 
+GIT_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+
+
+class ImageScripts(Strict):
+    """Benchmark scripts fetched into the image at build time, each at a pinned git ref (a tag,
+    branch or commit): tf_cnn_benchmarks at /opt/gpuvm/benchmarks, Horovod's examples at
+    /opt/gpuvm/horovod/examples."""
+
+    tf_cnn_benchmarks: str | None = None  # a ref of github.com/tensorflow/benchmarks
+    horovod_examples: str | None = None  # a ref of github.com/horovod/horovod
+
+    @field_validator("tf_cnn_benchmarks", "horovod_examples")
+    @classmethod
+    def _ref(cls, value: str | None) -> str | None:
+        if value is not None and not GIT_REF.match(value):
+            raise ValueError(f"'{value}' is not a git ref (a tag, branch or commit: letters, digits, . _ / -)")
+        return value
+
+
 class Image(Strict):
-    """The training container: OFED user space, Open MPI, the framework, Horovod, sshd for MPI."""
+    """The training container: RDMA user space, Open MPI, the framework, Horovod, sshd for MPI.
+
+    Production builds on an NGC (or CUDA) base with Mellanox OFED and Open MPI from source; a plain
+    Debian/Ubuntu base can take everything from its distribution instead (`mpi: distro`,
+    `framework_from: distro`, `ofed: inbox`, `horovod: null`), which is what CI builds.
+    """
 
     name: str = "gpuvm/dl"
     base: str = "nvcr.io/nvidia/tensorflow:22.01-tf2-py3"
-    ofed: str = "5.4-3.1.0.0"
-    openmpi: str = "4.1.2"
+    ofed: str = "5.4-3.1.0.0"  # a Mellanox OFED version, or inbox: the distribution's rdma-core
+    openmpi: str = "4.1.2"  # built from source with mpi: source
+    mpi: Literal["source", "distro"] = "source"  # distro: the distribution's openmpi-bin
     framework: Literal["tensorflow", "pytorch"] = "tensorflow"
-    horovod: str = "0.23.0"
+    framework_from: Literal["base", "pip", "distro"] = "base"  # base: kept if the base has it, else pip
+    horovod: str | None = "0.23.0"  # null: no Horovod (mpirun and torch.distributed only)
+    scripts: ImageScripts = ImageScripts()
+    gpus: bool = True  # containers get the GPUs (--gpus all): guest.docker needs the NVIDIA runtime
     sshd_port: int = Field(default=12345, ge=1, le=65535)
     registry: str | None = None  # pull <registry>/<name>:<tag> instead of building
     builder: str | None = None  # the guest (VM name) that builds; default the first guest
     ofed_os: str = Field(default="ubuntu20.04", pattern=r"^[a-z]+[0-9][0-9.]*$")  # OFED tarball's OS (the base's)
+    build_network: Literal["default", "host"] = "default"  # docker build --network (host: the guest's own)
     build_timeout: float = Field(default=10800, gt=0)  # seconds for a build, save, load or pull (OFED + MPI + Horovod)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Image":
+        if self.framework_from == "distro" and self.framework != "pytorch":
+            raise ValueError("framework_from: distro needs framework: pytorch (Debian and Ubuntu package "
+                             "python3-torch; TensorFlow comes from the base image or pip)")
+        return self
 
 
 class SshMesh(Strict):

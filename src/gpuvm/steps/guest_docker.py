@@ -1,4 +1,5 @@
-"""guest.docker: Docker with the NVIDIA runtime on every guest, and the same training image on all.
+"""guest.docker: Docker (with the NVIDIA runtime unless `image.gpus: false`) on every guest, and the
+same training image on all.
 
 The image is rendered from `templates/Dockerfile.j2`; its tag is the first 12 hex digits of the
 recipe's sha256, so "does this guest have the right image?" is one `docker image inspect` and
@@ -104,13 +105,14 @@ def observe(ctx: Context, target: RemoteTarget) -> DockerFact:
     version = run(target, cluster, ["docker", "version", "--format", "{{.Server.Version}}"], check=False)
     if not version.ok or not version.stdout.strip():  # no docker, or its daemon does not answer
         server, error = (None, None) if _missing(version) else ("", _said(version))
-        return DockerFact(server, error, False, _toolkit(target, cluster), None,
-                          _builder_id(target, cluster, builder, ref))
+        toolkit = _image(cluster.runbook).gpus and _toolkit(target, cluster)
+        return DockerFact(server, error, False, toolkit, None, _builder_id(target, cluster, builder, ref))
     runtimes = run(target, cluster, ["docker", "info", "--format", "{{json .Runtimes}}"]).stdout
     nvidia = "nvidia" in parse_runtimes(runtimes)
     own = inspect_id(target, cluster, ref)
     builder_id = own if target.name == builder else _builder_id(target, cluster, builder, ref)
-    return DockerFact(version.stdout.strip(), None, nvidia, nvidia or _toolkit(target, cluster), own, builder_id)
+    toolkit = nvidia or (_image(cluster.runbook).gpus and _toolkit(target, cluster))
+    return DockerFact(version.stdout.strip(), None, nvidia, toolkit, own, builder_id)
 
 
 def parse_runtimes(text: str) -> list[str]:
@@ -147,7 +149,7 @@ def plan(target: RemoteTarget, fact: DockerFact) -> list[Change]:
     elif fact.daemon_error:
         changes.append(Change(NAME, target.name, "service docker", "running", fact.daemon_error, "running",
                               action=StartDocker()))
-    if not fact.nvidia_runtime:
+    if image.gpus and not fact.nvidia_runtime:  # gpus: false (CPU guests): containers get no GPUs
         changes.append(Change(NAME, target.name, "docker runtime nvidia", "present",
                               "toolkit installed, runtime not configured" if fact.toolkit_installed else None,
                               "nvidia-container-toolkit", action=AddNvidiaRuntime(not fact.toolkit_installed)))
@@ -206,8 +208,10 @@ def _check_recipe(target: RemoteTarget, place: PlaceImage, cluster: Cluster) -> 
 
 
 def _build(target: RemoteTarget, cluster: Cluster, current: Recipe) -> None:
-    run(target, cluster, ["docker", "build", "-t", current.ref, "-"],
-        stdin=current.dockerfile.encode(), timeout=max(cluster.command_timeout, _image(cluster.runbook).build_timeout))
+    image = _image(cluster.runbook)
+    network = ["--network=host"] if image.build_network == "host" else []
+    run(target, cluster, ["docker", "build", *network, "-t", current.ref, "-"],
+        stdin=current.dockerfile.encode(), timeout=max(cluster.command_timeout, image.build_timeout))
 
 
 def _pull(target: RemoteTarget, cluster: Cluster, current: Recipe) -> None:
