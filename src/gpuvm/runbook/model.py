@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from gpuvm.errors import InputError
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
@@ -20,6 +20,15 @@ if TYPE_CHECKING:
 
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 PCI_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
+# Image references as Docker reads them (distribution/reference's grammar, without IPv6 hosts), so
+# nothing the Dockerfile or a docker command line would read as more than a name gets through.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+IMAGE_NAME = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*")
+IMAGE_REFERENCE = re.compile(rf"{IMAGE_NAME.pattern}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                             r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+REGISTRY = re.compile(rf"{_DOMAIN}(?:/{_COMPONENT})*")
+VERSION = re.compile(r"[0-9][0-9A-Za-z.+-]{0,39}")
 HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
 MAX_MMIO_GB = 1 << 16  # 64 TB: far beyond any GPU set; a larger figure is a typo
 
@@ -360,6 +369,36 @@ class Image(Strict):
     ofed_os: str = Field(default="ubuntu20.04", pattern=r"^[a-z]+[0-9][0-9.]*$")  # OFED tarball's OS (the base's)
     build_network: Literal["default", "host"] = "default"  # docker build --network (host: the guest's own)
     build_timeout: float = Field(default=10800, gt=0)  # seconds for a build, save, load or pull (OFED + MPI + Horovod)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not IMAGE_NAME.fullmatch(value):
+            raise ValueError(f"{shown(value)} is not an image name (lowercase path like gpuvm/dl)")
+        return value
+
+    @field_validator("base")
+    @classmethod
+    def _base(cls, value: str) -> str:
+        if not IMAGE_REFERENCE.fullmatch(value):
+            raise ValueError(f"{shown(value)} is not an image reference like nvcr.io/nvidia/pytorch:24.01-py3")
+        return value
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, value: str | None) -> str | None:
+        if value is not None and not REGISTRY.fullmatch(value):
+            raise ValueError(f"{shown(value)} is not a registry like registry.example.com:5000/team")
+        return value
+
+    @field_validator("ofed", "openmpi", "horovod")
+    @classmethod
+    def _version(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or (info.field_name == "ofed" and value == "inbox"):
+            return value
+        if not VERSION.fullmatch(value):
+            raise ValueError(f"{shown(value)} is not a version like 4.1.2" + (" or inbox" if info.field_name == "ofed" else ""))
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> "Image":
