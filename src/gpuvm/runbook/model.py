@@ -370,25 +370,14 @@ class Image(Strict):
     build_network: Literal["default", "host"] = "default"  # docker build --network (host: the guest's own)
     build_timeout: float = Field(default=10800, gt=0)  # seconds for a build, save, load or pull (OFED + MPI + Horovod)
 
-    @field_validator("name")
+    @field_validator("name", "base", "registry")
     @classmethod
-    def _name(cls, value: str) -> str:
-        if not IMAGE_NAME.fullmatch(value):
-            raise ValueError(f"{shown(value)} is not an image name (lowercase path like gpuvm/dl)")
-        return value
-
-    @field_validator("base")
-    @classmethod
-    def _base(cls, value: str) -> str:
-        if not IMAGE_REFERENCE.fullmatch(value):
-            raise ValueError(f"{shown(value)} is not an image reference like nvcr.io/nvidia/pytorch:24.01-py3")
-        return value
-
-    @field_validator("registry")
-    @classmethod
-    def _registry(cls, value: str | None) -> str | None:
-        if value is not None and not REGISTRY.fullmatch(value):
-            raise ValueError(f"{shown(value)} is not a registry like registry.example.com:5000/team")
+    def _reference(cls, value: str | None, info: ValidationInfo) -> str | None:
+        grammar, example = {"name": (IMAGE_NAME, "an image name (lowercase path like gpuvm/dl)"),
+                            "base": (IMAGE_REFERENCE, "an image reference like nvcr.io/nvidia/pytorch:24.01-py3"),
+                            "registry": (REGISTRY, "a registry like registry.example.com:5000/team")}[info.field_name]
+        if value is not None and not grammar.fullmatch(value):
+            raise ValueError(f"{shown(value)} is not {example}")
         return value
 
     @field_validator("ofed", "openmpi", "horovod")
