@@ -18,7 +18,7 @@ from gpuvm.plan import Note
 from gpuvm.topology import (Nvlink, Problem, best_set, dynamic_problems, gpu_problems, host_nvlink, nic_problems,
                             numa_nodes)
 from gpuvm.runbook.model import DynamicGpus, Host, PassthroughGpus, Runbook, VgpuGpus, Vm
-from gpuvm.vsphere.facts import HostFacts, Inventory, PciDevice, VmFacts
+from gpuvm.vsphere.facts import HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
 
 GRAPHICS_TYPES = {"shared": "shared", "shared_direct": "sharedDirect"}
 MANAGED_PREFIXES = ("pciPassthru.", "numa.nodeAffinity")
@@ -198,6 +198,13 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
     return desired
 
 
+def _devices_on(inventory: Inventory, desired: Desired, host: DesiredHost) -> list[DesiredDevice | VmPciDevice]:
+    """The host's passthrough devices as they will be: those of VMs the runbook does not manage (as
+    they are), and those the runbook gives its VMs there."""
+    others = [vm for vm in inventory.vms_on(host.name) if vm.name not in desired.vms]
+    return [d for vm in others for d in vm.pci] + [d for name in host.vms for d in desired.vms[name].devices]
+
+
 def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, set_by_gpuvm: Mapping[str, str]) -> None:
     """Devices passed through that the runbook no longer selects and no VM will use: gpuvm turns
     passthrough off for those it turned on (freeing GPUs for vGPU); the others are only noted.
@@ -206,8 +213,7 @@ def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, s
     that releases it has its VMs powered on again), or a GPU model some VM on the host takes by
     dynamic DirectPath (any device of that model may be picked)."""
     facts = inventory.hosts[host.name]
-    others = [vm for vm in inventory.vms_on(host.name) if vm.name not in desired.vms]
-    devices = [d for vm in others for d in vm.pci] + [d for name in host.vms for d in desired.vms[name].devices]
+    devices = _devices_on(inventory, desired, host)
     held = {d.address for d in devices if d.kind == "classic"}
     dynamic = {pci_id(d.vendor_id or 0, d.device_id or 0) for d in devices if d.kind == "dynamic"}
     for device in facts.pci:
@@ -226,9 +232,7 @@ def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, s
 def _drop_named_candidates(inventory: Inventory, desired: Desired, host: DesiredHost) -> None:
     """A dynamic DirectPath VM cannot get a GPU that classic DirectPath names (vm.power starts
     those VMs first): not a candidate."""
-    others = [vm for vm in inventory.vms_on(host.name) if vm.name not in desired.vms]
-    named = {d.address for vm in others for d in vm.pci if d.kind == "classic"}
-    named |= {d.address for name in host.vms for d in desired.vms[name].devices if d.kind == "classic"}
+    named = {d.address for d in _devices_on(inventory, desired, host) if d.kind == "classic"}
     for name in host.vms:
         vm = desired.vms[name]
         vm.devices = [replace(d, candidates=tuple(c for c in d.candidates if c not in named))

@@ -40,15 +40,18 @@ class PowerFact:
     held: tuple[tuple[str, str], ...] = ()  # (GPU the VM names, running VM holding it by dynamic DirectPath)
 
 
+def _stopped_before(ctx: Context, vm: str) -> bool:
+    """An earlier step powers the VM off for its changes."""
+    return any(c.disruption == Disruption.VM_POWER_OFF for c in ctx.planned_on(vm))
+
+
 def observe(ctx: Context, vm: DesiredVm) -> PowerFact:
-    powered_off_before = any(c.disruption == Disruption.VM_POWER_OFF for c in ctx.planned_on(vm.name))
-    state = "off" if powered_off_before or not ctx.inventory.vms[vm.name].powered_on else "on"
+    state = "off" if _stopped_before(ctx, vm.name) or not ctx.inventory.vms[vm.name].powered_on else "on"
     if state == "on" or vm.power == "off":
         return PowerFact(state)
     named = {d.address for d in vm.devices if d.kind == "classic"}
     held = tuple((d.assigned, other.name) for other in ctx.inventory.vms_on(vm.host)
-                 if other.name != vm.name and other.powered_on
-                 and not any(c.disruption == Disruption.VM_POWER_OFF for c in ctx.planned_on(other.name))
+                 if other.name != vm.name and other.powered_on and not _stopped_before(ctx, other.name)
                  for d in other.pci if d.kind == "dynamic" and d.assigned in named)
     return PowerFact(state, held)  # type: ignore[arg-type]
 
