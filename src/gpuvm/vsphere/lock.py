@@ -53,10 +53,12 @@ class HostLocks:
         self._renewer: threading.Thread | None = None
 
     def __enter__(self) -> HostLocks:
-        self.since = self._now().isoformat(timespec="seconds")
+        now = self._now()
+        self.since = now.isoformat(timespec="seconds")
+        holder = self._holder(now)
         try:
             for host in self.hosts:
-                self._take(host)
+                self._take(host, holder)
         except BaseException:
             self.release()
             raise
@@ -90,12 +92,15 @@ class HostLocks:
         except ValueError:
             return None
 
-    def _set(self, host: str, key: int) -> None:
-        expires = self._now() + timedelta(seconds=self.ttl)
-        value = json.dumps({"run": self.run, "who": self.who, "machine": self.machine, "pid": self.pid,
-                            "since": self.since, "expires": expires.isoformat(timespec="seconds")})
+    def _holder(self, now: datetime) -> str:
+        """This run as a lock's value, valid for `ttl` from `now` (vCenter's time, read once a round)."""
+        expires = now + timedelta(seconds=self.ttl)
+        return json.dumps({"run": self.run, "who": self.who, "machine": self.machine, "pid": self.pid,
+                           "since": self.since, "expires": expires.isoformat(timespec="seconds")})
+
+    def _set(self, key: int, holder: str) -> None:
         call("set lock holder", lambda: self._manager.SetField(entity=self.session.content.rootFolder,
-                                                               key=key, value=value))
+                                                               key=key, value=holder))
 
     def _create(self, host: str) -> int | None:
         """The new definition's key; None when it exists already."""
@@ -108,12 +113,12 @@ class HostLocks:
         except vmodl.MethodFault as fault:
             raise TaskError(f"take the lock of host {host} failed: {fault_text(fault)}") from None
 
-    def _take(self, host: str) -> None:
+    def _take(self, host: str, holder: str) -> None:
         key = self._create(host)
         if key is None:
             key = self._take_over(host)
         self.held[host] = key
-        self._set(host, key)
+        self._set(key, holder)
 
     def _take_over(self, host: str) -> int:
         """The lock exists: refuse while its holder keeps it; take it when it has expired."""
@@ -159,11 +164,12 @@ class HostLocks:
 
     def _renew(self) -> None:
         while not self._stop.wait(self.ttl / 3):
-            for host, key in list(self.held.items()):
-                try:
-                    self._set(host, key)
-                except Exception:  # noqa: BLE001 - a missed renewal is retried; the lock lasts ttl
-                    pass
+            try:
+                holder = self._holder(self._now())
+                for key in list(self.held.values()):
+                    self._set(key, holder)
+            except Exception:  # noqa: BLE001 - a missed renewal is retried; the lock lasts ttl
+                pass
 
     def release(self) -> None:
         """Remove the locks this run holds (not one another run took over after it expired)."""
