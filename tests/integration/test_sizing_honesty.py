@@ -43,3 +43,46 @@ def test_the_table_holds_the_models_own_counts_and_activations(allocated, name):
     measured, table = allocated[name], MODELS[name]
     assert table.parameters == measured["parameters"]
     assert table.activation_bytes_per_sample == pytest.approx(measured["activation_bytes_per_sample"], rel=0.05)
+
+
+def test_data_path_campaign_overhead_and_data_rate(tmp_path):
+    """Seed 002's experiment in miniature: the same point on synthetic tensors and on JPEG files
+    (a DataLoader with workers), `bench compare` giving the data path's overhead; and `gpuvm size`'s
+    storage rate from the measured images/s matching the rate the workload read at, within 5 %."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+    from gpuvm.bench.commands import BUNDLED
+
+    def gpuvm(*args):
+        return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    files = tmp_path / "jpegs"
+    wrote = subprocess.run([PYTHON, BUNDLED["pytorch_train"], "--write-dataset", files, "--files", "48",
+                            "--file-kb", "20"], capture_output=True, text=True, check=True).stdout
+    mean_kb = sum(p.stat().st_size for p in files.glob("*.jpg")) / 48 / 1000
+    assert f"mean {mean_kb:.1f} KB" in wrote
+    for name, data in (("synthetic", "synthetic"), ("files", files)):
+        (tmp_path / f"{name}.yaml").write_text(f"""\
+benchmarks:
+  runs:
+    - {{name: rn18, kind: pytorch_train, model: resnet18, python: {PYTHON}, batch_size: 8, launch: none,
+       data: '{data}', repeats: 1, timeout: 120, env: {{OMP_NUM_THREADS: "1"}},
+       args: [--image-size, "32", --num-iters, "3", --num-batches-per-iter, "2", --num-warmup-batches, "1",
+              --workers, "2"]}}
+""")
+        result = gpuvm("bench", "run", tmp_path / f"{name}.yaml", "--local", "--out", tmp_path / name)
+        assert result.exit_code == 0, result.output
+    synthetic, real = (next((tmp_path / n).iterdir()) for n in ("synthetic", "files"))
+
+    compared = gpuvm("bench", "compare", real, "--baseline", synthetic)
+    assert compared.exit_code == 0 and "Overhead" in compared.output, compared.output
+
+    log = "\n".join(p.read_text() for p in (real / "logs").rglob("*.log"))
+    read_mb_s = float(re.search(r"Data read: ([\d.]+) MB/s from 48 files", log).group(1))
+    sized = json.loads(gpuvm("size", "--model", "resnet18", "--results", real, "--sample-kb", mean_kb,
+                             "--json").stdout)
+    assert sized["throughput_source"].startswith("measured: rn18")
+    assert sized["storage_gb_per_s"] * 1000 == pytest.approx(read_mb_s, rel=0.05)
