@@ -110,6 +110,9 @@ def test_program_per_kind(tmp_path, fields, program):
           python="/usr/bin/python3", args=["--image-size", "32"]),
      "/usr/bin/python3 pytorch_train.py --model vit_b_16 --batch-size 64 --precision bf16 --channels-last "
      "--compile --num-iters 20 --image-size 32"),
+    (dict(kind="pytorch_train", data="/data/jpeg files", steps=5),
+     "python3 pytorch_train.py --model resnet50 --batch-size 64 --precision fp32 --data-dir '/data/jpeg files' "
+     "--num-iters 5"),
     (dict(kind="pytorch_train", program="/opt/my/train.py"),
      "python3 /opt/my/train.py --model resnet50 --batch-size 64 --precision fp32"),
     (dict(kind="pytorch_allreduce", steps=50, args=["-e", "1G"]),

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from gpuvm.cli import bench_report, bench_run
+from gpuvm.cli import bench_report, bench_run, size
 from gpuvm.cli.common import access, err, fail, handle_errors, interactive, load, out
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -27,6 +27,7 @@ bench_app = typer.Typer(no_args_is_help=True, help="Run, compare and report benc
 app.add_typer(bench_app, name="bench")
 bench_report.register(bench_app)
 bench_run.register(bench_app)
+size.register(app)
 
 RUNBOOK = typer.Argument(..., exists=False, help="The runbook (YAML)", show_default=False)
 INSECURE = typer.Option(False, "--insecure", help="Turn TLS certificate verification OFF (says so loudly)")

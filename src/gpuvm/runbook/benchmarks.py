@@ -57,7 +57,7 @@ class BenchmarkRun(Strict):
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     channels_last: bool = False  # pytorch_train: NHWC memory format
     compile: bool = False  # pytorch_train: torch.compile (PyTorch 2)
-    data: str = "synthetic"  # or a data directory on the guests (tf_cnn_benchmarks --data_dir)
+    data: str = "synthetic"  # or a data directory on the guests (tf_cnn_benchmarks --data_dir, pytorch_train --data-dir)
     steps: int | None = Field(default=None, ge=1)  # timed steps: --num_batches / --num-iters
     scenario: Literal["scaling", "concurrent"] = "scaling"
     scaling: Literal["weak", "strong"] | None = None  # scenario scaling: default weak

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_valid
 from gpuvm.errors import InputError
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.strict import Strict, checked_name, shown
+from gpuvm.sizing.spec import SizingSpec
 
 if TYPE_CHECKING:
     from gpuvm.runbook.loader import Locator
@@ -419,6 +420,7 @@ class Runbook(Strict):
     ssh: SshSettings = SshSettings()
     guests: Guests | None = None
     benchmarks: BenchmarkSpec | None = None
+    sizing: SizingSpec | None = None  # what `gpuvm size` reads (gpuvm/sizing/spec.py)
 
     _file: Path | None = PrivateAttr(default=None)
     _locator: "Locator | None" = PrivateAttr(default=None)

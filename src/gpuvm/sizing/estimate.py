@@ -1,0 +1,142 @@
+"""Sizing as arithmetic: memory per GPU, GPU counts, storage rate, requests in flight, checkpoint
+rate and epoch time from a SizingSpec (pure functions; every formula names its source).
+
+Units: memory in GiB (as nvidia-smi and the datasheets' "80 GB" count it); data rates in decimal
+GB/s and MB/s (as storage is sold); a sample's size in decimal KB.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gpuvm.sizing.spec import SizingSpec
+from gpuvm.sizing.tables import (
+    MASTER_BYTES,
+    MODELS,
+    OPTIMIZER_STATE_BYTES,
+    TRAIN_TO_FORWARD,
+    WEIGHT_BYTES,
+    find_gpu,
+)
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Memory:
+    """GiB per GPU, by part. `optimizer_state` includes mixed precision's fp32 master weights."""
+
+    weights: float
+    gradients: float
+    optimizer_state: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer_state + self.activations
+
+
+@dataclass(frozen=True)
+class Sizing:
+    spec: SizingSpec
+    gpu: str
+    gpu_memory_gib: float
+    parameters: int
+    memory: Memory  # plain data parallel: every GPU holds every part
+    memory_sharded: Memory  # optimizer state sharded over the job's GPUs (ZeRO stage 1)
+    min_gpus: int | None  # plain data parallel: 1 if it fits, None if no count does
+    min_gpus_sharded: int | None
+    samples_per_s: float  # one job's, all its GPUs
+    throughput_source: str
+    storage_gb_per_s: float
+    reads_per_s: float
+    reads_in_flight: float
+    checkpoint_gb: float
+    checkpoint_mb_per_s: float
+    epoch_minutes: float
+    assumptions: list[str] = field(default_factory=list)
+
+
+def model_memory(parameters: int, precision: str, optimizer: str, activation_bytes: float,
+                 shards: int = 1) -> Memory:
+    """Weights and gradients at the training precision, fp32 optimizer state (plus the master
+    weights of mixed precision) split over `shards` GPUs, activations for the per-GPU batch."""
+    state = MASTER_BYTES[precision] + OPTIMIZER_STATE_BYTES[optimizer]
+    return Memory(weights=parameters * WEIGHT_BYTES[precision] / GIB,
+                  gradients=parameters * WEIGHT_BYTES[precision] / GIB,
+                  optimizer_state=parameters * state / shards / GIB,
+                  activations=activation_bytes / GIB)
+
+
+def smallest_sharded(full: Memory, usable_gib: float) -> int | None:
+    """The fewest GPUs over which sharding the optimizer state (ZeRO-1: each GPU keeps 1/n of it)
+    leaves every GPU within `usable_gib`: n >= state / (usable - weights - gradients - activations)."""
+    room = usable_gib - (full.weights + full.gradients + full.activations)
+    if room <= 0:
+        return None
+    return max(1, math.ceil(full.optimizer_state / room - 1e-9))
+
+
+def size(spec: SizingSpec, measured: tuple[float, str] | None = None) -> Sizing:
+    """The sizing of `spec`; `measured` (samples/s of one job, where from) replaces the estimate."""
+    gpu = find_gpu(spec.gpu)
+    assert gpu is not None  # SizingSpec checked it
+    table = MODELS.get(spec.model or "")
+    parameters = spec.parameters or table.parameters
+    notes: list[str] = []
+
+    if spec.activation_mb_per_sample is not None:
+        activation_fp32 = spec.activation_mb_per_sample * 1e6
+    elif table is not None:
+        activation_fp32 = table.activation_bytes_per_sample
+        notes.append(f"activations: {activation_fp32 / 1e6:.1f} MB per {table.sample} in fp32, measured with "
+                     "PyTorch 1.13 (autograd's saved tensors); they grow with the image's area")
+    else:
+        activation_fp32 = 0.0
+        notes.append("activations: not counted (no activation_mb_per_sample given for this model)")
+    half = WEIGHT_BYTES[spec.precision] / 4
+    if half < 1:
+        notes.append("activations at half precision: half of fp32's (autocast keeps some in fp32)")
+    activations = activation_fp32 * half * spec.batch_per_gpu
+
+    def memory(shards: int) -> Memory:
+        return model_memory(parameters, spec.precision, spec.optimizer, activations, shards)
+
+    usable = gpu.memory_gib
+    plain, sharded = memory(1), memory(spec.gpus)
+    min_plain = 1 if plain.total <= usable else None
+    min_sharded = smallest_sharded(plain, usable)
+    notes.append(f"memory per GPU: the model's state and activations only; CUDA context, workspaces and "
+                 f"fragmentation take part of the {gpu.memory_gib:g} GiB too")
+
+    if measured is not None:
+        samples_per_s, source = measured
+    else:
+        if table is None and spec.forward_gflops is None:
+            from gpuvm.errors import InputError
+
+            raise InputError("no throughput to size storage with: give forward_gflops for this model, or --results")
+        forward = spec.forward_gflops * 1e9 if spec.forward_gflops else 2 * table.forward_gmacs * 1e9
+        peak = gpu.tflops.get(spec.precision) or gpu.tflops["fp32"]
+        samples_per_s = spec.gpus * spec.utilization * peak * 1e12 / (TRAIN_TO_FORWARD * forward)
+        source = (f"estimate: {spec.gpus} x {spec.utilization:.0%} of {peak:g} TFLOPS / "
+                  f"({TRAIN_TO_FORWARD} x {forward / 1e9:.2f} GFLOP per sample)")
+
+    reads_per_sample = math.ceil(spec.sample_kb / spec.io_kb) if spec.io_kb else 1
+    reads_per_s = samples_per_s * spec.jobs * reads_per_sample
+    checkpoint_bytes = parameters * (4 + OPTIMIZER_STATE_BYTES[spec.optimizer])  # fp32 weights + state
+    notes.append(f"storage: every sample read once per epoch ({reads_per_sample} read(s) of "
+                 f"{spec.io_kb or spec.sample_kb:g} KB), no cache in front of it")
+    return Sizing(
+        spec=spec, gpu=gpu.name, gpu_memory_gib=gpu.memory_gib, parameters=parameters,
+        memory=plain, memory_sharded=sharded, min_gpus=min_plain, min_gpus_sharded=min_sharded,
+        samples_per_s=samples_per_s, throughput_source=source,
+        storage_gb_per_s=samples_per_s * spec.sample_kb * 1e3 * spec.jobs / 1e9,
+        reads_per_s=reads_per_s,
+        reads_in_flight=reads_per_s * spec.storage_latency_ms / 1e3,  # Little's law: L = λ W
+        checkpoint_gb=checkpoint_bytes / 1e9,
+        checkpoint_mb_per_s=checkpoint_bytes * spec.jobs / (spec.checkpoint_minutes * 60) / 1e6,
+        epoch_minutes=spec.dataset_samples / samples_per_s / 60,
+        assumptions=notes,
+    )

@@ -1,0 +1,38 @@
+"""A measured throughput for `gpuvm size --results`: the median images/s of a results.json point."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from gpuvm.errors import InputError
+
+RATE_UNITS = ("img/sec", "images/sec")  # horovod_synthetic and pytorch_train; tf_cnn_benchmarks
+
+
+def measured_throughput(path: Path, benchmark: str | None = None, gpus: int | None = None) -> tuple[float, int, str]:
+    """(samples/s, GPUs, description) of one point: the benchmark named (or the only one measured in
+    images per second), at `gpus` GPUs (default: its largest point). The value is the median of the
+    point's successful repeats, summed over the VMs of a concurrent point."""
+    from gpuvm.bench.results import load_results
+
+    results = load_results(path)
+    rated = [b for b in results.benchmarks if b.unit in RATE_UNITS]
+    if benchmark is not None:
+        chosen = results.benchmark(benchmark)
+        if chosen is None:
+            raise InputError(f"{path}: no benchmark {benchmark!r} (it has {', '.join(b.name for b in results.benchmarks)})")
+    elif len(rated) == 1:
+        chosen = rated[0]
+    else:
+        names = ", ".join(b.name for b in rated) or "none"
+        raise InputError(f"{path}: give --benchmark: benchmarks measured in images per second: {names}")
+    points = [p for p in chosen.points if gpus is None or p.gpus == gpus]
+    values = [[r.value for r in p.repeats if r.value is not None] for p in points]
+    measured = [(p, v) for p, v in zip(points, values, strict=True) if v]
+    if not measured:
+        where = f" at {gpus} GPU(s)" if gpus else ""
+        raise InputError(f"{path}: benchmark {chosen.name} has no successful run{where}")
+    point, runs = max(measured, key=lambda pv: pv[0].gpus)
+    rate = statistics.median(runs)
+    return rate, point.gpus, f"measured: {chosen.name}, {point.gpus} GPU(s), median of {len(runs)} run(s)"

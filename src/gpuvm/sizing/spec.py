@@ -1,0 +1,63 @@
+"""What `gpuvm size` is asked: the runbook's `sizing` section, or the same fields as flags.
+
+    sizing:
+      model: resnet50          # from gpuvm's table (gpuvm size --help lists it), or give parameters
+      precision: fp16          # fp32 | fp16 | bf16 (mixed precision)
+      optimizer: sgd-momentum  # sgd | sgd-momentum | adam | adamw
+      batch_per_gpu: 1024
+      gpu: a100-80gb           # from the table, or a name as vSphere/nvidia-smi print it
+      gpus: 4                  # per job
+      jobs: 1                  # trained at once, all reading from the same storage
+      sample_kb: 110           # one sample on disk (ImageNet's mean JPEG)
+      storage_latency_ms: 1    # one read's latency at the storage
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gpuvm.runbook.strict import Strict
+from gpuvm.sizing.tables import GPUS, MODELS, find_gpu
+
+
+class SizingSpec(Strict):
+    model: str | None = None
+    parameters: int | None = Field(default=None, ge=1)  # a model not in the table
+    forward_gflops: float | None = Field(default=None, gt=0)  # its forward pass per sample (2 per multiply-add)
+    activation_mb_per_sample: float | None = Field(default=None, ge=0)  # saved for backward, fp32
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    optimizer: Literal["sgd", "sgd-momentum", "adam", "adamw"] = "sgd-momentum"
+    batch_per_gpu: int = Field(default=64, ge=1)
+    gpu: str = "a100-80gb"
+    gpus: int = Field(default=1, ge=1, le=100_000)
+    jobs: int = Field(default=1, ge=1, le=10_000)
+    sample_kb: float = Field(default=110, gt=0)
+    dataset_samples: int = Field(default=1_281_167, ge=1)  # ImageNet-1k's training set
+    storage_latency_ms: float = Field(default=1.0, gt=0)
+    io_kb: float | None = Field(default=None, gt=0)  # one read; default: a whole sample
+    checkpoint_minutes: float = Field(default=30, gt=0)
+    utilization: float = Field(default=0.2, gt=0, le=1)  # of the GPU's peak, for the throughput estimate
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str | None) -> str | None:
+        if value is not None and value not in MODELS:
+            raise ValueError(f"'{value}' is not in gpuvm's table ({', '.join(MODELS)}); "
+                             "give parameters (and forward_gflops) instead")
+        return value
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        if find_gpu(value) is None:
+            raise ValueError(f"'{value}' is not a GPU of gpuvm's table ({', '.join(GPUS)}), "
+                             "nor a name of one of them")
+        return value
+
+    @model_validator(mode="after")
+    def _model_or_parameters(self) -> SizingSpec:
+        if self.model is None and self.parameters is None:
+            raise ValueError(f"give model ({', '.join(MODELS)}) or parameters (a count, such as 7e9)")
+        return self
