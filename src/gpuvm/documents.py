@@ -25,7 +25,7 @@ def schema_id(command: str) -> str:
 
 def schema(command: str) -> dict[str, Any]:
     """The JSON Schema of `command`'s document."""
-    return json.loads(resources.files("gpuvm.schemas").joinpath(f"{command}.json").read_text(encoding="utf-8"))
+    return json.loads(resources.files("gpuvm").joinpath("schemas", f"{command}.json").read_text(encoding="utf-8"))
 
 
 def document(command: str, **fields: Any) -> dict[str, Any]:

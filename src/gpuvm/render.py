@@ -104,11 +104,20 @@ def print_plan(console: Console, plan: Plan, form: str = "text") -> None:
                  ("! " + c.disruption_label) if c.disruption != Disruption.NONE else "") for c in plan.changes]
         console.print(table(None, ["step", "target", "resource", "field", "before", "after", "disruption"], rows))
     elif not plan.empty:
-        console.out(redact("\n".join(grouped_lines(plan.changes))), highlight=False)
+        _write(console, redact("\n".join(grouped_lines(plan.changes))))
     for note in plan.notes:
         console.print(f"[yellow]{note.level}[/]: {escape(note.target)}: {escape(redact(note.message))}",
                       highlight=False, markup=True)
     console.print(plan_summary(plan), highlight=False, soft_wrap=True)
+
+
+def _write(console: Console, text: str) -> None:
+    """Plain text as it is: rich's line splitting would take seconds for 10,000 lines."""
+    if console.record:  # kept for export_text
+        console.out(text, highlight=False)
+    else:
+        console.file.write(text + "\n")
+        console.file.flush()
 
 
 def progress_state(status: str) -> str:
