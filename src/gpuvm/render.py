@@ -1,15 +1,15 @@
-"""The one renderer: every table gpuvm prints goes through `table`; plans have text and JSON forms."""
+"""The one renderer: every table gpuvm prints goes through `table`; plans print grouped by target
+(one line per change), or as a table; their JSON form is gpuvm.documents'."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpuvm.plan import Disruption, Plan
+from gpuvm.plan import Change, Disruption, Plan
 from gpuvm.secrets import redact
 from gpuvm.vsphere.facts import Inventory
 
@@ -39,6 +39,46 @@ def _value(value: Any) -> str:
     return "(none)" if value is None else str(value)
 
 
+def mark(change: Change) -> str:
+    """`!` needs a reboot or power-off, else `+` added, `-` removed, `~` changed."""
+    if change.disruption != Disruption.NONE:
+        return "!"
+    return "+" if change.before is None else "-" if change.after is None else "~"
+
+
+_SHORT = {Disruption.VM_POWER_OFF: "VM power-off", Disruption.HOST_REBOOT: "host reboot"}
+
+
+def change_line(change: Change) -> str:
+    """One change as `mark resource field: before → after (disruption)`, without its target and step
+    (a field that the resource's name ends with is said once: `~/.ssh/config: ...`)."""
+    if change.before is None:
+        values = _value(change.after)
+    elif change.after is None:
+        values = f"{change.before} (removed)"
+    else:
+        values = f"{change.before} → {change.after}"
+    what = change.resource if change.resource.endswith(change.field) else f"{change.resource} {change.field}"
+    label = ""
+    if change.disruption != Disruption.NONE:
+        label = f" ({'pending: ' if change.pending else ''}{_SHORT[change.disruption]})"
+    return f"{mark(change)} {what}: {values}{label}"
+
+
+def grouped_lines(changes: Sequence[Change]) -> list[str]:
+    """Changes grouped by target (in plan order), then by step: one line per change."""
+    by_target: dict[str, dict[str, list[Change]]] = {}
+    for change in changes:
+        by_target.setdefault(change.target, {}).setdefault(change.step, []).append(change)
+    lines = []
+    for target, by_step in by_target.items():
+        lines.append(target)
+        for step, step_changes in by_step.items():
+            lines.append(f"  {step}")
+            lines.extend(f"    {change_line(c)}" for c in step_changes)
+    return lines
+
+
 def plan_summary(plan: Plan) -> str:
     """One line. A plan that could not observe every target never reads as "no changes"."""
     unseen = f"{len(plan.unobserved)} target(s) not observed: {', '.join(plan.unobserved)}"
@@ -56,19 +96,40 @@ def plan_summary(plan: Plan) -> str:
     return summary + (f" {unseen}." if plan.unobserved else "")
 
 
-def print_plan(console: Console, plan: Plan) -> None:
-    if not plan.empty:
+def print_plan(console: Console, plan: Plan, form: str = "text") -> None:
+    """The plan grouped by target, one line per change (`form` "text"), or as one table ("table");
+    then its notes and the summary. Plain text, so that 10,000 changes print in a blink."""
+    if not plan.empty and form == "table":
         rows = [(c.step, c.target, c.resource, c.field, _value(c.before), _value(c.after),
                  ("! " + c.disruption_label) if c.disruption != Disruption.NONE else "") for c in plan.changes]
         console.print(table(None, ["step", "target", "resource", "field", "before", "after", "disruption"], rows))
+    elif not plan.empty:
+        _write(console, redact("\n".join(grouped_lines(plan.changes))))
     for note in plan.notes:
         console.print(f"[yellow]{note.level}[/]: {escape(note.target)}: {escape(redact(note.message))}",
                       highlight=False, markup=True)
-    console.print(plan_summary(plan), highlight=False)
+    console.print(plan_summary(plan), highlight=False, soft_wrap=True)
 
 
-def plan_json(plan: Plan) -> str:
-    return redact(json.dumps(plan.to_dict(), indent=2, default=str))
+def _write(console: Console, text: str) -> None:
+    """Plain text as it is: rich's line splitting would take seconds for 10,000 lines."""
+    if console.record:  # kept for export_text
+        console.out(text, highlight=False)
+    else:
+        console.file.write(text + "\n")
+        console.file.flush()
+
+
+def progress_state(status: str) -> str:
+    """An apply progress status ("started", "done (3 change(s))", "failed: ...") as one word."""
+    word = status.split(" ", 1)[0].rstrip(":")
+    return word if word in ("started", "done", "failed") else "info"
+
+
+def progress_line(step: str, target: str, status: str) -> str:
+    """One apply progress event (markup): `✓ step target: status`, with `✗` for a failure."""
+    mark = {"done": "[green]✓[/]", "failed": "[red]✗[/]"}.get(progress_state(status), "…")
+    return f"{mark} {step:<17} {escape(target)}: {escape(redact(status))}"
 
 
 def print_inventory(console: Console, inventory: Inventory) -> None:

@@ -190,6 +190,15 @@ class PlanDrift(DriftError):
         self.plan = plan
 
 
+class GuestsDown(DriftError):
+    """`verify` could not reach some guests over SSH: `down` names them, with why."""
+
+    def __init__(self, down: dict[str, str]):
+        super().__init__("drift: guest(s) not reachable over SSH:\n  " +
+                         "\n  ".join(f"{name}: {reason}" for name, reason in down.items()))
+        self.down = dict(down)
+
+
 @dataclass(frozen=True)
 class Verified:
     """The world matches the runbook."""
@@ -205,8 +214,7 @@ def verify_runbook(runbook: Path, access: Access, setup: str | None = None) -> V
     inventory = observe_inventory(book, access)
     with remote(book, access) as (cluster, facts, down):
         if down:
-            raise DriftError("drift: guest(s) not reachable over SSH:\n  " +
-                             "\n  ".join(f"{name}: {reason}" for name, reason in down.items()))
+            raise GuestsDown(down)
         plan, _ = make_plan(book, inventory, cluster, facts, journal=past_entries(access.state_dir))
         if not plan.empty:
             raise PlanDrift(f"drift: {len(plan.changes)} change(s) needed to match {runbook}", plan)

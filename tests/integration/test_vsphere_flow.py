@@ -112,9 +112,9 @@ def test_drift_is_reported_by_verify(sim, lab):
             extraConfig=[vim.option.OptionValue(key="pciPassthru.64bitMMIOSizeGB", value="64")]))
     result = gpuvm("verify", str(lab))
     assert result.exit_code == 5
-    assert "pciPassthru.64bitMMIOSizeGB" in result.output
+    assert "! extraConfig pciPassthru.64bitMMIOSizeGB: 64 → 512 (VM power-off)" in result.output
     # The running VM must be powered off for the fix, then on again: two changes.
-    assert "drift: 2 change(s) needed to match" in result.output and "needs VM power-off" in result.output
+    assert "drift: 2 change(s) needed to match" in result.output and "need VM power-off" in result.output
 
 
 def test_injected_reconfigure_fault_then_rerun_completes(monkeypatch, tmp_path, lab):

@@ -68,6 +68,8 @@ def test_the_wheel_ships_every_module_and_template(installed):
     templates = {"gpuvm/" + p.relative_to(REPO).as_posix() for p in (REPO / "templates").rglob("*.j2")}
     assert modules <= names, f"missing from the wheel (add the package to pyproject.toml): {sorted(modules - names)}"
     assert templates <= names, f"templates missing from the wheel: {sorted(templates - names)}"
+    schemas = {p.relative_to(REPO / "src").as_posix() for p in (REPO / "src" / "gpuvm" / "schemas").glob("*.json")}
+    assert schemas and schemas <= names, f"JSON schemas missing from the wheel: {sorted(schemas - names)}"
 
 
 def test_the_installed_gpuvm_renders_its_templates_outside_the_checkout(installed, tmp_path):

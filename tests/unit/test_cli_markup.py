@@ -44,7 +44,10 @@ def test_plan_rows_and_notes_with_markup_are_printed_as_they_are():
     console = Console(record=True, width=300, markup=False)
     plan = Plan(changes=[Change("guest.nic", f"vm {MARKUP}", "port", "ip", None, MARKUP)],
                 notes=[Note(f"vm {MARKUP}", "resolve", f"last line: {MARKUP}")])
-    print_plan(console, plan)
+    print_plan(console, plan, "table")
     text = console.export_text()
     assert f"vm {MARKUP}" in text and f"│ {MARKUP}" in text
+    print_plan(console, plan)  # the default: grouped text
+    text = console.export_text()
+    assert f"vm {MARKUP}\n" in text and f"+ port ip: {MARKUP}\n" in text
     assert f"warning: vm {MARKUP}: last line: {MARKUP}" in " ".join(text.split())

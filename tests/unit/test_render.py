@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 from rich.console import Console
@@ -9,7 +10,8 @@ from rich.console import Console
 from gpuvm.plan import Change, Disruption, Note, Plan
 from gpuvm.steps.host_passthrough import SetPassthrough
 from gpuvm.steps.vm_hardware import RemoveDevice
-from gpuvm.render import NO_CHANGES, plan_json, plan_summary, print_plan
+from gpuvm.documents import plan_json
+from gpuvm.render import NO_CHANGES, plan_summary, print_plan
 from gpuvm.secrets import remember
 
 
@@ -23,9 +25,9 @@ def plan() -> Plan:
     ], notes=[Note("vm1", "resolve", "4 NVLinked GPUs in one VM")])
 
 
-def rendered(p: Plan) -> str:
-    console = Console(width=200, record=True)
-    print_plan(console, p)
+def rendered(p: Plan, form: str = "table", width: int = 200) -> str:
+    console = Console(width=width, record=True, file=io.StringIO())
+    print_plan(console, p, form)
     return console.export_text()
 
 
@@ -48,6 +50,8 @@ def test_a_setting_made_before_that_waits_for_the_reboot_is_marked_pending():
                                   "sharedDirect", Disruption.HOST_REBOOT))
     row = next(line for line in rendered(waiting).splitlines() if "host.graphics" in line)
     assert "! pending: needs host reboot" in row
+    assert "    ! GPU 0000:31:00.0 graphicsType: shared → sharedDirect (pending: host reboot)" in \
+        rendered(waiting, "text").splitlines()
     assert plan_summary(waiting) == ("Plan: 4 change(s) on 2 target(s) (1 need VM power-off, "
                                      "2 need host reboot of which 1 pending).")
     assert json.loads(plan_json(waiting))["summary"]["pending"] == 1
@@ -56,10 +60,12 @@ def test_a_setting_made_before_that_waits_for_the_reboot_is_marked_pending():
 
 def test_empty_plan_says_so_explicitly():
     assert rendered(Plan()).strip() == NO_CHANGES
+    assert rendered(Plan(), "text").strip() == NO_CHANGES
 
 
 def test_json_has_changes_notes_and_summary_but_no_apply_spec():
     data = json.loads(plan_json(plan()))
+    assert data["schema"] == "gpuvm.plan/1"
     assert data["summary"] == {"changes": 3, "targets": 2, "vm_power_off": 1, "host_reboot": 1, "pending": 0,
                                "not_observed": 0}
     assert data["changes"][1] == {"step": "vm.hardware", "target": "vm1", "resource": "pci device (new)",
@@ -71,6 +77,7 @@ def test_secrets_are_scrubbed_from_tables_and_json():
     remember("hunter2-canary")
     leaky = Plan(changes=[Change("vm.advanced", "vm1", "extraConfig", "guestinfo.x", None, "hunter2-canary")])
     assert "hunter2-canary" not in rendered(leaky)
+    assert "hunter2-canary" not in rendered(leaky, "text")
     assert "hunter2-canary" not in plan_json(leaky)
 
 
@@ -82,3 +89,20 @@ def test_a_target_not_observed_is_not_a_clean_plan():
     with_changes = plan()
     with_changes.unobserved = {"gpu-vm-02": "timed out"}
     assert plan_summary(with_changes).endswith("1 need host reboot). 1 target(s) not observed: gpu-vm-02.")
+
+
+def test_text_groups_changes_by_target_then_step_with_a_mark_per_change():
+    removed = Change("vm.hardware", "vm1", "pci device 3", "device", "0000:b1:00.0", None)
+    lines = rendered(Plan(changes=[*plan().changes, removed]), "text").splitlines()
+    assert lines[:7] == [
+        "esx-01",
+        "  host.passthrough",
+        "    ! pci 0000:17:00.0 passthrough: off → active (host reboot)",
+        "vm1",
+        "  vm.hardware",
+        "    ! pci device (new) device: 0000:17:00.0 (VM power-off)",
+        "    - pci device 3 device: 0000:b1:00.0 (removed)",
+    ]
+    assert lines[7:9] == ["  vm.power", "    ~ vm power: poweredOff → poweredOn"]
+    added = Change("vm.advanced", "vm1", "extraConfig", "numa.nodeAffinity", None, "0")
+    assert "    + extraConfig numa.nodeAffinity: 0" in rendered(Plan(changes=[added]), "text").splitlines()

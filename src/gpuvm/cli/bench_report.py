@@ -37,14 +37,21 @@ def compare_command(
             help="Fail (exit 1) when overhead against the baseline exceeds this: 2% or 0.02."
         ),
     ] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON (schema gpuvm.bench-compare/1).")] = False,
 ) -> None:
     """Print medians, spread, scaling and VM-vs-baseline overhead for results (several: side by side)."""
+    from dataclasses import asdict
+
     from gpuvm.bench.compare import compare
     from gpuvm.bench.report import render_terminal
+    from gpuvm.documents import document, dumps
 
     limit = parse_fraction(max_overhead) if max_overhead is not None else None
     comparison = compare(*_load(results, baseline), max_overhead=limit)
-    out.print(render_terminal(comparison))
+    if json_:
+        print(dumps(document("bench-compare", **asdict(comparison))))
+    else:
+        out.print(render_terminal(comparison))
     if comparison.violations:
         lines = "\n  ".join(str(v) for v in comparison.violations)
         raise fail(f"overhead above {max_overhead}:\n  {lines}", 1)

@@ -33,6 +33,8 @@ def run_command(
     state_dir: Annotated[Path | None, typer.Option(
         "--state-dir", help="State directory: known_hosts (default $GPUVM_STATE_DIR or .gpuvm)")] = None,
     insecure: Annotated[bool, typer.Option("--insecure", help="Setups: turn TLS verification of vCenter OFF.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="At the end, print what ran and where its results are as "
+                                                       "JSON (schema gpuvm.bench-run/1); progress stays on stderr.")] = False,
 ) -> None:
     """Run the runbook's benchmarks: every point, warm-ups, repeats; logs and results.json under --out.
     With `benchmarks.setups`, each setup's layout is planned and applied (as `gpuvm apply`) before its runs."""
@@ -55,44 +57,61 @@ def run_command(
     layout = None
     if any(stage.setup is not None for stage in stages):
         layout = _layouts(stages, access(insecure, accept_new_host_keys, state_dir), yes, allow_power_off,
-                          allow_host_reboot, preflight)
+                          allow_host_reboot, preflight, err if json_ else out)
     directory = results_directory(out_dir, book)
     with _Progress() as progress:
         campaign = run_stages(book, stages, directory, connect, local=local, layout=layout,
                               observer=lambda stage: progress)
+    if json_:
+        print(campaign_json(campaign))
     if campaign.results_file is None:
         raise fail("interrupted before any benchmark ran" if campaign.interrupted else "no benchmark ran",
                    130 if campaign.interrupted else 1)
-    out.print(f"results: {campaign.results_file}", highlight=False, markup=False, soft_wrap=True)
+    if not json_:
+        out.print(f"results: {campaign.results_file}", highlight=False, markup=False, soft_wrap=True)
     if campaign.interrupted:
         raise fail(f"interrupted after {campaign.runs_done} of {campaign.runs_total} run(s); "
                    f"what was measured is in {campaign.results_file}", 130)
     campaign.raise_for_failures()
-    out.print(f"compare: gpuvm bench compare {campaign.directory}", highlight=False, markup=False, soft_wrap=True)
+    if not json_:
+        out.print(f"compare: gpuvm bench compare {campaign.directory}", highlight=False, markup=False, soft_wrap=True)
+
+
+def campaign_json(campaign: Any) -> str:
+    """What a campaign did (gpuvm.bench-run/1)."""
+    from dataclasses import asdict
+
+    from gpuvm.documents import document, dumps
+
+    return dumps(document("bench-run", directory=str(campaign.directory),
+                          results=None if campaign.results_file is None else str(campaign.results_file),
+                          runs_done=campaign.runs_done, runs_total=campaign.runs_total,
+                          interrupted=campaign.interrupted, failures=[asdict(f) for f in campaign.failures],
+                          note=campaign.note()))
 
 
 def _layouts(stages: Any, reach: Any, yes: bool, allow_power_off: bool, allow_host_reboot: bool,
-             preflight: Any) -> Any:
+             preflight: Any, console: Any) -> Any:
     """Check every setup up front (plans printed, flags, confirmation); return what applies one."""
     from gpuvm.render import print_plan
     from gpuvm.runs import apply_loaded, plan_loaded
 
     def show(stage: Any, plan: Any) -> None:
-        out.print(f"setup {stage.setup} (planned from the layout as it is now): {layout_line(stage.runbook)}",
-                  highlight=False, markup=False, soft_wrap=True)
-        print_plan(out, plan)
+        console.print(f"setup {stage.setup} (planned from the layout as it is now): {layout_line(stage.runbook)}",
+                      highlight=False, markup=False, soft_wrap=True)
+        print_plan(console, plan)
 
     preflight(stages, lambda book: plan_loaded(book, reach), show, allow_power_off, allow_host_reboot)
     if not yes:
         if not interactive():
             raise fail("not running: no terminal to ask on; pass --yes to apply the setups without asking", 2)
-        if not typer.confirm("Apply each setup in turn and run its benchmarks?", default=False):
+        if not typer.confirm("Apply each setup in turn and run its benchmarks?", default=False, err=True):
             raise fail("not run", 1)
 
     def apply(stage: Any) -> None:
         err.print(f"setup {stage.setup}: applying its layout", highlight=False, markup=False)
         applied = apply_loaded(stage.runbook, reach, allow_power_off=allow_power_off,
-                               allow_host_reboot=allow_host_reboot, show_plan=lambda plan: print_plan(out, plan))
+                               allow_host_reboot=allow_host_reboot, show_plan=lambda plan: print_plan(console, plan))
         applied.raise_for_failures()
 
     return apply

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.markup import escape
 
 from gpuvm.cli import bench_report, bench_run, size
 from gpuvm.cli.common import access, err, fail, handle_errors, interactive, load, out
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Turn vSphere hosts with NVIDIA GPUs into a deep-learning cluster, and prove it performs.")
+
+
+def _version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        print(f"gpuvm {version('gpuvm')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _setup() -> None:
+def _setup(_: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                  help="Print gpuvm's version and exit")) -> None:
     """Warnings (e.g. a newly trusted SSH host key and its fingerprint) go to stderr, one line each."""
     import logging
 
@@ -35,6 +46,15 @@ ACCEPT_KEYS = typer.Option(False, "--accept-new-host-keys",
                            help="Trust SSH host keys seen for the first time (records them, prints fingerprints)")
 STATE = typer.Option(None, "--state-dir", help="State directory: journal, keys (default $GPUVM_STATE_DIR or .gpuvm)")
 SETUP = typer.Option(None, "--setup", help="Lay the VMs out as this setup of benchmarks.setups")
+JSON = typer.Option(False, "--json", help="Print JSON (schema in gpuvm/schemas/, id in its \"schema\" field)")
+
+
+class Form(str, Enum):
+    text = "text"
+    table = "table"
+
+
+FORMAT = typer.Option(Form.text, "--format", help="Changes as text (grouped by target) or as one table")
 
 
 @app.command()
@@ -57,31 +77,36 @@ def validate(runbook: Path = RUNBOOK) -> None:
 @app.command()
 @handle_errors
 def inventory(runbook: Path = RUNBOOK, save: Optional[Path] = typer.Option(None, help="Write a snapshot file"),
-              insecure: bool = INSECURE) -> None:
+              insecure: bool = INSECURE, json_: bool = JSON) -> None:
     """Hosts, their GPUs and NICs (model, PCI address, NUMA, passthrough state), and VMs."""
+    from gpuvm.documents import inventory_json
     from gpuvm.render import print_inventory
     from gpuvm.runs import inventory_of
 
     facts = inventory_of(runbook, access(insecure))
-    print_inventory(out, facts)
+    if json_:
+        print(inventory_json(facts))
+    else:
+        print_inventory(out, facts)
     if save:
         facts.save(save)
-        out.print(f"snapshot written to {save}")
+        (err if json_ else out).print(f"snapshot written to {save}")
 
 
 @app.command()
 @handle_errors
 def plan(runbook: Path = RUNBOOK,
          snapshot: Optional[Path] = typer.Option(None, help="Plan from an inventory snapshot, without vCenter"),
-         json_: bool = typer.Option(False, "--json", help="Print the plan as JSON"),
+         json_: bool = JSON, form: Form = FORMAT,
          detailed_exitcode: bool = typer.Option(False, "--detailed-exitcode",
                                                 help="Exit 0: no changes, 2: changes, 3: no changes on the "
                                                      "targets observed but some could not be observed, 1: error"),
          accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
          insecure: bool = INSECURE, setup: Optional[str] = SETUP) -> None:
     """Dry run: every change on every host and VM, disruptive ones marked. Changes nothing."""
+    from gpuvm.documents import plan_json
     from gpuvm.errors import GpuvmError
-    from gpuvm.render import plan_json, print_plan
+    from gpuvm.render import print_plan
     from gpuvm.runs import plan_runbook
 
     try:
@@ -91,7 +116,7 @@ def plan(runbook: Path = RUNBOOK,
     if json_:
         print(plan_json(the_plan))
     else:
-        print_plan(out, the_plan)
+        print_plan(out, the_plan, form.value)
     if detailed_exitcode and not the_plan.empty:
         raise typer.Exit(2)
     if detailed_exitcode and the_plan.unobserved:
@@ -108,50 +133,52 @@ def apply(runbook: Path = RUNBOOK,
           max_unavailable: int = typer.Option(1, min=1, help="Hosts rebooted at once"),
           state_dir: Optional[Path] = STATE,
           shutdown_timeout: float = typer.Option(300, help="Seconds to wait for a guest shutdown"),
-          accept_new_host_keys: bool = ACCEPT_KEYS, insecure: bool = INSECURE, setup: Optional[str] = SETUP) -> None:
+          accept_new_host_keys: bool = ACCEPT_KEYS, insecure: bool = INSECURE, setup: Optional[str] = SETUP,
+          json_: bool = typer.Option(False, "--json", help="One JSON document per line: the plan, each progress "
+                                                           "event, a summary (schema gpuvm.apply/1)"),
+          form: Form = FORMAT) -> None:
     """Show the plan, ask (or --yes), apply it in parallel, journal every change."""
-    from gpuvm.render import print_plan
+    from gpuvm.cli.apply_output import ApplyOutput
     from gpuvm.runs import apply_runbook
 
+    shown = ApplyOutput(json_, form.value)
     applied = apply_runbook(runbook, access(insecure, accept_new_host_keys, state_dir),
                             allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot, parallel=parallel,
-                            shutdown_timeout=shutdown_timeout, max_unavailable=max_unavailable, show_plan=lambda plan: print_plan(out, plan),
-                            confirm=None if yes else _confirm, progress=_progress, setup=setup)
-    if not applied.ran:
-        return
-    out.print(f"Applied {applied.changes_done} of {len(applied.plan.changes)} change(s) in {applied.seconds:.1f} s; "
-              f"{len(applied.failed)} target(s) failed, {len(applied.skipped)} skipped. Journal: {applied.journal}")
-    for target, reason in applied.skipped.items():
-        err.print(f"skipped {target}: {reason}", highlight=False)
+                            shutdown_timeout=shutdown_timeout, max_unavailable=max_unavailable, show_plan=shown.plan,
+                            confirm=None if yes else _confirm, progress=shown.progress, setup=setup)
+    shown.summary(applied)
     applied.raise_for_failures()
 
 
 def _confirm(plan: Any) -> None:
-    """Asked before `apply` changes anything (not with --yes); stopping raises."""
+    """Asked before `apply` changes anything (not with --yes), on stderr; stopping raises."""
     if not interactive():
         raise fail("not applying: no terminal to ask on; pass --yes to apply without asking", 2)
-    if not typer.confirm("Apply these changes?", default=False):
+    if not typer.confirm("Apply these changes?", default=False, err=True):
         raise fail("not applied", 1)
-
-
-def _progress(step: str, target: str, status: str) -> None:
-    mark = "[red]✗[/]" if status.startswith("failed") else ("[green]✓[/]" if status.startswith("done") else "…")
-    err.print(f"{mark} {step:<17} {escape(target)}: {escape(status)}", highlight=False, markup=True)
 
 
 @app.command()
 @handle_errors
 def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
-           insecure: bool = INSECURE, setup: Optional[str] = SETUP) -> None:
+           insecure: bool = INSECURE, setup: Optional[str] = SETUP, json_: bool = JSON, form: Form = FORMAT) -> None:
     """Exit non-zero (5) if the world drifted from the runbook, listing the drift."""
+    from gpuvm.documents import verify_json
+    from gpuvm.errors import DriftError
     from gpuvm.render import print_plan
     from gpuvm.runs import PlanDrift, verify_runbook
 
     try:
         verified = verify_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), setup)
-    except PlanDrift as drift:
-        print_plan(out, drift.plan)
+    except DriftError as drift:
+        if json_:
+            print(verify_json(drift=drift))
+        elif isinstance(drift, PlanDrift):
+            print_plan(out, drift.plan, form.value)
         raise
+    if json_:
+        print(verify_json(verified=verified))
+        return
     if verified.mesh_guests is not None:
         out.print(f"SSH mesh: all {verified.mesh_guests} guests reach each other.")
     out.print("No drift: infrastructure matches the runbook.")

@@ -1,0 +1,73 @@
+"""The JSON documents gpuvm prints with `--json`: one versioned schema per command.
+
+Every document carries `"schema": "gpuvm.<command>/<version>"`; the JSON Schema that describes it
+is src/gpuvm/schemas/<command>.json (shipped in the wheel, read by `schema`). A version changes
+only when a field is removed or changes meaning; new fields can appear within a version.
+Secrets are scrubbed from every document (`dumps`).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+from gpuvm.plan import Plan
+from gpuvm.secrets import redact
+from gpuvm.vsphere.facts import Inventory
+
+VERSIONS = {"plan": 1, "apply": 1, "verify": 1, "inventory": 1, "bench-run": 1, "bench-compare": 1, "size": 1}
+
+
+def schema_id(command: str) -> str:
+    return f"gpuvm.{command}/{VERSIONS[command]}"
+
+
+def schema(command: str) -> dict[str, Any]:
+    """The JSON Schema of `command`'s document."""
+    return json.loads(resources.files("gpuvm").joinpath("schemas", f"{command}.json").read_text(encoding="utf-8"))
+
+
+def document(command: str, **fields: Any) -> dict[str, Any]:
+    return {"schema": schema_id(command), **fields}
+
+
+def dumps(data: dict[str, Any], indent: int | None = 2) -> str:
+    """One document as JSON text, secrets scrubbed; `indent=None`: one line (for event streams)."""
+    return redact(json.dumps(data, indent=indent, default=str, ensure_ascii=False))
+
+
+def plan_fields(plan: Plan) -> dict[str, Any]:
+    """A plan's changes, notes, summary, and the targets not observed (with why)."""
+    return {**plan.to_dict(), "not_observed": dict(plan.unobserved)}
+
+
+def plan_json(plan: Plan) -> str:
+    return dumps(document("plan", **plan_fields(plan)))
+
+
+def inventory_json(inventory: Inventory) -> str:
+    """What `inventory` prints: hosts with their GPUs and NICs, and VMs."""
+    hosts = [{"name": h.name, "state": "maintenance" if h.in_maintenance else h.connection_state,
+              "memory_mb": h.memory_mb, "cpu_threads": h.cpu_threads, "graphics": h.graphics.default_type,
+              "vgpu_profiles": list(h.vgpu_profiles),
+              "devices": [{"address": d.id, "model": d.device_name, "vendor": d.vendor_name, "id": d.pci_id,
+                           "kind": "gpu" if d.is_gpu else "nic", "numa_node": d.numa_node,
+                           "passthrough": d.passthru_state} for d in h.pci if d.is_gpu or d.is_mellanox]}
+             for h in inventory.hosts.values()]
+    vms = [{"name": vm.name, "host": vm.host, "power": vm.power_state, "cpus": vm.cpus, "memory_mb": vm.memory_mb,
+            "firmware": vm.firmware, "reserved": vm.reservation_locked, "hw_version": vm.hw_version,
+            "pci": [d.describe() for d in vm.pci]} for vm in inventory.vms.values()]
+    return dumps(document("inventory", source=inventory.source, taken=inventory.taken.isoformat(), hosts=hosts, vms=vms))
+
+
+def verify_json(verified: Any = None, drift: Any = None) -> str:
+    """`verify`'s verdict: no drift (`verified`, a runs.Verified), or the drift (a DriftError: its plan,
+    or the guests it could not reach)."""
+    if drift is None:
+        return dumps(document("verify", drift=False, changes=[], notes=[], unreachable={},
+                              mesh_guests=verified.mesh_guests, message="No drift: infrastructure matches the runbook."))
+    plan = getattr(drift, "plan", None) or Plan()
+    return dumps(document("verify", drift=True, changes=[c.to_dict() for c in plan.changes],
+                          notes=plan.to_dict()["notes"], unreachable=getattr(drift, "down", {}), mesh_guests=None,
+                          message=str(drift)))
