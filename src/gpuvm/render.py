@@ -88,7 +88,8 @@ def plan_summary(plan: Plan) -> str:
     power = len(plan.disruptive(Disruption.VM_POWER_OFF))
     reboot = len(plan.disruptive(Disruption.HOST_REBOOT))
     pending = sum(1 for c in plan.changes if c.pending)
-    marks = [f"{power} need VM power-off" if power else "",
+    destroy = len(plan.disruptive(Disruption.VM_DESTROY))
+    marks = [f"{destroy} DESTROY a VM" if destroy else "", f"{power} need VM power-off" if power else "",
              f"{reboot} need host reboot" + (f" of which {pending} pending" if pending else "") if reboot else ""]
     marked = ", ".join(m for m in marks if m)
     summary = f"Plan: {len(plan.changes)} change(s) on {len(plan.targets())} target(s)" + \
