@@ -20,9 +20,10 @@ pytestmark = pytest.mark.integration
 VMS = {"train-1": ("esx-01", "10.250.0.101"), "train-2": ("esx-02", "10.250.0.102")}
 
 
-def write_runbook(bed, tmp_path: Path, vms: dict[str, tuple[str, str]], boot_timeout: int = 20) -> Path:
+def write_runbook(bed, tmp_path: Path, vms: dict[str, tuple[str, str]], boot_timeout: int = 20,
+                  connect_timeout: int = 3) -> Path:
     lines = ["vcenter: {password_env: GPUVM_VCENTER_PASSWORD}",
-             f"ssh: {{known_hosts: {tmp_path / 'known_hosts'}, connect_timeout: 3, boot_timeout: {boot_timeout}}}",
+             f"ssh: {{known_hosts: {tmp_path / 'known_hosts'}, connect_timeout: {connect_timeout}, boot_timeout: {boot_timeout}}}",
              "hosts: [{name: esx-01, passthrough: [{model: A100}]}, {name: esx-02, passthrough: [{model: A100}]}]",
              "vms:"]
     lines += [f"  - {{name: {vm}, host: {host}, template: ubuntu-gpu, cpus: 8, memory_gb: 64, "
@@ -79,7 +80,7 @@ def test_from_empty_lab_to_a_reachable_meshed_cluster_in_one_apply(testbed, sim,
 
 def test_a_guest_that_never_answers_names_vm_and_step_and_a_rerun_converges(testbed, sim, tmp_path):
     quiet = {"train-1": ("esx-01", "10.250.0.101")}
-    book = write_runbook(testbed, tmp_path, quiet, boot_timeout=6)
+    book = write_runbook(testbed, tmp_path, quiet, boot_timeout=4, connect_timeout=1)
     text = book.read_text()
     book.write_text(text.replace("address: 10.250.0.101, user", "address: 10.250.0.109, user"))  # not its address
     applied = gpuvm("apply", str(book), "--yes", "--accept-new-host-keys")
