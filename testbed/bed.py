@@ -20,6 +20,10 @@ PATH (testbed/bin/docker) hands every command to the real CLI once that socket e
 the stand-in before. Builds reach the Debian mirror through NAT on the bridge (`uplink`), the
 way real guests reach theirs.
 
+Guests booted from cloud-init data (`boot NAME --metadata B64 --userdata B64`, what gpusim's
+-on-power-on runs for a cloned VM): a guest named after the VM at the metadata's static address,
+whose default user authorises the user data's SSH keys; recorded in bed.json, removed by `down()`.
+
 Run as root: `python testbed/bed.py up|down|status --root DIR [--esxi 2 --guests 4]`.
 """
 
