@@ -74,24 +74,23 @@ func injectedFault(reason string) types.BaseMethodFault {
 
 // takeCloneFault reports whether this clone (by the new VM's name) must fail.
 func (f *faultConfig) takeCloneFault(name string) (string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.armed || f.clone[name] <= 0 {
-		return "", false
-	}
-	f.clone[name]--
-	return "gpusim injected fault: clone to " + name, true
+	return f.take(f.clone, name, "clone to ")
 }
 
 // takeReconfigureFault reports whether this reconfigure of vmName must fail.
 func (f *faultConfig) takeReconfigureFault(vmName string) (string, bool) {
+	return f.take(f.reconfigure, vmName, "reconfigure of ")
+}
+
+// take counts one failure of name off counts (a -fail-* flag's), once the faults are armed.
+func (f *faultConfig) take(counts map[string]int, name, what string) (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.armed || f.reconfigure[vmName] <= 0 {
+	if !f.armed || counts[name] <= 0 {
 		return "", false
 	}
-	f.reconfigure[vmName]--
-	return "gpusim injected fault: reconfigure of " + vmName, true
+	counts[name]--
+	return "gpusim injected fault: " + what + name, true
 }
 
 // takeInjected reports (once) whether the task was picked by -fail-task.
