@@ -46,7 +46,8 @@ def mark(change: Change) -> str:
     return "+" if change.before is None else "-" if change.after is None else "~"
 
 
-_SHORT = {Disruption.VM_POWER_OFF: "VM power-off", Disruption.HOST_REBOOT: "host reboot"}
+_SHORT = {Disruption.VM_POWER_OFF: "VM power-off", Disruption.HOST_REBOOT: "host reboot",
+          Disruption.VM_DESTROY: "DESTROYS THE VM"}
 
 
 def change_line(change: Change) -> str:

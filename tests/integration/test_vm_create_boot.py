@@ -80,7 +80,7 @@ def test_from_empty_lab_to_a_reachable_meshed_cluster_in_one_apply(testbed, sim,
 
 def test_a_guest_that_never_answers_names_vm_and_step_and_a_rerun_converges(testbed, sim, tmp_path):
     quiet = {"train-1": ("esx-01", "10.250.0.101")}
-    book = write_runbook(testbed, tmp_path, quiet, boot_timeout=4, connect_timeout=1)
+    book = write_runbook(testbed, tmp_path, quiet, boot_timeout=6, connect_timeout=2)
     text = book.read_text()
     book.write_text(text.replace("address: 10.250.0.101, user", "address: 10.250.0.109, user"))  # not its address
     applied = gpuvm("apply", str(book), "--yes", "--accept-new-host-keys")
@@ -88,5 +88,5 @@ def test_a_guest_that_never_answers_names_vm_and_step_and_a_rerun_converges(test
     assert "train-1 (observe)" in applied.output, applied.output
     book.write_text(text)
     again = gpuvm("apply", str(book), "--yes", "--accept-new-host-keys")
-    assert again.exit_code == 0, again.output
+    assert again.exit_code == 0, again.output + sim.log
     assert gpuvm("verify", str(book)).exit_code == 0
