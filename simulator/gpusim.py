@@ -76,6 +76,9 @@ class Simulator:
         on_reboot: str | None = None,
         mig: Mapping[str, str] | None = None,
         vm_version: str = "vmx-19",
+        templates: Iterable[str] = (),
+        on_power_on: str | None = None,
+        datastore_gb: int | None = None,
         binary: str | Path | None = None,
         workdir: str | Path | None = None,
         username: str = DEFAULT_USERNAME,
@@ -92,6 +95,9 @@ class Simulator:
         self.on_reboot = on_reboot
         self.mig = dict(mig or {})  # host → "all" or GPU indices "0,1": GPUs in MIG mode
         self.vm_version = vm_version
+        self.templates = list(templates)  # VM templates on the first host, to clone from
+        self.on_power_on = on_power_on  # run when a VM with cloud-init data powers on
+        self.datastore_gb = datastore_gb  # room for clones (40 GB each) on each datastore
         self.binary = Path(binary) if binary else binary_path()
         self.username = username
         self.password = password
@@ -123,6 +129,11 @@ class Simulator:
             cmd.append(f"-cert-out={self.cert_file}")
         if self.on_reboot:
             cmd.append(f"-on-reboot={self.on_reboot}")
+        if self.on_power_on:
+            cmd.append(f"-on-power-on={self.on_power_on}")
+        if self.datastore_gb is not None:
+            cmd.append(f"-datastore-gb={self.datastore_gb}")
+        cmd += [f"-template={name}" for name in self.templates]
         for f in self.faults:
             cmd.append("-" + f.lstrip("-"))
         for host, gpus in self.mig.items():

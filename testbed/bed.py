@@ -20,13 +20,19 @@ PATH (testbed/bin/docker) hands every command to the real CLI once that socket e
 the stand-in before. Builds reach the Debian mirror through NAT on the bridge (`uplink`), the
 way real guests reach theirs.
 
+Guests booted from cloud-init data (`boot NAME --metadata B64 --userdata B64`, what gpusim's
+-on-power-on runs for a cloned VM): a guest named after the VM at the metadata's static address,
+whose default user authorises the user data's SSH keys; recorded in bed.json, removed by `down()`.
+
 Run as root: `python testbed/bed.py up|down|status --root DIR [--esxi 2 --guests 4]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -140,9 +146,15 @@ class TestBed:
         self.guests = guests
         self.client_key = self.root / "client_key"
         self.known_hosts_file = self.root / "known_hosts"
-        self._names = [f"esx-{i:02d}" for i in range(1, esxi + 1)] + [
-            f"gpu-vm-{i:02d}" for i in range(1, guests + 1)
-        ]
+        self._base = [f"esx-{i:02d}" for i in range(1, esxi + 1)] + [f"gpu-vm-{i:02d}" for i in range(1, guests + 1)]
+        self.booted: dict[str, str] = {}  # guests booted from cloud-init data (`boot`): name → address
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the guests booted since (by `bed.py boot`, another process) from bed.json."""
+        saved = self.root / "bed.json"
+        self.booted = json.loads(saved.read_text()).get("booted", {}) if saved.exists() else {}
+        self._names = self._base + [n for n in self.booted if n not in self._base]
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -150,7 +162,7 @@ class TestBed:
         return "esxi" if name.startswith("esx-") else "guest"
 
     def address(self, name: str) -> str:
-        return f"{SUBNET}.{11 + self._names.index(name)}"
+        return self.booted.get(name) or f"{SUBNET}.{11 + self._names.index(name)}"
 
     def host_dir(self, name: str) -> Path:
         return self.root / "hosts" / name
@@ -183,6 +195,7 @@ class TestBed:
         """Build every host and start its sshd; a previous bed (even a crashed one) goes first."""
         self._check_prerequisites()
         self.down()
+        self.booted, self._names = {}, list(self._base)
         self._ensure_guest_user()
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
@@ -196,11 +209,52 @@ class TestBed:
             self._make_host_files(name)
             self._make_netns(name)
         self.known_hosts_file.write_text("".join(h.host_key_line + "\n" for h in self.hosts))
-        (self.root / "bed.json").write_text(
-            json.dumps({"esxi": self.esxi, "guests": self.guests, "hosts": [self._host_json(h) for h in self.hosts]}, indent=1)
-        )
+        self._save()
         for name in self._names:
             self.start_sshd(name)
+
+    def _save(self) -> None:
+        (self.root / "bed.json").write_text(json.dumps({"esxi": self.esxi, "guests": self.guests, "booted": self.booted,
+                                                        "hosts": [self._host_json(h) for h in self.hosts]}, indent=1))
+
+    # -- guests booted from cloud-init data ---------------------------------------------------
+
+    def boot(self, name: str, metadata: str, userdata: str) -> str:
+        """What a VM cloned with cloud-init's guestinfo (`guestinfo.metadata`/`.userdata`, base64, in
+        the JSON form gpuvm writes) does on first boot: a guest `name` at the metadata's static
+        address, its default user authorising the user data's SSH keys. Idempotent (a power-on
+        again starts its sshd). gpusim's -on-power-on runs it; returns the address."""
+        with open(self.root / "boot.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.reload()  # another boot may have saved meanwhile
+            if name not in self.booted:
+                meta = json.loads(base64.b64decode(metadata))
+                nics = meta["network"]["ethernets"].values()
+                address = next(a for nic in nics for a in nic.get("addresses", []))  # static only
+                keys = json.loads(base64.b64decode(userdata).decode().partition("\n")[2])["ssh_authorized_keys"]
+                if len(NETNS_PREFIX + name) > 15 or len(VETH_PREFIX + name) > 15:
+                    raise ValueError(f"{name}: at most {15 - len(VETH_PREFIX)} characters (interface names)")
+                self.booted[name] = address.split("/")[0]
+                self._names.append(name)
+                shutil.rmtree(self.host_dir(name), ignore_errors=True)  # a fresh disk: a new VM of that name
+                self._make_host_files(name, authorized="".join(k + "\n" for k in keys))
+                self._make_netns(name)
+                self._save()
+            self.start_sshd(name)
+            return self.address(name)
+
+    def remove(self, name: str) -> None:
+        """Take a booted guest away entirely (its VM was destroyed)."""
+        self.reload()
+        if (self.host_dir(name) / "run" / "dockerd.pid").exists():
+            self.stop_docker(name)
+        _kill_netns_processes(self.netns(name))
+        _run("ip", "netns", "del", self.netns(name), check=False)
+        for link in (VETH_PREFIX + name, FABRIC_PREFIX + name):
+            _run("ip", "link", "del", link, check=False)
+        self.booted.pop(name, None)
+        self._names = [n for n in self._names if n != name]
+        self._save()
 
     def down(self) -> None:
         """Remove every bed namespace, link and process, ours or a crashed run's. Idempotent."""
@@ -447,7 +501,7 @@ class TestBed:
                     _run(*ip, "link", "add", nic, "type", "veth", "peer", "name", f"peer-np{i}")
                     _run(*ip, "link", "set", f"peer-np{i}", "up")
 
-    def _make_host_files(self, name: str) -> None:
+    def _make_host_files(self, name: str, authorized: str | None = None) -> None:
         d = self.host_dir(name)
         user = self.host(name).user
         pw = pwd.getpwnam(user)
@@ -474,7 +528,7 @@ class TestBed:
         home = d / "root" if user == "root" else d / "home" / user
         ssh_dir = home / ".ssh"
         ssh_dir.mkdir(parents=True, exist_ok=True)
-        (ssh_dir / "authorized_keys").write_text(Path(f"{self.client_key}.pub").read_text())
+        (ssh_dir / "authorized_keys").write_text(authorized or Path(f"{self.client_key}.pub").read_text())
         for path, mode in ((home, 0o700 if user == "root" else 0o755), (ssh_dir, 0o700), (ssh_dir / "authorized_keys", 0o600)):
             os.chown(path, pw.pw_uid, pw.pw_gid)
             os.chmod(path, mode)
@@ -552,7 +606,7 @@ def _bed_from_args(args: argparse.Namespace) -> TestBed:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="gpuvm SSH test bed (run as root)")
-    parser.add_argument("command", choices=["up", "down", "status", "reboot"])
+    parser.add_argument("command", choices=["up", "down", "status", "reboot", "boot"])
     parser.add_argument("names", nargs="*", help="with reboot: the test hosts (e.g. esx-01 and its guests)")
     parser.add_argument("--root", required=True, help="directory for keys and per-host files")
     parser.add_argument("--esxi", type=int, default=None, help="number of ESXi hosts (default 2)")
@@ -560,11 +614,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vms-per-host", type=int, default=2,
                         help="with reboot: how gpusim's VMs pair with guests (esx-02-vm1 is guest 3 with 2)")
     parser.add_argument("--docker", action="store_true", help="with up: a real dockerd on every guest")
+    parser.add_argument("--metadata", default="", help="with boot: cloud-init metadata (base64 JSON)")
+    parser.add_argument("--userdata", default="", help="with boot: cloud-init user data (base64 #cloud-config JSON)")
     args = parser.parse_args(argv)
     bed = _bed_from_args(args)
     if args.command == "down":
         bed.down()
         print("test bed is down")
+        return 0
+    if args.command == "boot":
+        for name in args.names:
+            print(f"{name}: up at {bed.boot(name, args.metadata, args.userdata)}")
         return 0
     if args.command == "reboot":  # names without a test host behind them: nothing to do
         known = [h.name for h in bed.hosts]

@@ -16,6 +16,7 @@ import (
 type faultConfig struct {
 	mu          sync.Mutex
 	reconfigure map[string]int           // VM name -> failures left
+	clone       map[string]int           // clone name -> failures left
 	failTask    int                      // the Nth task fails (0: never)
 	taskCount   int                      // tasks created since startup
 	injected    map[string]string        // task moref value -> fault reason
@@ -25,25 +26,29 @@ type faultConfig struct {
 	armed       bool
 }
 
-func parseFaults(reconf []string, failTask int, latency []string) (*faultConfig, error) {
+func parseFaults(reconf, clone []string, failTask int, latency []string) (*faultConfig, error) {
 	f := &faultConfig{
 		reconfigure: map[string]int{},
+		clone:       map[string]int{},
 		failTask:    failTask,
 		injected:    map[string]string{},
 		stockFailed: map[string]string{},
 		suppress:    map[string]int{},
 		latency:     map[string]time.Duration{},
 	}
-	for _, r := range reconf {
-		name, count := r, 1
-		if i := strings.LastIndex(r, ":"); i > 0 {
-			n, err := strconv.Atoi(r[i+1:])
-			if err != nil || n < 0 {
-				return nil, fmt.Errorf("-fail-reconfigure %q: COUNT must be a number >= 0", r)
+	for flag, specs := range map[string][]string{"fail-reconfigure": reconf, "fail-clone": clone} {
+		counts := map[string]map[string]int{"fail-reconfigure": f.reconfigure, "fail-clone": f.clone}[flag]
+		for _, r := range specs {
+			name, count := r, 1
+			if i := strings.LastIndex(r, ":"); i > 0 {
+				n, err := strconv.Atoi(r[i+1:])
+				if err != nil || n < 0 {
+					return nil, fmt.Errorf("-%s %q: COUNT must be a number >= 0", flag, r)
+				}
+				name, count = r[:i], n
 			}
-			name, count = r[:i], n
+			counts[name] += count
 		}
-		f.reconfigure[name] += count
 	}
 	for _, l := range latency {
 		i := strings.Index(l, "=")
@@ -67,15 +72,25 @@ func injectedFault(reason string) types.BaseMethodFault {
 	}
 }
 
+// takeCloneFault reports whether this clone (by the new VM's name) must fail.
+func (f *faultConfig) takeCloneFault(name string) (string, bool) {
+	return f.take(f.clone, name, "clone to ")
+}
+
 // takeReconfigureFault reports whether this reconfigure of vmName must fail.
 func (f *faultConfig) takeReconfigureFault(vmName string) (string, bool) {
+	return f.take(f.reconfigure, vmName, "reconfigure of ")
+}
+
+// take counts one failure of name off counts (a -fail-* flag's), once the faults are armed.
+func (f *faultConfig) take(counts map[string]int, name, what string) (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.armed || f.reconfigure[vmName] <= 0 {
+	if !f.armed || counts[name] <= 0 {
 		return "", false
 	}
-	f.reconfigure[vmName]--
-	return "gpusim injected fault: reconfigure of " + vmName, true
+	counts[name]--
+	return "gpusim injected fault: " + what + name, true
 }
 
 // takeInjected reports (once) whether the task was picked by -fail-task.

@@ -153,6 +153,11 @@ type gpusim struct {
 	// onReboot is run when a host reboots, so that a test host standing in for the
 	// ESXi shell reboots with it (applies pending kernel settings, MIG modes).
 	onReboot string
+	// onPowerOn is run when a VM with cloud-init data powers on (a test bed boots its guest).
+	onPowerOn   string
+	datastoreGB int
+	cloneDiskGB int
+	clones      map[types.ManagedObjectReference]string // cloned VM -> its datastore
 
 	mu    sync.Mutex
 	hosts map[string]*gpuHost // by HostSystem moref value

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/types"
 )
 
 // multiFlag collects a repeatable string flag.
@@ -36,6 +37,11 @@ type options struct {
 	vmPower           string
 	rebind            bool
 	failReconfigure   multiFlag
+	failClone         multiFlag
+	templates         multiFlag
+	datastoreGB       int
+	cloneDiskGB       int
+	onPowerOn         string
 	failTask          int
 	latency           multiFlag
 	onReboot          string
@@ -56,6 +62,11 @@ func parseFlags() *options {
 	flag.StringVar(&o.vmPower, "vm-power", "off", "initial VM power state: on or off")
 	flag.BoolVar(&o.rebind, "rebind-without-reboot", false, "passthrough changes become active without a host reboot")
 	flag.Var(&o.failReconfigure, "fail-reconfigure", "VMNAME[:COUNT]: ReconfigVM_Task on VMNAME fails COUNT times (repeatable)")
+	flag.Var(&o.failClone, "fail-clone", "VMNAME[:COUNT]: CloneVM_Task to a VM of that name fails COUNT times (repeatable)")
+	flag.Var(&o.templates, "template", "NAME: a VM template on the first host (repeatable), to clone VMs from")
+	flag.IntVar(&o.datastoreGB, "datastore-gb", 10240, "room on each datastore for clones, in GB")
+	flag.IntVar(&o.cloneDiskGB, "clone-disk-gb", 40, "what each clone takes on its datastore, in GB")
+	flag.StringVar(&o.onPowerOn, "on-power-on", "", "command run (via sh -c) when a VM with cloud-init's guestinfo.metadata powers on, with GPUSIM_VM, GPUSIM_METADATA and GPUSIM_USERDATA set")
 	flag.IntVar(&o.failTask, "fail-task", 0, "the Nth task created (after startup) fails once")
 	flag.Var(&o.latency, "latency", "METHOD=DURATION, e.g. ReconfigVM_Task=1s (repeatable)")
 	flag.StringVar(&o.onReboot, "on-reboot", "", "command run (via sh -c, with GPUSIM_HOST set) when a host reboots, e.g. to reboot a test host's ESXi shell")
@@ -84,7 +95,7 @@ func run(o *options) error {
 	if o.vmPower != "on" && o.vmPower != "off" {
 		return fmt.Errorf("-vm-power must be on or off")
 	}
-	faults, err := parseFaults(o.failReconfigure, o.failTask, o.latency)
+	faults, err := parseFaults(o.failReconfigure, o.failClone, o.failTask, o.latency)
 	if err != nil {
 		return err
 	}
@@ -106,7 +117,8 @@ func run(o *options) error {
 	}
 	defer model.Remove()
 
-	g := &gpusim{gpu: gpu, rebind: o.rebind, faults: faults, hosts: map[string]*gpuHost{}, onReboot: o.onReboot}
+	g := &gpusim{gpu: gpu, rebind: o.rebind, faults: faults, hosts: map[string]*gpuHost{}, onReboot: o.onReboot,
+		onPowerOn: o.onPowerOn, datastoreGB: o.datastoreGB, cloneDiskGB: o.cloneDiskGB, clones: map[types.ManagedObjectReference]string{}}
 	if err := g.buildHosts(); err != nil {
 		return err
 	}
@@ -134,7 +146,7 @@ func run(o *options) error {
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	err = g.createVMs(ctx, server.URL, o.vmsPerHost, o.vmPower == "on", o.vmVersion)
+	err = g.createVMs(ctx, server.URL, o.vmsPerHost, o.vmPower == "on", o.vmVersion, o.templates)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("create VMs: %w", err)

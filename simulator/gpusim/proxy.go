@@ -25,6 +25,7 @@ const proxyPrefix = "Gpusim"
 var proxiedMethods = map[string]bool{
 	"ReconfigVM_Task":           true,
 	"PowerOnVM_Task":            true,
+	"CloneVM_Task":              true,
 	"PowerOffVM_Task":           true,
 	"EnterMaintenanceMode_Task": true,
 	"RebootHost_Task":           true,

@@ -13,7 +13,8 @@ import (
 
 // createVMs makes <host>-vm<j> on every host through the simulator's own API,
 // so the stock code lays out files, devices and runtime.host as usual.
-func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn bool, version string) error {
+// Templates (-template) go on the first host: 4 vCPU, 8192 MB, efi, `version`, marked as template.
+func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn bool, version string, templates []string) error {
 	c, err := govmomi.NewClient(ctx, u, true)
 	if err != nil {
 		return err
@@ -69,6 +70,27 @@ func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn
 					return fmt.Errorf("power on %s: %w", spec.Name, err)
 				}
 			}
+		}
+	}
+	for _, name := range templates {
+		h := g.order[0]
+		pool := object.NewResourcePool(c.Client, *simulator.Map.Get(*h.hs.Parent).(*simulator.ClusterComputeResource).ResourcePool)
+		spec := types.VirtualMachineConfigSpec{
+			Name: name, GuestId: string(types.VirtualMachineGuestOsIdentifierUbuntu64Guest), Version: version,
+			NumCPUs: 4, MemoryMB: 8192, Firmware: string(types.GuestOsDescriptorFirmwareTypeEfi),
+			MemoryReservationLockedToMax: types.NewBool(false),
+			Files:                        &types.VirtualMachineFileInfo{VmPathName: fmt.Sprintf("[%s]", ds.Name)},
+		}
+		task, err := folder.CreateVM(ctx, spec, pool, object.NewHostSystem(c.Client, h.hs.Self))
+		if err != nil {
+			return err
+		}
+		info, err := task.WaitForResult(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("create template %s: %w", name, err)
+		}
+		if err := object.NewVirtualMachine(c.Client, info.Result.(types.ManagedObjectReference)).MarkAsTemplate(ctx); err != nil {
+			return fmt.Errorf("mark %s as template: %w", name, err)
 		}
 	}
 	return nil

@@ -185,6 +185,9 @@ func (p *vmProxy) PowerOnVMTask(ctx *simulator.Context, req *types.PowerOnVM_Tas
 		if err == nil && assign != nil {
 			assign()
 		}
+		if err == nil {
+			p.g.runPowerOnHook(vm)
+		}
 		return res, err
 	})
 	return &methods.PowerOnVM_TaskBody{Res: &types.PowerOnVM_TaskResponse{Returnval: ref}}

@@ -172,7 +172,8 @@ def _host_scope(rb: Runbook, inventory: Inventory, desired: Desired, h: int) -> 
     passthrough = {d.id for d in facts.gpus
                    if (d.passthru_enabled or d.passthru_active or d.id in selected) and d.id not in released}
     managed = {vm.name for vm in rb.vms}
-    vms = [(i, vm.name, desired.vms[vm.name].devices) for i, vm in enumerate(rb.vms) if vm.host == name]
+    vms = [(i, vm.name, desired.vms[vm.name].devices) for i, vm in enumerate(rb.vms)
+            if vm.host == name and vm.state == "present"]
     unmanaged = [vm for vm in inventory.vms_on(name) if vm.name not in managed]
     held = {d.address: vm.name for vm in unmanaged for d in vm.pci if d.kind == "classic" and d.address}
     held |= {d.address: vm for _, vm, devices in vms for d in devices if d.kind == "classic" and d.address}

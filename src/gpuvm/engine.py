@@ -23,7 +23,8 @@ from gpuvm.resolve import Desired, resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, guest_docker, guest_mig, guest_nic, guest_nic_ats,
-                         guest_ssh_mesh, host_graphics, host_passthrough, host_reboot, vm_advanced, vm_hardware, vm_power)
+                         guest_ssh_mesh, host_graphics, host_passthrough, host_reboot, vm_advanced, vm_hardware, vm_lifecycle,
+                         vm_power)
 from gpuvm.steps.base import Context, Step
 from gpuvm.vsphere.facts import Inventory
 
@@ -35,6 +36,7 @@ STEPS: list[Step] = [
     host_graphics.STEP,
     guest_nic_ats.STEP,  # before the reboot that activates it, on the guests that answer now
     host_reboot.STEP,
+    vm_lifecycle.STEP,  # creates missing VMs (the steps after it configure them), destroys absent ones
     vm_hardware.STEP,
     vm_advanced.STEP,
     vm_power.STEP,
@@ -122,9 +124,14 @@ def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = 
     return plan, desired
 
 
-def check_allowed(plan: Plan, desired: Desired, allow_power_off: bool, allow_host_reboot: bool) -> None:
+def check_allowed(plan: Plan, desired: Desired, allow_power_off: bool, allow_host_reboot: bool,
+                  allow_destroy: bool = False) -> None:
     """Refuse, before touching anything, disruptive changes the user has not allowed."""
     problems = []
+    destroys = plan.disruptive(Disruption.VM_DESTROY)
+    if destroys and not allow_destroy:
+        problems.append(f"VM(s) {', '.join(c.target for c in destroys)} would be DESTROYED (state: absent): "
+                        "pass --allow-destroy")
     power = plan.disruptive(Disruption.VM_POWER_OFF)
     if power and not allow_power_off:
         vms = ", ".join(dict.fromkeys(c.target for c in power))

@@ -17,10 +17,12 @@ class Disruption(str, Enum):
     NONE = "none"
     VM_POWER_OFF = "vm-power-off"       # the VM must be powered off for this change
     HOST_REBOOT = "host-reboot"         # takes effect after a host reboot (maintenance mode)
+    VM_DESTROY = "vm-destroy"           # the VM and its disks are deleted
 
     @property
     def label(self) -> str:
-        return {"none": "", "vm-power-off": "needs VM power-off", "host-reboot": "needs host reboot"}[self.value]
+        return {"none": "", "vm-power-off": "needs VM power-off", "host-reboot": "needs host reboot",
+                "vm-destroy": "DESTROYS THE VM (--allow-destroy)"}[self.value]
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class Plan:
                 "targets": len(self.targets()),
                 "vm_power_off": len(self.disruptive(Disruption.VM_POWER_OFF)),
                 "host_reboot": len(self.disruptive(Disruption.HOST_REBOOT)),
+                "vm_destroy": len(self.disruptive(Disruption.VM_DESTROY)),
                 "pending": sum(1 for c in self.changes if c.pending),
                 "not_observed": len(self.unobserved),
             },

@@ -46,7 +46,8 @@ def mark(change: Change) -> str:
     return "+" if change.before is None else "-" if change.after is None else "~"
 
 
-_SHORT = {Disruption.VM_POWER_OFF: "VM power-off", Disruption.HOST_REBOOT: "host reboot"}
+_SHORT = {Disruption.VM_POWER_OFF: "VM power-off", Disruption.HOST_REBOOT: "host reboot",
+          Disruption.VM_DESTROY: "DESTROYS THE VM"}
 
 
 def change_line(change: Change) -> str:
@@ -88,7 +89,8 @@ def plan_summary(plan: Plan) -> str:
     power = len(plan.disruptive(Disruption.VM_POWER_OFF))
     reboot = len(plan.disruptive(Disruption.HOST_REBOOT))
     pending = sum(1 for c in plan.changes if c.pending)
-    marks = [f"{power} need VM power-off" if power else "",
+    destroy = len(plan.disruptive(Disruption.VM_DESTROY))
+    marks = [f"{destroy} DESTROY a VM" if destroy else "", f"{power} need VM power-off" if power else "",
              f"{reboot} need host reboot" + (f" of which {pending} pending" if pending else "") if reboot else ""]
     marked = ", ".join(m for m in marks if m)
     summary = f"Plan: {len(plan.changes)} change(s) on {len(plan.targets())} target(s)" + \

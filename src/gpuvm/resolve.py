@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from gpuvm.capacity import check_capacity
+from gpuvm.cloud_init import guestinfo, public_key_problem
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
 from gpuvm.errors import InputError
 from gpuvm.plan import Note
@@ -67,6 +68,18 @@ class DesiredVm:
     extra_config: dict[str, str]
     power: str
     system_uuid: str = ""
+    state: str = "present"  # absent: destroyed
+    clone: Clone | None = None  # how to create it, where the runbook names a template
+
+
+@dataclass(frozen=True)
+class Clone:
+    """A VM to create: a clone of `template` on the VM's host and `datastore`, powered off, with
+    cloud-init's guestinfo (`cloud_init.py`) in its extraConfig."""
+
+    template: str
+    datastore: str
+    guestinfo: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -125,7 +138,7 @@ class _GpuPool:
                     owners = self.taken if rb_vm(rb, vm.name) is None else self.attached
                     owners[(vm.host, dev.address)] = vm.name
         for vm in rb.vms:  # explicit addresses and NICs are claimed first
-            for address in _explicit(vm):
+            for address in [] if vm.state == "absent" else _explicit(vm):
                 self.taken.setdefault((vm.host, address), vm.name)
 
     def claim(self, vm: Vm, spec: PassthroughGpus, facts: HostFacts, current: VmFacts | None,
@@ -165,6 +178,7 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
     `set_by_gpuvm`: by host and PCI address, the passthrough state gpuvm set last ("active" or
     "off", from the journal)."""
     desired = Desired()
+    clones = _add_clones(rb, inventory)
     for i, host in enumerate(rb.hosts):
         facts = inventory.hosts.get(host.name)
         if facts is None:
@@ -181,7 +195,12 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
     pool = _GpuPool(rb, inventory)
     memory_by_host: dict[str, int] = {}
     for i, vm in enumerate(rb.vms):
+        if vm.state == "absent":
+            desired.vms[vm.name] = DesiredVm(vm.name, vm.host, None, None, vm.firmware, False, [], {}, "off",
+                                             state="absent")
+            continue
         desired.vms[vm.name] = _resolve_vm(rb, i, vm, inventory, desired, pool)
+        desired.vms[vm.name].clone = clones.get(vm.name)
         if vm.host in desired.hosts:
             desired.hosts[vm.host].vms.append(vm.name)
         if vm.memory_gb:
@@ -196,6 +215,47 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
         _drop_named_candidates(inventory, desired, host)
     check_capacity(rb, inventory, desired)
     return desired
+
+
+def _add_clones(rb: Runbook, inventory: Inventory) -> dict[str, Clone]:
+    """The VMs to create (missing, with a template): each goes into `inventory` as it will be
+    once cloned (the template's facts on the VM's host, powered off, `clone_of` set, no moid yet),
+    so that the VM steps plan its hardware, devices and power-on like any VM's, and capacity
+    counts it."""
+    clones = {}
+    for i, vm in enumerate(rb.vms):
+        if vm.state == "absent" or vm.name in inventory.vms or vm.template is None:
+            continue
+        template = inventory.templates.get(vm.template) or inventory.vms.get(vm.template)
+        if template is None:
+            known = ", ".join(sorted(inventory.templates)) or "none"
+            raise rb.error(("vms", i, "template"), f"template '{vm.template}' for VM '{vm.name}' not found in "
+                                                   f"vCenter (templates: {known})")
+        datastore = vm.datastore or (template.datastores[0] if template.datastores else None)
+        if datastore not in inventory.datastores:
+            known = ", ".join(sorted(inventory.datastores)) or "none"
+            raise rb.error(("vms", i, "datastore"), f"datastore '{datastore}' not found in vCenter "
+                                                    f"(datastores: {known})")
+        info = _guestinfo(rb, i, vm) if vm.cloud_init else {}
+        clones[vm.name] = Clone(vm.template, datastore, tuple(info.items()))
+        inventory.vms[vm.name] = template.model_copy(update={
+            "name": vm.name, "moid": "", "host": vm.host, "power_state": "poweredOff", "datastores": [datastore],
+            "clone_of": vm.template, "extra_config": template.extra_config | info})
+    return clones
+
+
+def _guestinfo(rb: Runbook, i: int, vm: Vm) -> dict[str, str]:
+    ci = vm.cloud_init
+    assert ci is not None
+    path = ci.ssh_public_key_file if ci.ssh_public_key_file.is_absolute() else rb.file.parent / ci.ssh_public_key_file
+    loc = ("vms", i, "cloud_init", "ssh_public_key_file")
+    try:
+        key = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise rb.error(loc, f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    if problem := public_key_problem(key):
+        raise rb.error(loc, f"{path} {problem}")
+    return guestinfo(vm.name, ci, key)
 
 
 def _devices_on(inventory: Inventory, desired: Desired, host: DesiredHost) -> list[DesiredDevice | VmPciDevice]:
@@ -264,8 +324,8 @@ class _Gpus:
 def _resolve_vm(rb: Runbook, i: int, vm: Vm, inventory: Inventory, desired: Desired, pool: _GpuPool) -> DesiredVm:
     current = inventory.vms.get(vm.name)
     if current is None:
-        raise rb.error(("vms", i, "name"), f"VM '{vm.name}' not found in vCenter; gpuvm configures existing VMs "
-                                           "(create it from your template first)")
+        raise rb.error(("vms", i, "name"), f"VM '{vm.name}' not found in vCenter: name a template to create "
+                                           "it from (template: ...)")
     if current.host != vm.host:
         raise rb.error(("vms", i, "host"), f"VM '{vm.name}' runs on host {current.host}, not {vm.host} "
                                            "(gpuvm does not migrate VMs)")

@@ -136,6 +136,7 @@ class Applied:
 
 
 def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
+                  allow_destroy: bool = False,
                   parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
                   show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
                   progress: Progress | None = None, setup: str | None = None) -> Applied:
@@ -146,11 +147,12 @@ def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = Fals
     `confirm` (if given) is asked and raises to stop. Failed targets do not raise: see `Applied`.
     """
     return apply_loaded(select_setup(load_runbook(runbook), setup), access, allow_power_off=allow_power_off,
-                        allow_host_reboot=allow_host_reboot, parallel=parallel, shutdown_timeout=shutdown_timeout,
+                        allow_host_reboot=allow_host_reboot, allow_destroy=allow_destroy, parallel=parallel, shutdown_timeout=shutdown_timeout,
                         max_unavailable=max_unavailable, show_plan=show_plan, confirm=confirm, progress=progress)
 
 
 def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
+                 allow_destroy: bool = False,
                  parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
                  show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
                  progress: Progress | None = None) -> Applied:
@@ -165,7 +167,7 @@ def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False
             show_plan(plan)
         if plan.empty and not down:
             return Applied(plan)
-        check_allowed(plan, desired, allow_power_off, allow_host_reboot)
+        check_allowed(plan, desired, allow_power_off, allow_host_reboot, allow_destroy)
         if confirm is not None:
             confirm(plan)
         options = Options(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,

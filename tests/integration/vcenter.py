@@ -26,6 +26,13 @@ def reboot_hook(testbed: Any, vms_per_host: int = 2) -> str:
             f'--vms-per-host {vms_per_host}')
 
 
+def boot_hook(testbed: Any) -> str:
+    """gpusim's -on-power-on for the SSH test bed: a VM powered on with cloud-init data boots a
+    guest with that identity (address, authorised key) in the bed (`bed.py boot`)."""
+    return (f'{shlex.quote(sys.executable)} {BED} boot "$GPUSIM_VM" --metadata "$GPUSIM_METADATA" '
+            f'--userdata "$GPUSIM_USERDATA" --root {testbed.root}')
+
+
 def env_for(sim: Simulator) -> dict[str, str]:
     return {"GOVC_URL": sim.url, "GOVC_TLS_CA_CERTS": str(sim.cert_file), "GOVC_USERNAME": sim.username,
             "GPUVM_VCENTER_PASSWORD": sim.password}

@@ -134,7 +134,7 @@ def test_apply_stops_when_confirm_raises(world, mocker, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         runs.apply_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), allow_power_off=True,
                            confirm=mocker.Mock(side_effect=KeyboardInterrupt))
-    check_allowed.assert_called_once_with(plan, "desired", True, False)
+    check_allowed.assert_called_once_with(plan, "desired", True, False, False)
     apply_plan.assert_not_called()
 
 

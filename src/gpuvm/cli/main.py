@@ -129,6 +129,7 @@ def apply(runbook: Path = RUNBOOK,
           yes: bool = typer.Option(False, "--yes", "-y", help="Apply without asking"),
           allow_power_off: bool = typer.Option(False, help="Allow powering VMs off (guest shutdown first)"),
           allow_host_reboot: bool = typer.Option(False, help="Allow maintenance mode and host reboots"),
+          allow_destroy: bool = typer.Option(False, help="Allow destroying the VMs the runbook marks state: absent"),
           parallel: int = typer.Option(8, min=1, max=64, help="Targets changed at once"),
           max_unavailable: int = typer.Option(1, min=1, help="Hosts rebooted at once"),
           state_dir: Optional[Path] = STATE,
@@ -143,7 +144,8 @@ def apply(runbook: Path = RUNBOOK,
 
     shown = ApplyOutput(json_, form.value)
     applied = apply_runbook(runbook, access(insecure, accept_new_host_keys, state_dir),
-                            allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot, parallel=parallel,
+                            allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
+                            allow_destroy=allow_destroy, parallel=parallel,
                             shutdown_timeout=shutdown_timeout, max_unavailable=max_unavailable, show_plan=shown.plan,
                             confirm=None if yes else _confirm, progress=shown.progress, setup=setup)
     shown.summary(applied)

@@ -86,6 +86,18 @@ def url_problem(url: str) -> str | None:
     return None
 
 
+def _address_with_prefix(value: str) -> str:
+    import ipaddress
+
+    try:
+        ipaddress.ip_interface(value)
+    except ValueError:
+        raise ValueError(f"'{value}' is not an address with prefix like 192.168.100.11/24") from None
+    if "/" not in value:
+        raise ValueError(f"'{value}' needs a prefix length, like {value}/24")
+    return value
+
+
 class PciSelector(Strict):
     """Exactly one of: a model name (substring of the device name), a vendor:device id, an address."""
 
@@ -234,6 +246,29 @@ class Nic(Strict):
     _a = field_validator("address")(lambda cls, v: _pci_address(v))
 
 
+class CloudInit(Strict):
+    """A clone's identity on first boot, through cloud-init's VMware datasource (guestinfo)."""
+
+    hostname: str | None = None  # default: the VM's name
+    address: str = "dhcp"  # or a static address with prefix, like 10.0.0.21/24
+    gateway: str | None = None
+    nameservers: list[str] = []
+    interfaces: str = "ens*"  # the guest NICs the network config matches (by name)
+    ssh_public_key_file: Path  # authorised for the template's default user; never a private key
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        return value if value == "dhcp" else _address_with_prefix(value)
+
+    @field_validator("hostname")
+    @classmethod
+    def _hostname(cls, value: str | None) -> str | None:
+        if value is not None and not HOSTNAME.fullmatch(value):
+            raise ValueError(f"{shown(value)} is not a host name")
+        return value
+
+
 class Vm(Strict):
     name: Name
     host: Name
@@ -247,8 +282,18 @@ class Vm(Strict):
     numa_node: int | None = Field(default=None, ge=0, le=7)
     topology: TopologyPolicy | None = None  # default: the runbook's
     power: Literal["on", "off"] = "on"
+    state: Literal["present", "absent"] = "present"  # absent: destroyed by apply --allow-destroy
+    template: Name | None = None  # a missing VM is created as a clone of this template (or VM)
+    datastore: Name | None = None  # where a clone goes; default: the template's datastore
+    cloud_init: CloudInit | None = None  # a clone's identity on first boot
 
     _n = field_validator("name")(lambda cls, v: checked_name(v))
+
+    @model_validator(mode="after")
+    def _clone(self) -> "Vm":
+        if (self.cloud_init or self.datastore) and not self.template:
+            raise ValueError("cloud_init and datastore apply to a VM gpuvm creates: give template")
+        return self
 
     @field_validator("mmio")
     @classmethod
@@ -273,20 +318,7 @@ class RdmaPort(Strict):
     ip: str | None = None  # 192.168.100.11/24
     mtu: int | None = Field(default=None, ge=576, le=9216)
 
-    @field_validator("ip")
-    @classmethod
-    def _ip(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        import ipaddress
-
-        try:
-            ipaddress.ip_interface(value)
-        except ValueError:
-            raise ValueError(f"'{value}' is not an address with prefix like 192.168.100.11/24") from None
-        if "/" not in value:
-            raise ValueError(f"'{value}' needs a prefix length, like {value}/24")
-        return value
+    _ip = field_validator("ip")(lambda cls, v: None if v is None else _address_with_prefix(v))
 
     @model_validator(mode="after")
     def _one(self) -> "RdmaPort":
@@ -498,6 +530,8 @@ class Runbook(Strict):
             loc = ("guests", "hosts", i, "vm")
             if guest.vm not in vms:
                 raise self.error(loc, f"VM '{guest.vm}' is not in vms (declared: {', '.join(vms) or 'none'})")
+            if self.vms[vms[guest.vm]].state == "absent":
+                raise self.error(loc, f"VM '{guest.vm}' is marked state: absent; a guest in it cannot be configured")
             if guest.vm in seen:
                 raise self.error(loc, f"guest for VM '{guest.vm}' is declared twice (also guests.hosts[{seen[guest.vm]}])")
             seen[guest.vm] = i

@@ -85,6 +85,11 @@ class Step:
         return self.role in SSH_ROLES
 
 
+def present(vm: Any) -> bool:
+    """The `wanted` of VM steps other than vm.lifecycle: a VM marked absent is only destroyed."""
+    return vm.state == "present"
+
+
 def host_facts(ctx: Context, host: Any) -> Any:
     """The observe of host steps: the host's slice of the inventory (`HostFacts`)."""
     return ctx.inventory.hosts[host.name]

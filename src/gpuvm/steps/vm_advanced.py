@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import DesiredVm
-from gpuvm.steps.base import Context, Step, vm_facts
+from gpuvm.steps.base import Context, Step, present, vm_facts
 from gpuvm.steps.power import reconfigure
 from gpuvm.vsphere.facts import VmFacts
 
@@ -56,4 +56,4 @@ def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
     reconfigure(ctx, vm.name, changes, config_spec(changes))
 
 
-STEP = Step(NAME, "vm", vm_facts, plan, apply, restarts_guest=True)
+STEP = Step(NAME, "vm", vm_facts, plan, apply, wanted=present, restarts_guest=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import DesiredDevice, DesiredVm
-from gpuvm.steps.base import Context, Step, vm_facts
+from gpuvm.steps.base import Context, Step, present, vm_facts
 from gpuvm.steps.power import reconfigure
 from gpuvm.vsphere.facts import VmFacts, VmPciDevice
 
@@ -151,4 +151,4 @@ def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
                 check=(lambda config: _check_unchanged(config, planned)) if devices else None)
 
 
-STEP = Step(NAME, "vm", vm_facts, plan, apply, restarts_guest=True)
+STEP = Step(NAME, "vm", vm_facts, plan, apply, wanted=present, restarts_guest=True)

@@ -14,7 +14,7 @@ from gpuvm.errors import TargetFailures
 from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import DesiredVm
-from gpuvm.steps.base import Context, Step
+from gpuvm.steps.base import Context, Step, present
 from gpuvm.steps.power import power_off, power_on
 
 NAME = "vm.power"
@@ -96,4 +96,4 @@ def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
         raise failures[vm.name]
 
 
-STEP = Step(NAME, "vm", observe, plan, apply, apply_all=apply_all, restarts_guest=True)
+STEP = Step(NAME, "vm", observe, plan, apply, apply_all=apply_all, wanted=present, restarts_guest=True)

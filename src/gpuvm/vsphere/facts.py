@@ -130,10 +130,18 @@ class VmFacts(BaseModel):
     hw_version: str = ""
     extra_config: dict[str, str] = {}
     pci: list[VmPciDevice] = []
+    datastores: list[str] = []  # names
+    clone_of: str | None = None  # not created yet: the plan clones it from this template (moid "")
 
     @property
     def powered_on(self) -> bool:
         return self.power_state == "poweredOn"
+
+
+class DatastoreFacts(BaseModel):
+    name: str
+    moid: str
+    free_gb: int = 0
 
 
 class Inventory(BaseModel):
@@ -142,6 +150,8 @@ class Inventory(BaseModel):
     taken: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     hosts: dict[str, HostFacts] = {}
     vms: dict[str, VmFacts] = {}
+    templates: dict[str, VmFacts] = {}  # VM templates, to clone from
+    datastores: dict[str, DatastoreFacts] = {}
 
     def vms_on(self, host: str) -> list[VmFacts]:
         return [vm for vm in self.vms.values() if vm.host == host]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuvm.pci import unsigned16
-from gpuvm.vsphere.facts import Graphics, HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
+from gpuvm.vsphere.facts import DatastoreFacts, Graphics, HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
 from gpuvm.vsphere.session import Session
 
 HOST_PROPERTIES = [
@@ -43,7 +43,10 @@ VM_PROPERTIES = [
     "config.hardware.device",
     "config.extraConfig",
     "config.memoryReservationLockedToMax",
+    "datastore",
 ]
+
+DATASTORE_PROPERTIES = ["name", "summary.freeSpace"]
 
 PAGE_SIZE = 5000  # objects per page; vCenter may return fewer
 
@@ -53,7 +56,7 @@ def retrieve(session: Session) -> list[Any]:
     from pyVmomi import vim, vmodl
 
     content = session.content
-    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine], True)
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine, vim.Datastore], True)
     try:
         traverse = vmodl.query.PropertyCollector.TraversalSpec(name="view", path="view", skip=False,
                                                                type=vim.view.ContainerView)
@@ -62,6 +65,7 @@ def retrieve(session: Session) -> list[Any]:
             propSet=[
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.HostSystem, pathSet=HOST_PROPERTIES),
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.VirtualMachine, pathSet=VM_PROPERTIES),
+                vmodl.query.PropertyCollector.PropertySpec(type=vim.Datastore, pathSet=DATASTORE_PROPERTIES),
             ],
         )
         collector = content.propertyCollector
@@ -156,7 +160,8 @@ def vm_pci_devices(devices: list[Any]) -> list[VmPciDevice]:
     return out
 
 
-def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str]) -> VmFacts:
+def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
+             datastore_names: dict[str, str] | None = None) -> VmFacts:
     host_ref = props.get("runtime.host")
     return VmFacts(
         name=props["name"], moid=moid,
@@ -169,6 +174,7 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str]) -> Vm
         hw_version=str(props.get("config.version") or ""),
         extra_config={o.key: str(o.value) for o in props.get("config.extraConfig") or []},
         pci=vm_pci_devices(props.get("config.hardware.device") or []),
+        datastores=[(datastore_names or {}).get(ref._moId, ref._moId) for ref in props.get("datastore") or []],
     )
 
 
@@ -178,6 +184,7 @@ def read_inventory(session: Session) -> Inventory:
     objects = retrieve(session)
     hosts: dict[str, HostFacts] = {}
     host_names: dict[str, str] = {}
+    datastores: dict[str, DatastoreFacts] = {}
     vm_objects = []
     for obj in objects:
         props = _props(obj)
@@ -185,10 +192,14 @@ def read_inventory(session: Session) -> Inventory:
             facts = host_facts(obj.obj._moId, props)
             hosts[facts.name] = facts
             host_names[facts.moid] = facts.name
-        elif not props.get("config.template"):
+        elif isinstance(obj.obj, vim.Datastore):
+            datastores[props["name"]] = DatastoreFacts(name=props["name"], moid=obj.obj._moId,
+                                                       free_gb=int(props.get("summary.freeSpace") or 0) >> 30)
+        else:
             vm_objects.append((obj.obj._moId, props))
-    vms = {}
+    datastore_names = {d.moid: d.name for d in datastores.values()}
+    vms, templates = {}, {}
     for moid, props in vm_objects:
-        facts = vm_facts(moid, props, host_names)
-        vms[facts.name] = facts
-    return Inventory(source=session.target.url, hosts=hosts, vms=vms)
+        facts = vm_facts(moid, props, host_names, datastore_names)
+        (templates if props.get("config.template") else vms)[facts.name] = facts
+    return Inventory(source=session.target.url, hosts=hosts, vms=vms, templates=templates, datastores=datastores)

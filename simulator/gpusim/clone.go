@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/methods"
+	"github.com/vmware/govmomi/vim25/soap"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// CloneVMTask clones a VM or template onto the host, resource pool and datastore the spec's
+// location names (the stock simulator keeps the source's host), copying what a clone keeps:
+// hardware version, firmware, CPUs, memory, reservation and extraConfig, plus the spec's
+// extraConfig (cloud-init's guestinfo.*). The datastore must have room for the clone's disk
+// (-clone-disk-gb of -datastore-gb), else NoDiskSpace as vSphere words it.
+func (p *vmProxy) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) soap.HasFault {
+	src := p.vm()
+	if src == nil {
+		return &methods.CloneVM_TaskBody{Fault_: notFound(p.real)}
+	}
+	ref := p.g.startTask(src, "cloneVm", "CloneVM_Task", func() (types.AnyType, types.BaseMethodFault) {
+		if reason, fail := p.g.faults.takeCloneFault(req.Name); fail {
+			return nil, injectedFault(reason)
+		}
+		loc := req.Spec.Location
+		hostRef := src.Runtime.Host
+		if loc.Host != nil {
+			hostRef = loc.Host
+		}
+		if hostRef == nil || p.g.host(*hostRef) == nil {
+			return nil, &types.InvalidArgument{InvalidProperty: "spec.location.host"}
+		}
+		hs := p.g.host(*hostRef).hs
+		pool := loc.Pool
+		if pool == nil {
+			cr, ok := simulator.Map.Get(*hs.Parent).(*simulator.ClusterComputeResource)
+			if !ok {
+				return nil, &types.InvalidArgument{InvalidProperty: "spec.location.pool"}
+			}
+			pool = cr.ResourcePool
+		}
+		dsRef := loc.Datastore
+		if dsRef == nil && len(src.Datastore) > 0 {
+			dsRef = &src.Datastore[0]
+		}
+		ds, ok := simulator.Map.Get(*dsRef).(*simulator.Datastore)
+		if dsRef == nil || !ok {
+			return nil, &types.InvalidArgument{InvalidProperty: "spec.location.datastore"}
+		}
+		if fault := p.g.checkSpace(ds.Name); fault != nil {
+			return nil, fault
+		}
+		folder, ok := simulator.Map.Get(req.Folder).(*simulator.Folder)
+		if !ok {
+			return nil, &types.InvalidArgument{InvalidProperty: "folder"}
+		}
+		config := types.VirtualMachineConfigSpec{
+			Name:                         req.Name,
+			GuestId:                      src.Config.GuestId,
+			Version:                      src.Config.Version,
+			NumCPUs:                      src.Config.Hardware.NumCPU,
+			MemoryMB:                     int64(src.Config.Hardware.MemoryMB),
+			Firmware:                     src.Config.Firmware,
+			MemoryReservationLockedToMax: src.Config.MemoryReservationLockedToMax,
+			Files:                        &types.VirtualMachineFileInfo{VmPathName: fmt.Sprintf("[%s]", ds.Name)},
+		}
+		create := &types.CreateVM_Task{This: folder.Self, Config: config, Pool: *pool, Host: hostRef}
+		res, err := p.g.stockTaskResult(p.real, func() soap.HasFault { return folder.CreateVMTask(ctx, create) })
+		if err != nil {
+			return nil, err
+		}
+		clone := simulator.Map.Get(res.(types.ManagedObjectReference)).(*simulator.VirtualMachine)
+		extra := append(append([]types.BaseOptionValue(nil), src.Config.ExtraConfig...), cloneExtraConfig(req)...)
+		simulator.Map.WithLock(clone, func() {
+			mergeExtraConfig(clone, extra)
+			bumpChangeVersion(clone)
+		})
+		p.g.recordClone(clone.Self, ds.Name)
+		return clone.Self, nil
+	})
+	return &methods.CloneVM_TaskBody{Res: &types.CloneVM_TaskResponse{Returnval: ref}}
+}
+
+func cloneExtraConfig(req *types.CloneVM_Task) []types.BaseOptionValue {
+	if req.Spec.Config == nil {
+		return nil
+	}
+	return req.Spec.Config.ExtraConfig
+}
+
+// checkSpace refuses a clone that does not fit on the datastore: every clone that still exists
+// takes -clone-disk-gb of its datastore's -datastore-gb.
+func (g *gpusim) checkSpace(ds string) types.BaseMethodFault {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	used := 0
+	for ref, name := range g.clones {
+		if _, alive := simulator.Map.Get(ref).(*simulator.VirtualMachine); !alive {
+			delete(g.clones, ref)
+		} else if name == ds {
+			used += g.cloneDiskGB
+		}
+	}
+	if used+g.cloneDiskGB <= g.datastoreGB {
+		return nil
+	}
+	// The words vCenter uses (terraform-vsphere-vm issue #130, vmware_rest PR #299).
+	msg := fmt.Sprintf("Insufficient disk space on datastore '%s'.", ds)
+	return &types.NoDiskSpace{FileFault: types.FileFault{VimFault: types.VimFault{MethodFault: methodFault(msg)}}, Datastore: ds}
+}
+
+func (g *gpusim) recordClone(ref types.ManagedObjectReference, ds string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.clones[ref] = ds
+}
+
+// runPowerOnHook runs the -on-power-on command when a VM that carries cloud-init's
+// guestinfo.metadata powers on, with GPUSIM_VM and the guestinfo values (as set, base64 when
+// their .encoding says so) in GPUSIM_METADATA / GPUSIM_USERDATA, so that a test bed can boot a
+// guest with that identity. A failing hook is logged: the guest just never answers.
+func (g *gpusim) runPowerOnHook(vm *simulator.VirtualMachine) {
+	metadata, ok := extraConfigValue(vm, "guestinfo.metadata")
+	if g.onPowerOn == "" || !ok {
+		return
+	}
+	userdata, _ := extraConfigValue(vm, "guestinfo.userdata")
+	cmd := exec.Command("sh", "-c", g.onPowerOn)
+	cmd.Env = append(os.Environ(), "GPUSIM_VM="+vm.Name, "GPUSIM_METADATA="+metadata, "GPUSIM_USERDATA="+userdata)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		log.Printf("power-on hook for %s failed: %v: %s", vm.Name, err, strings.TrimSpace(string(out)))
+	}
+}

@@ -1,0 +1,95 @@
+"""vm.lifecycle: VMs that the runbook declares but vCenter lacks are created, VMs it marks
+`state: absent` are destroyed. First among the VM steps, so the steps after it configure a new VM
+and power it on in the same apply.
+
+A create is a clone of the runbook's template onto the VM's host and datastore (`CloneVM_Task`),
+powered off, with cloud-init's guestinfo in its extraConfig; the plan creates nothing. A destroy
+(`Destroy_Task`) is refused without --allow-destroy, and a running VM is powered off first
+(--allow-power-off); VMs the runbook does not name are never touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuvm.plan import Change, Disruption
+from gpuvm.resolve import Clone, DesiredVm
+from gpuvm.steps.base import Context, Step
+from gpuvm.steps.power import power_off
+from gpuvm.vsphere.facts import VmFacts
+from gpuvm.vsphere.tasks import call, run_task
+
+NAME = "vm.lifecycle"
+
+
+@dataclass(frozen=True)
+class CloneVm:
+    clone: Clone
+
+
+@dataclass(frozen=True)
+class PowerOffForDestroy:
+    pass
+
+
+@dataclass(frozen=True)
+class DestroyVm:
+    pass
+
+
+def observe(ctx: Context, vm: DesiredVm) -> VmFacts | None:
+    """The VM as vCenter has it (None: it does not exist); a clone the plan makes reads as missing."""
+    facts = ctx.inventory.vms.get(vm.name)
+    return None if facts is None or facts.clone_of is not None else facts
+
+
+def plan(vm: DesiredVm, facts: VmFacts | None) -> list[Change]:
+    if vm.state == "absent":
+        if facts is None:
+            return []
+        changes = []
+        if facts.powered_on:
+            changes.append(Change(NAME, vm.name, "vm", "power", "poweredOn", "poweredOff", Disruption.VM_POWER_OFF,
+                                  PowerOffForDestroy()))
+        return changes + [Change(NAME, vm.name, "vm", "exists", f"yes (on {facts.host})", "DESTROYED",
+                                 Disruption.VM_DESTROY, DestroyVm())]
+    if facts is None and vm.clone is not None:
+        return [Change(NAME, vm.name, "vm", "exists", None,
+                       f"create: clone of {vm.clone.template} on {vm.host}, datastore {vm.clone.datastore}",
+                       Disruption.NONE, CloneVm(vm.clone))]
+    return []
+
+
+def _clone(ctx: Context, vm: DesiredVm, clone: Clone) -> None:
+    from pyVmomi import vim
+
+    inventory = ctx.inventory
+    source = inventory.templates.get(clone.template) or inventory.vms[clone.template]
+    template = ctx.session.ref("VirtualMachine", source.moid)
+    host = ctx.session.ref("HostSystem", inventory.hosts[vm.host].moid)
+    folder, pool = call("read the template's folder and the host's resource pool",
+                        lambda: (template.parent, host.parent.resourcePool))
+    spec = vim.vm.CloneSpec(powerOn=False, template=False, location=vim.vm.RelocateSpec(
+        host=host, pool=pool, datastore=ctx.session.ref("Datastore", inventory.datastores[clone.datastore].moid)))
+    if clone.guestinfo:
+        spec.config = vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key=k, value=v) for k, v in clone.guestinfo])
+    made = run_task(f"CloneVM_Task (clone of {clone.template})",
+                    lambda: template.CloneVM_Task(folder=folder, name=vm.name, spec=spec), ctx.options.task_timeout)
+    planned = inventory.vms[vm.name]  # the steps that follow find the new VM by its moid
+    inventory.vms[vm.name] = planned.model_copy(update={"moid": made._moId, "clone_of": None})
+
+
+def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
+    for change in changes:
+        action = change.action
+        if isinstance(action, CloneVm):
+            _clone(ctx, vm, action.clone)
+        elif isinstance(action, PowerOffForDestroy):
+            power_off(ctx, vm.name)
+        elif isinstance(action, DestroyVm):
+            ref = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm.name].moid)
+            run_task("Destroy_Task", ref.Destroy_Task, ctx.options.task_timeout)
+            del ctx.inventory.vms[vm.name]
+
+
+STEP = Step(NAME, "vm", observe, plan, apply)

@@ -1,0 +1,148 @@
+"""VMs created from a template and destroyed, against the simulated vCenter (no SSH): plan shows
+the creates and touches nothing, apply clones, configures and powers them on, re-plan is empty;
+a VM marked absent is refused without --allow-destroy and destroyed with it. Failures (wrong
+template, full datastore, a clone task that fails) name VM and step, and a re-run converges."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpusim import Simulator
+from gpuvm.cli.main import app
+from tests.integration.vcenter import env_for, raw_state
+
+pytestmark = pytest.mark.integration
+
+RUNBOOK = """\
+vcenter: {password_env: GPUVM_VCENTER_PASSWORD}
+hosts:
+  - {name: esx-01, passthrough: [{model: A100}]}
+  - {name: esx-02, passthrough: [{model: A100}]}
+vms:
+%s
+"""
+VM = """\
+  - name: %(name)s
+    host: %(host)s
+    template: %(template)s
+    cpus: 8
+    memory_gb: 64
+    gpus: {mode: passthrough, count: 1}
+    cloud_init: {address: 10.250.0.%(ip)d/24, ssh_public_key_file: key.pub}
+"""
+
+
+def runbook(tmp_path: Path, vms: list[dict], extra: str = "") -> Path:
+    (tmp_path / "key.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuvm test@gpuvm\n")
+    entries = "".join(VM % ({"template": "ubuntu-gpu"} | vm) + extra for vm in vms)
+    path = tmp_path / "runbook.yaml"
+    path.write_text(RUNBOOK % entries)
+    return path
+
+
+TRAINING = [{"name": "train-1", "host": "esx-01", "ip": 101}, {"name": "train-2", "host": "esx-02", "ip": 102}]
+
+
+def simulator(monkeypatch, tmp_path: Path, **options) -> Simulator:
+    sim = Simulator(hosts=2, vms_per_host=1, rebind=True, templates=["ubuntu-gpu"], **options).start()
+    for key, value in env_for(sim).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+    return sim
+
+
+@pytest.fixture
+def sim(monkeypatch, tmp_path):
+    running = simulator(monkeypatch, tmp_path)
+    yield running
+    running.stop()
+
+
+def gpuvm(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def test_create_configure_power_on_then_destroy_only_with_the_flag(sim, tmp_path):
+    book = runbook(tmp_path, TRAINING)
+    before = raw_state(sim)
+    planned = gpuvm("plan", str(book))
+    assert planned.exit_code == 0, planned.output
+    assert "create: clone of ubuntu-gpu on esx-01, datastore" in planned.output.replace("\n", " ") or \
+        "clone of ubuntu-gpu" in planned.output, planned.output
+    assert raw_state(sim) == before, "plan created something"
+
+    applied = gpuvm("apply", str(book), "--yes")
+    assert applied.exit_code == 0, applied.output
+    after = raw_state(sim)
+    for name in ("train-1", "train-2"):
+        vm = after[name]
+        assert vm["power"] == "poweredOn" and vm["cpus"] == 8 and vm["memory"] == 65536 and vm["reserved"], vm
+        assert len(vm["pci"]) == 1 and vm["firmware"] == "efi"
+    assert after["esx-01-vm1"] == before["esx-01-vm1"], "a VM the runbook does not name was touched"
+    assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0
+    assert gpuvm("verify", str(book)).exit_code == 0
+
+    gone = runbook(tmp_path, TRAINING[:1])
+    gone.write_text(gone.read_text() + "  - {name: train-2, host: esx-02, state: absent}\n")
+    shown = gpuvm("plan", str(gone))
+    assert "DESTROY" in shown.output, shown.output
+    refused = gpuvm("apply", str(gone), "--yes")
+    assert refused.exit_code == 2 and "train-2" in refused.output and "--allow-destroy" in refused.output
+    assert "--allow-power-off" in refused.output  # it runs: powered off first
+    assert raw_state(sim) == after, "a refused apply touched something"
+    destroyed = gpuvm("apply", str(gone), "--yes", "--allow-destroy", "--allow-power-off")
+    assert destroyed.exit_code == 0, destroyed.output
+    final = raw_state(sim)
+    assert "train-2" not in final and final["train-1"] == after["train-1"]
+    assert final["esx-01-vm1"] == before["esx-01-vm1"] and final["esx-02-vm1"] == before["esx-02-vm1"]
+    assert gpuvm("plan", str(gone), "--detailed-exitcode").exit_code == 0
+
+
+def test_guestinfo_carries_identity_and_only_the_public_key(sim, tmp_path):
+    import base64
+    import json
+
+    from tests.integration.vcenter import pyvmomi
+
+    assert gpuvm("apply", str(runbook(tmp_path, TRAINING[:1])), "--yes").exit_code == 0
+    with pyvmomi(sim) as si:
+        vm = si.content.searchIndex.FindByInventoryPath("DC0/vm/train-1")
+        extra = {o.key: str(o.value) for o in vm.config.extraConfig}
+    assert extra["guestinfo.metadata.encoding"] == extra["guestinfo.userdata.encoding"] == "base64"
+    metadata = json.loads(base64.b64decode(extra["guestinfo.metadata"]))
+    assert metadata["local-hostname"] == "train-1"
+    assert metadata["network"]["ethernets"]["nics"]["addresses"] == ["10.250.0.101/24"]
+    userdata = base64.b64decode(extra["guestinfo.userdata"]).decode()
+    assert userdata.startswith("#cloud-config\n") and "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuvm" in userdata
+
+
+def test_wrong_template_is_an_input_error_naming_the_line(sim, tmp_path):
+    book = runbook(tmp_path, [TRAINING[0] | {"template": "ubuntu-typo"}])
+    result = gpuvm("plan", str(book))
+    assert result.exit_code == 2
+    assert "runbook.yaml:8: vms[0].template" in result.output and "template 'ubuntu-typo' for VM 'train-1' not found" in result.output
+    assert "templates: ubuntu-gpu" in result.output
+
+
+def test_failed_clone_and_full_datastore_name_vm_and_step_and_a_rerun_converges(monkeypatch, tmp_path):
+    sim = simulator(monkeypatch, tmp_path, datastore_gb=80, faults=["fail-clone=train-1"])  # room for 2 clones
+    try:
+        book = runbook(tmp_path, TRAINING)
+        first = gpuvm("apply", str(book), "--yes")
+        assert first.exit_code == 4, first.output
+        assert "train-1 (vm.lifecycle)" in first.output and "gpusim injected fault: clone to train-1" in first.output
+        assert "train-2 (vm.lifecycle)" not in first.output and raw_state(sim)["train-2"]["power"] == "poweredOn"
+        assert gpuvm("apply", str(book), "--yes").exit_code == 0  # the clone works this time
+        assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0
+
+        more = runbook(tmp_path, TRAINING + [{"name": "train-3", "host": "esx-01", "ip": 103}])
+        full = gpuvm("apply", str(more), "--yes")
+        assert full.exit_code == 4, full.output
+        assert "train-3 (vm.lifecycle)" in full.output
+        assert "Insufficient disk space on datastore 'LocalDS_0'" in full.output
+        assert "train-3" not in raw_state(sim)
+    finally:
+        sim.stop()
