@@ -30,7 +30,7 @@ from gpuvm.targeting import Scope, select
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.lock import HostLocks
-from gpuvm.vsphere.session import Session, resolve_target
+from gpuvm.vsphere.session import Session, Target, resolve_target
 
 Progress = Callable[[str, str, str], None]  # (step, target, status), as the engine reports them
 RemoteFacts = dict[tuple[str, str], Any]  # (step, target) → observed fact
@@ -79,6 +79,13 @@ def remote(runbook: Runbook, access: Access,
         yield (cluster, *observe_reachable(cluster, parallel))
     finally:
         cluster.close()
+
+
+def discover(access: Access) -> tuple[Inventory, Target]:
+    """What `gpuvm init` starts from: the inventory of the vCenter govc's variables name, and it."""
+    book = Runbook()
+    with connect(book, access) as session:
+        return read_inventory(session), resolve_target(book.vcenter, access.insecure)
 
 
 def inventory_of(runbook: Path, access: Access) -> Inventory:

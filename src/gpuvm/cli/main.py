@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from gpuvm.cli import bench_report, bench_run, size
+from gpuvm.cli import bench_report, bench_run, init, size
 from gpuvm.cli.common import access, err, fail, handle_errors, interactive, load, out
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
@@ -39,6 +39,7 @@ app.add_typer(bench_app, name="bench")
 bench_report.register(bench_app)
 bench_run.register(bench_app)
 size.register(app)
+init.register(app)
 
 RUNBOOK = typer.Argument(..., exists=False, help="The runbook (YAML)", show_default=False)
 INSECURE = typer.Option(False, "--insecure", help="Turn TLS certificate verification OFF (says so loudly)")
