@@ -23,8 +23,8 @@ devices chosen are the same with or without `--target`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from gpuvm.errors import InputError
 from gpuvm.plan import Change, Disruption, Note, Plan
@@ -39,11 +39,12 @@ class Selection:
     """The names given with --target, checked against the runbook."""
 
     names: frozenset[str]
+    hosts_of: Mapping[str, str] = field(default_factory=dict)  # the runbook's VMs → their hosts (new ones too)
 
     def targets(self, inventory: Inventory) -> frozenset[str]:
-        """The names with what they imply: a host's VMs (the runbook's and the others it runs, whose
-        guests the runbook may name) and, by name, their guests and the host's ESXi shell."""
-        return self.names | {vm.name for vm in inventory.vms.values() if vm.host in self.names}
+        """The names with what they imply: a host's VMs (the runbook's, created or not, and the others
+        it runs, whose guests the runbook may name) and, by name, their guests and the host's ESXi shell."""
+        return self.names | {vm for vm, host in vms_by_host(self, inventory) if host in self.names}
 
     def drift(self, plan: Plan, inventory: Inventory) -> Plan:
         """What `verify` reports: every change on the targets, whatever else it waits for."""
@@ -63,12 +64,16 @@ def select(runbook: Runbook, names: Sequence[str]) -> Selection | None:
     if unknown:
         raise InputError(f"--target {', '.join(unknown)}: no host, VM or guest of that name in {runbook.file} "
                          f"(hosts: {', '.join(sorted(hosts)) or 'none'}; VMs and guests: {', '.join(sorted(vms)) or 'none'})")
-    return Selection(frozenset(names))
+    return Selection(frozenset(names), {vm.name: vm.host for vm in runbook.vms})
 
 
-def _host_of(name: str, inventory: Inventory) -> str | None:
+def vms_by_host(selection: Selection, inventory: Inventory) -> set[tuple[str, str | None]]:
+    return {(vm.name, vm.host) for vm in inventory.vms.values()} | set(selection.hosts_of.items())
+
+
+def _host_of(name: str, selection: Selection, inventory: Inventory) -> str | None:
     vm = inventory.vms.get(name)
-    return vm.host if vm is not None else None
+    return vm.host if vm is not None else selection.hosts_of.get(name)
 
 
 def _adds_devices(changes: Iterable[Change]) -> bool:
@@ -77,8 +82,9 @@ def _adds_devices(changes: Iterable[Change]) -> bool:
 
 
 def _removes_devices(changes: Iterable[Change]) -> bool:
-    return any(c.step == "vm.hardware" and c.after is None and c.resource.startswith("pci device")
-               for c in changes)
+    """Devices removed, or the VM destroyed (`state: absent`) with them."""
+    return any((c.step == "vm.hardware" and c.after is None and c.resource.startswith("pci device"))
+               or (c.step == "vm.lifecycle" and c.field == "exists" and c.after == "DESTROYED") for c in changes)
 
 
 def _frees_gpu_for(change: Change) -> str | None:
@@ -90,18 +96,20 @@ def _needs_host(changes: list[Change]) -> bool:
     return _adds_devices(changes) or any(c.disruption == Disruption.HOST_REBOOT for c in changes)
 
 
-def _whole_target_reasons(by_target: dict[str, list[Change]], inside: set[str], inventory: Inventory) -> dict[str, str]:
+def _whole_target_reasons(by_target: dict[str, list[Change]], inside: set[str], selection: Selection,
+                          inventory: Inventory) -> dict[str, str]:
     """VMs (with their guests) inside that depend on a target outside: name → why."""
     reasons: dict[str, str] = {}
     for name in sorted(inside & by_target.keys()):
         changes = by_target[name]
-        host = _host_of(name, inventory)
+        host = _host_of(name, selection, inventory)
         if host is None or host in inside:
             continue
         if host in by_target and _needs_host(changes):
             reasons[name] = f"its changes need the {len(by_target[host])} change(s) planned on its host {host}"
             continue
-        others = [vm.name for vm in inventory.vms_on(host) if vm.name != name and vm.name not in inside]
+        others = sorted(vm for vm, on in vms_by_host(selection, inventory)
+                        if on == host and vm != name and vm not in inside)
         removing = [o for o in others if _removes_devices(by_target.get(o, []))]
         if _adds_devices(changes) and removing:
             reasons[name] = f"its new devices need devices removed from {', '.join(removing)} first"
@@ -148,7 +156,7 @@ class Scope:
             by_target.setdefault(change.target, []).append(change)
         inside = set(self.selection.targets(self.inventory)) - self.left_out
         whole: dict[str, str] = {}
-        while reasons := _whole_target_reasons(by_target, inside, self.inventory):  # one left out may strand others
+        while reasons := _whole_target_reasons(by_target, inside, self.selection, self.inventory):  # one left out may strand others
             inside -= reasons.keys()
             whole |= reasons
         self.left_out |= whole.keys()

@@ -129,3 +129,15 @@ def test_verify_reports_all_drift_on_the_targets_even_what_waits_for_others():
     selection = select(load_runbook(LAB), ["esx-01-vm1"])
     drift = selection.drift(demo_plan(), DEMO)
     assert drift.changes == [c for c in demo_plan().changes if c.target == "esx-01-vm1"] != []
+
+
+def test_a_host_brings_the_vms_it_will_have_and_a_vm_destroyed_frees_nothing_for_others_left_out():
+    clone = Change("vm.lifecycle", "esx-01-vm9", "vm", "exists", None, "create: clone of tpl on esx-01")
+    selection = select(load_runbook(LAB), ["esx-01"])
+    selection = type(selection)(selection.names, {**selection.hosts_of, "esx-01-vm9": "esx-01"})
+    assert Scope(selection, DEMO).narrow(Plan(changes=[clone])).changes == [clone]  # not in vCenter yet
+    destroy = Change("vm.lifecycle", "esx-01-vm2", "vm", "exists", "yes (on esx-01)", "DESTROYED",
+                     Disruption.VM_DESTROY)
+    add = _change("vm.hardware", "esx-01-vm1", AddDevice(None, "uuid"))  # type: ignore[arg-type]
+    plan = narrowed(Plan(changes=[destroy, add]), "esx-01-vm1")
+    assert plan.empty and "devices removed from esx-01-vm2" in notes(plan)["esx-01-vm1"]
