@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, TargetFailures
 from gpuvm.executors.group import run_parallel
@@ -48,6 +48,14 @@ STEPS: list[Step] = [
 
 Facts = dict[tuple[str, str], Any]  # (step, target) → observed fact
 Progress = Callable[[str, str, str], None]
+
+
+class Keep(Protocol):
+    """Narrows what apply plans again to the targets chosen (`--target`: `targeting.Scope`)."""
+
+    def keep(self, changes: list[Change]) -> list[Change]: ...
+
+    def covers(self, target: str) -> bool: ...
 
 
 def targets_of(step: Step, desired: Desired, cluster: Cluster | None) -> dict[str, Any]:
@@ -232,13 +240,14 @@ def _run_order() -> list[Step | None]:
 
 
 def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int = 8,
-               progress: Progress | None = None) -> Outcome:
-    """Every change, step by step; the journal records the run's start and end (interrupted too)."""
+               progress: Progress | None = None, keep: Keep | None = None) -> Outcome:
+    """Every change, step by step; the journal records the run's start and end (interrupted too).
+    `keep` narrows what guests are planned again to (`--target`)."""
     outcome = Outcome()
     start = time.monotonic()
     journal.record("run-start", changes=len(plan.changes))
     try:
-        _apply_steps(plan, desired, ctx, journal, parallel, progress, outcome)
+        _apply_steps(plan, desired, ctx, journal, parallel, progress, outcome, keep)
     except BaseException as e:  # Ctrl-C or SIGTERM (cli.common makes it a KeyboardInterrupt)
         journal.record("run-end", interrupted=type(e).__name__, failed=len(outcome.failed),
                        seconds=round(time.monotonic() - start, 3))
@@ -249,12 +258,12 @@ def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, par
 
 
 def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int,
-                 progress: Progress | None, outcome: Outcome) -> None:
+                 progress: Progress | None, outcome: Outcome, keep: Keep | None) -> None:
     failed_targets: set[str] = set()
     attempted: set[int] = set()  # ids of the changes carried out (or tried): each at most once
     for step in _run_order():
         if step is None:
-            _replan_guests(plan, desired, ctx, outcome, parallel, progress)
+            _replan_guests(plan, desired, ctx, outcome, parallel, progress, keep)
             continue
         by_target: dict[str, list[Change]] = {}
         for change in plan.for_step(step.name):
@@ -290,7 +299,7 @@ def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, p
 
 
 def _replan_guests(plan: Plan, desired: Desired, ctx: Context, outcome: Outcome, parallel: int,
-                   progress: Progress | None) -> None:
+                   progress: Progress | None, keep: Keep | None) -> None:
     """Guests are observed again once a step that restarts them changed their VM (a host reboot stops
     its VMs), or if some did not answer at plan time: they may just have booted, so gpuvm first waits
     for their SSH to come up. Guest steps that ran before the VM steps are planned again only for the
@@ -312,11 +321,12 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, outcome: Outcome,
         facts = observe_remote(cluster, "guest", parallel)
     except TargetFailures as e:
         for name, error in e.failures.items():
-            outcome.failed[f"{name} (observe)"] = error
+            if keep is None or keep.covers(name):
+                outcome.failed[f"{name} (observe)"] = error
         facts = _facts_of(e.results)
-    for step in guest_steps:
-        plan.changes.extend(c for c in plan_step(step, ctx, desired, facts)
-                            if step.name in late or c.target in ctx.unreachable)
+    again = [c for step in guest_steps for c in plan_step(step, ctx, desired, facts)
+             if step.name in late or c.target in ctx.unreachable]
+    plan.changes.extend(keep.keep(again) if keep else again)
     if progress:
         progress("guest.*", "all guests", f"observed again after VM changes: "
                                           f"{sum(1 for c in plan.changes if c.step in late)} change(s)")

@@ -9,7 +9,7 @@ place that drives the engine (`make_plan`, `apply_plan`, ...).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +26,11 @@ from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.model import Runbook
 from gpuvm.runbook.setups import select_setup
 from gpuvm.steps.base import Context, Options
+from gpuvm.targeting import Scope, select
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.lock import HostLocks
-from gpuvm.vsphere.session import Session, resolve_target
+from gpuvm.vsphere.session import Session, Target, resolve_target
 
 Progress = Callable[[str, str, str], None]  # (step, target, status), as the engine reports them
 RemoteFacts = dict[tuple[str, str], Any]  # (step, target) → observed fact
@@ -80,23 +81,41 @@ def remote(runbook: Runbook, access: Access,
         cluster.close()
 
 
+def discover(access: Access) -> tuple[Inventory, Target]:
+    """What `gpuvm init` starts from: the inventory of the vCenter govc's variables name, and it."""
+    book = Runbook()
+    with connect(book, access) as session:
+        return read_inventory(session), resolve_target(book.vcenter, access.insecure)
+
+
 def inventory_of(runbook: Path, access: Access) -> Inventory:
     """The live inventory of the runbook's vCenter."""
     return observe_inventory(load_runbook(runbook), access)
 
 
-def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, setup: str | None = None) -> Plan:
-    """Every change the runbook (with `setup`'s layout) needs. From a snapshot, vSphere only; else
-    live, SSH steps too."""
+def narrowed(plan: Plan, book: Runbook, targets: Sequence[str], inventory: Inventory) -> tuple[Plan, Scope | None]:
+    """The plan on `targets` only (`--target`; see gpuvm.targeting), and the scope that narrowed it."""
+    selection = select(book, targets)
+    if selection is None:
+        return plan, None
+    scope = Scope(selection, inventory)
+    return scope.narrow(plan), scope
+
+
+def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, setup: str | None = None,
+                 targets: Sequence[str] = ()) -> Plan:
+    """Every change the runbook (with `setup`'s layout) needs, on `targets` only when given. From a
+    snapshot, vSphere only; else live, SSH steps too."""
     book = select_setup(load_runbook(runbook), setup)
+    select(book, targets)  # unknown names refused before anything is read
     inventory = observe_inventory(book, access, snapshot)
     journal = past_entries(access.state_dir)
     if snapshot is not None:
         plan, _ = make_plan(book, inventory, journal=journal)
-        return plan
+        return narrowed(plan, book, targets, inventory)[0]
     with remote(book, access) as (cluster, facts, down):
         plan, _ = make_plan(book, inventory, cluster, facts, down, journal)
-    return plan
+    return narrowed(plan, book, targets, inventory)[0]
 
 
 @dataclass
@@ -139,30 +158,36 @@ def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = Fals
                   allow_destroy: bool = False,
                   parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
                   show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
-                  progress: Progress | None = None, setup: str | None = None) -> Applied:
+                  progress: Progress | None = None, setup: str | None = None, targets: Sequence[str] = ()) -> Applied:
     """Plan the runbook live and carry the plan out, every change journaled.
 
     `show_plan` sees the plan first. With nothing to do (no change, every guest answering) the run
     stops there. Disruptive changes not allowed raise InputError before anything is touched; then
     `confirm` (if given) is asked and raises to stop. Failed targets do not raise: see `Applied`.
+    `targets`: only those hosts, VMs and guests (see gpuvm.targeting).
     """
     return apply_loaded(select_setup(load_runbook(runbook), setup), access, allow_power_off=allow_power_off,
-                        allow_host_reboot=allow_host_reboot, allow_destroy=allow_destroy, parallel=parallel, shutdown_timeout=shutdown_timeout,
-                        max_unavailable=max_unavailable, show_plan=show_plan, confirm=confirm, progress=progress)
+                        allow_host_reboot=allow_host_reboot, allow_destroy=allow_destroy, parallel=parallel,
+                        shutdown_timeout=shutdown_timeout, max_unavailable=max_unavailable, show_plan=show_plan,
+                        confirm=confirm, progress=progress, targets=targets)
 
 
 def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
                  allow_destroy: bool = False,
                  parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
                  show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
-                 progress: Progress | None = None) -> Applied:
+                 progress: Progress | None = None, targets: Sequence[str] = ()) -> Applied:
     """`apply_runbook` for a runbook already loaded (a campaign's setup is built, not read)."""
+    select(book, targets)  # unknown names refused before anything is touched
     journal = Journal(make_state_dir(access.state_dir))
     hosts = {h.name for h in book.hosts} | {vm.host for vm in book.vms}
     with (connect(book, access) as session, HostLocks(session, hosts, journal.run_id),
           remote(book, access, parallel) as (cluster, seen, down)):
         facts = read_inventory(session)  # read under the lock: what no other run is changing now
         plan, desired = make_plan(book, facts, cluster, seen, down, past_entries(access.state_dir))
+        plan, scope = narrowed(plan, book, targets, facts)
+        if scope is not None:
+            down = {name: why for name, why in down.items() if scope.covers(name)}
         if show_plan is not None:
             show_plan(plan)
         if plan.empty and not down:
@@ -174,7 +199,7 @@ def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False
                           shutdown_timeout=shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
                           max_unavailable=max_unavailable)
         context = Context(session, facts, options, cluster, down, journal=journal)
-        outcome = apply_plan(plan, desired, context, journal, parallel, progress)
+        outcome = apply_plan(plan, desired, context, journal, parallel, progress, keep=scope)
     return Applied(plan, outcome, journal.path)
 
 
@@ -208,19 +233,25 @@ class Verified:
     mesh_guests: int | None = None  # guests whose SSH mesh was checked pair by pair; None: no mesh
 
 
-def verify_runbook(runbook: Path, access: Access, setup: str | None = None) -> Verified:
+def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targets: Sequence[str] = ()) -> Verified:
     """Raise DriftError when the world differs from the runbook: a guest that does not answer SSH,
     or changes to make (PlanDrift, with the plan). With an SSH mesh, every ordered pair of guests
-    must log in with the mesh key (else RemoteCommandError naming the pairs)."""
+    must log in with the mesh key (else RemoteCommandError naming the pairs). `targets`: only those
+    hosts, VMs and guests (the mesh's pairs are checked when every guest is targeted)."""
     book = select_setup(load_runbook(runbook), setup)
+    selection = select(book, targets)  # unknown names refused before anything is read
     inventory = observe_inventory(book, access)
+    chosen = selection.targets(inventory) if selection else None
     with remote(book, access) as (cluster, facts, down):
-        if down:
+        if down := {name: why for name, why in down.items() if chosen is None or name in chosen}:
             raise GuestsDown(down)
         plan, _ = make_plan(book, inventory, cluster, facts, journal=past_entries(access.state_dir))
+        if selection is not None:
+            plan = selection.drift(plan, inventory)
         if not plan.empty:
             raise PlanDrift(f"drift: {len(plan.changes)} change(s) needed to match {runbook}", plan)
-        if cluster is None or not (book.guests and book.guests.ssh_mesh and book.guests.ssh_mesh.enabled):
+        mesh = book.guests and book.guests.ssh_mesh and book.guests.ssh_mesh.enabled
+        if cluster is None or not mesh or (chosen is not None and not set(cluster.of_role("guest")) <= chosen):
             return Verified()
         check_mesh(cluster)  # every ordered pair of guests logs in with the mesh key
         return Verified(mesh_guests=len(cluster.of_role("guest")))

@@ -1,5 +1,6 @@
-"""`gpuvm plan --detailed-exitcode`: the exit code says whether the plan is empty, has changes, or is
-incomplete because a target could not be observed (the planning itself mocked)."""
+"""`gpuvm plan`'s exit code: with --detailed-exitcode it says whether the plan is empty, has changes, or
+is incomplete because a target could not be observed; without it, 0 unless the plan is incomplete
+(3, as for a target not reached). The planning itself mocked."""
 
 from __future__ import annotations
 
@@ -25,3 +26,23 @@ def test_detailed_exitcode(mocker, plan, code, says):
     result = CliRunner().invoke(app, ["plan", "lab.yaml", "--detailed-exitcode"])
     assert result.exit_code == code, result.output
     assert says in result.output
+
+
+@pytest.mark.parametrize("plan, code", [
+    (Plan(), 0),
+    (Plan(changes=[CHANGE]), 0),
+    (Plan(unobserved=DOWN), 3),
+    (Plan(changes=[CHANGE], unobserved=DOWN), 3),
+])
+def test_an_incomplete_plan_is_not_a_success(mocker, plan, code):
+    mocker.patch.object(runs, "plan_runbook", return_value=plan)
+    result = CliRunner().invoke(app, ["plan", "lab.yaml"])
+    assert result.exit_code == code, result.output
+    assert ("The plan is incomplete" in result.output or "not observed: gpu-vm-02" in result.output) == (code == 3)
+
+
+def test_target_names_reach_the_library(mocker):
+    planned = mocker.patch.object(runs, "plan_runbook", return_value=Plan())
+    result = CliRunner().invoke(app, ["plan", "lab.yaml", "--target", "esx-01", "--target", "vm-7"])
+    assert result.exit_code == 0, result.output
+    assert planned.call_args.args[4] == ["esx-01", "vm-7"]

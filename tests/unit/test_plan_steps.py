@@ -164,7 +164,7 @@ def test_vgpu_profile_must_be_offered_and_host_shared_direct(tmp_path):
                            Disruption.HOST_REBOOT)
     assert [c.resource for c in plan.for_step("host.graphics")[1:]] == [  # every GPU not passed through
         f"GPU {gpu.id}" for gpu in r750xa().gpus]
-    assert desired.vms["vm1"].extra_config == {"pciPassthru0.cfg.enable_uvm": "0", "pciPassthru1.cfg.enable_uvm": "0"}
+    assert desired.vms["vm1"].extra_config == {}  # MIG-backed vGPUs have no NVLink P2P: unified memory stays on
     assert [c.after for c in plan.for_step("vm.hardware") if c.field == "device"] == ["vGPU grid_a100d-3-40c"] * 2
 
 

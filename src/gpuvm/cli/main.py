@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from gpuvm.cli import bench_report, bench_run, size
+from gpuvm.cli import bench_report, bench_run, init, size
 from gpuvm.cli.common import access, err, fail, handle_errors, interactive, load, out
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
@@ -39,6 +39,7 @@ app.add_typer(bench_app, name="bench")
 bench_report.register(bench_app)
 bench_run.register(bench_app)
 size.register(app)
+init.register(app)
 
 RUNBOOK = typer.Argument(..., exists=False, help="The runbook (YAML)", show_default=False)
 INSECURE = typer.Option(False, "--insecure", help="Turn TLS certificate verification OFF (says so loudly)")
@@ -46,6 +47,8 @@ ACCEPT_KEYS = typer.Option(False, "--accept-new-host-keys",
                            help="Trust SSH host keys seen for the first time (records them, prints fingerprints)")
 STATE = typer.Option(None, "--state-dir", help="State directory: journal, keys (default $GPUVM_STATE_DIR or .gpuvm)")
 SETUP = typer.Option(None, "--setup", help="Lay the VMs out as this setup of benchmarks.setups")
+TARGET = typer.Option([], "--target", metavar="NAME",
+                      help="Only this host (with its VMs and guests), VM (with its guest) or guest; repeatable")
 JSON = typer.Option(False, "--json", help="Print JSON (schema in gpuvm/schemas/, id in its \"schema\" field)")
 
 
@@ -102,7 +105,7 @@ def plan(runbook: Path = RUNBOOK,
                                                 help="Exit 0: no changes, 2: changes, 3: no changes on the "
                                                      "targets observed but some could not be observed, 1: error"),
          accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
-         insecure: bool = INSECURE, setup: Optional[str] = SETUP) -> None:
+         insecure: bool = INSECURE, setup: Optional[str] = SETUP, target: list[str] = TARGET) -> None:
     """Dry run: every change on every host and VM, disruptive ones marked. Changes nothing."""
     from gpuvm.documents import plan_json
     from gpuvm.errors import GpuvmError
@@ -110,7 +113,7 @@ def plan(runbook: Path = RUNBOOK,
     from gpuvm.runs import plan_runbook
 
     try:
-        the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot, setup)
+        the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot, setup, target)
     except GpuvmError as e:
         raise fail(str(e), 1 if detailed_exitcode else e.exit_code) from None
     if json_:
@@ -119,7 +122,7 @@ def plan(runbook: Path = RUNBOOK,
         print_plan(out, the_plan, form.value)
     if detailed_exitcode and not the_plan.empty:
         raise typer.Exit(2)
-    if detailed_exitcode and the_plan.unobserved:
+    if the_plan.unobserved:  # an incomplete plan is never a success: 3, as for any target not reached
         raise typer.Exit(3)
 
 
@@ -137,7 +140,7 @@ def apply(runbook: Path = RUNBOOK,
           accept_new_host_keys: bool = ACCEPT_KEYS, insecure: bool = INSECURE, setup: Optional[str] = SETUP,
           json_: bool = typer.Option(False, "--json", help="One JSON document per line: the plan, each progress "
                                                            "event, a summary (schema gpuvm.apply/1)"),
-          form: Form = FORMAT) -> None:
+          form: Form = FORMAT, target: list[str] = TARGET) -> None:
     """Show the plan, ask (or --yes), apply it in parallel, journal every change."""
     from gpuvm.cli.apply_output import ApplyOutput
     from gpuvm.runs import apply_runbook
@@ -147,7 +150,8 @@ def apply(runbook: Path = RUNBOOK,
                             allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
                             allow_destroy=allow_destroy, parallel=parallel,
                             shutdown_timeout=shutdown_timeout, max_unavailable=max_unavailable, show_plan=shown.plan,
-                            confirm=None if yes else _confirm, progress=shown.progress, setup=setup)
+                            confirm=None if yes else _confirm, progress=shown.progress, setup=setup,
+                            targets=target)
     shown.summary(applied)
     applied.raise_for_failures()
 
@@ -163,7 +167,8 @@ def _confirm(plan: Any) -> None:
 @app.command()
 @handle_errors
 def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
-           insecure: bool = INSECURE, setup: Optional[str] = SETUP, json_: bool = JSON, form: Form = FORMAT) -> None:
+           insecure: bool = INSECURE, setup: Optional[str] = SETUP, json_: bool = JSON, form: Form = FORMAT,
+           target: list[str] = TARGET) -> None:
     """Exit non-zero (5) if the world drifted from the runbook, listing the drift."""
     from gpuvm.documents import verify_json
     from gpuvm.errors import DriftError
@@ -171,7 +176,7 @@ def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, st
     from gpuvm.runs import PlanDrift, verify_runbook
 
     try:
-        verified = verify_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), setup)
+        verified = verify_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), setup, target)
     except DriftError as drift:
         if json_:
             print(verify_json(drift=drift))

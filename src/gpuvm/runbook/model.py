@@ -230,11 +230,18 @@ class VgpuGpus(Strict):
     mode: Literal["vgpu"]
     count: int = Field(default=1, ge=1, le=16)
     profile: str = Field(min_length=1)
-    nvlink: bool | None = None  # disables unified memory so NVLink P2P works; default: count ≥ 2
+    nvlink: bool | None = None  # disables unified memory so NVLink P2P works; default: count ≥ 2, not MIG-backed
 
     @property
     def uses_nvlink(self) -> bool:
-        return self.count >= 2 if self.nvlink is None else self.nvlink
+        """MIG-backed vGPUs never use NVLink: MIG has no GPU-to-GPU P2P, over PCIe or NVLink (NVIDIA
+        MIG User Guide, "Supported Configurations")."""
+        from gpuvm.capacity import vgpu_profile
+
+        if self.nvlink is not None:
+            return self.nvlink
+        profile = vgpu_profile(self.profile)
+        return self.count >= 2 and not (profile and profile.slices)
 
 
 Gpus = Annotated[PassthroughGpus | DynamicGpus | VgpuGpus, Field(discriminator="mode")]

@@ -1,0 +1,193 @@
+"""`--target NAME`: plan, apply or verify some hosts, VMs and guests only.
+
+A host implies its VMs and their guests (and its ESXi shell); a VM implies its guest (guests are
+named after their VM). What the targets left out would have to do first is never half-done: a
+change that depends on one is left out with it, and a note says what was left out and why.
+
+A change depends on a target outside the selection when:
+
+- a VM's new devices or a guest's setting that a host reboot activates (ConnectX ATS) need changes
+  planned on its host (passthrough, graphics, MIG mode, the reboot): the whole VM and its guest
+  are left out;
+- a VM's new devices need devices removed from another VM on its host (a GPU moves, or frees room
+  for a vGPU or a dynamic DirectPath count), or its power-on needs another VM powered off (that
+  VM's dynamic DirectPath holds the GPU it names): the whole VM and its guest are left out;
+- a guest's image is to be copied from a builder that builds it in this run: its `guest.docker`;
+- the SSH mesh changes on a guest left out too: the mesh is one key and one set of files on every
+  guest, so its `guest.ssh_mesh` changes are left out on all of them.
+
+The selection is checked against the runbook before anything is read: an unknown name is an
+input error (exit 2). Filtering happens on the plan, after the whole runbook is resolved, so the
+devices chosen are the same with or without `--target`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from gpuvm.errors import InputError
+from gpuvm.plan import Change, Disruption, Note, Plan
+from gpuvm.runbook.model import Runbook
+from gpuvm.vsphere.facts import Inventory
+
+NOTE_STEP = "target"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The names given with --target, checked against the runbook."""
+
+    names: frozenset[str]
+    hosts_of: Mapping[str, str] = field(default_factory=dict)  # the runbook's VMs → their hosts (new ones too)
+
+    def targets(self, inventory: Inventory) -> frozenset[str]:
+        """The names with what they imply: a host's VMs (the runbook's, created or not, and the others
+        it runs, whose guests the runbook may name) and, by name, their guests and the host's ESXi shell."""
+        return self.names | {vm for vm, host in vms_by_host(self, inventory) if host in self.names}
+
+    def drift(self, plan: Plan, inventory: Inventory) -> Plan:
+        """What `verify` reports: every change on the targets, whatever else it waits for."""
+        inside = self.targets(inventory)
+        return replace(plan, changes=[c for c in plan.changes if c.target in inside],
+                       notes=[n for n in plan.notes if n.target in inside or n.target == "-"],
+                       unobserved={n: why for n, why in plan.unobserved.items() if n in inside})
+
+
+def select(runbook: Runbook, names: Sequence[str]) -> Selection | None:
+    """The selection for `--target` names, or None for everything. Unknown names: InputError."""
+    if not names:
+        return None
+    hosts = {h.name for h in runbook.hosts} | {vm.host for vm in runbook.vms}
+    vms = {vm.name for vm in runbook.vms} | {g.vm for g in (runbook.guests.hosts if runbook.guests else [])}
+    unknown = [n for n in dict.fromkeys(names) if n not in hosts | vms]
+    if unknown:
+        raise InputError(f"--target {', '.join(unknown)}: no host, VM or guest of that name in {runbook.file} "
+                         f"(hosts: {', '.join(sorted(hosts)) or 'none'}; VMs and guests: {', '.join(sorted(vms)) or 'none'})")
+    return Selection(frozenset(names), {vm.name: vm.host for vm in runbook.vms})
+
+
+def vms_by_host(selection: Selection, inventory: Inventory) -> set[tuple[str, str | None]]:
+    return {(vm.name, vm.host) for vm in inventory.vms.values()} | set(selection.hosts_of.items())
+
+
+def _host_of(name: str, selection: Selection, inventory: Inventory) -> str | None:
+    vm = inventory.vms.get(name)
+    return vm.host if vm is not None else selection.hosts_of.get(name)
+
+
+def _adds_devices(changes: Iterable[Change]) -> bool:
+    return any(c.step == "vm.hardware" and c.before is None and c.resource.startswith("pci device")
+               for c in changes)
+
+
+def _removes_devices(changes: Iterable[Change]) -> bool:
+    """Devices removed, or the VM destroyed (`state: absent`) with them."""
+    return any((c.step == "vm.hardware" and c.after is None and c.resource.startswith("pci device"))
+               or (c.step == "vm.lifecycle" and c.field == "exists" and c.after == "DESTROYED") for c in changes)
+
+
+def _frees_gpu_for(change: Change) -> str | None:
+    return getattr(change.action, "for_vm", None) if change.step == "vm.power" else None
+
+
+def _needs_host(changes: list[Change]) -> bool:
+    """A VM's (and its guest's) changes that wait for changes on its host."""
+    return _adds_devices(changes) or any(c.disruption == Disruption.HOST_REBOOT for c in changes)
+
+
+def _whole_target_reasons(by_target: dict[str, list[Change]], inside: set[str], selection: Selection,
+                          inventory: Inventory) -> dict[str, str]:
+    """VMs (with their guests) inside that depend on a target outside: name → why."""
+    reasons: dict[str, str] = {}
+    for name in sorted(inside & by_target.keys()):
+        changes = by_target[name]
+        host = _host_of(name, selection, inventory)
+        if host is None or host in inside:
+            continue
+        if host in by_target and _needs_host(changes):
+            reasons[name] = f"its changes need the {len(by_target[host])} change(s) planned on its host {host}"
+            continue
+        others = sorted(vm for vm, on in vms_by_host(selection, inventory)
+                        if on == host and vm != name and vm not in inside)
+        removing = [o for o in others if _removes_devices(by_target.get(o, []))]
+        if _adds_devices(changes) and removing:
+            reasons[name] = f"its new devices need devices removed from {', '.join(removing)} first"
+            continue
+        holders = [c.target for o in others for c in by_target.get(o, []) if _frees_gpu_for(c) == name]
+        if holders:
+            reasons[name] = f"its power-on needs {', '.join(holders)} powered off (its dynamic DirectPath holds a GPU {name} names)"
+    return reasons
+
+
+def _change_reasons(by_target: dict[str, list[Change]], inside: set[str]) -> list[tuple[Change, str]]:
+    """Changes inside that depend on a guest or VM outside, with why."""
+    left: list[tuple[Change, str]] = []
+    mesh_outside = sorted(n for n, cs in by_target.items()
+                          if n not in inside and any(c.step == "guest.ssh_mesh" for c in cs))
+    for name in sorted(inside & by_target.keys()):
+        for change in by_target[name]:
+            action = change.action
+            if change.step == "guest.ssh_mesh" and mesh_outside:
+                left.append((change, f"the SSH mesh is one key on every guest, and {', '.join(mesh_outside)} "
+                                     "(not targeted) need mesh changes too"))
+            elif change.step == "guest.docker" and getattr(action, "how", None) == "copy" \
+                    and action.builder not in inside \
+                    and any(getattr(c.action, "how", None) == "build" for c in by_target.get(action.builder, [])):
+                left.append((change, f"its image is copied from {action.builder}, which builds it in this run"))
+            elif (for_vm := _frees_gpu_for(change)) and for_vm not in inside:
+                left.append((change, f"it powers {name} off to free a GPU for {for_vm}, which is not targeted"))
+    return left
+
+
+@dataclass
+class Scope:
+    """A selection applied to one inventory: narrows the plan, and what apply plans again later."""
+
+    selection: Selection
+    inventory: Inventory
+    left_out: frozenset[str] = frozenset()  # targets left out whole when the plan was narrowed
+
+    def narrow_changes(self, changes: Sequence[Change]) -> tuple[list[Change], list[Note]]:
+        """The changes on the selected targets that depend on nothing outside them, and notes saying
+        what was left out."""
+        by_target: dict[str, list[Change]] = {}
+        for change in changes:
+            by_target.setdefault(change.target, []).append(change)
+        inside = set(self.selection.targets(self.inventory)) - self.left_out
+        whole: dict[str, str] = {}
+        while reasons := _whole_target_reasons(by_target, inside, self.selection, self.inventory):  # one left out may strand others
+            inside -= reasons.keys()
+            whole |= reasons
+        self.left_out |= whole.keys()
+        notes = [Note(name, NOTE_STEP, f"left out ({len(by_target[name])} change(s)): {why}; "
+                                       "target that too to include them") for name, why in whole.items()]
+        left = _change_reasons(by_target, inside)
+        grouped: dict[tuple[str, str, str], int] = {}
+        for change, why in left:
+            key = (change.target, change.step, why)
+            grouped[key] = grouped.get(key, 0) + 1
+        notes += [Note(target, NOTE_STEP, f"{step} left out ({count} change(s)): {why}")
+                  for (target, step, why), count in grouped.items()]
+        dropped = {id(c) for c, _ in left}
+        kept = [c for c in changes if c.target in inside and id(c) not in dropped]
+        outside = sorted(t for t in by_target if t not in inside and t not in whole)
+        if outside:
+            count = sum(len(by_target[t]) for t in outside)
+            notes.append(Note("-", NOTE_STEP, f"not targeted: {count} change(s) on {', '.join(outside)}",
+                              level="info"))
+        return kept, notes
+
+    def keep(self, changes: Sequence[Change]) -> list[Change]:
+        """What apply plans again (guests observed after their VM changed), narrowed the same way."""
+        return self.narrow_changes(changes)[0]
+
+    def covers(self, target: str) -> bool:
+        return target in self.selection.targets(self.inventory) and target not in self.left_out
+
+    def narrow(self, plan: Plan) -> Plan:
+        kept, notes = self.narrow_changes(plan.changes)
+        inside = self.selection.targets(self.inventory)
+        return replace(plan, changes=kept, notes=[n for n in plan.notes if n.target in inside or n.target == "-"]
+                       + notes, unobserved={n: why for n, why in plan.unobserved.items() if self.covers(n)})
+

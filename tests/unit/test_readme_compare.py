@@ -1,0 +1,23 @@
+"""The README's `bench compare` example is what the command prints for the bundled study results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpuvm.cli.main import app
+
+REPO = Path(__file__).parents[2]
+COMMAND = ("bench compare playbooks/results/study-vm --baseline playbooks/results/study-baremetal.yaml "
+           "--max-overhead 2%")
+
+
+def test_readme_compare_example_rows_are_the_real_output(monkeypatch):
+    readme = (REPO / "README.md").read_text()
+    shown = readme.split(f"$ gpuvm {COMMAND}\n", 1)[1].split("```", 1)[0].splitlines()
+    monkeypatch.chdir(REPO)
+    result = CliRunner().invoke(app, COMMAND.split(), env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    printed = [line.rstrip() for line in result.output.splitlines()]
+    assert len(shown) == 5 and all(row in printed for row in shown), "\n".join(printed)
