@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gpuvm.errors import listed
 from gpuvm.runbook.strict import Strict, checked_name, shown
 
 if TYPE_CHECKING:
@@ -319,7 +320,7 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
         raise runbook.error(("benchmarks",), "benchmarks run on guests: add guests.hosts (or pass --local)")
     if spec.launcher is not None and spec.launcher not in guests:
         raise runbook.error(("benchmarks", "launcher"),
-                            f"'{spec.launcher}' is not a guest (guests: {', '.join(guests)})")
+                            f"'{spec.launcher}' is not a guest (guests: {listed(guests)})")
     if spec.container and (runbook.guests is None or runbook.guests.image is None):
         raise runbook.error(("benchmarks", "container"), "container: true needs guests.image (the training image)")
     ordered = guests_in_order(runbook, spec.launcher)
@@ -345,7 +346,7 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
                 for vm in group:
                     if vm not in guests:
                         raise runbook.error(loc + ("groups", j),
-                                            f"'{vm}' is not a guest (guests: {', '.join(guests)})")
+                                            f"'{vm}' is not a guest (guests: {listed(guests)})")
                 _check_batch(runbook, run, loc, 1, gpus_per_vm(run, [guests[vm] for vm in group], runbook, loc))
     return spec
 
@@ -360,7 +361,7 @@ def _check_setup_names(runbook: Runbook, spec: BenchmarkSpec) -> None:
     for i, run in enumerate(spec.runs):
         for j, name in enumerate(run.setups or []):
             if name not in names:
-                known = ", ".join(names) or "none: add benchmarks.setups"
+                known = listed(names) or "none: add benchmarks.setups"
                 raise runbook.error(("benchmarks", "runs", i, "setups", j), f"no setup '{name}' (setups: {known})")
 
 
@@ -399,7 +400,7 @@ def gpus_per_vm(run: BenchmarkRun, guests: list[Guest], runbook: Runbook, loc: t
         return run.gpus_per_vm
     slots = {g.slots for g in guests}
     if len(slots) > 1:
-        names = ", ".join(f"{g.vm}={g.slots}" for g in guests)
+        names = listed(f"{g.vm}={g.slots}" for g in guests)
         raise runbook.error(loc, f"the guests have different slots ({names}); set gpus_per_vm")
     return slots.pop() if slots else 1
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from gpuvm.errors import InputError
+from gpuvm.errors import InputError, listed
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.strict import Strict, checked_name, shown
 from gpuvm.sizing.spec import SizingSpec
@@ -484,7 +484,12 @@ class Runbook(Strict):
         return self._locator.error(loc, message)
 
     def where(self, loc: tuple[str | int, ...]) -> str:
-        return self._locator.where(loc) if self._locator else str(loc)
+        """`file:line: field` of a field of this runbook."""
+        if self._locator is None:
+            from gpuvm.runbook.loader import field_path
+
+            return f"{self.file}: {field_path(loc)}"
+        return self._locator.where(loc)
 
     def host(self, name: str) -> Host | None:
         return next((h for h in self.hosts if h.name == name), None)
@@ -506,7 +511,7 @@ class Runbook(Strict):
                 raise self.error(("vms", i, "name"), f"VM '{vm.name}' is declared twice (also vms[{vms[vm.name]}])")
             vms[vm.name] = i
             if vm.host not in seen:
-                known = ", ".join(sorted(seen)) or "none declared"
+                known = listed(sorted(seen)) or "none declared"
                 raise self.error(("vms", i, "host"), f"host '{vm.host}' is not in hosts (declared: {known})")
             addresses = [(("nics", j, "address"), n.address) for j, n in enumerate(vm.nics)]
             if isinstance(vm.gpus, PassthroughGpus) and vm.gpus.addresses:
@@ -529,7 +534,7 @@ class Runbook(Strict):
         for i, guest in enumerate(self.guests.hosts):
             loc = ("guests", "hosts", i, "vm")
             if guest.vm not in vms:
-                raise self.error(loc, f"VM '{guest.vm}' is not in vms (declared: {', '.join(vms) or 'none'})")
+                raise self.error(loc, f"VM '{guest.vm}' is not in vms (declared: {listed(vms) or 'none'})")
             if self.vms[vms[guest.vm]].state == "absent":
                 raise self.error(loc, f"VM '{guest.vm}' is marked state: absent; a guest in it cannot be configured")
             if guest.vm in seen:
@@ -537,7 +542,7 @@ class Runbook(Strict):
             seen[guest.vm] = i
         image = self.guests.image
         if image and image.builder and image.builder not in seen:
-            raise self.error(("guests", "image", "builder"), f"'{image.builder}' is not a guest (guests: {', '.join(seen)})")
+            raise self.error(("guests", "image", "builder"), f"'{image.builder}' is not a guest (guests: {listed(seen)})")
 
 
 def env_flag(name: str) -> bool | None:
