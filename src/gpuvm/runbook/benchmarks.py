@@ -115,6 +115,20 @@ class BenchmarkRun(Strict):
                 raise ValueError("must not be empty")
         return value
 
+    @field_validator("command")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        """A jinja2 template: its syntax is checked at load (it renders in the sandbox at run time)."""
+        import jinja2
+        import jinja2.sandbox
+
+        if value is not None:
+            try:
+                jinja2.sandbox.ImmutableSandboxedEnvironment().parse(value)
+            except jinja2.TemplateSyntaxError as e:
+                raise ValueError(f"not a valid template: {e.message}") from None
+        return value
+
     @field_validator("upload")
     @classmethod
     def _upload(cls, value: dict[str, str]) -> dict[str, str]:

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from gpuvm.errors import InputError, listed
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
@@ -50,7 +50,7 @@ def _pci_id(value: str) -> str:
     return value
 
 
-Name = Annotated[str, Field(min_length=1)]
+Name = Annotated[str, AfterValidator(checked_name)]  # hosts, VMs, and every reference to them
 
 
 class VCenter(Strict):
@@ -74,9 +74,11 @@ def url_problem(url: str) -> str | None:
         return "contains control characters"
     try:
         parts = urlsplit(url if "://" in url else "https://" + url)
-        parts.port  # noqa: B018 - raises on a port that is not a number from 0 to 65535
+        port = parts.port  # raises on a port that is not a number from 0 to 65535
     except ValueError as e:
         return f"is not a valid URL ({e})"
+    if port == 0:
+        return "names port 0 (leave the port out for 443)"
     if parts.scheme != "https":
         return f"is not an https URL like https://vcenter.example.com/sdk ('{parts.scheme}://': vCenter speaks https)"
     if not parts.hostname:
@@ -193,7 +195,6 @@ class Host(Strict):
             raise ValueError("ats and mig are set through the ESXi shell: give ssh (address, user, key_file)")
         return self
 
-    _n = field_validator("name")(lambda cls, v: checked_name(v))
 
 
 class PassthroughGpus(Strict):
@@ -287,7 +288,6 @@ class Vm(Strict):
     datastore: Name | None = None  # where a clone goes; default: the template's datastore
     cloud_init: CloudInit | None = None  # a clone's identity on first boot
 
-    _n = field_validator("name")(lambda cls, v: checked_name(v))
 
     @model_validator(mode="after")
     def _clone(self) -> "Vm":
