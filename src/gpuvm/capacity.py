@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpuvm.pci import pci_id
-from gpuvm.errors import InputError
+from gpuvm.errors import InputError, listed
 from gpuvm.mig import GpuModel, gpu_model
 from gpuvm.plan import Note
 from gpuvm.runbook.model import Runbook
@@ -87,7 +87,7 @@ class GpuRoom:
         return gpu_model(self.device.device_name)
 
     def _by(self) -> str:
-        return ", ".join(sorted({vm for vm, _ in self.users}))
+        return listed(sorted({vm for vm, _ in self.users}))
 
     def refusal(self, p: VgpuProfile) -> str | None:
         """Why this GPU cannot take one more vGPU of profile p; None if it can."""

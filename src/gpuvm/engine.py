@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, TargetFailures
+from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, TargetFailures, listed
 from gpuvm.executors.group import run_parallel
 from gpuvm.journal import Journal
 from gpuvm.plan import Change, Disruption, Note, Plan
@@ -142,13 +142,13 @@ def check_allowed(plan: Plan, desired: Desired, allow_power_off: bool, allow_hos
                         "pass --allow-destroy")
     power = plan.disruptive(Disruption.VM_POWER_OFF)
     if power and not allow_power_off:
-        vms = ", ".join(dict.fromkeys(c.target for c in power))
+        vms = listed(dict.fromkeys(c.target for c in power))
         problems.append(f"VM(s) {vms} must be powered off for {len(power)} change(s): pass --allow-power-off")
     reboot_steps = {s.name for s in STEPS if s.reboots_host}
     reboots = [c for c in plan.changes if c.step in reboot_steps and c.target in desired.hosts
                and c.disruption == Disruption.HOST_REBOOT]
     if reboots and not allow_host_reboot:
-        problems.append(f"host(s) {', '.join(c.target for c in reboots)} must reboot: pass --allow-host-reboot")
+        problems.append(f"host(s) {listed(c.target for c in reboots)} must reboot: pass --allow-host-reboot")
     for change in reboots:
         if not desired.hosts[change.target].allow_reboot:
             problems.append(f"host {change.target} must reboot but the runbook does not allow it "
@@ -349,7 +349,7 @@ def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: 
                 progress("guest.*", name, "answers over SSH now")
         if waiting:
             if progress and not tries:
-                progress("guest.*", ", ".join(sorted(waiting)), f"waiting up to {timeout:.0f} s for SSH")
+                progress("guest.*", listed(sorted(waiting)), f"waiting up to {timeout:.0f} s for SSH")
             tries += 1
             time.sleep(5)
 

@@ -6,6 +6,17 @@ for aggregate errors) and exits with `exit_code`, never with a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+SHOWN = 5  # names a message lists before it counts the rest
+
+
+def listed(names: Iterable[object], limit: int = SHOWN) -> str:
+    """Names for a message, kept short whatever their number: 'h1, h2, h3, … (9,997 more)'."""
+    items = [str(n) for n in names]
+    more = f", … ({len(items) - limit:,} more)" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
 
 class GpuvmError(Exception):
     """Base of every expected failure."""
@@ -23,6 +34,10 @@ class ConnectError(GpuvmError):
     """A peer (vCenter, an SSH host) could not be reached or refused us."""
 
     exit_code = 3
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field  # the runbook's vcenter field responsible (url, password_env, ca_file), if any
 
 
 class HostKeyError(ConnectError):
@@ -59,14 +74,19 @@ class LockedError(GpuvmError):
     exit_code = 7
 
 
+MAX_LINES = 20  # failed targets a TargetFailures names one per line
+
+
 class TargetFailures(GpuvmError):
     """Some targets of a run failed; the others finished. Carries one line per failed target."""
 
     def __init__(self, failures: dict[str, GpuvmError | Exception], results: dict | None = None):
         self.failures = failures
         self.results = results if results is not None else {}  # the targets that succeeded
-        lines = [f"{target}: {error}" for target, error in failures.items()]
-        super().__init__(f"{len(failures)} target(s) failed:\n  " + "\n  ".join(lines))
+        lines = [f"{target}: {error}" for target, error in list(failures.items())[:MAX_LINES]]
+        if len(failures) > MAX_LINES:
+            lines.append(f"… and {len(failures) - MAX_LINES:,} more (the journal has every one)")
+        super().__init__(f"{len(failures):,} target(s) failed:\n  " + "\n  ".join(lines))
 
     @property
     def exit_code(self) -> int:  # type: ignore[override]

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpuvm.errors import listed
 from gpuvm.plan import Change, Disruption, Plan
 from gpuvm.secrets import redact
 from gpuvm.vsphere.facts import Inventory
@@ -82,7 +83,7 @@ def grouped_lines(changes: Sequence[Change]) -> list[str]:
 
 def plan_summary(plan: Plan) -> str:
     """One line. A plan that could not observe every target never reads as "no changes"."""
-    unseen = f"{len(plan.unobserved)} target(s) not observed: {', '.join(plan.unobserved)}"
+    unseen = f"{len(plan.unobserved)} target(s) not observed: {listed(plan.unobserved)}"
     if plan.empty:
         return f"No changes planned on the targets observed; {unseen}. The plan is incomplete." \
             if plan.unobserved else NO_CHANGES

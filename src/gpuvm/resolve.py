@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from gpuvm.capacity import check_capacity
 from gpuvm.cloud_init import guestinfo, public_key_problem
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
-from gpuvm.errors import InputError
+from gpuvm.errors import InputError, listed
 from gpuvm.plan import Note
 from gpuvm.topology import (Nvlink, Problem, best_set, dynamic_problems, gpu_problems, host_nvlink, nic_problems,
                             numa_nodes)
@@ -183,7 +183,7 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
         facts = inventory.hosts.get(host.name)
         if facts is None:
             raise rb.error(("hosts", i, "name"), f"host '{host.name}' not found in vCenter "
-                                                 f"(found: {', '.join(sorted(inventory.hosts)) or 'none'})")
+                                                 f"(found: {listed(sorted(inventory.hosts)) or 'none'})")
         if facts.connection_state != "connected":
             raise rb.error(("hosts", i, "name"), f"host '{host.name}' is {facts.connection_state} in vCenter")
         desired.hosts[host.name] = DesiredHost(
@@ -362,7 +362,7 @@ def _classic_gpus(s: _VmScope, gpus: PassthroughGpus, pool: _GpuPool, current: V
         users = sorted({v for (h, _), v in pool.taken.items() if h == s.vm.host and v != s.vm.name})
         raise s.error(("gpus", "count"),
                       f"needs {gpus.count} GPU(s) but host {s.vm.host} has {len(s.facts.gpus)}, "
-                      f"{len(s.facts.gpus) - len(chosen)} already given to: {', '.join(users) or 'none'}")
+                      f"{len(s.facts.gpus) - len(chosen)} already given to: {listed(users) or 'none'}")
     out = _Gpus()
     for device in chosen:
         _passthrough_ok(s.rb, ("vms", s.i, "gpus"), device, s.host, s.facts)

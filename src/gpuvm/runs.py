@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_reachable, raise_failures
-from gpuvm.errors import DriftError
+from gpuvm.errors import ConnectError, DriftError
 from gpuvm.journal import Journal, past_entries, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.plan import Plan
@@ -48,13 +48,22 @@ class Access:
     warn: Callable[[str], None] | None = None  # told about insecure TLS; None: logged as a warning
 
 
-def connect(runbook: Runbook, access: Access) -> Session:
-    """The runbook's vCenter session (a context manager: logs in on enter, out on exit)."""
-    target = resolve_target(runbook.vcenter, access.insecure)
-    if target.insecure:
-        (access.warn or _log.warning)(f"TLS certificate verification is OFF for {target.url}: "
-                                      "anyone on the network path can impersonate vCenter and read the password")
-    return Session(target)
+@contextmanager
+def connect(runbook: Runbook, access: Access) -> Iterator[Session]:
+    """The runbook's vCenter session, logged in (out on exit). A bad setting, or a login or TLS
+    failure, names the runbook's file:line of the vcenter field responsible."""
+    with ExitStack() as stack:
+        target = resolve_target(runbook.vcenter, access.insecure, lambda field: runbook.where(tuple(field.split("."))))
+        if target.insecure:
+            (access.warn or _log.warning)(f"TLS certificate verification is OFF for {target.url}: "
+                                          "anyone on the network path can impersonate vCenter and read the password")
+        try:
+            session = stack.enter_context(Session(target))
+        except ConnectError as e:
+            if e.field is None or getattr(runbook.vcenter, e.field) is None:  # from govc's variables
+                raise
+            raise ConnectError(f"{runbook.where(('vcenter', e.field))}: {e}", e.field) from None
+        yield session
 
 
 def observe_inventory(runbook: Runbook, access: Access, snapshot: Path | None = None) -> Inventory:

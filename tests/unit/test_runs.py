@@ -173,8 +173,8 @@ def test_connect_warns_through_the_callers_callback_when_tls_is_off(mocker, inse
     mocker.patch.object(runs, "resolve_target", return_value=target)
     session = mocker.patch.object(runs, "Session")
     warnings: list[str] = []
-    runs.connect(_book(), runs.Access(insecure=insecure, warn=warnings.append))
-    session.assert_called_once_with(target)
+    with runs.connect(_book(), runs.Access(insecure=insecure, warn=warnings.append)):
+        session.assert_called_once_with(target)
     assert warnings == ([
         "TLS certificate verification is OFF for https://vc.example/sdk: anyone on the network path can "
         "impersonate vCenter and read the password"] if insecure else [])

@@ -42,11 +42,11 @@ def run_command(
     from gpuvm.bench.recording import results_directory
     from gpuvm.bench.runner import executors_for
     from gpuvm.bench.stages import preflight, run_stages
-    from gpuvm.journal import state_dir as make_state_dir
+    from gpuvm.journal import state_dir as make_state_dir, state_path
 
     book = load(runbook)
     stages = plan_stages(book, local=local, only=only or (), setups=setup or ())
-    keys = make_state_dir(state_dir)
+    keys = state_path(state_dir) if local else make_state_dir(state_dir)  # --local uses no SSH keys: creates nothing
 
     def connect(stage_book: Any, points: Any) -> Any:
         return executors_for(stage_book, points, local, keys, accept_new_host_keys)

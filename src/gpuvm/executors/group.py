@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Callable, Mapping, TypeVar
 
 from gpuvm.errors import TargetFailures
@@ -15,12 +15,20 @@ def run_parallel(items: Mapping[str, T], fn: Callable[[T], R], max_workers: int 
     """`fn(item)` for every target; the results by target name, in the order of `items`.
 
     Every target runs to its end. If any raised, `TargetFailures` is raised afterwards with
-    each failure by target, and the successful results on its `.results`.
+    each failure by target, and the successful results on its `.results`. Interrupted (Ctrl-C,
+    SIGTERM), the targets under way finish and no other starts before the interrupt goes on: what
+    the caller does next (journal the run's end, log out) comes after every target's last word.
     """
     if not items:
         return {}
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items))), thread_name_prefix="gpuvm") as pool:
-        futures = {name: pool.submit(fn, item) for name, item in items.items()}
+    pool = ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items))), thread_name_prefix="gpuvm")
+    futures: dict[str, Future[R]] = {}
+    try:
+        for name, item in items.items():
+            futures[name] = pool.submit(fn, item)
+        wait(futures.values())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     results: dict[str, R] = {}
     failures: dict[str, Exception] = {}
     for name, future in futures.items():

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gpuvm.errors import listed
 from gpuvm.runbook.strict import Strict, checked_name, shown
 
 if TYPE_CHECKING:
@@ -112,6 +113,20 @@ class BenchmarkRun(Strict):
             _one_line(value, "the value")
             if not value.strip():
                 raise ValueError("must not be empty")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        """A jinja2 template: its syntax is checked at load (it renders in the sandbox at run time)."""
+        import jinja2
+        import jinja2.sandbox
+
+        if value is not None:
+            try:
+                jinja2.sandbox.ImmutableSandboxedEnvironment().parse(value)
+            except jinja2.TemplateSyntaxError as e:
+                raise ValueError(f"not a valid template: {e.message}") from None
         return value
 
     @field_validator("upload")
@@ -319,7 +334,7 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
         raise runbook.error(("benchmarks",), "benchmarks run on guests: add guests.hosts (or pass --local)")
     if spec.launcher is not None and spec.launcher not in guests:
         raise runbook.error(("benchmarks", "launcher"),
-                            f"'{spec.launcher}' is not a guest (guests: {', '.join(guests)})")
+                            f"'{spec.launcher}' is not a guest (guests: {listed(guests)})")
     if spec.container and (runbook.guests is None or runbook.guests.image is None):
         raise runbook.error(("benchmarks", "container"), "container: true needs guests.image (the training image)")
     ordered = guests_in_order(runbook, spec.launcher)
@@ -345,7 +360,7 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
                 for vm in group:
                     if vm not in guests:
                         raise runbook.error(loc + ("groups", j),
-                                            f"'{vm}' is not a guest (guests: {', '.join(guests)})")
+                                            f"'{vm}' is not a guest (guests: {listed(guests)})")
                 _check_batch(runbook, run, loc, 1, gpus_per_vm(run, [guests[vm] for vm in group], runbook, loc))
     return spec
 
@@ -360,7 +375,7 @@ def _check_setup_names(runbook: Runbook, spec: BenchmarkSpec) -> None:
     for i, run in enumerate(spec.runs):
         for j, name in enumerate(run.setups or []):
             if name not in names:
-                known = ", ".join(names) or "none: add benchmarks.setups"
+                known = listed(names) or "none: add benchmarks.setups"
                 raise runbook.error(("benchmarks", "runs", i, "setups", j), f"no setup '{name}' (setups: {known})")
 
 
@@ -399,7 +414,7 @@ def gpus_per_vm(run: BenchmarkRun, guests: list[Guest], runbook: Runbook, loc: t
         return run.gpus_per_vm
     slots = {g.slots for g in guests}
     if len(slots) > 1:
-        names = ", ".join(f"{g.vm}={g.slots}" for g in guests)
+        names = listed(f"{g.vm}={g.slots}" for g in guests)
         raise runbook.error(loc, f"the guests have different slots ({names}); set gpus_per_vm")
     return slots.pop() if slots else 1
 

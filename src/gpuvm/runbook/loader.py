@@ -163,7 +163,9 @@ def load_runbook(path: str | Path) -> Runbook:
     except Exception as e:  # ruamel raises a few unmarked errors (e.g. a control character)
         position = getattr(e, "position", None)
         line = text[:position].count("\n") + 1 if isinstance(position, int) else 1
-        reason = str(e).splitlines()[-1].strip() if str(e).strip() else type(e).__name__
+        character = getattr(e, "character", None)
+        reason = (f"character U+{character:04X} is not allowed in YAML (write it as an escape in a quoted string)"
+                  if isinstance(character, int) else (str(e).splitlines() or [type(e).__name__])[0].strip())
         raise InputError(f"{file}:{line}: YAML error: {reason}") from None
     if not isinstance(data, dict):
         raise InputError(f"{file}:1: (top level): a runbook is a mapping with vcenter, hosts and vms")

@@ -9,9 +9,9 @@ from urllib.parse import urlsplit
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from gpuvm.errors import InputError
+from gpuvm.errors import InputError, listed
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.strict import Strict, checked_name, shown
 from gpuvm.sizing.spec import SizingSpec
@@ -50,7 +50,7 @@ def _pci_id(value: str) -> str:
     return value
 
 
-Name = Annotated[str, Field(min_length=1)]
+Name = Annotated[str, AfterValidator(checked_name)]  # hosts, VMs, and every reference to them
 
 
 class VCenter(Strict):
@@ -74,9 +74,11 @@ def url_problem(url: str) -> str | None:
         return "contains control characters"
     try:
         parts = urlsplit(url if "://" in url else "https://" + url)
-        parts.port  # noqa: B018 - raises on a port that is not a number from 0 to 65535
+        port = parts.port  # raises on a port that is not a number from 0 to 65535
     except ValueError as e:
         return f"is not a valid URL ({e})"
+    if port == 0:
+        return "names port 0 (leave the port out for 443)"
     if parts.scheme != "https":
         return f"is not an https URL like https://vcenter.example.com/sdk ('{parts.scheme}://': vCenter speaks https)"
     if not parts.hostname:
@@ -193,7 +195,6 @@ class Host(Strict):
             raise ValueError("ats and mig are set through the ESXi shell: give ssh (address, user, key_file)")
         return self
 
-    _n = field_validator("name")(lambda cls, v: checked_name(v))
 
 
 class PassthroughGpus(Strict):
@@ -294,7 +295,6 @@ class Vm(Strict):
     datastore: Name | None = None  # where a clone goes; default: the template's datastore
     cloud_init: CloudInit | None = None  # a clone's identity on first boot
 
-    _n = field_validator("name")(lambda cls, v: checked_name(v))
 
     @model_validator(mode="after")
     def _clone(self) -> "Vm":
@@ -491,7 +491,12 @@ class Runbook(Strict):
         return self._locator.error(loc, message)
 
     def where(self, loc: tuple[str | int, ...]) -> str:
-        return self._locator.where(loc) if self._locator else str(loc)
+        """`file:line: field` of a field of this runbook."""
+        if self._locator is None:
+            from gpuvm.runbook.loader import field_path
+
+            return f"{self.file}: {field_path(loc)}"
+        return self._locator.where(loc)
 
     def host(self, name: str) -> Host | None:
         return next((h for h in self.hosts if h.name == name), None)
@@ -513,7 +518,7 @@ class Runbook(Strict):
                 raise self.error(("vms", i, "name"), f"VM '{vm.name}' is declared twice (also vms[{vms[vm.name]}])")
             vms[vm.name] = i
             if vm.host not in seen:
-                known = ", ".join(sorted(seen)) or "none declared"
+                known = listed(sorted(seen)) or "none declared"
                 raise self.error(("vms", i, "host"), f"host '{vm.host}' is not in hosts (declared: {known})")
             addresses = [(("nics", j, "address"), n.address) for j, n in enumerate(vm.nics)]
             if isinstance(vm.gpus, PassthroughGpus) and vm.gpus.addresses:
@@ -536,7 +541,7 @@ class Runbook(Strict):
         for i, guest in enumerate(self.guests.hosts):
             loc = ("guests", "hosts", i, "vm")
             if guest.vm not in vms:
-                raise self.error(loc, f"VM '{guest.vm}' is not in vms (declared: {', '.join(vms) or 'none'})")
+                raise self.error(loc, f"VM '{guest.vm}' is not in vms (declared: {listed(vms) or 'none'})")
             if self.vms[vms[guest.vm]].state == "absent":
                 raise self.error(loc, f"VM '{guest.vm}' is marked state: absent; a guest in it cannot be configured")
             if guest.vm in seen:
@@ -544,7 +549,7 @@ class Runbook(Strict):
             seen[guest.vm] = i
         image = self.guests.image
         if image and image.builder and image.builder not in seen:
-            raise self.error(("guests", "image", "builder"), f"'{image.builder}' is not a guest (guests: {', '.join(seen)})")
+            raise self.error(("guests", "image", "builder"), f"'{image.builder}' is not a guest (guests: {listed(seen)})")
 
 
 def env_flag(name: str) -> bool | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gpuvm.errors import InputError
+from gpuvm.errors import InputError, listed
 from gpuvm.runbook.benchmarks import Setup
 from gpuvm.runbook.loader import document_path, validation_message
 from gpuvm.runbook.model import Guest, Runbook, Vm
@@ -32,7 +32,7 @@ def select_setup(book: Runbook, setup: str | None) -> Runbook:
         return book
     names = [s.name for s in book.benchmarks.setups] if book.benchmarks else []
     if setup not in names:
-        raise InputError(f"--setup {setup}: no such setup in {book.file} (setups: {', '.join(names) or 'none'})")
+        raise InputError(f"--setup {setup}: no such setup in {book.file} (setups: {listed(names) or 'none'})")
     return setup_runbook(book, names.index(setup))
 
 
@@ -75,7 +75,7 @@ def _vms(runbook: Runbook, setup: Setup, loc: tuple) -> list[Vm]:
         name = overlay["name"]
         if name not in base:
             raise runbook.error(loc + ("vms", j, "name"), f"VM '{name}' is not in vms "
-                                                          f"(declared: {', '.join(base) or 'none'})")
+                                                          f"(declared: {listed(base) or 'none'})")
         if name in overlays:
             raise runbook.error(loc + ("vms", j, "name"), f"VM '{name}' is listed twice in setup '{setup.name}'")
         overlays[name] = _validated(runbook, Vm, _merged(base[name], overlay), loc + ("vms", j), overlay)
@@ -90,7 +90,7 @@ def _guests(runbook: Runbook, setup: Setup, loc: tuple, taking_part: set[str]) -
         if name not in taking_part:
             raise runbook.error(loc + ("guests", j, "vm"),
                                 f"VM '{name}' is not powered on in setup '{setup.name}' "
-                                f"(its VMs: {', '.join(sorted(taking_part)) or 'none'})")
+                                f"(its VMs: {listed(sorted(taking_part)) or 'none'})")
         if name in overlays:
             raise runbook.error(loc + ("guests", j, "vm"), f"guest '{name}' is listed twice in setup '{setup.name}'")
         data = _merged(base[name], overlay) if name in base else dict(overlay)

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpuvm.errors import GpuvmError, TaskError, TargetFailures
+from gpuvm.errors import GpuvmError, TargetFailures, TaskError, listed
 from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import DesiredHost
@@ -119,7 +119,7 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
     for start in range(0, len(hosts), size):
         batch = {h: h for h in hosts[start:start + size]}
         if failed:
-            left |= {h: TaskError(f"not rebooted: {', '.join(sorted(failed))} failed first "
+            left |= {h: TaskError(f"not rebooted: {listed(sorted(failed))} failed first "
                                   f"(hosts reboot {size} at a time)") for h in batch}
             continue
         try:

@@ -14,7 +14,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from gpuvm.errors import ConnectError, InputError
@@ -40,34 +40,35 @@ class Target:
         return f"https://{self.host}:{self.port}{self.path}"
 
 
-def resolve_target(config: VCenter, insecure: bool = False) -> Target:
-    """The vCenter to talk to. Runbook values win; govc's variables fill the gaps."""
+def resolve_target(config: VCenter, insecure: bool = False, where: Callable[[str], str] = str) -> Target:
+    """The vCenter to talk to. Runbook values win; govc's variables fill the gaps. `where` names a
+    field of the runbook in messages ('vcenter.url' → 'lab.yaml:3: vcenter.url')."""
     url = config.url or os.environ.get("GOVC_URL")
     if not url:
-        raise InputError("vcenter.url: no vCenter URL (set vcenter.url in the runbook or GOVC_URL)")
+        raise InputError(f"{where('vcenter.url')}: no vCenter URL (set vcenter.url in the runbook or GOVC_URL)")
     if problem := url_problem(url):
-        raise InputError(f"{'vcenter.url' if config.url else 'GOVC_URL'}: {shown(url)} {problem}")
+        raise InputError(f"{where('vcenter.url') if config.url else 'GOVC_URL'}: {shown(url)} {problem}")
     if "://" not in url:
         url = "https://" + url
     parts = urlsplit(url)
     user = config.user or parts.username or os.environ.get("GOVC_USERNAME")
     if not user:
-        raise InputError("vcenter.user: no user (set vcenter.user or GOVC_USERNAME)")
+        raise InputError(f"{where('vcenter.user')}: no user (set vcenter.user or GOVC_USERNAME)")
     if config.password_env:
-        password = secret_from_env(config.password_env, "vcenter.password_env")
+        password = secret_from_env(config.password_env, where("vcenter.password_env"))
     elif parts.password:
         password = remember(parts.password, "vcenter.url (its password)")  # type: ignore[assignment]
     elif os.environ.get("GOVC_PASSWORD"):
         password = remember(os.environ["GOVC_PASSWORD"], "GOVC_PASSWORD")  # type: ignore[assignment]
     else:
-        raise InputError("vcenter.password_env: no password (name an environment variable in "
+        raise InputError(f"{where('vcenter.password_env')}: no password (name an environment variable in "
                          "vcenter.password_env, or set GOVC_PASSWORD)")
     # The command line wins, then the runbook, then govc's variable: a runbook that says
     # `insecure: false` keeps verification on whatever GOVC_INSECURE says.
     turn_off = insecure or (config.insecure if config.insecure is not None else bool(env_flag("GOVC_INSECURE")))
     ca = config.ca_file or (Path(os.environ["GOVC_TLS_CA_CERTS"]) if os.environ.get("GOVC_TLS_CA_CERTS") else None)
     if ca is not None:
-        _check_ca(ca, "vcenter.ca_file" if config.ca_file else "GOVC_TLS_CA_CERTS")
+        _check_ca(ca, where("vcenter.ca_file") if config.ca_file else "GOVC_TLS_CA_CERTS")
     return Target(host=parts.hostname or "", port=parts.port or 443, path=parts.path or "/sdk",
                   user=user, password=password, insecure=turn_off, ca_file=ca)
 
@@ -167,14 +168,16 @@ class Session:
                                    user=self.target.user, pwd=self.target.password, sslContext=context,
                                    connectionPoolTimeout=-1)
         except vim.fault.InvalidLogin:
-            raise ConnectError(f"{self.target.url}: login refused for user {self.target.user}") from None
+            raise ConnectError(f"{self.target.url}: login refused for user {self.target.user}",
+                               field="password_env") from None
         except ssl.SSLCertVerificationError as e:
             raise ConnectError(f"{self.target.url}: TLS certificate not trusted ({e.verify_message}); "
-                               "give vcenter.ca_file or GOVC_TLS_CA_CERTS, or --insecure to turn checks off") from None
+                               "give vcenter.ca_file or GOVC_TLS_CA_CERTS, or --insecure to turn checks off",
+                               field="ca_file" if self.target.ca_file else "url") from None
         except (OSError, ssl.SSLError) as e:
-            raise ConnectError(f"{self.target.url}: cannot connect: {redact(str(e))}") from None
+            raise ConnectError(f"{self.target.url}: cannot connect: {redact(str(e))}", field="url") from None
         except Exception as e:  # pyvmomi wraps some transport errors in its own types
-            raise ConnectError(f"{self.target.url}: cannot connect: {redact(str(e))}") from None
+            raise ConnectError(f"{self.target.url}: cannot connect: {redact(str(e))}", field="url") from None
         _instrument(self.si._stub, self.counter, _Relogin(self))
         self._content = self.si.RetrieveContent()  # `si.content` would be a round trip per use
         return self

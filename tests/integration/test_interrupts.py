@@ -1,0 +1,103 @@
+"""Apply stopped at every step boundary (issue 11): SIGKILL, SIGTERM and SIGINT sent when the running
+apply journals the first change of a step (or gpuvm entering a host's maintenance mode), read from the
+journal file it writes; one re-run converges, then plan shows no change and verify is clean.
+
+The vSphere steps run on the simulator with task latency, so each step lasts long enough for the
+signal to land in it. The lab's plan has changes in exactly the steps of BOUNDARIES (checked)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from gpusim import Simulator
+from gpuvm.cli.main import app
+from gpuvm.engine import STEPS
+from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
+from tests.integration.vcenter import LAB_MIG, env_for, raw_state
+
+pytestmark = pytest.mark.integration
+LATENCY = {method: "150ms" for method in ("UpdatePassthruConfig", "UpdateGraphicsConfig", "EnterMaintenanceMode_Task",
+                                          "RebootHost_Task", "ReconfigVM_Task", "PowerOnVM_Task")}
+MAINTENANCE = ("host.reboot", "maintenance")  # gpuvm has just put a host in maintenance mode
+BOUNDARIES = [("host.passthrough", "started"), ("host.graphics", "started"), ("host.reboot", "started"), MAINTENANCE,
+              ("vm.hardware", "started"), ("vm.advanced", "started"), ("vm.power", "started")]
+SIGNALS = [signal.SIGKILL, signal.SIGTERM, signal.SIGINT]
+ORDER = [step.name for step in STEPS]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    return vsphere_only(LAB_FILE, tmp_path_factory.mktemp("runbook") / "lab.yaml")
+
+
+def gpuvm(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def entries(journal) -> list[dict]:
+    """The journal so far; a line being written is not read yet."""
+    text = journal.read_text() if journal.exists() else ""
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def reached(entry: dict, step: str, status: str) -> bool:
+    if status == "maintenance":
+        return entry["status"] == "maintenance" and entry["state"] == "entered"
+    return entry["status"] == status and entry.get("step") == step
+
+
+def test_the_boundaries_are_the_steps_with_changes(lab, tmp_path, monkeypatch):
+    with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG) as sim:
+        for key, value in env_for(sim).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        steps = {c["step"] for c in json.loads(gpuvm("plan", str(lab), "--json").output)["changes"]}
+    assert steps == {step for step, status in BOUNDARIES if status == "started"}
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
+@pytest.mark.parametrize("step, status", BOUNDARIES, ids=[f"{s}-{w}" for s, w in BOUNDARIES])
+def test_apply_stopped_at_a_step_boundary_converges_on_one_rerun(lab, tmp_path, monkeypatch, step, status, sig):
+    journal = tmp_path / "state" / "journal.jsonl"
+    with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG, latency=LATENCY) as sim:
+        for key, value in env_for(sim).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        run = subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(lab), "--yes",
+                                "--allow-host-reboot"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while not any(reached(e, step, status) for e in entries(journal)):
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0]
+            time.sleep(0.01)
+        run.send_signal(sig)
+        output = run.communicate(timeout=60)[0]
+        stopped = entries(journal)
+        if sig == signal.SIGKILL:
+            assert run.returncode == -signal.SIGKILL, output
+        else:  # stopped cleanly: its end journaled, no later step begun, no traceback
+            assert run.returncode == 130 and "interrupted" in output and "Traceback" not in output, output
+            assert stopped[-1]["status"] == "run-end" and stopped[-1]["interrupted"] == "KeyboardInterrupt", stopped[-3:]
+        begun = {e["step"] for e in stopped if e["status"] == "started"}
+        assert max(ORDER.index(s) for s in begun) == ORDER.index(step), f"later steps begun: {begun}"
+        if (step, status) == MAINTENANCE and sig == signal.SIGKILL:  # left in maintenance mode: planned out
+            assert raw_state(sim)["esx-01"]["maintenance"]
+            planned = json.loads(gpuvm("plan", str(lab), "--json").output)["changes"]
+            assert any(c["target"] == "esx-01" and c["step"] == "host.reboot" for c in planned)
+            assert gpuvm("verify", str(lab)).exit_code == 5
+
+        again = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot")
+        assert again.exit_code == 0, output + "\n--- re-run:\n" + again.output
+        state = raw_state(sim)
+        assert not state["esx-01"]["maintenance"] and not state["esx-02"]["maintenance"]
+        assert all(enabled == active for _, enabled, active in state["esx-01"]["passthru"])
+        planned = gpuvm("plan", str(lab), "--detailed-exitcode")
+        assert planned.exit_code == 0, planned.output
+        verified = gpuvm("verify", str(lab))
+        assert verified.exit_code == 0, verified.output
