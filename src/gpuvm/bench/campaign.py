@@ -232,7 +232,7 @@ def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, l
     hostfile = f"hostfile-{run.name}-{label}"
     container = spec.container and not local
     context = program_context(run, np=np, nodes=nodes, per_vm=per_vm, batch=batch, hostfile=hostfile,
-                              local=local)
+                              local=local, guest=launcher)
     if run.command is not None:
         program = render_user_command(runbook, index, run.command, context)
     else:

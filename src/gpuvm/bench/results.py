@@ -50,11 +50,13 @@ class Repeat(_Model):
     """One run of one point. For concurrent points `value` is the total over `per_vm`.
 
     A failed run (non-zero exit, timeout, no figure in its log) has no `value` and says why in
-    `error`; comparisons read only the runs that succeeded.
+    `error`; comparisons read only the runs that succeeded. `metrics`: other figures of the run
+    (storage: read_iops, lat_mean_ms, clat_p99_ms, ...; concurrent points: `<vm>/<name>`).
     """
 
     value: float | None = None
     per_vm: dict[str, float] | None = None
+    metrics: dict[str, float] | None = None
     log: str | None = None
     error: str | None = None
 

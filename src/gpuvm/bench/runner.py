@@ -258,7 +258,8 @@ class CampaignRunner:
         if errors:
             return Outcome(None, "; ".join(errors), first.unit, first.higher_is_better), self._relative(base / stem)
         per_vm = {vm: o.value for vm, o in outcomes.items() if o.value is not None}
-        return (Outcome(sum(per_vm.values()), None, first.unit, first.higher_is_better, per_vm),
+        metrics = {f"{vm}/{name}": value for vm, o in outcomes.items() for name, value in (o.metrics or {}).items()}
+        return (Outcome(sum(per_vm.values()), None, first.unit, first.higher_is_better, per_vm, metrics),
                 self._relative(base / stem) + "/")
 
     def _run_job(self, point: PlannedPoint, job: Job, log: Path, pidfile: str) -> Outcome:
@@ -306,7 +307,7 @@ class CampaignRunner:
         except GpuvmError as e:
             return self._failed(run, str(e))
         self.recorder.remember_unit(run, figure.unit, figure.higher_is_better)
-        return Outcome(figure.value, None, figure.unit, figure.higher_is_better)
+        return Outcome(figure.value, None, figure.unit, figure.higher_is_better, metrics=dict(figure.metrics))
 
     def _failed(self, run: BenchmarkRun, error: str) -> Outcome:
         unit, better = self.recorder.unit(run)

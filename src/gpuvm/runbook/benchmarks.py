@@ -6,7 +6,8 @@
       runs:
         - name: resnet50-scaling
           kind: pytorch_train      # pytorch_train | pytorch_allreduce (shipped with gpuvm) | tf_cnn_benchmarks |
-                                   # horovod_synthetic | nccl_allreduce | mlperf_log | command
+                                   # horovod_synthetic | nccl_allreduce | mlperf_log | command |
+                                   # storage (fio random reads in `data`, once per guest: launch none)
           batch_size: 256          # per GPU (strong scaling: the global batch)
           precision: bf16          # fp32 | fp16 | bf16 (bf16: pytorch_train only)
           nodes: [1, 2, 4]         # guests used, launcher first, then runbook order
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from gpuvm.runbook.model import Guest, Runbook
 
 Kind = Literal["pytorch_train", "pytorch_allreduce", "tf_cnn_benchmarks", "horovod_synthetic", "nccl_allreduce",
-               "mlperf_log", "command"]
+               "mlperf_log", "command", "storage"]
 Launch = Literal["mpirun", "torchrun", "horovodrun", "none"]
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -83,6 +84,14 @@ class BenchmarkRun(Strict):
     # each point with the network derived from the guests' rdma_ports ("on") and without ("off");
     # left out: derived where the guests configure ports, points not labelled
     network_mapping: list[Literal["on", "off"]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storage_runs_alone(cls, data: Any) -> Any:
+        """fio is one process per guest: `launch` defaults to none for kind storage."""
+        if isinstance(data, dict) and data.get("kind") == "storage" and "launch" not in data:
+            return {**data, "launch": "none"}
+        return data
 
     @field_validator("name")
     @classmethod
@@ -195,6 +204,15 @@ class BenchmarkRun(Strict):
             for flag in ("channels_last", "compile"):
                 if getattr(self, flag):
                     raise ValueError(f"`{flag}` is read only with kind pytorch_train")
+        if self.kind == "storage":
+            if self.data == "synthetic":
+                raise ValueError("kind storage reads files: give `data`, the directory fio reads in on the guests "
+                                 "(the dataset's mount)")
+            if self.launch != "none":
+                raise ValueError("kind storage runs fio once per guest: launch none (leave `launch` out); "
+                                 "scenario concurrent reads from several guests at once")
+            if self.steps is not None:
+                raise ValueError("kind storage runs for a time, not steps: give fio's --runtime=SECONDS in `args`")
         if self.framework is not None and self.kind != "horovod_synthetic":
             raise ValueError("`framework` is read only with kind horovod_synthetic")
         if self.scenario == "scaling":
@@ -394,7 +412,10 @@ def _check_batch(runbook: Runbook, run: BenchmarkRun, loc: tuple, nodes: int, pe
 
 
 def gpus_per_vm(run: BenchmarkRun, guests: list[Guest], runbook: Runbook, loc: tuple) -> int:
-    """GPUs (MPI ranks) per VM: the run's `gpus_per_vm`, else the guests' `slots` (which must agree)."""
+    """GPUs (MPI ranks) per VM: the run's `gpus_per_vm`, else the guests' `slots` (which must agree);
+    one for kind storage (one fio per guest)."""
+    if run.kind == "storage":
+        return 1
     if run.gpus_per_vm is not None:
         return run.gpus_per_vm
     slots = {g.slots for g in guests}
