@@ -128,6 +128,7 @@ class Recorder:
                 scaling=run.scaling_mode, launch=run.launch,
                 points=[Point(nodes=p.nodes, gpus_per_node=p.gpus_per_node, vms=p.vms, setup=p.setup,
                               network_mapping=p.mapping, network=dict(p.network),  # type: ignore[arg-type]
+                              data=p.data,  # type: ignore[arg-type]
                               repeats=self._recorded[_key(p)]) for p in mine],
             ))
         return Results(

@@ -74,7 +74,8 @@ class Repeat(_Model):
 class Point(_Model):
     """One configuration: `nodes` hosts, `gpus_per_node` GPUs used on each, `vms` VMs in all; in a
     campaign with setups, the `setup` it ran in; `network_mapping` on/off when the run measured both,
-    and `network` the settings gpuvm derived for it (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, btl_tcp_if_include)."""
+    and `network` the settings gpuvm derived for it (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, btl_tcp_if_include);
+    `data` files/synthetic when the run measured both (compare_synthetic)."""
 
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(default=1, ge=1)
@@ -82,6 +83,7 @@ class Point(_Model):
     setup: str | None = None
     network_mapping: Literal["on", "off"] | None = None
     network: dict[str, str] = Field(default_factory=dict)
+    data: Literal["files", "synthetic"] | None = None
     repeats: list[Repeat] = Field(min_length=1)
 
     @property
@@ -144,9 +146,9 @@ class Results(_Model):
 
 
 def point_key(benchmark: Benchmark, point: Point) -> tuple[str | int, ...]:
-    """What identifies a point: its setup and network mapping, then the node count when scaling;
-    nodes, GPUs and VMs when concurrent."""
-    tags = (point.setup or "", point.network_mapping or "")
+    """What identifies a point: its setup, network mapping and data, then the node count when
+    scaling; nodes, GPUs and VMs when concurrent."""
+    tags = (point.setup or "", point.network_mapping or "", point.data or "")
     if benchmark.scenario == "scaling":
         return (*tags, point.nodes)
     return (*tags, point.nodes, point.gpus_per_node, point.vms)

@@ -14,6 +14,11 @@
           launch: torchrun         # mpirun (default) | torchrun | horovodrun | none (one process)
           setups: [two-vms]        # the setups it runs in (default: all); see runbook/setups.py
           network_mapping: [on, off]   # each point with and without the derived NCCL/MPI network
+        - name: resnet50-data-path
+          kind: pytorch_train
+          data: /mnt/datasets/jpegs  # train on the JPEG files there (default: synthetic tensors)
+          dataset: {files: 10000, file_kb: 110}   # gpuvm writes them where missing (a marker records what)
+          compare_synthetic: true  # each point on the files and on synthetic tensors: the data path's overhead
       setups:                      # VM/GPU layouts applied one after the other
         - {name: two-vms, vms: [{name: gpu-vm-01, gpus: {mode: passthrough, count: 1}}, {name: gpu-vm-02}]}
 
@@ -47,6 +52,14 @@ def _one_line(value: str, what: str) -> str:
     return value
 
 
+class Dataset(Strict):
+    """JPEG files gpuvm writes into a run's `data` directory on the guests that read it, where missing
+    (pytorch_train.py --write-dataset: random pixels, each file about `file_kb` KB)."""
+
+    files: int = Field(ge=1, le=100_000_000)
+    file_kb: float = Field(gt=0, le=100_000)
+
+
 class BenchmarkRun(Strict):
     """One benchmark: a kind of program, its settings, and the points (node counts or VM groups)."""
 
@@ -59,6 +72,8 @@ class BenchmarkRun(Strict):
     channels_last: bool = False  # pytorch_train: NHWC memory format
     compile: bool = False  # pytorch_train: torch.compile (PyTorch 2)
     data: str = "synthetic"  # or a data directory on the guests (tf_cnn_benchmarks --data_dir, pytorch_train --data-dir)
+    dataset: Dataset | None = None  # pytorch_train: files gpuvm writes into `data` where missing
+    compare_synthetic: bool = False  # pytorch_train with `data`: each point also on synthetic tensors
     steps: int | None = Field(default=None, ge=1)  # timed steps: --num_batches / --num-iters
     scenario: Literal["scaling", "concurrent"] = "scaling"
     scaling: Literal["weak", "strong"] | None = None  # scenario scaling: default weak
@@ -213,6 +228,9 @@ class BenchmarkRun(Strict):
                                  "scenario concurrent reads from several guests at once")
             if self.steps is not None:
                 raise ValueError("kind storage runs for a time, not steps: give fio's --runtime=SECONDS in `args`")
+        for flag in ("dataset", "compare_synthetic"):
+            if getattr(self, flag) and (self.kind != "pytorch_train" or self.data == "synthetic"):
+                raise ValueError(f"`{flag}` is read only with kind pytorch_train and a `data` directory")
         if self.framework is not None and self.kind != "horovod_synthetic":
             raise ValueError("`framework` is read only with kind horovod_synthetic")
         if self.scenario == "scaling":
@@ -324,6 +342,7 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
             path = upload_source(runbook, source)
             if not path.is_file():
                 raise runbook.error(("benchmarks", "runs", i, "upload", source), f"{path}: no such file to upload")
+    _check_datasets(runbook, spec)
     _check_setup_names(runbook, spec)
     if local:
         _check_local(runbook, spec)
@@ -366,6 +385,19 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
                                             f"'{vm}' is not a guest (guests: {', '.join(guests)})")
                 _check_batch(runbook, run, loc, 1, gpus_per_vm(run, [guests[vm] for vm in group], runbook, loc))
     return spec
+
+
+def _check_datasets(runbook: Runbook, spec: BenchmarkSpec) -> None:
+    """Runs that ask for a dataset at the same path ask for the same one."""
+    first: dict[str, int] = {}
+    for i, run in enumerate(spec.runs):
+        if run.dataset is None:
+            continue
+        j = first.setdefault(run.data, i)
+        if spec.runs[j].dataset != run.dataset:
+            raise runbook.error(("benchmarks", "runs", i, "dataset"),
+                                f"runs[{j}] asks for another dataset at {shown(run.data)}; give them the same "
+                                "files and file_kb, or another path")
 
 
 def _check_setup_names(runbook: Runbook, spec: BenchmarkSpec) -> None:
