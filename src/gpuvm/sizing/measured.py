@@ -41,7 +41,8 @@ def measured_throughput(path: Path, benchmark: str | None = None, gpus: int | No
         raise InputError(f"{path}: benchmark {chosen.name} has no successful run{where}")
     point, runs = max(measured, key=lambda pv: pv[0].gpus)
     rate = statistics.median(runs)
-    return rate, point.gpus, f"measured: {chosen.name}, {point.gpus} GPU(s), median of {len(runs)} run(s)"
+    on = f", {point.data}" if point.data else ""  # compare_synthetic: files first, the real data path
+    return rate, point.gpus, f"measured: {chosen.name}, {point.gpus} GPU(s){on}, median of {len(runs)} run(s)"
 
 
 @dataclass(frozen=True)
