@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := golang-go golang-github-vmware-govmomi-dev openssh-server sudo iproute2 openmpi-bin \
-                python3-torch python3-torchvision docker.io debootstrap
+                python3-torch python3-torchvision docker.io debootstrap fio
 GOVMOMI := /usr/share/gocode/src/github.com/vmware/govmomi
 
 .PHONY: demo test deps apt venv sim bench clean

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,45 @@ def test_command_pattern_must_have_one_group(pattern):
 def test_unknown_kind_lists_the_known_ones():
     with pytest.raises(InputError, match="expected one of: " + ", ".join(PARSERS)):
         parse_output("resnet", "")
+
+
+# fio --output-format=json, captured from fio 3.33 (Debian bookworm) on this project's machine
+def test_fio_reads_bandwidth_iops_and_latency_percentiles():
+    figure = parse_output("storage", read("fio_randread_group.json"), "repeat-1.log")
+    assert (figure.value, figure.unit, figure.higher_is_better) == (0.493155129, "GB/s", True)
+    assert figure.metrics == pytest.approx({"read_gb_s": 0.493155129, "read_iops": 7524.9501,
+                                            "lat_mean_ms": 4.246088473475, "clat_p50_ms": 3.653632,
+                                            "clat_p99_ms": 12.910592, "clat_p99_9_ms": 25.034752})
+    # fio keeps both --bs values of the command line in "job options"; the last one was used
+    assert figure.detail == {"fio": "fio-3.33", "jobs": 1, "rw": "randread", "bs": "64k", "numjobs": "2",
+                             "iodepth": "16", "direct": "1", "ioengine": "libaio"}
+
+
+def test_fio_without_group_reporting_sums_jobs_and_keeps_the_worst_percentile():
+    figure = parse_output("storage", read("fio_randread_two_jobs.json"))
+    assert figure.value == pytest.approx((180874158 + 206379769) / 1e9)
+    assert figure.metrics["read_iops"] == pytest.approx(1379.960317 + 1574.552684)
+    assert figure.metrics["lat_mean_ms"] == pytest.approx((11574346.700935 * 1391 + 10145686.888258 * 1584)
+                                                          / (1391 + 1584) / 1e6)
+    assert figure.metrics["clat_p99_ms"] == 46.399488
+
+
+@pytest.mark.parametrize("fixture, error", [
+    # warnings before the report; the job's "error": 2
+    ("fio_readonly_missing.log", r"x\.log: fio job\(s\) failed \(gpuvm-randread: error 2\)"),
+    # no report at all: the last line says why
+    ("fio_no_dir.log", r"x\.log: no fio JSON report found .*: fio: file:options\.c:1457, func=lstat"),
+])  # fmt: skip
+def test_fio_failures_name_the_log_and_the_cause(fixture, error):
+    with pytest.raises(BenchmarkError, match=error):
+        parse_output("storage", read(fixture), "x.log")
+
+
+def test_fio_report_that_read_nothing_or_lacks_fields():
+    report = json.loads(read("fio_randread_group.json"))
+    report["jobs"][0]["read"]["total_ios"] = 0
+    with pytest.raises(BenchmarkError, match="fio read nothing"):
+        parse_output("storage", json.dumps(report))
+    del report["jobs"][0]["read"]
+    with pytest.raises(BenchmarkError, match="fio's report lacks 'read'"):
+        parse_output("storage", json.dumps(report))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuvm.bench.commands import (
+    BUNDLED,
     Shell,
     bundled_program,
     container_name,
@@ -73,6 +74,7 @@ class PlannedPoint:
     setup: str | None = None  # the campaign's setup it is measured in
     mapping: str | None = None  # "on" / "off" when the run measures both (network_mapping)
     network: tuple[tuple[str, str], ...] = ()  # the derived network settings its jobs use
+    data: str | None = None  # "files" / "synthetic" when the run compares both (compare_synthetic)
 
     @property
     def concurrent(self) -> bool:
@@ -158,8 +160,12 @@ def _network(run: BenchmarkRun, guests: Sequence[Guest], mapping: str | None,
     return found.settings(run) if found else {}
 
 
-def _mappings(run: BenchmarkRun, local: bool) -> list[str | None]:
-    return [None] if local or not run.network_mapping else list(run.network_mapping)
+def _variants(run: BenchmarkRun, local: bool) -> list[tuple[str | None, str | None, str]]:
+    """(network mapping, data, label suffix) of each point measured at one node count or group."""
+    mappings = [None] if local or not run.network_mapping else list(run.network_mapping)
+    sources = ["files", "synthetic"] if run.compare_synthetic else [None]
+    return [(mapping, data, (f"-mapping-{mapping}" if mapping else "") + (f"-{data}" if data else ""))
+            for mapping in mappings for data in sources]
 
 
 def taking_part(points: Sequence[PlannedPoint]) -> set[str]:
@@ -182,13 +188,13 @@ def _scaling_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: Benc
             per_vm = gpus_per_vm(run, chosen, runbook, ("benchmarks", "runs", index))
             hosts = tuple((g.ssh.address, per_vm) for g in chosen)
             launcher, root, guests = chosen[0].vm, chosen[0].ssh.user == "root", tuple(g.vm for g in chosen)
-        for mapping in _mappings(run, local):
-            label = f"nodes-{nodes}" + (f"-mapping-{mapping}" if mapping else "")
+        for mapping, data, suffix in _variants(run, local):
+            label = f"nodes-{nodes}{suffix}"
             network = _network(run, chosen, mapping, ports)
             job = _job(runbook, spec, index, run, label, launcher, hosts, nodes, per_vm, root, local,
-                       network=network)
+                       network=network, data=data)
             points.append(PlannedPoint(run, index, label, nodes, per_vm, nodes, (job,), guests,
-                                       mapping=mapping, network=tuple(network.items())))
+                                       mapping=mapping, network=tuple(network.items()), data=data))
     return points
 
 
@@ -211,28 +217,30 @@ def _concurrent_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: B
                                 f"same configuration as group {keys[key]} ({len(members)} VM(s) × {per_vm} GPU(s) "
                                 f"on {nodes} host(s)); results could not tell them apart")
         keys[key] = j
-        for mapping in _mappings(run, False):
-            label = f"group-{j}-" + "+".join(group) + (f"-mapping-{mapping}" if mapping else "")
+        for mapping, data, suffix in _variants(run, False):
+            label = f"group-{j}-" + "+".join(group) + suffix
             network = _network(run, members, mapping, ports)
             jobs = tuple(
                 _job(runbook, spec, index, run, label, g.vm, (("localhost", per_vm),), 1, per_vm,
-                     g.ssh.user == "root", False, vm=g.vm, network=network)
+                     g.ssh.user == "root", False, vm=g.vm, network=network, data=data)
                 for g in members
             )
             points.append(PlannedPoint(run, index, label, nodes, total // nodes, len(members), jobs, tuple(group),
-                                       mapping=mapping, network=tuple(network.items())))
+                                       mapping=mapping, network=tuple(network.items()), data=data))
     return points
 
 
 def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, label: str, launcher: str,
          hosts: tuple[tuple[str, int], ...], nodes: int, per_vm: int, root: bool, local: bool,
-         vm: str | None = None, network: dict[str, str] | None = None) -> Job:
+         vm: str | None = None, network: dict[str, str] | None = None, data: str | None = None) -> Job:
     np = sum(slots for _, slots in hosts)
+    if data == "synthetic":  # compare_synthetic's other half: the same run on synthetic tensors
+        run = run.model_copy(update={"data": "synthetic"})
     batch = run.per_gpu_batch(np if run.scenario == "scaling" else per_vm)
     hostfile = f"hostfile-{run.name}-{label}"
     container = spec.container and not local
     context = program_context(run, np=np, nodes=nodes, per_vm=per_vm, batch=batch, hostfile=hostfile,
-                              local=local)
+                              local=local, guest=launcher)
     if run.command is not None:
         program = render_user_command(runbook, index, run.command, context)
     else:
@@ -270,8 +278,8 @@ def uploads(runbook: Runbook, points: Sequence[PlannedPoint], local: bool) -> li
     for point in points:
         targets = (LOCAL,) if local else point.guests
         files = [(upload_source(runbook, src), dst) for src, dst in point.run.upload.items()]
-        bundled = bundled_program(point.run)
-        if not local and bundled is not None:
+        bundled = bundled_program(point.run) or (BUNDLED["pytorch_train"] if point.run.dataset else None)
+        if not local and bundled is not None:  # a dataset is written by the training workload
             files.append((bundled, bundled.name))
         for source, destination in files:
             mode = 0o755 if os.access(source, os.X_OK) else 0o644
@@ -281,8 +289,11 @@ def uploads(runbook: Runbook, points: Sequence[PlannedPoint], local: bool) -> li
 
 
 def describe(points: Sequence[PlannedPoint], workdir: str) -> list[str]:
-    """The dry-run text: every point's launcher, hostfile and command line."""
-    lines = []
+    """The dry-run text: the datasets to write where missing, every point's launcher, hostfile and
+    command line."""
+    from gpuvm.bench.datasets import planned_datasets
+
+    lines = [dataset.describe() for dataset in planned_datasets(points)]
     for point in points:
         where = f" in setup {point.setup}" if point.setup else ""
         lines.append(f"{point.run.name} {point.label}{where}: {point.run.repeats} repeat(s)"

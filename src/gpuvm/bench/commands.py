@@ -36,6 +36,7 @@ DEFAULT_PROGRAMS: dict[str, str] = {
     "horovod_synthetic/tensorflow": "tensorflow2_synthetic_benchmark.py",
     "horovod_synthetic/pytorch": "pytorch_synthetic_benchmark.py",
     "nccl_allreduce": "all_reduce_perf",
+    "storage": "fio",
 }
 DEFAULT_MODELS = {"pytorch_train": "resnet50", "tf_cnn_benchmarks": "resnet50",
                   "horovod_synthetic/tensorflow": "ResNet50", "horovod_synthetic/pytorch": "resnet50"}
@@ -113,7 +114,7 @@ def bundled_program(run: BenchmarkRun) -> Path | None:
 
 
 def program_context(run: BenchmarkRun, *, np: int, nodes: int, per_vm: int, batch: int, hostfile: str,
-                    local: bool) -> dict[str, Any]:
+                    local: bool, guest: str = "") -> dict[str, Any]:
     """The variables of a program template (`<kind>.j2`) or of the run's own `command`."""
     bundled = bundled_program(run)
     program = str(bundled) if local and bundled else run.program or DEFAULT_PROGRAMS.get(run.variant, "")
@@ -137,6 +138,7 @@ def program_context(run: BenchmarkRun, *, np: int, nodes: int, per_vm: int, batc
         "nodes": nodes,
         "gpus_per_vm": per_vm,
         "hostfile": hostfile,
+        "guest": guest,  # the VM the job starts on (its launcher); "local" with --local
         "workdir": Shell('"$PWD"'),  # the job runs in its workdir: expanded on the launcher
     }
 

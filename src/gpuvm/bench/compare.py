@@ -8,7 +8,9 @@ performance relative to bare metal (vm/bm, or bm/vm for lower-is-better) and ove
 
 Points of several setups (or network mappings) are compared within their own setup and mapping:
 each has its own speedup reference. A point measured with the network mapping on has
-`mapping_gain`: its figure relative to the same point with the mapping off.
+`mapping_gain`: its figure relative to the same point with the mapping off. A point that read its
+data from files has `data_overhead`: 1 − its figure relative to the same point on synthetic data
+(seed 002's data-path experiment).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class PointComparison:
     setup: str | None = None
     mapping: str | None = None  # network mapping "on" / "off", when the run measured both
     mapping_gain: float | None = None  # mapping on: performance relative to mapping off, minus 1
+    data: str | None = None  # "files" / "synthetic", when the run measured both
+    data_overhead: float | None = None  # files: 1 − performance relative to synthetic data
 
 
 @dataclass(frozen=True)
@@ -135,33 +139,41 @@ def _compare_benchmark(bench: Benchmark, base: Benchmark | None) -> BenchmarkCom
     setups = list(dict.fromkeys(p.setup for p in bench.points))
     points = sorted((p for p in bench.points if _values(p)),
                     key=lambda p: (setups.index(p.setup), p.network_mapping != "on", p.network_mapping or "",
-                                   p.nodes, p.gpus_per_node, p.vms))
+                                   p.data or "", p.nodes, p.gpus_per_node, p.vms))
     spreads = [Spread.of(_values(p)) for p in points]
-    # speedup within each setup and mapping: against its smallest point
+    # speedup within each setup, mapping and data: against its smallest point
     references: dict[tuple, tuple[Point, Spread]] = {}
     for point, spread in zip(points, spreads, strict=True):
-        references.setdefault((point.setup, point.network_mapping), (point, spread))
+        references.setdefault((point.setup, point.network_mapping, point.data), (point, spread))
     mapping_off = {_unmapped_key(bench, p): s.median for p, s in zip(points, spreads, strict=True)
                    if p.network_mapping == "off"}
+    synthetic = {(p.setup, p.network_mapping, p.nodes, p.gpus_per_node, p.vms): s.median
+                 for p, s in zip(points, spreads, strict=True) if p.data == "synthetic"}
     reference = points[0] if bench.scenario == "scaling" and points else None
     base_medians = _baseline_medians(bench, base)
     compared = []
     for point, spread in zip(points, spreads, strict=True):
         speedup = efficiency = None
         if reference is not None:
-            ref, ref_spread = references[(point.setup, point.network_mapping)]
+            ref, ref_spread = references[(point.setup, point.network_mapping, point.data)]
             speedup = _performance_ratio(spread.median, ref_spread.median, bench.higher_is_better)
             efficiency = speedup / (point.gpus / ref.gpus) if speedup is not None else None
         gain = None
         if point.network_mapping == "on" and (off := mapping_off.get(_unmapped_key(bench, point))):
             ratio_on = _performance_ratio(spread.median, off, bench.higher_is_better)
             gain = ratio_on - 1 if ratio_on is not None else None
+        data_overhead = None
+        if point.data == "files" and (on_synthetic := synthetic.get(
+                (point.setup, point.network_mapping, point.nodes, point.gpus_per_node, point.vms))):
+            ratio_files = _performance_ratio(spread.median, on_synthetic, bench.higher_is_better)
+            data_overhead = 1 - ratio_files if ratio_files is not None else None
         bm = base_medians.get(_baseline_key(bench, point))
         ratio = _performance_ratio(spread.median, bm, bench.higher_is_better) if bm else None
         per_vm = _per_vm_medians(point)
         compared.append(
             PointComparison(
-                label=point_label(bench, point) + (f", mapping {point.network_mapping}" if point.network_mapping else ""),
+                label=point_label(bench, point) + (f", mapping {point.network_mapping}" if point.network_mapping else "")
+                + (f", {point.data}" if point.data else ""),
                 nodes=point.nodes,
                 gpus_per_node=point.gpus_per_node,
                 vms=point.vms,
@@ -176,6 +188,8 @@ def _compare_benchmark(bench: Benchmark, base: Benchmark | None) -> BenchmarkCom
                 setup=point.setup,
                 mapping=point.network_mapping,
                 mapping_gain=gain,
+                data=point.data,
+                data_overhead=data_overhead,
             )
         )
     return BenchmarkComparison(

@@ -22,7 +22,7 @@ from gpuvm.runbook.benchmarks import BenchmarkRun
 from gpuvm.runbook.model import Runbook
 
 UNITS = {"pytorch_train": "img/sec", "pytorch_allreduce": "GB/s", "tf_cnn_benchmarks": "images/sec",
-         "horovod_synthetic": "img/sec", "nccl_allreduce": "GB/s", "mlperf_log": "min"}
+         "horovod_synthetic": "img/sec", "nccl_allreduce": "GB/s", "mlperf_log": "min", "storage": "GB/s"}
 
 
 @dataclass
@@ -32,6 +32,7 @@ class Outcome:
     unit: str = ""
     higher_is_better: bool = True
     per_vm: dict[str, float] | None = None
+    metrics: dict[str, float] | None = None
 
 
 @dataclass
@@ -109,7 +110,8 @@ class Recorder:
         return UNITS.get(run.kind, ""), run.kind != "mlperf_log"
 
     def record(self, point: PlannedPoint, outcome: Outcome, log: str) -> None:
-        repeat = Repeat(value=outcome.value, per_vm=outcome.per_vm, log=log, error=outcome.error)
+        repeat = Repeat(value=outcome.value, per_vm=outcome.per_vm, metrics=outcome.metrics or None, log=log,
+                        error=outcome.error)
         self._recorded.setdefault(_key(point), []).append(repeat)
 
     def results(self, started: datetime, finished: datetime, software: dict, note: str | None) -> Results:
@@ -126,6 +128,7 @@ class Recorder:
                 scaling=run.scaling_mode, launch=run.launch,
                 points=[Point(nodes=p.nodes, gpus_per_node=p.gpus_per_node, vms=p.vms, setup=p.setup,
                               network_mapping=p.mapping, network=dict(p.network),  # type: ignore[arg-type]
+                              data=p.data,  # type: ignore[arg-type]
                               repeats=self._recorded[_key(p)]) for p in mine],
             ))
         return Results(

@@ -132,6 +132,11 @@ def notes(comparison: Comparison) -> list[str]:
             lines.append(f"{bench.name}: network mapping on against off: " + ", ".join(
                 f"{p.label.removesuffix(', mapping on')}{f' ({p.setup})' if p.setup else ''} "
                 f"{p.mapping_gain * 100:+.1f}%" for p in gains) + ".")
+        reads = [p for p in bench.points if p.data_overhead is not None]
+        if reads:
+            lines.append(f"{bench.name}: data path overhead (files against synthetic data): " + ", ".join(
+                f"{p.label.removesuffix(', files')}{f' ({p.setup})' if p.setup else ''} "
+                f"{fmt_percent(p.data_overhead)}" for p in reads) + ".")
     return lines
 
 
@@ -248,10 +253,10 @@ def _save(figure, path: Path) -> Path:
 
 
 def _groups(bench: BenchmarkComparison) -> dict[str, list[PointComparison]]:
-    """The points of each setup and network mapping, named for a plot's legend."""
+    """The points of each setup, network mapping and data, named for a plot's legend."""
     groups: dict[str, list[PointComparison]] = {}
     for p in bench.points:
-        name = " · ".join(x for x in (p.setup, f"mapping {p.mapping}" if p.mapping else None) if x)
+        name = " · ".join(x for x in (p.setup, f"mapping {p.mapping}" if p.mapping else None, p.data) if x)
         groups.setdefault(name, []).append(p)
     return groups
 

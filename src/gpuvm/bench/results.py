@@ -50,11 +50,13 @@ class Repeat(_Model):
     """One run of one point. For concurrent points `value` is the total over `per_vm`.
 
     A failed run (non-zero exit, timeout, no figure in its log) has no `value` and says why in
-    `error`; comparisons read only the runs that succeeded.
+    `error`; comparisons read only the runs that succeeded. `metrics`: other figures of the run
+    (storage: read_iops, lat_mean_ms, clat_p99_ms, ...; concurrent points: `<vm>/<name>`).
     """
 
     value: float | None = None
     per_vm: dict[str, float] | None = None
+    metrics: dict[str, float] | None = None
     log: str | None = None
     error: str | None = None
 
@@ -72,7 +74,8 @@ class Repeat(_Model):
 class Point(_Model):
     """One configuration: `nodes` hosts, `gpus_per_node` GPUs used on each, `vms` VMs in all; in a
     campaign with setups, the `setup` it ran in; `network_mapping` on/off when the run measured both,
-    and `network` the settings gpuvm derived for it (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, btl_tcp_if_include)."""
+    and `network` the settings gpuvm derived for it (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, btl_tcp_if_include);
+    `data` files/synthetic when the run measured both (compare_synthetic)."""
 
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(default=1, ge=1)
@@ -80,6 +83,7 @@ class Point(_Model):
     setup: str | None = None
     network_mapping: Literal["on", "off"] | None = None
     network: dict[str, str] = Field(default_factory=dict)
+    data: Literal["files", "synthetic"] | None = None
     repeats: list[Repeat] = Field(min_length=1)
 
     @property
@@ -142,9 +146,9 @@ class Results(_Model):
 
 
 def point_key(benchmark: Benchmark, point: Point) -> tuple[str | int, ...]:
-    """What identifies a point: its setup and network mapping, then the node count when scaling;
-    nodes, GPUs and VMs when concurrent."""
-    tags = (point.setup or "", point.network_mapping or "")
+    """What identifies a point: its setup, network mapping and data, then the node count when
+    scaling; nodes, GPUs and VMs when concurrent."""
+    tags = (point.setup or "", point.network_mapping or "", point.data or "")
     if benchmark.scenario == "scaling":
         return (*tags, point.nodes)
     return (*tags, point.nodes, point.gpus_per_node, point.vms)

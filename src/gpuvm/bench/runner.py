@@ -32,6 +32,7 @@ from gpuvm.bench.commands import (
     worker_start_script,
     worker_stop_script,
 )
+from gpuvm.bench.datasets import planned_datasets, write_datasets
 from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import save_results
@@ -53,12 +54,17 @@ class Observer(Protocol):
     def finished(self, index: int, total: int, bench: str, point: str, label: str,
                  value: float | None, unit: str, error: str | None) -> None: ...
 
+    def note(self, line: str) -> None: ...  # what was prepared (datasets written or found)
+
 
 class _Silent:
     def started(self, *args: Any) -> None:
         pass
 
     def finished(self, *args: Any) -> None:
+        pass
+
+    def note(self, line: str) -> None:
         pass
 
 
@@ -101,8 +107,8 @@ class CampaignRunner:
         return [LOCAL] if self.local else sorted(taking_part(self.points))
 
     def prepare(self) -> None:
-        """Workdirs, uploads and hostfiles on every launcher and participant. Errors propagate:
-        nothing has been measured yet."""
+        """Workdirs, uploads, hostfiles and datasets on every launcher and participant. Errors
+        propagate: nothing has been measured yet."""
         for target in self._targets():
             self.executors[target].run(["mkdir", "-p", self.workdir], timeout=60)
         for upload in uploads(self.runbook, self.points, self.local):
@@ -115,6 +121,8 @@ class CampaignRunner:
                 self.executors[job.launcher].put(render_hostfile(job.hosts).encode(),
                                                  str(PurePosixPath(self.workdir) / job.hostfile))
         self.check_programs()
+        write_datasets(self.executors, planned_datasets(self.points), self.workdir, self.local,
+                       self.observer.note)
 
     def check_programs(self) -> None:
         """Every run's program and interpreter, looked for on every machine that runs it: one
@@ -258,7 +266,8 @@ class CampaignRunner:
         if errors:
             return Outcome(None, "; ".join(errors), first.unit, first.higher_is_better), self._relative(base / stem)
         per_vm = {vm: o.value for vm, o in outcomes.items() if o.value is not None}
-        return (Outcome(sum(per_vm.values()), None, first.unit, first.higher_is_better, per_vm),
+        metrics = {f"{vm}/{name}": value for vm, o in outcomes.items() for name, value in (o.metrics or {}).items()}
+        return (Outcome(sum(per_vm.values()), None, first.unit, first.higher_is_better, per_vm, metrics),
                 self._relative(base / stem) + "/")
 
     def _run_job(self, point: PlannedPoint, job: Job, log: Path, pidfile: str) -> Outcome:
@@ -306,7 +315,7 @@ class CampaignRunner:
         except GpuvmError as e:
             return self._failed(run, str(e))
         self.recorder.remember_unit(run, figure.unit, figure.higher_is_better)
-        return Outcome(figure.value, None, figure.unit, figure.higher_is_better)
+        return Outcome(figure.value, None, figure.unit, figure.higher_is_better, metrics=dict(figure.metrics))
 
     def _failed(self, run: BenchmarkRun, error: str) -> Outcome:
         unit, better = self.recorder.unit(run)

@@ -179,6 +179,9 @@ class _Progress:
     def __exit__(self, *exc: object) -> None:
         self._progress.__exit__(*exc)
 
+    def note(self, line: str) -> None:
+        self._progress.console.print(line, highlight=False, markup=False, soft_wrap=True)
+
     def started(self, index: int, total: int, bench: str, point: str, label: str) -> None:
         if self._task is None or index == 1:  # a campaign's next setup starts a new bar
             self._task = self._progress.add_task("", total=total, last="")

@@ -47,7 +47,8 @@ def size_command(
     io_kb: Annotated[Optional[float], typer.Option(help="One read's size, KB  [default: a whole sample]")] = None,
     checkpoint_minutes: Annotated[Optional[float], typer.Option(help="Minutes between checkpoints  [default: 30]")] = None,
     utilization: Annotated[Optional[float], typer.Option(help="Fraction of peak FLOPS reached  [default: 0.2]")] = None,
-    results: Annotated[Optional[Path], typer.Option(help="A results directory: use its measured images/s")] = None,
+    results: Annotated[Optional[Path], typer.Option(help="A results directory: use its measured images/s, and "
+                                                         "show its storage benchmarks' read rates")] = None,
     benchmark: Annotated[Optional[str], typer.Option(help="The benchmark of --results to read")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON (schema gpuvm.size/1)")] = False,
 ) -> None:
@@ -59,14 +60,16 @@ def size_command(
     given = {field: flags[flag] for flag, field in FLAGS.items() if flags[flag] is not None}
     if "parameters" in given:
         given["parameters"] = int(given["parameters"])
-    measured = None
+    measured, storage = None, []
     if results is not None:
-        from gpuvm.sizing.measured import measured_throughput
+        from gpuvm.sizing.measured import measured_storage, measured_throughput
 
-        rate, measured_gpus, source = measured_throughput(results, benchmark, given.get("gpus"))
-        given.setdefault("gpus", measured_gpus)
-        measured = (rate, source)
-    sizing = size(_spec(runbook, given), measured)
+        storage = measured_storage(results)
+        if found := measured_throughput(results, benchmark, given.get("gpus"), required=not storage):
+            rate, measured_gpus, source = found
+            given.setdefault("gpus", measured_gpus)
+            measured = (rate, source)
+    sizing = size(_spec(runbook, given), measured, storage)
     if json_:
         print(json.dumps(sizing_json(sizing), indent=2))
     else:

@@ -6,13 +6,19 @@
       runs:
         - name: resnet50-scaling
           kind: pytorch_train      # pytorch_train | pytorch_allreduce (shipped with gpuvm) | tf_cnn_benchmarks |
-                                   # horovod_synthetic | nccl_allreduce | mlperf_log | command
+                                   # horovod_synthetic | nccl_allreduce | mlperf_log | command |
+                                   # storage (fio random reads in `data`, once per guest: launch none)
           batch_size: 256          # per GPU (strong scaling: the global batch)
           precision: bf16          # fp32 | fp16 | bf16 (bf16: pytorch_train only)
           nodes: [1, 2, 4]         # guests used, launcher first, then runbook order
           launch: torchrun         # mpirun (default) | torchrun | horovodrun | none (one process)
           setups: [two-vms]        # the setups it runs in (default: all); see runbook/setups.py
           network_mapping: [on, off]   # each point with and without the derived NCCL/MPI network
+        - name: resnet50-data-path
+          kind: pytorch_train
+          data: /mnt/datasets/jpegs  # train on the JPEG files there (default: synthetic tensors)
+          dataset: {files: 10000, file_kb: 110}   # gpuvm writes them where missing (a marker records what)
+          compare_synthetic: true  # each point on the files and on synthetic tensors: the data path's overhead
       setups:                      # VM/GPU layouts applied one after the other
         - {name: two-vms, vms: [{name: gpu-vm-01, gpus: {mode: passthrough, count: 1}}, {name: gpu-vm-02}]}
 
@@ -36,7 +42,7 @@ if TYPE_CHECKING:
     from gpuvm.runbook.model import Guest, Runbook
 
 Kind = Literal["pytorch_train", "pytorch_allreduce", "tf_cnn_benchmarks", "horovod_synthetic", "nccl_allreduce",
-               "mlperf_log", "command"]
+               "mlperf_log", "command", "storage"]
 Launch = Literal["mpirun", "torchrun", "horovodrun", "none"]
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -45,6 +51,14 @@ def _one_line(value: str, what: str) -> str:
     if "\n" in value or "\r" in value:
         raise ValueError(f"{what} must be one line")
     return value
+
+
+class Dataset(Strict):
+    """JPEG files gpuvm writes into a run's `data` directory on the guests that read it, where missing
+    (pytorch_train.py --write-dataset: random pixels, each file about `file_kb` KB)."""
+
+    files: int = Field(ge=1, le=100_000_000)
+    file_kb: float = Field(gt=0, le=100_000)
 
 
 class BenchmarkRun(Strict):
@@ -59,6 +73,8 @@ class BenchmarkRun(Strict):
     channels_last: bool = False  # pytorch_train: NHWC memory format
     compile: bool = False  # pytorch_train: torch.compile (PyTorch 2)
     data: str = "synthetic"  # or a data directory on the guests (tf_cnn_benchmarks --data_dir, pytorch_train --data-dir)
+    dataset: Dataset | None = None  # pytorch_train: files gpuvm writes into `data` where missing
+    compare_synthetic: bool = False  # pytorch_train with `data`: each point also on synthetic tensors
     steps: int | None = Field(default=None, ge=1)  # timed steps: --num_batches / --num-iters
     scenario: Literal["scaling", "concurrent"] = "scaling"
     scaling: Literal["weak", "strong"] | None = None  # scenario scaling: default weak
@@ -84,6 +100,14 @@ class BenchmarkRun(Strict):
     # each point with the network derived from the guests' rdma_ports ("on") and without ("off");
     # left out: derived where the guests configure ports, points not labelled
     network_mapping: list[Literal["on", "off"]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storage_runs_alone(cls, data: Any) -> Any:
+        """fio is one process per guest: `launch` defaults to none for kind storage."""
+        if isinstance(data, dict) and data.get("kind") == "storage" and "launch" not in data:
+            return {**data, "launch": "none"}
+        return data
 
     @field_validator("name")
     @classmethod
@@ -210,6 +234,18 @@ class BenchmarkRun(Strict):
             for flag in ("channels_last", "compile"):
                 if getattr(self, flag):
                     raise ValueError(f"`{flag}` is read only with kind pytorch_train")
+        if self.kind == "storage":
+            if self.data == "synthetic":
+                raise ValueError("kind storage reads files: give `data`, the directory fio reads in on the guests "
+                                 "(the dataset's mount)")
+            if self.launch != "none":
+                raise ValueError("kind storage runs fio once per guest: launch none (leave `launch` out); "
+                                 "scenario concurrent reads from several guests at once")
+            if self.steps is not None:
+                raise ValueError("kind storage runs for a time, not steps: give fio's --runtime=SECONDS in `args`")
+        for flag in ("dataset", "compare_synthetic"):
+            if getattr(self, flag) and (self.kind != "pytorch_train" or self.data == "synthetic"):
+                raise ValueError(f"`{flag}` is read only with kind pytorch_train and a `data` directory")
         if self.framework is not None and self.kind != "horovod_synthetic":
             raise ValueError("`framework` is read only with kind horovod_synthetic")
         if self.scenario == "scaling":
@@ -321,6 +357,7 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
             path = upload_source(runbook, source)
             if not path.is_file():
                 raise runbook.error(("benchmarks", "runs", i, "upload", source), f"{path}: no such file to upload")
+    _check_datasets(runbook, spec)
     _check_setup_names(runbook, spec)
     if local:
         _check_local(runbook, spec)
@@ -363,6 +400,19 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
                                             f"'{vm}' is not a guest (guests: {listed(guests)})")
                 _check_batch(runbook, run, loc, 1, gpus_per_vm(run, [guests[vm] for vm in group], runbook, loc))
     return spec
+
+
+def _check_datasets(runbook: Runbook, spec: BenchmarkSpec) -> None:
+    """Runs that ask for a dataset at the same path ask for the same one."""
+    first: dict[str, int] = {}
+    for i, run in enumerate(spec.runs):
+        if run.dataset is None:
+            continue
+        j = first.setdefault(run.data, i)
+        if spec.runs[j].dataset != run.dataset:
+            raise runbook.error(("benchmarks", "runs", i, "dataset"),
+                                f"runs[{j}] asks for another dataset at {shown(run.data)}; give them the same "
+                                "files and file_kb, or another path")
 
 
 def _check_setup_names(runbook: Runbook, spec: BenchmarkSpec) -> None:
@@ -409,7 +459,10 @@ def _check_batch(runbook: Runbook, run: BenchmarkRun, loc: tuple, nodes: int, pe
 
 
 def gpus_per_vm(run: BenchmarkRun, guests: list[Guest], runbook: Runbook, loc: tuple) -> int:
-    """GPUs (MPI ranks) per VM: the run's `gpus_per_vm`, else the guests' `slots` (which must agree)."""
+    """GPUs (MPI ranks) per VM: the run's `gpus_per_vm`, else the guests' `slots` (which must agree);
+    one for kind storage (one fio per guest)."""
+    if run.kind == "storage":
+        return 1
     if run.gpus_per_vm is not None:
         return run.gpus_per_vm
     slots = {g.slots for g in guests}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from gpuvm.sizing.measured import MeasuredStorage
 from gpuvm.sizing.spec import SizingSpec
 from gpuvm.sizing.tables import (
     MASTER_BYTES,
@@ -56,6 +57,7 @@ class Sizing:
     checkpoint_mb_per_s: float
     epoch_minutes: float
     assumptions: list[str] = field(default_factory=list)
+    storage_measured: list[MeasuredStorage] = field(default_factory=list)  # read rates benchmarks measured
 
 
 def model_memory(parameters: int, precision: str, optimizer: str, activation_bytes: float,
@@ -78,8 +80,10 @@ def smallest_sharded(full: Memory, usable_gib: float) -> int | None:
     return max(1, math.ceil(full.optimizer_state / room - 1e-9))
 
 
-def size(spec: SizingSpec, measured: tuple[float, str] | None = None) -> Sizing:
-    """The sizing of `spec`; `measured` (samples/s of one job, where from) replaces the estimate."""
+def size(spec: SizingSpec, measured: tuple[float, str] | None = None,
+         storage: list[MeasuredStorage] | None = None) -> Sizing:
+    """The sizing of `spec`; `measured` (samples/s of one job, where from) replaces the estimate;
+    `storage`: read rates measured, shown beside the rate needed."""
     gpu = find_gpu(spec.gpu)
     assert gpu is not None  # SizingSpec checked it
     table = MODELS.get(spec.model or "")
@@ -139,4 +143,5 @@ def size(spec: SizingSpec, measured: tuple[float, str] | None = None) -> Sizing:
         checkpoint_mb_per_s=checkpoint_bytes * spec.jobs / (spec.checkpoint_minutes * 60) / 1e6,
         epoch_minutes=spec.dataset_samples / samples_per_s / 60,
         assumptions=notes,
+        storage_measured=list(storage or []),
     )

@@ -35,6 +35,8 @@ def rate_rows(s: Sizing) -> list[tuple[str, str, str]]:
         ("throughput (one job)", f"{s.samples_per_s:,.0f} samples/s", s.throughput_source),
         ("storage must deliver", f"{s.storage_gb_per_s:,.2f} GB/s",
          f"{s.samples_per_s:,.0f}/s x {spec.sample_kb:g} KB{jobs}"),
+        *(("storage measured", f"{m.gb_per_s:,.2f} GB/s", f"{m.source}: {_of_needed(m.gb_per_s, s)}")
+          for m in s.storage_measured),
         ("reads per second", f"{s.reads_per_s:,.0f}", f"one per {spec.io_kb or spec.sample_kb:g} KB"),
         ("reads in flight", f"{s.reads_in_flight:,.1f}",
          f"Little's law: {s.reads_per_s:,.0f}/s x {spec.storage_latency_ms:g} ms"),
@@ -43,6 +45,11 @@ def rate_rows(s: Sizing) -> list[tuple[str, str, str]]:
          f"one every {spec.checkpoint_minutes:g} min{jobs}, averaged"),
         ("epoch", f"{s.epoch_minutes:,.1f} min", f"{spec.dataset_samples:,} samples"),
     ]
+
+
+def _of_needed(gb_per_s: float, s: Sizing) -> str:
+    ratio = gb_per_s / s.storage_gb_per_s
+    return f"{ratio:.2f} x what is needed" if ratio >= 1 else f"only {ratio:.0%} of what is needed"
 
 
 def title(s: Sizing) -> str:
@@ -79,6 +86,8 @@ def sizing_json(s: Sizing) -> dict[str, Any]:
         "samples_per_s": round(s.samples_per_s, 2),
         "throughput_source": s.throughput_source,
         "storage_gb_per_s": round(s.storage_gb_per_s, 4),
+        "storage_measured": [{"benchmark": m.benchmark, "gb_per_s": round(m.gb_per_s, 4), "source": m.source,
+                              "of_needed": round(m.gb_per_s / s.storage_gb_per_s, 4)} for m in s.storage_measured],
         "reads_per_s": round(s.reads_per_s, 2),
         "reads_in_flight": round(s.reads_in_flight, 3),
         "checkpoint_gb": round(s.checkpoint_gb, 4),

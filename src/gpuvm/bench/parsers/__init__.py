@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuvm.bench.parsers.command import parse_command
 from gpuvm.bench.parsers.common import Figure
+from gpuvm.bench.parsers.fio import parse_fio
 from gpuvm.bench.parsers.horovod_synthetic import parse_horovod_synthetic
 from gpuvm.bench.parsers.mlperf_log import parse_mlperf_log
 from gpuvm.bench.parsers.nccl_allreduce import parse_nccl_allreduce
@@ -23,6 +24,7 @@ PARSERS: dict[str, Callable[..., Figure]] = {
     "nccl_allreduce": parse_nccl_allreduce,
     "mlperf_log": parse_mlperf_log,
     "command": parse_command,
+    "storage": parse_fio,
     # gpuvm's own workloads print Horovod's and nccl-tests' lines
     "pytorch_train": parse_horovod_synthetic,
     "pytorch_allreduce": parse_nccl_allreduce,
@@ -44,6 +46,7 @@ __all__ = [
     "PARSERS",
     "Figure",
     "parse_command",
+    "parse_fio",
     "parse_horovod_synthetic",
     "parse_mlperf_log",
     "parse_nccl_allreduce",

@@ -21,6 +21,7 @@ class Figure:
     unit: str
     detail: dict[str, Any] = field(default_factory=dict)
     higher_is_better: bool = True
+    metrics: dict[str, float] = field(default_factory=dict)  # other figures results.json keeps (IOPS, latencies)
 
 
 def tagged_lines(text: str, rank_colon: bool = False) -> Iterator[tuple[int | None, str]]:
