@@ -11,8 +11,10 @@ benchmarks put ``simulator/`` on sys.path and ``import gpusim``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -223,6 +225,17 @@ class Simulator:
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
+
+    def requests(self, reset: bool = False) -> dict[str, int]:
+        """The SOAP requests gpusim answered since it started (or was last reset), by method name:
+        what went over the wire. `reset` sets the counts back to zero (after reading them)."""
+        import urllib.request
+
+        url = self.url.rsplit("/", 1)[0] + "/gpusim/requests"
+        context = ssl.create_default_context(cafile=str(self.cert_file)) if self.tls else None
+        request = urllib.request.Request(url, method="DELETE" if reset else "GET")
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            return json.loads(answer.read())
 
     @property
     def running(self) -> bool:
