@@ -192,11 +192,12 @@ class Simulator:
 
         t = threading.Thread(target=reader, daemon=True)
         t.start()
-        t.join(START_TIMEOUT_S)
+        timeout = self.start_timeout
+        t.join(timeout)
         if not result:
             log = self.log()
             self.stop()
-            raise RuntimeError(f"gpusim printed no URL within {START_TIMEOUT_S:.0f} s:\n{log}")
+            raise RuntimeError(f"gpusim printed no URL within {timeout:.0f} s:\n{log}")
         return result[0]
 
     def log(self) -> str:
@@ -225,6 +226,12 @@ class Simulator:
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
+
+    @property
+    def start_timeout(self) -> float:
+        """Seconds to wait for the URL line: gpusim creates its VMs first (4,096 take about a minute
+        on a busy 2-core machine)."""
+        return START_TIMEOUT_S + 0.05 * self.hosts * self.vms_per_host
 
     def requests(self, reset: bool = False) -> dict[str, int]:
         """The SOAP requests gpusim answered since it started (or was last reset), by method name:

@@ -146,7 +146,7 @@ func run(o *options) error {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(60+o.hosts*o.vmsPerHost/20)*time.Second)
 	err = g.createVMs(ctx, server.URL, o.vmsPerHost, o.vmPower == "on", o.vmVersion, o.templates)
 	cancel()
 	if err != nil {
