@@ -11,16 +11,36 @@ from gpuvm.vsphere import tasks
 from gpuvm.vsphere.session import Session, Target
 
 
+def watched(mocker, *rounds, then=None):
+    """Tasks on one mocked connection; each poll of the TaskWatcher (one RetrievePropertiesEx for
+    every task) reads the next round of {task moid: (state, result, error)}; after the rounds,
+    `then(moid)` gives the state of each task asked for."""
+    stub = mocker.Mock(_gpuvm_task_watcher=None)
+    collector = mocker.Mock()
+    left = list(rounds)
+
+    def result(specs, options):
+        asked = [o.obj._moId for o in specs[0].objectSet]
+        states = left.pop(0) if left else {moid: then(moid) for moid in asked}
+        objects = [mocker.Mock(obj=mocker.Mock(_moId=moid), propSet=[mocker.Mock(val=mocker.Mock(
+            state=state, result=value, error=error))]) for moid, (state, value, error) in states.items()]
+        for obj in objects:
+            obj.propSet[0].name = "info"
+        return mocker.Mock(objects=objects, token=None)
+
+    collector.RetrievePropertiesEx.side_effect = result
+    mocker.patch.object(tasks.TaskWatcher, "_collector", return_value=collector)
+    mocker.patch.object(tasks, "POLL_START", 0.001)
+    return stub, collector
+
+
 def task_with(mocker, *states):
-    """A task whose `info` walks through the given (state, result, error) tuples."""
-    task = mocker.Mock(_moId="task-7")
-    infos = [mocker.Mock(state=s, result=r, error=e) for s, r, e in states]
-    type(task).info = mocker.PropertyMock(side_effect=infos)
-    return task
+    """A task whose `info` walks through the given (state, result, error) tuples, one per poll."""
+    stub, _ = watched(mocker, *({"task-7": s} for s in states))
+    return vim.Task("task-7", stub)
 
 
 def test_wait_returns_the_result_after_running(mocker):
-    mocker.patch.object(tasks.time, "sleep")
     task = task_with(mocker, ("running", None, None), ("queued", None, None), ("success", "ok", None))
     assert tasks.wait(task, "ReconfigVM") == "ok"
 
@@ -36,12 +56,30 @@ def test_wait_turns_a_task_fault_into_one_line_naming_the_action(mocker):
 
 
 def test_wait_times_out(mocker):
-    clock = iter([0.0, 0.0, 5.0, 10.0])
-    mocker.patch.object(tasks.time, "monotonic", side_effect=lambda: next(clock))
-    mocker.patch.object(tasks.time, "sleep")
-    task = task_with(mocker, *[("running", None, None)] * 3)
-    with pytest.raises(TaskError, match=r"^ReconfigVM did not finish within 4 s \(task task-7\)"):
-        tasks.wait(task, "ReconfigVM", timeout=4)
+    stub, _ = watched(mocker, then=lambda n: ("running", None, None))
+    task = vim.Task("task-7", stub)
+    with pytest.raises(TaskError, match=r"^ReconfigVM did not finish within 0 s \(task task-7\)"):
+        tasks.wait(task, "ReconfigVM", timeout=0.05)
+
+
+def test_many_tasks_waited_for_with_one_request_a_poll(mocker):
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"task-{i}" for i in range(16)]
+    running = {n: ("running", None, None) for n in names}
+    stub, collector = watched(mocker, *[running] * 3, then=lambda n: ("success", n.upper(), None))
+    mocker.patch.object(tasks, "POLL_START", 0.05)  # all 16 have begun waiting by the second poll
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda n: tasks.wait(vim.Task(n, stub), "ReconfigVM"), names))
+    assert results == [n.upper() for n in names]
+    assert collector.RetrievePropertiesEx.call_count <= 5  # not 16 tasks x 4 polls
+
+
+def test_a_fault_reading_the_tasks_reaches_every_waiter(mocker):
+    stub, collector = watched(mocker)
+    collector.RetrievePropertiesEx.side_effect = vim.fault.NotAuthenticated(msg="session gone")
+    with pytest.raises(TaskError, match="^ReconfigVM failed: session gone"):
+        tasks.wait(vim.Task("task-1", stub), "ReconfigVM")
 
 
 def test_call_translates_method_faults_and_redacts_secrets():

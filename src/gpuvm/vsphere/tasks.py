@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable, TypeVar
 
@@ -11,6 +12,7 @@ from gpuvm.secrets import redact
 T = TypeVar("T")
 
 POLL_START, POLL_MAX = 0.05, 0.5
+POLL_PATIENCE = 5.0  # seconds after the latest task began, polled every POLL_START; then every POLL_MAX
 
 
 def fault_text(fault: Any) -> str:
@@ -41,21 +43,106 @@ def call(action: str, fn: Callable[[], T]) -> T:
 
 
 def wait(task: Any, action: str, timeout: float = 1800) -> Any:
-    """Wait for a task, polling its `info` with backoff; a failed task raises TaskError."""
+    """Wait for a task (polled with every other task this process waits for: `TaskWatcher`); a
+    failed task raises TaskError."""
     from pyVmomi import vim
 
-    deadline = time.monotonic() + timeout
-    delay = POLL_START
-    while True:
-        info = call(action, lambda: task.info)
-        if info.state == vim.TaskInfo.State.success:
-            return info.result
-        if info.state == vim.TaskInfo.State.error:
-            raise TaskError(f"{action} failed: {fault_text(info.error)}")
-        if time.monotonic() > deadline:
-            raise TaskError(f"{action} did not finish within {timeout:.0f} s (task {task._moId})")
-        time.sleep(delay)
-        delay = min(delay * 2, POLL_MAX)
+    info = call(action, lambda: TaskWatcher.of(task._stub).wait(task, timeout))
+    if info is None:
+        raise TaskError(f"{action} did not finish within {timeout:.0f} s (task {task._moId})")
+    if info.state == vim.TaskInfo.State.error:
+        raise TaskError(f"{action} failed: {fault_text(info.error)}")
+    return info.result
+
+
+class TaskWatcher:
+    """Every task waited for over one vCenter connection, polled together: one request a poll
+    however many tasks run (64 VMs reconfigured at once: about 10 requests a second of waiting, not
+    64 polls each), so each task's end is seen within POLL_START of it while tasks are young, and
+    within POLL_MAX once all have run for POLL_PATIENCE seconds."""
+
+    _registry = threading.Lock()
+
+    @classmethod
+    def of(cls, stub: Any) -> "TaskWatcher":
+        """The connection's watcher (kept on pyVmomi's stub: it lives as long as the connection)."""
+        with cls._registry:
+            if getattr(stub, "_gpuvm_task_watcher", None) is None:
+                stub._gpuvm_task_watcher = cls(stub)
+            return stub._gpuvm_task_watcher
+
+    def __init__(self, stub: Any):
+        self._stub = stub
+        self._changed = threading.Condition()
+        self._waiting: dict[str, tuple[Any, float]] = {}  # task moid → (task, when its wait began)
+        self._ended: dict[str, Any] = {}  # task moid → its TaskInfo, or the error that hid it
+        self._polling = False
+        self._property_collector: Any = None
+
+    def wait(self, task: Any, timeout: float) -> Any:
+        """The task's TaskInfo once it succeeded or failed; None after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            self._waiting[task._moId] = (task, time.monotonic())
+            if not self._polling:
+                self._polling = True
+                threading.Thread(target=self._poll, name="gpuvm-tasks", daemon=True).start()
+            while task._moId not in self._ended:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._waiting.pop(task._moId, None)
+                    return None
+                self._changed.wait(min(left, POLL_MAX))
+            ended = self._ended.pop(task._moId)
+        if isinstance(ended, BaseException):
+            raise ended
+        return ended
+
+    def _poll(self) -> None:
+        while True:
+            with self._changed:
+                if not self._waiting:
+                    self._polling = False
+                    return
+                tasks = dict(self._waiting)
+            try:
+                infos = self._read({moid: task for moid, (task, _) in tasks.items()})
+            except Exception as error:  # a fault or a lost connection: every waiter hears of it
+                infos = {moid: error for moid in tasks}
+            with self._changed:
+                for moid, info in infos.items():
+                    if isinstance(info, BaseException) or info.state in ("success", "error"):
+                        if self._waiting.pop(moid, None) is not None:
+                            self._ended[moid] = info
+                self._changed.notify_all()
+                youngest = max((began for _, began in self._waiting.values()), default=0.0)
+            time.sleep(POLL_START if time.monotonic() - youngest < POLL_PATIENCE else POLL_MAX)
+
+    def _read(self, tasks: dict[str, Any]) -> dict[str, Any]:
+        """Every task's `info`, in one RetrievePropertiesEx (and its pages)."""
+        from pyVmomi import vim, vmodl
+
+        collector = self._collector()
+        spec = vmodl.query.PropertyCollector.FilterSpec(
+            objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=task) for task in tasks.values()],
+            propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.Task, pathSet=["info"])])
+        result = collector.RetrievePropertiesEx([spec], vmodl.query.PropertyCollector.RetrieveOptions())
+        infos: dict[str, Any] = {}
+        while result is not None:
+            for obj in result.objects:
+                infos.update((obj.obj._moId, prop.val) for prop in obj.propSet or [] if prop.name == "info")
+            if not result.token:
+                break
+            result = collector.ContinueRetrievePropertiesEx(token=result.token)
+        return infos
+
+    def _collector(self) -> Any:
+        if self._property_collector is None:
+            from pyVmomi import vim
+
+            content = vim.ServiceInstance("ServiceInstance", self._stub).RetrieveContent()
+            self._property_collector = content.propertyCollector
+        return self._property_collector
 
 
 def run_task(action: str, start: Callable[[], Any], timeout: float = 1800) -> Any:
