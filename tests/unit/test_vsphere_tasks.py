@@ -22,7 +22,7 @@ def watched(mocker, *rounds, then=None):
     def result(specs, options):
         asked = [o.obj._moId for o in specs[0].objectSet]
         states = left.pop(0) if left else {moid: then(moid) for moid in asked}
-        objects = [mocker.Mock(obj=mocker.Mock(_moId=moid), propSet=[mocker.Mock(val=mocker.Mock(
+        objects = [mocker.Mock(obj=mocker.Mock(_moId=moid), missingSet=[], propSet=[mocker.Mock(val=mocker.Mock(
             state=state, result=value, error=error))]) for moid, (state, value, error) in states.items()]
         for obj in objects:
             obj.propSet[0].name = "info"
@@ -75,9 +75,16 @@ def test_many_tasks_waited_for_with_one_request_a_poll(mocker):
     assert collector.RetrievePropertiesEx.call_count <= 5  # not 16 tasks x 4 polls
 
 
-def test_a_fault_reading_the_tasks_reaches_every_waiter(mocker):
+@pytest.mark.parametrize("where", ["method", "property"])
+def test_a_fault_reading_the_tasks_reaches_every_waiter(mocker, where):
     stub, collector = watched(mocker)
-    collector.RetrievePropertiesEx.side_effect = vim.fault.NotAuthenticated(msg="session gone")
+    fault = vim.fault.NotAuthenticated(msg="session gone")
+    if where == "method":
+        collector.RetrievePropertiesEx.side_effect = fault
+    else:  # as gpusim answers a property read of a session that is gone
+        collector.RetrievePropertiesEx.side_effect = None
+        collector.RetrievePropertiesEx.return_value = mocker.Mock(token=None, objects=[mocker.Mock(
+            propSet=[], missingSet=[mocker.Mock(path="info", fault=fault)])])
     with pytest.raises(TaskError, match="^ReconfigVM failed: session gone"):
         tasks.wait(vim.Task("task-1", stub), "ReconfigVM")
 

@@ -130,6 +130,8 @@ class TaskWatcher:
         infos: dict[str, Any] = {}
         while result is not None:
             for obj in result.objects:
+                for missing in obj.missingSet or []:
+                    raise missing.fault  # e.g. NotAuthenticated where a simulator answers per property
                 infos.update((obj.obj._moId, prop.val) for prop in obj.propSet or [] if prop.name == "info")
             if not result.token:
                 break
