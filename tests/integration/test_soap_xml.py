@@ -120,3 +120,21 @@ def test_faults_raised_faults_in_the_data_decoded_by_pyvmomi_requests_counted(la
         assert missing.path == "name" and isinstance(missing.fault, vim.fault.NotAuthenticated)
         assert lab.requests() == {"RetrievePropertiesEx": 2, "Logout": 1}
         assert session.counter.calls["RetrievePropertiesEx"] == 2
+
+
+def test_a_list_answer_decoded_by_lxml_as_pyvmomi_does(lab, mocker):
+    from gpuvm.vsphere import soap_xml
+
+    fast_decodes = mocker.spy(soap_xml, "decode_response")
+    with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+        content = session.content
+        traverse = vmodl.query.PropertyCollector.TraversalSpec(name="recent", path="recentTask", skip=False,
+                                                               type=vim.TaskManager)
+        spec = vmodl.query.PropertyCollector.FilterSpec(  # the tasks the fixture ran: a list answer
+            objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=content.taskManager, skip=True,
+                                                                selectSet=[traverse])],
+            propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.Task, pathSet=["info.entity", "info.state"])])
+        fast = session.call(content.propertyCollector, "RetrieveContents", [spec])
+        slow = content.propertyCollector.RetrieveContents([spec])
+    assert fast_decodes.spy_exception is None and len(fast) == len(slow) >= 4
+    same(fast, slow, "RetrieveContents")

@@ -124,16 +124,14 @@ def test_wait_for_other_tasks_polls_until_the_vm_is_idle(mocker):
         row.propSet[0].name, row.propSet[1].name = "info.entity", "info.state"
         return row
 
-    collector = mocker.Mock()
-    collector.RetrieveContents.side_effect = [
+    session = mocker.Mock()
+    session.call.side_effect = [
         [task_row("running", "vm-42"), task_row("running", "vm-7")],
         [task_row("success", "vm-42")],
     ]
-    session = mocker.Mock()
-    session.content.propertyCollector = collector
     session.content.taskManager = vim.TaskManager("TaskManager")
     assert tasks.wait_for_other_tasks(session, vm) == 1
-    assert collector.RetrieveContents.call_count == 2
+    assert [c.args[1] for c in session.call.call_args_list] == ["RetrieveContents", "RetrieveContents"]
 
 
 def test_login_refused_is_a_connect_error(mocker):

@@ -53,11 +53,16 @@ def decode_response(body: bytes, result_type: type, stub: Any) -> Any:
     if answer is None or len(answer) != 1:
         raise Unsupported("not a SOAP answer with one body element")
     values = list(answer[0])
+    decoder = _Decoder(stub)
+    if issubclass(result_type, list):  # one returnval per item (RetrieveContents)
+        items = result_type()
+        items.extend(decoder.value(value, result_type.Item) for value in values)
+        return items
     if not values:
         return None
     if len(values) > 1:
         raise Unsupported("more than one returnval")
-    return _Decoder(stub).value(values[0], result_type)
+    return decoder.value(values[0], result_type)
 
 
 class _Decoder:

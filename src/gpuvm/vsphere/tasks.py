@@ -176,7 +176,8 @@ def wait_for_other_tasks(session: Any, entity: Any, timeout: float = 1800) -> in
     deadline = time.monotonic() + timeout
     waited: set[str] = set()
     while True:
-        result = call("read running tasks", lambda: collector.RetrieveContents([spec]))
+        # every recent task of vCenter (up to 200), read by VMs reconfigured at once: decoded by lxml
+        result = call("read running tasks", lambda: session.call(collector, "RetrieveContents", [spec]))
         running = []
         for obj in result or []:
             props = {p.name: p.val for p in obj.propSet or []}
