@@ -77,6 +77,7 @@ class _Decoder:
         # (declared type, xsi:type as written) → the type decoded; the prefixes of a SOAP answer
         # are declared once, on its envelope, so a written name means one type throughout
         self._kinds: dict[tuple[type, str | None], tuple[type, str]] = {}
+        self._references: dict[str, type] = {}  # a reference's type as written → its class
         self._fields: dict[type, tuple[dict[str, Any], dict[str, Any], list[tuple[str, type]]]] = {}
 
     def value(self, element: Any, declared: type) -> Any:
@@ -169,8 +170,12 @@ class _Decoder:
     def _reference(self, element: Any) -> Any:
         if element.get("serverGuid") is not None:
             raise Unsupported("a reference with a serverGuid")
-        ns, name = self._split(element, element.get("type", ""))
-        return self._lookup(ns, name)(element.text or "", self.stub)
+        written = element.get("type", "")
+        try:
+            kind = self._references[written]
+        except KeyError:  # looked up once per type (lxml builds `nsmap` anew at each call)
+            kind = self._references[written] = self._lookup(*self._split(element, written))
+        return kind(element.text or "", self.stub)
 
     @staticmethod
     def _split(element: Any, qualified: str) -> tuple[str, str]:
