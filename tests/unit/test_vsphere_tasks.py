@@ -145,3 +145,28 @@ def test_connection_refused_is_a_connect_error(mocker):
     mocker.patch("pyVim.connect.SmartConnect", side_effect=ConnectionRefusedError(111, "Connection refused"))
     with pytest.raises(ConnectError, match=r"cannot connect: \[Errno 111\] Connection refused"):
         Session(Target("vc", 443, "/sdk", "admin", "pw", True, None)).__enter__()
+
+
+def test_targets_asking_for_running_tasks_at_once_share_one_read(mocker):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    release = threading.Event()
+    reads = []
+
+    def read():
+        reads.append(1)
+        release.wait(5)
+        return {"vm-1": ["task-9"]}
+
+    shared = tasks._SharedRead(read)
+    with ThreadPoolExecutor(8) as pool:
+        answers = [pool.submit(shared) for _ in range(8)]
+        while not reads:
+            pass
+        threading.Timer(0.5, release.set).start()  # the other seven ask while the first read is under way
+        assert [a.result() for a in answers] == [{"vm-1": ["task-9"]}] * 8
+    assert len(reads) == 1
+    release.clear()
+    threading.Timer(0.05, release.set).start()
+    assert shared() == {"vm-1": ["task-9"]} and len(reads) == 2  # a later ask reads again
