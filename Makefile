@@ -20,6 +20,7 @@ bench: deps
 	$(PY) bench/plan_scaling.py
 	$(PY) bench/apply_parallel.py
 	$(PY) bench/cli_startup.py
+	$(PY) bench/runbook_load.py
 	if [ "$$(id -u)" = 0 ]; then $(PY) bench/ssh_mesh.py && $(PY) bench/container_path.py; fi
 
 deps: apt venv sim

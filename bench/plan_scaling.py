@@ -1,14 +1,20 @@
-"""Benchmark: SOAP requests and wall time of `gpuvm plan` against the simulator, by inventory size.
+"""Benchmark: `gpuvm plan`, `plan --json` and `inventory` as a user runs them (one process each),
+against the simulator at 128 and 512 hosts with 8 VMs each.
 
-Side by side with a naive per-object pyvmomi walk measured in the same run (the way most scripts
-read vSphere: attribute by attribute, one round trip each). Run: `make bench` or
-`.venv/bin/python bench/plan_scaling.py [--sizes 4,32,128] [--vms-per-host 8]`.
+Next to them, measured in the same run on the same simulator: the floor (one RetrievePropertiesEx
+with gpuvm's property lists, decoded by pyVmomi, in-process) and the naive per-object pyVmomi walk
+most scripts do. Requests are counted on the wire by gpusim itself (`Simulator.requests`), logins
+included. Commands alternate, and each figure is the median of `--runs` runs (the naive walk runs
+once per size: it is the slow baseline). Run: `.venv/bin/python bench/plan_scaling.py
+[--sizes 128,512] [--vms-per-host 8] [--runs 3]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -20,10 +26,12 @@ sys.path.insert(0, str(REPO / "simulator"))
 
 from gpusim import Simulator  # noqa: E402
 
-from gpuvm.engine import make_plan  # noqa: E402
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
-from gpuvm.vsphere.inventory import read_inventory  # noqa: E402
-from gpuvm.vsphere.session import RequestCounter, Session, resolve_target  # noqa: E402
+from gpuvm.vsphere import inventory  # noqa: E402
+from gpuvm.vsphere.session import Session, resolve_target  # noqa: E402
+
+GPUVM = str(Path(sys.executable).parent / "gpuvm")
+COMMANDS = {"plan": ["plan"], "plan --json": ["plan", "--json"], "inventory": ["inventory"]}
 
 
 def write_runbook(path: Path, hosts: int, vms_per_host: int) -> None:
@@ -57,45 +65,81 @@ def naive_walk(session: Session) -> int:
     return seen
 
 
-def measure(hosts: int, vms_per_host: int, work: Path) -> dict[str, float]:
-    runbook_path = work / f"rb-{hosts}.yaml"
-    write_runbook(runbook_path, hosts, vms_per_host)
+def pyvmomi_read(session: Session) -> list:
+    """The floor: gpuvm's one inventory read, decoded by pyVmomi (the stub's own call)."""
+    session.call = lambda mo, method, *args: getattr(mo, method)(*args)  # type: ignore[method-assign]
+    return inventory.retrieve(session)
+
+
+def timed_in_process(sim: Simulator, target, read) -> tuple[float, int]:
+    """Seconds of `read(session)` after login, and the requests it made on the wire."""
+    with Session(target) as session:
+        sim.requests(reset=True)
+        start = time.perf_counter()
+        read(session)
+        seconds = time.perf_counter() - start
+        return seconds, sum(sim.requests().values())
+
+
+def timed_cli(sim: Simulator, args: list[str], runbook: Path, env: dict[str, str]) -> tuple[float, int]:
+    sim.requests(reset=True)
+    start = time.perf_counter()
+    subprocess.run([GPUVM, *args, str(runbook)], check=True, stdout=subprocess.DEVNULL, env=env)
+    return time.perf_counter() - start, sum(sim.requests().values())
+
+
+def measure(hosts: int, vms_per_host: int, runs: int, work: Path) -> dict[str, object]:
+    runbook = work / f"rb-{hosts}.yaml"
+    write_runbook(runbook, hosts, vms_per_host)
+    started = time.perf_counter()
     with Simulator(hosts=hosts, vms_per_host=vms_per_host) as sim:
-        os.environ.update(GOVC_URL=sim.url, GOVC_TLS_CA_CERTS=str(sim.cert_file), GOVC_USERNAME=sim.username,
-                          GPUVM_VCENTER_PASSWORD=sim.password)
-        book = load_runbook(runbook_path)
-        target = resolve_target(book.vcenter)
-        start = time.perf_counter()
-        with Session(target) as session:
-            plan, _ = make_plan(book, read_inventory(session))
-            requests = session.counter.total
-        plan_s = time.perf_counter() - start
-        start = time.perf_counter()
-        with Session(target, RequestCounter()) as session:
-            naive_walk(session)
-            naive_requests = session.counter.total
-        naive_s = time.perf_counter() - start
-    return {"hosts": hosts, "vms": hosts * vms_per_host, "changes": len(plan.changes), "requests": requests,
-            "plan_s": plan_s, "naive_requests": naive_requests, "naive_s": naive_s}
+        print(f"{hosts} hosts: simulator up in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        env = {**os.environ, "GOVC_URL": sim.url, "GOVC_TLS_CA_CERTS": str(sim.cert_file),
+               "GOVC_USERNAME": sim.username, "GPUVM_VCENTER_PASSWORD": sim.password,
+               "GPUVM_STATE_DIR": str(work / "state"), "COLUMNS": "160"}
+        os.environ.update(env)
+        target = resolve_target(load_runbook(runbook).vcenter)
+        samples: dict[str, list[float]] = {name: [] for name in [*COMMANDS, "floor", "gpuvm read"]}
+        requests: dict[str, int] = {}
+        for _ in range(runs):
+            for name, args in COMMANDS.items():
+                seconds, requests[name] = timed_cli(sim, args, runbook, env)
+                samples[name].append(seconds)
+            seconds, requests["floor"] = timed_in_process(sim, target, pyvmomi_read)
+            samples["floor"].append(seconds)
+            seconds, requests["gpuvm read"] = timed_in_process(sim, target, inventory.retrieve)
+            samples["gpuvm read"].append(seconds)
+        naive_s, requests["naive walk"] = timed_in_process(sim, target, naive_walk)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    medians["naive walk"] = naive_s
+    return {"hosts": hosts, "vms": hosts * vms_per_host, "seconds": medians, "requests": requests}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", default="4,32,128")
+    parser.add_argument("--sizes", default="128,512")
     parser.add_argument("--vms-per-host", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in (int(s) for s in args.sizes.split(",")):
-            rows.append(measure(size, args.vms_per_host, Path(tmp)))
-    print(f"{'hosts':>5} {'VMs':>5} {'changes':>7} {'requests':>8} {'plan s':>7} {'naive req':>9} {'naive s':>7} {'req ratio':>9}")
-    for r in rows:
-        print(f"{r['hosts']:>5} {r['vms']:>5} {r['changes']:>7} {r['requests']:>8} {r['plan_s']:>7.2f} "
-              f"{r['naive_requests']:>9} {r['naive_s']:>7.2f} {r['naive_requests'] / r['requests']:>9.1f}")
-    last = rows[-1]
-    print("(requests exclude login/logout; plan s = connect + one inventory read + planning every step)")
-    print(f"requests_{last['hosts']}={last['requests']} plan_s_{last['hosts']}={last['plan_s']:.2f} "
-          f"naive_ratio={last['naive_s'] / last['plan_s']:.1f}")
+            rows.append(measure(size, args.vms_per_host, args.runs, Path(tmp)))
+    names = [*COMMANDS, "gpuvm read", "floor", "naive walk"]
+    print(f"medians of {args.runs} run(s) (naive walk: 1); x floor = seconds / the floor's seconds in the same run")
+    print(f"{'reader':<12}" + "".join(f"{str(r['hosts']) + ' hosts: s':>15} {'x floor':>8} {'requests':>9}" for r in rows))
+    for name in names:
+        cells = "".join(f"{r['seconds'][name]:>15.2f} {r['seconds'][name] / r['seconds']['floor']:>8.2f} "
+                        f"{r['requests'][name]:>9}" for r in rows)
+        print(f"{name:<12}{cells}")
+    print("(CLI rows: the whole process, login and logout included; floor and gpuvm read: in-process, after login)")
+    last, first = rows[-1], rows[0]
+    growth = last["seconds"]["plan"] / first["seconds"]["plan"]
+    print(f"plan_x_floor_{last['hosts']}={last['seconds']['plan'] / last['seconds']['floor']:.2f} "
+          f"json_x_floor_{last['hosts']}={last['seconds']['plan --json'] / last['seconds']['floor']:.2f} "
+          f"inventory_x_floor_{last['hosts']}={last['seconds']['inventory'] / last['seconds']['floor']:.2f} "
+          f"plan_growth_{first['hosts']}_to_{last['hosts']}={growth:.2f} "
+          f"plan_requests_{last['hosts']}={last['requests']['plan']}")
     return 0
 
 

@@ -11,8 +11,10 @@ benchmarks put ``simulator/`` on sys.path and ``import gpusim``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -190,11 +192,12 @@ class Simulator:
 
         t = threading.Thread(target=reader, daemon=True)
         t.start()
-        t.join(START_TIMEOUT_S)
+        timeout = self.start_timeout
+        t.join(timeout)
         if not result:
             log = self.log()
             self.stop()
-            raise RuntimeError(f"gpusim printed no URL within {START_TIMEOUT_S:.0f} s:\n{log}")
+            raise RuntimeError(f"gpusim printed no URL within {timeout:.0f} s:\n{log}")
         return result[0]
 
     def log(self) -> str:
@@ -223,6 +226,23 @@ class Simulator:
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
+
+    @property
+    def start_timeout(self) -> float:
+        """Seconds to wait for the URL line: gpusim creates its VMs first (4,096 take about a minute
+        on a busy 2-core machine)."""
+        return START_TIMEOUT_S + 0.05 * self.hosts * self.vms_per_host
+
+    def requests(self, reset: bool = False) -> dict[str, int]:
+        """The SOAP requests gpusim answered since it started (or was last reset), by method name:
+        what went over the wire. `reset` sets the counts back to zero (after reading them)."""
+        import urllib.request
+
+        url = self.url.rsplit("/", 1)[0] + "/gpusim/requests"
+        context = ssl.create_default_context(cafile=str(self.cert_file)) if self.tls else None
+        request = urllib.request.Request(url, method="DELETE" if reset else "GET")
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            return json.loads(answer.read())
 
     @property
     def running(self) -> bool:

@@ -137,7 +137,8 @@ func run(o *options) error {
 	server := model.Service.NewServer()
 	defer server.Close()
 	// Route the methods gpusim overrides to its proxy objects (see proxy.go).
-	server.Server.Config.Handler = &router{next: server.Server.Config.Handler, g: g}
+	rt := &router{next: server.Server.Config.Handler, g: g}
+	server.Server.Config.Handler = rt
 
 	if o.tls && o.certOut != "" {
 		if err := writeCertPEM(o.certOut, server.Server.TLS.Certificates[0].Certificate[0]); err != nil {
@@ -145,7 +146,7 @@ func run(o *options) error {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(60+o.hosts*o.vmsPerHost/20)*time.Second)
 	err = g.createVMs(ctx, server.URL, o.vmsPerHost, o.vmPower == "on", o.vmVersion, o.templates)
 	cancel()
 	if err != nil {
@@ -154,6 +155,7 @@ func run(o *options) error {
 
 	// Fault injection and latency start only now, so that setup tasks do not count.
 	g.installFaults(model)
+	rt.requests.reset() // nor do the requests that created the VMs
 
 	u := *server.URL
 	u.User = nil

@@ -37,12 +37,17 @@ var (
 )
 
 type router struct {
-	next http.Handler
-	g    *gpusim
-	mu   sync.Mutex
+	next     http.Handler
+	g        *gpusim
+	mu       sync.Mutex
+	requests requestCounter
 }
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == requestsPath {
+		rt.requests.serve(w, r)
+		return
+	}
 	if r.Method == http.MethodPost && r.Body != nil {
 		body, err := io.ReadAll(r.Body)
 		_ = r.Body.Close()
@@ -51,7 +56,11 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		proxied := false
-		if m := methodRe.FindSubmatch(body); m != nil && proxiedMethods[string(m[1])] {
+		m := methodRe.FindSubmatch(body)
+		if m != nil {
+			rt.requests.add(string(m[1]))
+		}
+		if m != nil && proxiedMethods[string(m[1])] {
 			if t := thisRe.FindSubmatch(body); t != nil && rt.ensureProxy(string(t[2]), string(t[4])) {
 				body = thisRe.ReplaceAll(body, []byte("${1}"+proxyPrefix+"${2}${3}${4}<"))
 				proxied = true

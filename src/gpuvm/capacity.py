@@ -157,23 +157,26 @@ class _Host:
 
 def check_capacity(rb: Runbook, inventory: Inventory, desired: Desired) -> None:
     """Every check above, host by host; MIG modes gpuvm cannot know become plan notes."""
+    managed = {vm.name for vm in rb.vms}
+    by_host: dict[str, list[tuple[int, str, list[DesiredDevice]]]] = {}  # one pass over the VMs, not one a host
+    for i, vm in enumerate(rb.vms):
+        if vm.state == "present":
+            by_host.setdefault(vm.host, []).append((i, vm.name, desired.vms[vm.name].devices))
     for h, host in enumerate(rb.hosts):
-        scope = _host_scope(rb, inventory, desired, h)
+        scope = _host_scope(rb, inventory, desired, h, by_host.get(host.name, []), managed)
         _check_versions_and_cpus(scope, inventory)
         _check_dynamic(scope)
         _check_vgpus(scope, desired)
 
 
-def _host_scope(rb: Runbook, inventory: Inventory, desired: Desired, h: int) -> _Host:
+def _host_scope(rb: Runbook, inventory: Inventory, desired: Desired, h: int,
+                vms: list[tuple[int, str, list[DesiredDevice]]], managed: set[str]) -> _Host:
     name = rb.hosts[h].name
     facts = inventory.hosts[name]
     selected = set(desired.hosts[name].passthrough)
     released = set(desired.hosts[name].release)  # turned off before the VMs power on (the host reboots first)
     passthrough = {d.id for d in facts.gpus
                    if (d.passthru_enabled or d.passthru_active or d.id in selected) and d.id not in released}
-    managed = {vm.name for vm in rb.vms}
-    vms = [(i, vm.name, desired.vms[vm.name].devices) for i, vm in enumerate(rb.vms)
-            if vm.host == name and vm.state == "present"]
     unmanaged = [vm for vm in inventory.vms_on(name) if vm.name not in managed]
     held = {d.address: vm.name for vm in unmanaged for d in vm.pci if d.kind == "classic" and d.address}
     held |= {d.address: vm for _, vm, devices in vms for d in devices if d.kind == "classic" and d.address}

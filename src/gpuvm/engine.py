@@ -203,19 +203,16 @@ class _Runner:
         return failures
 
     def _start(self, target: str, changes: list[Change]) -> None:
-        for change in changes:
-            self.journal.record("started", change)
+        self.journal.record_all("started", list(changes))
         self._say(target, "started")
 
     def _finish(self, target: str, changes: list[Change], error: Exception | None) -> None:
         if error is None:
-            for change in changes:
-                self.journal.record("done", change)
+            self.journal.record_all("done", list(changes))
             self._say(target, f"done ({len(changes)} change(s))")
             return
         message = redact(str(error) if isinstance(error, GpuvmError) else f"{type(error).__name__}: {error}")
-        for change in changes:
-            self.journal.record("failed", change, error=message)
+        self.journal.record_all("failed", list(changes), error=message)
         self._say(target, f"failed: {message}")
 
     def _say(self, target: str, status: str) -> None:
@@ -275,8 +272,7 @@ def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, p
             reason = _blocked(target, failed_targets, desired)
             if reason:
                 outcome.skipped[f"{target} ({step.name})"] = reason
-                for change in changes:
-                    journal.record("skipped", change, reason=reason)
+                journal.record_all("skipped", list(changes), reason=reason)
             else:
                 runnable[target] = (target, changes)
         if not runnable:

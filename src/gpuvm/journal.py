@@ -66,17 +66,25 @@ class Journal:
         self.run_id = uuid.uuid4().hex[:12]
         self._lock = threading.Lock()
 
-    def record(self, status: str, change: Change | None = None, **extra: Any) -> None:
-        entry: dict[str, Any] = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                                 "run": self.run_id, "status": status}
-        if change is not None:
-            entry.update(change.to_dict())
-        entry.update(extra)
-        line = redact(json.dumps(entry, default=str, sort_keys=False))
-        with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            try:
-                os.write(fd, (line + "\n").encode())
-                os.fsync(fd)  # a killed run still leaves what it did on disk
-            finally:
-                os.close(fd)
+    def record(self, status: str, change: Change | None = None, /, **extra: Any) -> None:
+        self.record_all(status, [change] if change is not None else [None], **extra)
+
+    def record_all(self, status: str, changes: list[Change | None], /, **extra: Any) -> None:
+        """One entry per change, written at once and on disk when this returns. Many targets record at
+        the same time: the lines go in under the lock, the flush to disk outside it, so that threads
+        share flushes instead of queueing for one each (about 4 ms apiece on a small VM's disk)."""
+        time = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        lines = []
+        for change in changes:
+            entry: dict[str, Any] = {"time": time, "run": self.run_id, "status": status}
+            if change is not None:
+                entry.update(change.to_dict())
+            entry.update(extra)
+            lines.append(redact(json.dumps(entry, default=str, sort_keys=False)) + "\n")
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            with self._lock:
+                os.write(fd, "".join(lines).encode())
+            os.fsync(fd)  # a killed run still leaves what it did on disk
+        finally:
+            os.close(fd)

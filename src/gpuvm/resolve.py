@@ -132,10 +132,11 @@ class _GpuPool:
         self.inventory = inventory
         self.taken: dict[tuple[str, str], str] = {}  # (host, address) → VM
         self.attached: dict[tuple[str, str], str] = {}  # what VMs of the runbook have now: left to them if possible
+        managed = {vm.name for vm in rb.vms}
         for vm in inventory.vms.values():  # devices of VMs the runbook does not manage are taken
             for dev in vm.pci:
                 if dev.kind == "classic" and vm.host and dev.address:
-                    owners = self.taken if rb_vm(rb, vm.name) is None else self.attached
+                    owners = self.attached if vm.name in managed else self.taken
                     owners[(vm.host, dev.address)] = vm.name
         for vm in rb.vms:  # explicit addresses and NICs are claimed first
             for address in [] if vm.state == "absent" else _explicit(vm):
@@ -159,10 +160,6 @@ class _GpuPool:
         for device in chosen:
             self.taken[(facts.name, device.id)] = vm.name
         return chosen
-
-
-def rb_vm(rb: Runbook, name: str) -> Vm | None:
-    return next((v for v in rb.vms if v.name == name), None)
 
 
 def _explicit(vm: Vm) -> list[str]:

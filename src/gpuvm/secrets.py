@@ -45,26 +45,28 @@ def secret_from_env(variable: str, where: str) -> str:
     return remember(value, f"{where} ({variable})")  # type: ignore[return-value]
 
 
-def remember_runbook_secrets(model: object, where: str = "") -> None:
+def remember_runbook_secrets(model: object) -> None:
     """Every secret a runbook names (its `*_env` fields whose variables are set), and govc's
     password, remembered at load: whichever command runs, none of them reaches a file or output."""
     from pydantic import BaseModel
 
-    if isinstance(model, BaseModel):
-        for name in type(model).model_fields:
-            value = getattr(model, name)
-            here = f"{where}.{name}" if where else name
-            if name.endswith("_env") and isinstance(value, str) and os.environ.get(value):
-                remember(os.environ[value], f"{here} ({value})")
-            else:
-                remember_runbook_secrets(value, here)
-    elif isinstance(model, (list, tuple)):
-        for i, item in enumerate(model):
-            remember_runbook_secrets(item, f"{where}[{i}]")
-    elif isinstance(model, dict):
-        for key, item in model.items():
-            remember_runbook_secrets(item, f"{where}.{key}")
-    if not where and os.environ.get("GOVC_PASSWORD"):
+    def walk(value: object, where: tuple[str, ...]) -> None:
+        if isinstance(value, BaseModel):
+            for name in type(value).model_fields:
+                field = getattr(value, name)
+                if name.endswith("_env") and isinstance(field, str) and os.environ.get(field):
+                    remember(os.environ[field], f"{''.join(where + ('.' + name,)).lstrip('.')} ({field})")
+                elif not isinstance(field, (str, int, float)) and field is not None:  # scalars hold no model
+                    walk(field, where + ("." + name,))
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, where + (f"[{i}]",))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, where + (f".{key}",))
+
+    walk(model, ())
+    if os.environ.get("GOVC_PASSWORD"):
         remember(os.environ["GOVC_PASSWORD"], "GOVC_PASSWORD")
 
 

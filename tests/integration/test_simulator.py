@@ -508,3 +508,18 @@ def test_dynamic_directpath_follows_numa_node_affinity(make_env):
     ok(vm2.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key="numa.nodeAffinity", value="0,1")])))
     ok(vm2.PowerOnVM_Task())
     assert assigned(vm2) == ["0000:17:00.0"]
+
+
+def test_requests_counted_on_the_wire(make_env):
+    env = make_env(hosts=1, vms_per_host=1)
+    # what connecting took (SmartConnect, then Env.content); the requests that created the VMs at
+    # start-up are not counted
+    assert env.sim.requests(reset=True) == {"RetrieveServiceContent": 2, "Login": 1}
+    env.si.CurrentTime()
+    env.si.CurrentTime()
+    env.host("esx-01")
+    counts = env.sim.requests()
+    assert counts["CurrentTime"] == 2
+    assert counts["CreateContainerView"] == 1 and counts["DestroyView"] == 1
+    assert "Login" not in counts
+    assert env.sim.requests(reset=True) == counts and env.sim.requests() == {}

@@ -37,3 +37,23 @@ def test_past_entries_creates_nothing_and_skips_a_half_written_line(tmp_path):
     assert past_entries(tmp_path / "none") == [] and not (tmp_path / "none").exists()
     (tmp_path / "journal.jsonl").write_text(json.dumps({"status": "run-start"}) + "\n{\"status\": \"do")
     assert past_entries(tmp_path) == [{"status": "run-start"}]
+
+
+def test_targets_journal_at_once_every_entry_whole_and_on_disk(tmp_path, mocker):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpuvm.journal import os as journal_os
+    from gpuvm.plan import Change
+
+    synced = mocker.spy(journal_os, "fsync")
+    journal = Journal(tmp_path)
+    changes = {f"vm{t}": [Change("vm.hardware", f"vm{t}", "vm", f, 1, 2) for f in ("cpus", "memory_mb")]
+               for t in range(32)}
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda target: journal.record_all("started", changes[target]), changes))
+    journal.record("run-end", changes=64)  # an entry's own `changes` field
+    entries = past_entries(tmp_path)
+    assert len(entries) == 65 and synced.call_count == 33  # one flush per target, not per change
+    assert sorted((e["target"], e["field"]) for e in entries[:-1]) == sorted(
+        (c.target, c.field) for cs in changes.values() for c in cs)
+    assert entries[-1]["changes"] == 64

@@ -11,16 +11,44 @@ from gpuvm.vsphere import tasks
 from gpuvm.vsphere.session import Session, Target
 
 
+def watched(mocker, *rounds, then=None):
+    """Tasks on one mocked connection; each poll of the TaskWatcher (one RetrievePropertiesEx for
+    every task) reads the next round of {task moid: (state, result, error)}; after the rounds,
+    `then(moid)` gives the state of each task asked for."""
+    stub = mocker.Mock(_gpuvm_task_watcher=None)
+    collector = mocker.Mock()
+    left = list(rounds)
+
+    seen: dict[str, tuple] = {}  # what each task's state read said last
+
+    def result(specs, options):
+        asked = [o.obj._moId for o in specs[0].objectSet]
+        path = specs[0].propSet[0].pathSet[0]
+        if path == "info.state":  # a poll
+            seen.update(left.pop(0) if left else {moid: then(moid) for moid in asked})
+            values = {moid: seen[moid][0] for moid in asked if moid in seen}
+        else:  # the whole info of the tasks that ended
+            values = {moid: mocker.Mock(state=seen[moid][0], result=seen[moid][1], error=seen[moid][2])
+                      for moid in asked}
+        objects = [mocker.Mock(obj=mocker.Mock(_moId=moid), missingSet=[], propSet=[mocker.Mock(val=value)])
+                   for moid, value in values.items()]
+        for obj in objects:
+            obj.propSet[0].name = path
+        return mocker.Mock(objects=objects, token=None)
+
+    collector.RetrievePropertiesEx.side_effect = result
+    mocker.patch.object(tasks.TaskWatcher, "_collector", return_value=collector)
+    mocker.patch.object(tasks, "POLL_START", 0.001)
+    return stub, collector
+
+
 def task_with(mocker, *states):
-    """A task whose `info` walks through the given (state, result, error) tuples."""
-    task = mocker.Mock(_moId="task-7")
-    infos = [mocker.Mock(state=s, result=r, error=e) for s, r, e in states]
-    type(task).info = mocker.PropertyMock(side_effect=infos)
-    return task
+    """A task whose `info` walks through the given (state, result, error) tuples, one per poll."""
+    stub, _ = watched(mocker, *({"task-7": s} for s in states))
+    return vim.Task("task-7", stub)
 
 
 def test_wait_returns_the_result_after_running(mocker):
-    mocker.patch.object(tasks.time, "sleep")
     task = task_with(mocker, ("running", None, None), ("queued", None, None), ("success", "ok", None))
     assert tasks.wait(task, "ReconfigVM") == "ok"
 
@@ -36,12 +64,37 @@ def test_wait_turns_a_task_fault_into_one_line_naming_the_action(mocker):
 
 
 def test_wait_times_out(mocker):
-    clock = iter([0.0, 0.0, 5.0, 10.0])
-    mocker.patch.object(tasks.time, "monotonic", side_effect=lambda: next(clock))
-    mocker.patch.object(tasks.time, "sleep")
-    task = task_with(mocker, *[("running", None, None)] * 3)
-    with pytest.raises(TaskError, match=r"^ReconfigVM did not finish within 4 s \(task task-7\)"):
-        tasks.wait(task, "ReconfigVM", timeout=4)
+    stub, _ = watched(mocker, then=lambda n: ("running", None, None))
+    task = vim.Task("task-7", stub)
+    with pytest.raises(TaskError, match=r"^ReconfigVM did not finish within 0 s \(task task-7\)"):
+        tasks.wait(task, "ReconfigVM", timeout=0.05)
+
+
+def test_many_tasks_waited_for_with_one_request_a_poll(mocker):
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"task-{i}" for i in range(16)]
+    running = {n: ("running", None, None) for n in names}
+    stub, collector = watched(mocker, *[running] * 3, then=lambda n: ("success", n.upper(), None))
+    mocker.patch.object(tasks, "POLL_START", 0.05)  # all 16 have begun waiting by the second poll
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda n: tasks.wait(vim.Task(n, stub), "ReconfigVM"), names))
+    assert results == [n.upper() for n in names]
+    assert collector.RetrievePropertiesEx.call_count <= 6  # ~4 polls and 1-2 reads of ended tasks, not 16 x 4
+
+
+@pytest.mark.parametrize("where", ["method", "property"])
+def test_a_fault_reading_the_tasks_reaches_every_waiter(mocker, where):
+    stub, collector = watched(mocker)
+    fault = vim.fault.NotAuthenticated(msg="session gone")
+    if where == "method":
+        collector.RetrievePropertiesEx.side_effect = fault
+    else:  # as gpusim answers a property read of a session that is gone
+        collector.RetrievePropertiesEx.side_effect = None
+        collector.RetrievePropertiesEx.return_value = mocker.Mock(token=None, objects=[mocker.Mock(
+            propSet=[], missingSet=[mocker.Mock(path="info", fault=fault)])])
+    with pytest.raises(TaskError, match="^ReconfigVM failed: session gone"):
+        tasks.wait(vim.Task("task-1", stub), "ReconfigVM")
 
 
 def test_call_translates_method_faults_and_redacts_secrets():
@@ -71,16 +124,14 @@ def test_wait_for_other_tasks_polls_until_the_vm_is_idle(mocker):
         row.propSet[0].name, row.propSet[1].name = "info.entity", "info.state"
         return row
 
-    collector = mocker.Mock()
-    collector.RetrieveContents.side_effect = [
+    session = mocker.Mock()
+    session.call.side_effect = [
         [task_row("running", "vm-42"), task_row("running", "vm-7")],
         [task_row("success", "vm-42")],
     ]
-    session = mocker.Mock()
-    session.content.propertyCollector = collector
     session.content.taskManager = vim.TaskManager("TaskManager")
     assert tasks.wait_for_other_tasks(session, vm) == 1
-    assert collector.RetrieveContents.call_count == 2
+    assert [c.args[1] for c in session.call.call_args_list] == ["RetrieveContents", "RetrieveContents"]
 
 
 def test_login_refused_is_a_connect_error(mocker):
@@ -94,3 +145,28 @@ def test_connection_refused_is_a_connect_error(mocker):
     mocker.patch("pyVim.connect.SmartConnect", side_effect=ConnectionRefusedError(111, "Connection refused"))
     with pytest.raises(ConnectError, match=r"cannot connect: \[Errno 111\] Connection refused"):
         Session(Target("vc", 443, "/sdk", "admin", "pw", True, None)).__enter__()
+
+
+def test_targets_asking_for_running_tasks_at_once_share_one_read(mocker):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    release = threading.Event()
+    reads = []
+
+    def read():
+        reads.append(1)
+        release.wait(5)
+        return {"vm-1": ["task-9"]}
+
+    shared = tasks._SharedRead(read)
+    with ThreadPoolExecutor(8) as pool:
+        answers = [pool.submit(shared) for _ in range(8)]
+        while not reads:
+            pass
+        threading.Timer(0.5, release.set).start()  # the other seven ask while the first read is under way
+        assert [a.result() for a in answers] == [{"vm-1": ["task-9"]}] * 8
+    assert len(reads) == 1
+    release.clear()
+    threading.Timer(0.05, release.set).start()
+    assert shared() == {"vm-1": ["task-9"]} and len(reads) == 2  # a later ask reads again

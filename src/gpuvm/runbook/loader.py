@@ -1,7 +1,7 @@
 """Read a runbook file: YAML with line numbers → typed `Runbook`, or one clear InputError.
 
-ruamel.yaml keeps the line of every key and list item; pydantic's error locations are looked up
-in that map, so every message reads `file:line: field.path: what is wrong`.
+libyaml (fast_yaml) or ruamel.yaml keeps the line of every key and list item; pydantic's error
+locations are looked up in that map, so every message reads `file:line: field.path: what is wrong`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
 from gpuvm.errors import InputError
+from gpuvm.runbook import fast_yaml
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import remember_runbook_secrets
 
@@ -150,9 +151,13 @@ def document_path(loc: tuple[Any, ...], data: Any, kind: str = "") -> Path_:
     return tuple(path)
 
 
-def load_runbook(path: str | Path) -> Runbook:
-    file = Path(path)
-    text = _read_text(file)
+def _parse(file: Path, text: str) -> tuple[Any, Locator]:
+    """The document and where each of its fields is: read by libyaml when it can (fast_yaml), else by
+    ruamel's round-trip loader (anchors, tags, merge keys, and every YAML error's message)."""
+    fast = fast_yaml.load(text)
+    if fast is not None:
+        data, lines = fast
+        return data, Locator(file, lines)
     yaml = YAML(typ="rt")
     try:
         data = yaml.load(text)
@@ -167,14 +172,20 @@ def load_runbook(path: str | Path) -> Runbook:
         reason = (f"character U+{character:04X} is not allowed in YAML (write it as an escape in a quoted string)"
                   if isinstance(character, int) else (str(e).splitlines() or [type(e).__name__])[0].strip())
         raise InputError(f"{file}:{line}: YAML error: {reason}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{file}:1: (top level): a runbook is a mapping with vcenter, hosts and vms")
     try:
         if _expanded_size(data, {}) > MAX_NODES:
             raise _TooLarge(f"the document expands to more than {MAX_NODES:,} values (YAML aliases?)")
     except (_TooLarge, RecursionError) as e:
         raise InputError(f"{file}:1: {e if isinstance(e, _TooLarge) else 'nested too deeply'}") from None
-    locator = Locator.of(file, data)
+    return data, Locator.of(file, data)
+
+
+def load_runbook(path: str | Path) -> Runbook:
+    file = Path(path)
+    text = _read_text(file)
+    data, locator = _parse(file, text)
+    if not isinstance(data, dict):
+        raise InputError(f"{file}:1: (top level): a runbook is a mapping with vcenter, hosts and vms")
     try:
         runbook = Runbook.model_validate(data)
     except ValidationError as e:

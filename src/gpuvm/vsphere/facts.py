@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from gpuvm.errors import InputError
 from gpuvm.pci import MELLANOX, NVIDIA, gpu_memory_gb, pci_id
@@ -152,9 +152,18 @@ class Inventory(BaseModel):
     vms: dict[str, VmFacts] = {}
     templates: dict[str, VmFacts] = {}  # VM templates, to clone from
     datastores: dict[str, DatastoreFacts] = {}
+    _vms_by_host: tuple[int, dict[str | None, list[VmFacts]]] = PrivateAttr(default=(-1, {}))
 
     def vms_on(self, host: str) -> list[VmFacts]:
-        return [vm for vm in self.vms.values() if vm.host == host]
+        """The VMs on a host (indexed once, not searched per call: planning asks for every host and
+        for many VMs; indexed again if VMs were added)."""
+        size, index = self._vms_by_host
+        if size != len(self.vms):
+            index = {}
+            for vm in self.vms.values():
+                index.setdefault(vm.host, []).append(vm)
+            self._vms_by_host = (len(self.vms), index)
+        return list(index.get(host, []))
 
     def save(self, path: Path) -> None:
         path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")

@@ -1,7 +1,8 @@
 """Read every host and VM in one PropertyCollector request (ContainerView + RetrievePropertiesEx).
 
 Explicit property paths, the paging token followed, the view destroyed in `finally`. Never walk
-managed-object attributes in a loop: each would be a network round trip.
+managed-object attributes in a loop: each would be a network round trip. The answers are decoded by
+lxml (soap_xml.py) into the objects pyVmomi would build, several times faster than pyVmomi.
 """
 
 from __future__ import annotations
@@ -70,13 +71,13 @@ def retrieve(session: Session) -> list[Any]:
         )
         collector = content.propertyCollector
         options = vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=PAGE_SIZE)
-        result = collector.RetrievePropertiesEx(specSet=[spec], options=options)
+        result = session.call(collector, "RetrievePropertiesEx", [spec], options)  # decoded by lxml
         objects: list[Any] = []
         while result is not None:
             objects.extend(result.objects)
             if not result.token:
                 break
-            result = collector.ContinueRetrievePropertiesEx(token=result.token)
+            result = session.call(collector, "ContinueRetrievePropertiesEx", result.token)
         return objects
     finally:
         view.DestroyView()

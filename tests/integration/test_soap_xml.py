@@ -1,0 +1,140 @@
+"""The inventory read decoded by lxml (vsphere/soap_xml.py) against pyVmomi's own decoding of the same
+read, field by field, on a simulated vCenter whose VMs hold every kind of PCI device."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from pyVmomi import VmomiSupport, vim, vmodl
+
+from gpusim import Simulator
+from gpuvm.runbook.model import VCenter
+from gpuvm.vsphere import inventory
+from gpuvm.vsphere.session import Session, resolve_target
+
+from .vcenter import env_for, pyvmomi
+
+pytestmark = pytest.mark.integration
+
+Device = vim.vm.device.VirtualPCIPassthrough
+
+
+def wait(task: Any) -> None:
+    from pyVim.task import WaitForTask
+
+    WaitForTask(task)
+
+
+def add(vm: Any, backing: Any, **config: Any) -> None:
+    change = vim.vm.device.VirtualDeviceSpec(operation="add", device=Device(key=-1, backing=backing))
+    wait(vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=[change], memoryReservationLockedToMax=True, **config)))
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """Two hosts: passthrough on and active (rebind), graphics changed; VMs with a classic DirectPath
+    GPU and extraConfig, a running dynamic DirectPath VM (assignedId), a vGPU."""
+    with Simulator(hosts=2, vms_per_host=3, rebind=True) as sim, pyvmomi(sim) as si:
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.ManagedEntity], True)
+        objects = {o.name: o for o in view.view if isinstance(o, (vim.HostSystem, vim.VirtualMachine))}
+        view.DestroyView()
+        host = objects["esx-01"]
+        host.configManager.pciPassthruSystem.UpdatePassthruConfig(
+            [vim.host.PciPassthruConfig(id=i, passthruEnabled=True) for i in ("0000:17:00.0", "0000:b1:00.0")])
+        add(objects["esx-01-vm1"], Device.DeviceBackingInfo(
+            id="0000:17:00.0", deviceId="20b5", vendorId=0x10DE, systemId=host.hardware.systemInfo.uuid),
+            firmware="efi", extraConfig=[vim.option.OptionValue(key="pciPassthru.use64bitMMIO", value="TRUE"),
+                                         vim.option.OptionValue(key="pciPassthru.64bitMMIOSizeGB", value="256")])
+        add(objects["esx-01-vm2"], Device.DynamicBackingInfo(
+            allowedDevice=[Device.AllowedDevice(vendorId=0x10DE, deviceId=0x20B5)], customLabel="a100"),
+            firmware="efi", extraConfig=[vim.option.OptionValue(key="pciPassthru.use64bitMMIO", value="TRUE"),
+                                         vim.option.OptionValue(key="pciPassthru.64bitMMIOSizeGB", value="256")])
+        wait(objects["esx-01-vm2"].PowerOnVM_Task())
+        objects["esx-02"].configManager.graphicsManager.UpdateGraphicsConfig(vim.host.GraphicsConfig(
+            hostDefaultGraphicsType="sharedDirect", sharedPassthruAssignmentPolicy="performance"))
+        add(objects["esx-02-vm1"], Device.VmiopBackingInfo(vgpu="grid_a100-20c"))
+        os.environ.update(env_for(sim))
+        yield sim
+
+
+def pyvmomi_retrieve(session: Session) -> list[Any]:
+    """inventory.retrieve, decoded by pyVmomi (the stub's own call)."""
+    call = session.call
+    session.call = lambda mo, method, *args: getattr(mo, method)(*args)  # type: ignore[method-assign]
+    try:
+        return inventory.retrieve(session)
+    finally:
+        session.call = call  # type: ignore[method-assign]
+
+
+def same(a: Any, b: Any, where: str = "") -> None:
+    """Field by field: data objects by every property, references by type and moid, the rest by value and type."""
+    assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, VmomiSupport.DataObject):
+        for prop in a._GetPropertyList():
+            same(getattr(a, prop.name), getattr(b, prop.name), f"{where}.{prop.name}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), f"{where}: {len(a)} != {len(b)} items"
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, VmomiSupport.ManagedObject):
+        assert a._moId == b._moId, where
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def test_lxml_decodes_the_inventory_read_as_pyvmomi_does(lab):
+    with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+        fast = inventory.retrieve(session)
+        slow = pyvmomi_retrieve(session)
+        assert len(fast) == len(slow) == 2 + 6 + 1  # hosts, VMs, the datastore
+        for a, b in zip(sorted(fast, key=lambda o: o.obj._moId), sorted(slow, key=lambda o: o.obj._moId)):
+            same(a, b, a.obj._moId)
+        facts = inventory.read_inventory(session)
+    vms = facts.vms
+    assert [d.kind for d in vms["esx-01-vm1"].pci] == ["classic"]
+    assert vms["esx-01-vm2"].pci[0].assigned in ("0000:17:00.0", "0000:b1:00.0") and vms["esx-02-vm1"].pci[0].profile == "grid_a100-20c"
+    assert facts.hosts["esx-01"].device("0000:17:00.0").passthru_active
+    assert facts.hosts["esx-02"].graphics.default_type == "sharedDirect"
+
+
+def test_faults_raised_faults_in_the_data_decoded_by_pyvmomi_requests_counted(lab):
+    with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+        collector = session.content.propertyCollector
+        lab.requests(reset=True)
+        with pytest.raises(vmodl.fault.ManagedObjectNotFound):  # a fault answer, raised as pyVmomi raises it
+            session.call(collector, "RetrievePropertiesEx", [vmodl.query.PropertyCollector.FilterSpec(
+                objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=vim.HostSystem("host-nowhere"))],
+                propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.HostSystem, pathSet=["name"])])],
+                vmodl.query.PropertyCollector.RetrieveOptions())
+        session.content.sessionManager.Logout()  # gpusim then answers each property with a fault
+        root = session.content.rootFolder
+        result = session.call(collector, "RetrievePropertiesEx", [vmodl.query.PropertyCollector.FilterSpec(
+            objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=root)],
+            propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.Folder, pathSet=["name"])])],
+            vmodl.query.PropertyCollector.RetrieveOptions())
+        missing = result.objects[0].missingSet[0]  # a fault in the data: soap_xml leaves it to pyVmomi
+        assert missing.path == "name" and isinstance(missing.fault, vim.fault.NotAuthenticated)
+        assert lab.requests() == {"RetrievePropertiesEx": 2, "Logout": 1}
+        assert session.counter.calls["RetrievePropertiesEx"] == 2
+
+
+def test_a_list_answer_decoded_by_lxml_as_pyvmomi_does(lab, mocker):
+    from gpuvm.vsphere import soap_xml
+
+    fast_decodes = mocker.spy(soap_xml, "decode_response")
+    with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+        content = session.content
+        traverse = vmodl.query.PropertyCollector.TraversalSpec(name="recent", path="recentTask", skip=False,
+                                                               type=vim.TaskManager)
+        spec = vmodl.query.PropertyCollector.FilterSpec(  # the tasks the fixture ran: a list answer
+            objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=content.taskManager, skip=True,
+                                                                selectSet=[traverse])],
+            propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.Task, pathSet=["info.entity", "info.state"])])
+        fast = session.call(content.propertyCollector, "RetrieveContents", [spec])
+        slow = content.propertyCollector.RetrieveContents([spec])
+    assert fast_decodes.spy_exception is None and len(fast) == len(slow) >= 4
+    same(fast, slow, "RetrieveContents")
