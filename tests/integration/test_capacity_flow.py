@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from gpusim import Simulator
 from gpuvm.cli.main import app
 from tests.integration.test_simulator import GPU_IDS, gpu_vm_spec, ok
-from tests.integration.vcenter import env_for, pyvmomi, raw_state
+from tests.integration.vcenter import pyvmomi, raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
 HEAD = "vcenter: {user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}\n"
@@ -26,9 +26,7 @@ def start(monkeypatch, tmp_path):
     def start(**kwargs) -> Simulator:
         sim = Simulator(hosts=1, vms_per_host=2, **kwargs).start()
         started.append(sim)
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         return sim
 
     yield start

@@ -19,7 +19,7 @@ from gpusim import Simulator
 from gpuvm.cli.main import app
 from gpuvm.vsphere.tasks import fault_text
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import LAB_MIG, env_for, pyvmomi, raw_state
+from tests.integration.vcenter import LAB_MIG, pyvmomi, raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
 
@@ -28,9 +28,7 @@ pytestmark = pytest.mark.integration
 def lab(tmp_path, monkeypatch):
     runbook = vsphere_only(LAB_FILE, tmp_path / "lab.yaml")
     with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG, latency={"ReconfigVM_Task": "1500ms"}) as sim:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         yield sim, runbook
 
 

@@ -22,7 +22,7 @@ from gpuvm.cli.main import app
 from gpuvm.image import image_ref
 from gpuvm.runbook.loader import load_runbook
 from tests.integration.test_bench_run import SMALL
-from tests.integration.vcenter import env_for
+from tests.integration.vcenter import use_simulator
 
 pytestmark = pytest.mark.integration
 
@@ -96,9 +96,7 @@ def test_containerised_campaign_on_real_docker(docker_bed, tmp_path, monkeypatch
     runbook = runbook_for(bed, tmp_path / "containers.yaml")
     ref = image_ref(load_runbook(runbook).guests.image)
     with Simulator(hosts=2, vms_per_host=2) as sim:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         applied = gpuvm("apply", runbook, "--yes")
         assert applied.exit_code == 0, applied.output
         assert "guest.docker" in applied.output

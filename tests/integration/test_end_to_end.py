@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
-from tests.integration.vcenter import LAB_MIG, env_for, raw_state, reboot_hook
+from tests.integration.vcenter import LAB_MIG, env_for, raw_state, reboot_hook, use_simulator
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).parents[2]
@@ -45,9 +45,7 @@ def fresh_bed(testbed):
 def lab(testbed, tmp_path, monkeypatch):
     hook = reboot_hook(testbed)
     with Simulator(hosts=2, vms_per_host=2, on_reboot=hook, mig=LAB_MIG) as sim:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         yield sim, lab_for_bed(testbed, tmp_path / "lab.yaml")
 
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from gpusim import Simulator
 from gpuvm.cli.main import app
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import LAB_MIG, env_for
+from tests.integration.vcenter import LAB_MIG, use_simulator
 
 pytestmark = pytest.mark.integration
 
@@ -20,8 +20,7 @@ def gpuvm(*args: object):
 
 def test_init_validate_plan_round_trip(monkeypatch, tmp_path):
     with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG) as sim:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
+        use_simulator(monkeypatch, sim)
         monkeypatch.setenv("GOVC_PASSWORD", sim.password)
         monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
         starter = tmp_path / "starter.yaml"

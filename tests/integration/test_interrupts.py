@@ -20,7 +20,7 @@ from gpusim import Simulator
 from gpuvm.cli.main import app
 from gpuvm.engine import STEPS
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import LAB_MIG, env_for, raw_state
+from tests.integration.vcenter import LAB_MIG, raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
 LATENCY = {method: "150ms" for method in ("UpdatePassthruConfig", "UpdateGraphicsConfig", "EnterMaintenanceMode_Task",
@@ -55,9 +55,7 @@ def reached(entry: dict, step: str, status: str) -> bool:
 
 def test_the_boundaries_are_the_steps_with_changes(lab, tmp_path, monkeypatch):
     with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG) as sim:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         steps = {c["step"] for c in json.loads(gpuvm("plan", str(lab), "--json").output)["changes"]}
     assert steps == {step for step, status in BOUNDARIES if status == "started"}
 
@@ -67,9 +65,7 @@ def test_the_boundaries_are_the_steps_with_changes(lab, tmp_path, monkeypatch):
 def test_apply_stopped_at_a_step_boundary_converges_on_one_rerun(lab, tmp_path, monkeypatch, step, status, sig):
     journal = tmp_path / "state" / "journal.jsonl"
     with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG, latency=LATENCY) as sim:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         run = subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(lab), "--yes",
                                 "--allow-host-reboot"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 60

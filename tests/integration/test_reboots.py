@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from gpusim import Simulator
 from gpuvm.cli.main import app
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import LAB_MIG, env_for, pyvmomi, raw_state
+from tests.integration.vcenter import LAB_MIG, pyvmomi, raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
 VMS = ("esx-01-vm1", "esx-01-vm2", "esx-02-vm1", "esx-02-vm2")
@@ -33,9 +33,7 @@ def gpuvm(*args: str):
 def started(monkeypatch, tmp_path, **options) -> Simulator:
     sim = Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG, **options)
     sim.start()
-    for key, value in env_for(sim).items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+    use_simulator(monkeypatch, sim, tmp_path / "state")
     return sim
 
 

@@ -69,12 +69,10 @@ def test_study_runbook_applies_and_verifies_with_every_setting_active(tmp_path, 
 def converge(runbook: Path, monkeypatch, tmp_path: Path, **lab):
     """On a simulated lab (`lab`: gpusim's options) with its VMs running: plan shows changes, apply
     makes them (VMs shut down for the reboots), verify is clean. The apply's result and the state."""
-    from tests.integration.vcenter import env_for, raw_state
+    from tests.integration.vcenter import raw_state, use_simulator
 
     with Simulator(vm_power="on", **lab) as sim:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         run = CliRunner().invoke
         assert run(app, ["plan", str(runbook), "--detailed-exitcode"]).exit_code == 2
         applied = run(app, ["apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-power-off"])
@@ -159,7 +157,7 @@ def test_scenario1_setups_apply_one_after_another_and_back(tmp_path, monkeypatch
     from ruamel.yaml import YAML
 
     from tests.integration.test_vsphere_flow import vsphere_only
-    from tests.integration.vcenter import env_for
+    from tests.integration.vcenter import use_simulator
 
     runbook = vsphere_only(PLAYBOOKS / "study-scenario1.yaml", tmp_path / "scenario1.yaml")
     yaml = YAML()
@@ -174,9 +172,7 @@ def test_scenario1_setups_apply_one_after_another_and_back(tmp_path, monkeypatch
     with runbook.open("w") as out:
         yaml.dump(data, out)
     with Simulator(hosts=1, vms_per_host=2, vm_power="on") as sim:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         run = CliRunner().invoke
         for setup in (*SETUPS, SETUPS[0]):
             planned = run(app, ["plan", str(runbook), "--setup", setup, "--detailed-exitcode"])
@@ -208,7 +204,7 @@ def test_scenario1_campaign_over_its_three_setups(fresh_bed, tmp_path, monkeypat
 
     testbed = fresh_bed
     from gpuvm.bench.results import load_results
-    from tests.integration.vcenter import env_for, raw_state
+    from tests.integration.vcenter import raw_state, use_simulator
 
     yaml = YAML()
     data = yaml.load((PLAYBOOKS / "study-scenario1.yaml").read_text())
@@ -236,9 +232,7 @@ def test_scenario1_campaign_over_its_three_setups(fresh_bed, tmp_path, monkeypat
 
     gpuvm = CliRunner().invoke
     with Simulator(hosts=1, vms_per_host=2, vm_power="on") as sim:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         dry = gpuvm(app, ["bench", "run", str(runbook), "--dry-run"])
         assert dry.exit_code == 0, dry.output
         assert "setup 2vm-1gpu: esx-01-vm1 on (1 passthrough GPU(s)), esx-01-vm2 on (1 passthrough GPU(s))" in dry.output

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from gpusim import Simulator
 from gpuvm.cli.main import app
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import LAB_MIG, env_for
+from tests.integration.vcenter import LAB_MIG, use_simulator
 
 pytestmark = pytest.mark.integration
 
@@ -26,9 +26,7 @@ def targets(result) -> set[str]:
 
 def test_targets_narrow_plan_apply_and_verify(monkeypatch, tmp_path):
     with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG) as sim:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         lab = vsphere_only(LAB_FILE, tmp_path / "lab.yaml")
 
         unknown = gpuvm("plan", lab, "--target", "esx-01", "--target", "esx-07")

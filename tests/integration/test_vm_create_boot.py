@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
-from tests.integration.vcenter import boot_hook, env_for, raw_state
+from tests.integration.vcenter import boot_hook, raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
 
@@ -45,9 +45,7 @@ def gpuvm(*args: str):
 @pytest.fixture
 def sim(testbed, monkeypatch, tmp_path):
     sim = Simulator(hosts=2, vms_per_host=0, rebind=True, templates=["ubuntu-gpu"], on_power_on=boot_hook(testbed)).start()
-    for key, value in env_for(sim).items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+    use_simulator(monkeypatch, sim, tmp_path / "state")
     try:
         yield sim
     finally:

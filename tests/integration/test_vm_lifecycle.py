@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
-from tests.integration.vcenter import env_for, raw_state
+from tests.integration.vcenter import raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
 
@@ -48,9 +48,7 @@ TRAINING = [{"name": "train-1", "host": "esx-01", "ip": 101}, {"name": "train-2"
 
 def simulator(monkeypatch, tmp_path: Path, **options) -> Simulator:
     sim = Simulator(hosts=2, vms_per_host=1, rebind=True, templates=["ubuntu-gpu"], **options).start()
-    for key, value in env_for(sim).items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+    use_simulator(monkeypatch, sim, tmp_path / "state")
     return sim
 
 

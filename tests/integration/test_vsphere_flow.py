@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
-from tests.integration.vcenter import LAB_MIG, env_for, raw_state
+from tests.integration.vcenter import LAB_MIG, env_for, raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
 LAB_FILE = Path(__file__).parents[2] / "playbooks" / "lab.yaml"
@@ -43,9 +43,7 @@ def lab(tmp_path_factory) -> Path:
 @pytest.fixture
 def sim(monkeypatch, tmp_path):
     with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG) as running:
-        for key, value in env_for(running).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, running, tmp_path / "state")
         yield running
 
 
@@ -119,9 +117,7 @@ def test_drift_is_reported_by_verify(sim, lab):
 
 def test_injected_reconfigure_fault_then_rerun_completes(monkeypatch, tmp_path, lab):
     with Simulator(hosts=2, vms_per_host=2, faults=["fail-reconfigure=esx-01-vm2:1"], mig=LAB_MIG) as sim:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         first = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot")
         assert first.exit_code == 4, first.output
         assert "esx-01-vm2 (vm.hardware): ReconfigVM failed: gpusim injected fault" in first.output

@@ -38,6 +38,14 @@ def env_for(sim: Simulator) -> dict[str, str]:
             "GPUVM_VCENTER_PASSWORD": sim.password}
 
 
+def use_simulator(monkeypatch: Any, sim: Simulator, state_dir: Any = None) -> None:
+    """Point gpuvm (govc's variables, the runbook's password_env) at `sim`, and at `state_dir`."""
+    for key, value in env_for(sim).items():
+        monkeypatch.setenv(key, value)
+    if state_dir is not None:
+        monkeypatch.setenv("GPUVM_STATE_DIR", str(state_dir))
+
+
 @contextmanager
 def pyvmomi(sim: Simulator) -> Iterator[Any]:
     from pyVim.connect import Disconnect, SmartConnect
