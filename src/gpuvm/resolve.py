@@ -70,6 +70,7 @@ class DesiredVm:
     system_uuid: str = ""
     state: str = "present"  # absent: destroyed
     clone: Clone | None = None  # how to create it, where the runbook names a template
+    hardware_version: str | None = None  # vmx-NN the runbook asks for at least (None: leave it)
 
 
 @dataclass(frozen=True)
@@ -344,6 +345,7 @@ def _resolve_vm(rb: Runbook, i: int, vm: Vm, inventory: Inventory, desired: Desi
         name=vm.name, host=vm.host, cpus=vm.cpus, memory_mb=vm.memory_gb * 1024 if vm.memory_gb else None,
         firmware=vm.firmware, reservation_locked=vm.has_passthrough, devices=chosen.devices + nics,
         extra_config=extra, power=vm.power, system_uuid=scope.facts.system_uuid,
+        hardware_version=vm.hardware_version,
     )
 
 

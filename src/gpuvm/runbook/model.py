@@ -294,7 +294,15 @@ class Vm(Strict):
     template: Name | None = None  # a missing VM is created as a clone of this template (or VM)
     datastore: Name | None = None  # where a clone goes; default: the template's datastore
     cloud_init: CloudInit | None = None  # a clone's identity on first boot
+    hardware_version: str | None = None  # vmx-NN: upgraded to at least this (VM powered off)
 
+
+    @field_validator("hardware_version")
+    @classmethod
+    def _hardware_version(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"vmx-([7-9]|[1-9][0-9])", value):
+            raise ValueError(f"{shown(value)} is not a VM hardware version (vmx-7 to vmx-99, e.g. vmx-19)")
+        return value
 
     @model_validator(mode="after")
     def _clone(self) -> "Vm":
