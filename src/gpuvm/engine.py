@@ -22,9 +22,9 @@ from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
-from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, guest_docker, guest_mig, guest_nic, guest_nic_ats,
-                         guest_ssh_mesh, host_graphics, host_passthrough, host_reboot, vm_advanced, vm_hardware, vm_lifecycle,
-                         vm_power, vm_version)
+from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, guest_docker, guest_driver, guest_mig, guest_nic,
+                         guest_nic_ats, guest_rdma, guest_ssh_mesh, host_graphics, host_passthrough, host_reboot,
+                         vm_advanced, vm_hardware, vm_lifecycle, vm_power, vm_version)
 from gpuvm.steps.base import Context, Step
 from gpuvm.vsphere.facts import Inventory
 
@@ -41,6 +41,8 @@ STEPS: list[Step] = [
     vm_hardware.STEP,
     vm_advanced.STEP,
     vm_power.STEP,
+    guest_driver.STEP,  # before MIG and the container toolkit, which need the driver
+    guest_rdma.STEP,
     guest_nic.STEP,
     guest_mig.STEP,
     guest_docker.STEP,

@@ -451,10 +451,54 @@ class SshMesh(Strict):
     container_port: int | None = Field(default=None, ge=1, le=65535)  # sshd port inside containers
 
 
+def _download_url(value: str) -> str:
+    """An http(s) or file URL the guests fetch with curl; `{version}` is filled in."""
+    if not re.fullmatch(r"(https?|file)://[^\s'\"]+", value):
+        raise ValueError(f"{shown(value)} is not an http(s):// or file:// URL")
+    return value
+
+
+class NvidiaDriver(Strict):
+    """The NVIDIA data-center driver, one version on every guest, from NVIDIA's .run installer."""
+
+    version: str  # 535.183.01
+    installer: str = "https://us.download.nvidia.com/tesla/{version}/NVIDIA-Linux-x86_64-{version}.run"
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not re.fullmatch(r"\d{3}\.\d{2,3}(\.\d{2})?", value):
+            raise ValueError(f"{shown(value)} is not an NVIDIA driver version like 535.183.01")
+        return value
+
+    _url = field_validator("installer")(lambda cls, v: _download_url(v))
+
+
+class Rdma(Strict):
+    """The RDMA user space on every guest: the distribution's rdma-core, or Mellanox OFED."""
+
+    stack: Literal["inbox", "mofed"] = "inbox"
+    version: str | None = None  # inbox: an rdma-core package version (default: any); mofed: 5.8-3.0.7.0
+    installer: str | None = None  # mofed: the MLNX_OFED_LINUX-….tgz URL for the guests' distribution
+
+    _url = field_validator("installer")(lambda cls, v: None if v is None else _download_url(v))
+
+    @model_validator(mode="after")
+    def _mofed(self) -> "Rdma":
+        if self.stack == "mofed" and not (self.version and self.installer):
+            raise ValueError("stack: mofed needs version (like 5.8-3.0.7.0) and installer (the MLNX_OFED_LINUX "
+                             "tarball's URL for the guests' distribution)")
+        if self.version and not re.fullmatch(r"[0-9][0-9A-Za-z.+~:-]*", self.version):
+            raise ValueError(f"{shown(self.version)} is not a package version")
+        return self
+
+
 class Guests(Strict):
     hosts: list[Guest] = []
     image: Image | None = None
     ssh_mesh: SshMesh | None = None
+    driver: NvidiaDriver | None = None  # guest.driver
+    rdma: Rdma | None = None  # guest.rdma
 
 
 class Runbook(Strict):
