@@ -146,3 +146,38 @@ def test_failed_clone_and_full_datastore_name_vm_and_step_and_a_rerun_converges(
         assert "train-3" not in raw_state(sim)
     finally:
         sim.stop()
+
+
+def test_the_from_template_playbook_creates_its_group_on_an_empty_lab(monkeypatch, tmp_path):
+    """playbooks/lab-from-template.yaml (the second demo) on a lab with hosts and an older template but
+    no VMs: the plan shows four clones spread over both hosts, each upgraded to vmx-19 (off: no
+    disruption) and given two GPUs; the vSphere half applies and re-plans empty."""
+    import json
+
+    sim = Simulator(hosts=2, vms_per_host=0, rebind=True, templates=["ubuntu-22.04-gpu"], vm_version="vmx-15").start()
+    try:
+        for key, value in env_for(sim).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        (tmp_path / "key.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuvm test@gpuvm\n")
+        text = (Path(__file__).parents[2] / "playbooks" / "lab-from-template.yaml").read_text()
+        book = tmp_path / "lab-from-template.yaml"
+        book.write_text(text.replace("../build/testbed/client_key.pub", str(tmp_path / "key.pub"))
+                        .split("\nguests:")[0] + "\n")  # the vSphere half: the guests boot only on the bed
+        planned = gpuvm("plan", str(book), "--json")
+        assert planned.exit_code == 0, planned.output
+        changes = json.loads(planned.output)["changes"]
+        creates = {c["target"]: c["after"] for c in changes if c["step"] == "vm.lifecycle"}
+        assert creates == {f"train-0{n}": f"create: clone of ubuntu-22.04-gpu on esx-0{2 - n % 2}, datastore LocalDS_0"
+                           for n in range(1, 5)}, creates
+        upgrades = [(c["target"], c["before"], c["after"], c["disruption"]) for c in changes if c["step"] == "vm.version"]
+        assert upgrades == [(f"train-0{n}", "vmx-15", "vmx-19", "none") for n in range(1, 5)]
+        assert set(raw_state(sim)) == {"esx-01", "esx-02", "ubuntu-22.04-gpu"}, "plan created something"
+        applied = gpuvm("apply", str(book), "--yes")
+        assert applied.exit_code == 0, applied.output
+        state = raw_state(sim)
+        assert all(state[f"train-0{n}"]["version"] == "vmx-19" and len(state[f"train-0{n}"]["pci"]) == 2
+                   and state[f"train-0{n}"]["power"] == "poweredOn" for n in range(1, 5)), state
+        assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0
+    finally:
+        sim.stop()
