@@ -27,6 +27,7 @@ var proxiedMethods = map[string]bool{
 	"PowerOnVM_Task":            true,
 	"CloneVM_Task":              true,
 	"UpgradeVM_Task":            true,
+	"Destroy_Task":              true,
 	"PowerOffVM_Task":           true,
 	"EnterMaintenanceMode_Task": true,
 	"RebootHost_Task":           true,

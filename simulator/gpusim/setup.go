@@ -92,6 +92,10 @@ func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn
 		if err := object.NewVirtualMachine(c.Client, info.Result.(types.ManagedObjectReference)).MarkAsTemplate(ctx); err != nil {
 			return fmt.Errorf("mark %s as template: %w", name, err)
 		}
+		if vm, ok := simulator.Map.Get(info.Result.(types.ManagedObjectReference)).(*simulator.VirtualMachine); ok {
+			g.diskSize(vm)
+		}
 	}
+	g.publishSpace()
 	return nil
 }

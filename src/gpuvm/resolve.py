@@ -19,7 +19,7 @@ from gpuvm.plan import Note
 from gpuvm.topology import (Nvlink, Problem, best_set, dynamic_problems, gpu_problems, host_nvlink, nic_problems,
                             numa_nodes)
 from gpuvm.runbook.model import DynamicGpus, Host, PassthroughGpus, Runbook, VgpuGpus, Vm
-from gpuvm.vsphere.facts import HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
+from gpuvm.vsphere.facts import DatastoreFacts, HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
 
 GRAPHICS_TYPES = {"shared": "shared", "shared_direct": "sharedDirect"}
 MANAGED_PREFIXES = ("pciPassthru.", "numa.nodeAffinity")
@@ -221,6 +221,7 @@ def _add_clones(rb: Runbook, inventory: Inventory) -> dict[str, Clone]:
     so that the VM steps plan its hardware, devices and power-on like any VM's, and capacity
     counts it."""
     clones = {}
+    taken: dict[str, list[tuple[str, int]]] = {}  # datastore → the clones planned onto it (VM, GB)
     for i, vm in enumerate(rb.vms):
         if vm.state == "absent" or vm.name in inventory.vms or vm.template is None:
             continue
@@ -234,12 +235,29 @@ def _add_clones(rb: Runbook, inventory: Inventory) -> dict[str, Clone]:
             known = ", ".join(sorted(inventory.datastores)) or "none"
             raise rb.error(("vms", i, "datastore"), f"datastore '{datastore}' not found in vCenter "
                                                     f"(datastores: {known})")
+        _check_space(rb, i, vm, template, inventory.datastores[datastore], taken.setdefault(datastore, []))
         info = _guestinfo(rb, i, vm) if vm.cloud_init else {}
         clones[vm.name] = Clone(vm.template, datastore, tuple(info.items()))
         inventory.vms[vm.name] = template.model_copy(update={
             "name": vm.name, "moid": "", "host": vm.host, "power_state": "poweredOff", "datastores": [datastore],
             "clone_of": vm.template, "extra_config": template.extra_config | info})
     return clones
+
+
+def _check_space(rb: Runbook, i: int, vm: Vm, template: VmFacts, datastore: DatastoreFacts,
+                 taken: list[tuple[str, int]]) -> None:
+    """A clone takes what its template's files take (summary.storage.committed); the clones planned
+    onto one datastore fit its free space together, or the plan stops before anything is cloned."""
+    need = template.disk_gb
+    if not need:
+        return  # a template vCenter reports no size for: vSphere decides (NoDiskSpace)
+    before = sum(gb for _, gb in taken)
+    if before + need > datastore.free_gb:
+        others = f" ({before} GB of it go to the clones of {', '.join(n for n, _ in taken)})" if taken else ""
+        raise rb.error(("vms", i, "datastore" if vm.datastore else "template"),
+                       f"VM {vm.name}: its clone of {vm.template} needs {need} GB on datastore {datastore.name}, which "
+                       f"has {datastore.free_gb} GB free{others}")
+    taken.append((vm.name, need))
 
 
 def _guestinfo(rb: Runbook, i: int, vm: Vm) -> dict[str, str]:

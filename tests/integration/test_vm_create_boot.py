@@ -88,5 +88,5 @@ def test_a_guest_that_never_answers_names_vm_and_step_and_a_rerun_converges(test
     assert "train-1 (observe)" in applied.output, applied.output
     book.write_text(text)
     again = gpuvm("apply", str(book), "--yes", "--accept-new-host-keys")
-    assert again.exit_code == 0, again.output + sim.log
+    assert again.exit_code == 0, again.output + sim.log()
     assert gpuvm("verify", str(book)).exit_code == 0

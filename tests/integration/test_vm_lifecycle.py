@@ -138,12 +138,33 @@ def test_failed_clone_and_full_datastore_name_vm_and_step_and_a_rerun_converges(
         assert gpuvm("apply", str(book), "--yes").exit_code == 0  # the clone works this time
         assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0
 
-        more = runbook(tmp_path, TRAINING + [{"name": "train-3", "host": "esx-01", "ip": 103}])
-        full = gpuvm("apply", str(more), "--yes")
-        assert full.exit_code == 4, full.output
-        assert "train-3 (vm.lifecycle)" in full.output
-        assert "Insufficient disk space on datastore 'LocalDS_0'" in full.output
+        more = runbook(tmp_path, TRAINING + [{"name": "train-3", "host": "esx-01", "ip": 103},
+                                             {"name": "train-4", "host": "esx-02", "ip": 104}])
+        before = raw_state(sim)
+        full = gpuvm("apply", str(more), "--yes")  # refused at plan time: nothing is cloned
+        assert full.exit_code == 2, full.output
+        assert ("runbook.yaml:22: vms[2].template: VM train-3: its clone of ubuntu-gpu needs 40 GB on datastore "
+                "LocalDS_0, which has 0 GB free") in " ".join(full.output.split()), full.output
+        assert raw_state(sim) == before
+        # what vSphere answers a clone that does not fit, had the space gone between plan and apply
+        from pyVmomi import vim
+
+        from tests.integration.vcenter import pyvmomi
+        with pyvmomi(sim) as si:
+            template = si.content.searchIndex.FindByInventoryPath("DC0/vm/ubuntu-gpu")
+            task = template.CloneVM_Task(folder=template.parent, name="train-3", spec=vim.vm.CloneSpec(
+                location=vim.vm.RelocateSpec(host=si.content.searchIndex.FindByInventoryPath("DC0/vm/train-1").runtime.host)))
+            while task.info.state in ("queued", "running"):
+                pass
+            assert task.info.state == "error" and isinstance(task.info.error, vim.fault.NoDiskSpace)
+            assert "Insufficient disk space on datastore 'LocalDS_0'." in task.info.error.msg
         assert "train-3" not in raw_state(sim)
+        gone = runbook(tmp_path, TRAINING[:1])
+        gone.write_text(gone.read_text() + "  - {name: train-2, host: esx-02, state: absent}\n")
+        assert gpuvm("apply", str(gone), "--yes", "--allow-destroy", "--allow-power-off").exit_code == 0
+        room = runbook(tmp_path, TRAINING[:1] + [{"name": "train-3", "host": "esx-01", "ip": 103}])
+        assert gpuvm("apply", str(room), "--yes").exit_code == 0  # the destroyed clone's room came back
+        assert "train-3" in raw_state(sim)
     finally:
         sim.stop()
 

@@ -131,6 +131,7 @@ class VmFacts(BaseModel):
     extra_config: dict[str, str] = {}
     pci: list[VmPciDevice] = []
     datastores: list[str] = []  # names
+    disk_gb: int = 0  # what its files take on its datastores (summary.storage.committed): what a clone needs
     clone_of: str | None = None  # not created yet: the plan clones it from this template (moid "")
 
     @property

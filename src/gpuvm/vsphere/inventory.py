@@ -45,6 +45,7 @@ VM_PROPERTIES = [
     "config.extraConfig",
     "config.memoryReservationLockedToMax",
     "datastore",
+    "summary.storage.committed",
 ]
 
 DATASTORE_PROPERTIES = ["name", "summary.freeSpace"]
@@ -176,6 +177,7 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
         extra_config={o.key: str(o.value) for o in props.get("config.extraConfig") or []},
         pci=vm_pci_devices(props.get("config.hardware.device") or []),
         datastores=[(datastore_names or {}).get(ref._moId, ref._moId) for ref in props.get("datastore") or []],
+        disk_gb=-(-int(props.get("summary.storage.committed") or 0) >> 30),
     )
 
 
