@@ -19,7 +19,7 @@ from gpuvm.plan import Change, Disruption
 from gpuvm.remote import Cluster, RemoteTarget, run
 from gpuvm.runbook.model import NvidiaDriver
 from gpuvm.steps.base import Context, Step
-from gpuvm.steps.installer import fetch_and_run, missing
+from gpuvm.steps.installer import fetch_and_run, guest_setting, missing
 
 NAME = "guest.driver"
 QUERY = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
@@ -33,12 +33,11 @@ class InstallDriver:
 
 
 def _driver(target: RemoteTarget) -> NvidiaDriver:
-    return target.runbook.guests.driver  # type: ignore[union-attr,return-value]
+    return guest_setting(target, "driver")
 
 
 def wanted(target: RemoteTarget) -> bool:
-    guests = target.runbook.guests
-    return target.guest is not None and guests is not None and guests.driver is not None
+    return guest_setting(target, "driver") is not None
 
 
 def driver_version(target: RemoteTarget, cluster: Cluster) -> str | None:

@@ -19,7 +19,7 @@ from gpuvm.plan import Change, Disruption
 from gpuvm.remote import RemoteTarget, run
 from gpuvm.runbook.model import Rdma
 from gpuvm.steps.base import Context, Step
-from gpuvm.steps.installer import INSTALL_TIMEOUT, fetch_and_run, missing
+from gpuvm.steps.installer import INSTALL_TIMEOUT, fetch_and_run, guest_setting, missing
 
 NAME = "guest.rdma"
 MOFED = re.compile(r"MLNX_OFED_LINUX-(\S+?):?\s*$")
@@ -38,12 +38,11 @@ class InstallMofed:
 
 
 def _rdma(target: RemoteTarget) -> Rdma:
-    return target.runbook.guests.rdma  # type: ignore[union-attr,return-value]
+    return guest_setting(target, "rdma")
 
 
 def wanted(target: RemoteTarget) -> bool:
-    guests = target.runbook.guests
-    return target.guest is not None and guests is not None and guests.rdma is not None
+    return guest_setting(target, "rdma") is not None
 
 
 def parse_ofed_info(text: str) -> str | None:

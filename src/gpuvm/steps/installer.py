@@ -1,12 +1,21 @@
-"""What the guest stack steps share: fetch a vendor installer onto a guest with curl and run it."""
+"""What the guest stack steps share: their runbook setting, and fetching a vendor installer onto a
+guest with curl to run it."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.executors.base import CommandResult
 from gpuvm.remote import Cluster, RemoteTarget, run
 
 INSTALL_TIMEOUT = 1800.0  # an installer builds kernel modules or unpacks hundreds of packages
+
+
+def guest_setting(target: RemoteTarget, name: str) -> Any:
+    """The runbook's `guests.<name>` (driver, rdma) for a guest target; None elsewhere or when unset."""
+    guests = target.runbook.guests
+    return getattr(guests, name) if target.guest is not None and guests is not None else None
 
 
 def missing(result: CommandResult) -> bool:
