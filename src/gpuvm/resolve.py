@@ -81,6 +81,8 @@ class Clone:
     template: str
     datastore: str
     guestinfo: tuple[tuple[str, str], ...] = ()
+    folder: str | None = None  # the VM folder (name; folder_moid its moid); None: the template's
+    folder_moid: str = ""
 
 
 @dataclass
@@ -237,11 +239,23 @@ def _add_clones(rb: Runbook, inventory: Inventory) -> dict[str, Clone]:
                                                     f"(datastores: {known})")
         _check_space(rb, i, vm, template, inventory.datastores[datastore], taken.setdefault(datastore, []))
         info = _guestinfo(rb, i, vm) if vm.cloud_init else {}
-        clones[vm.name] = Clone(vm.template, datastore, tuple(info.items()))
+        clones[vm.name] = Clone(vm.template, datastore, tuple(info.items()), vm.folder, _folder(rb, i, vm, inventory))
         inventory.vms[vm.name] = template.model_copy(update={
             "name": vm.name, "moid": "", "host": vm.host, "power_state": "poweredOff", "datastores": [datastore],
             "clone_of": vm.template, "extra_config": template.extra_config | info})
     return clones
+
+
+def _folder(rb: Runbook, i: int, vm: Vm, inventory: Inventory) -> str:
+    """The moid of the runbook's VM folder; "" for the template's."""
+    if vm.folder is None:
+        return ""
+    moids = inventory.folders.get(vm.folder, [])
+    if len(moids) != 1:
+        known = ", ".join(sorted(inventory.folders)) or "none"
+        why = f"is not one VM folder but {len(moids)}" if moids else f"not found in vCenter (VM folders: {known})"
+        raise rb.error(("vms", i, "folder"), f"VM folder '{vm.folder}' for VM '{vm.name}' {why}")
+    return moids[0]
 
 
 def _check_space(rb: Runbook, i: int, vm: Vm, template: VmFacts, datastore: DatastoreFacts,

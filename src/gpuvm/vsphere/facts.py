@@ -153,6 +153,7 @@ class Inventory(BaseModel):
     vms: dict[str, VmFacts] = {}
     templates: dict[str, VmFacts] = {}  # VM templates, to clone from
     datastores: dict[str, DatastoreFacts] = {}
+    folders: dict[str, list[str]] = {}  # VM folder name → moids (names need not be unique)
     _vms_by_host: tuple[int, dict[str | None, list[VmFacts]]] = PrivateAttr(default=(-1, {}))
 
     def vms_on(self, host: str) -> list[VmFacts]:

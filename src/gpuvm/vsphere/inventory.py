@@ -49,6 +49,7 @@ VM_PROPERTIES = [
 ]
 
 DATASTORE_PROPERTIES = ["name", "summary.freeSpace"]
+FOLDER_PROPERTIES = ["name", "childType"]
 
 PAGE_SIZE = 5000  # objects per page; vCenter may return fewer
 
@@ -58,7 +59,8 @@ def retrieve(session: Session) -> list[Any]:
     from pyVmomi import vim, vmodl
 
     content = session.content
-    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine, vim.Datastore], True)
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine, vim.Datastore,
+                                                                        vim.Folder], True)
     try:
         traverse = vmodl.query.PropertyCollector.TraversalSpec(name="view", path="view", skip=False,
                                                                type=vim.view.ContainerView)
@@ -68,6 +70,7 @@ def retrieve(session: Session) -> list[Any]:
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.HostSystem, pathSet=HOST_PROPERTIES),
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.VirtualMachine, pathSet=VM_PROPERTIES),
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.Datastore, pathSet=DATASTORE_PROPERTIES),
+                vmodl.query.PropertyCollector.PropertySpec(type=vim.Folder, pathSet=FOLDER_PROPERTIES),
             ],
         )
         collector = content.propertyCollector
@@ -188,6 +191,7 @@ def read_inventory(session: Session) -> Inventory:
     hosts: dict[str, HostFacts] = {}
     host_names: dict[str, str] = {}
     datastores: dict[str, DatastoreFacts] = {}
+    folders: dict[str, list[str]] = {}
     vm_objects = []
     for obj in objects:
         props = _props(obj)
@@ -198,6 +202,9 @@ def read_inventory(session: Session) -> Inventory:
         elif isinstance(obj.obj, vim.Datastore):
             datastores[props["name"]] = DatastoreFacts(name=props["name"], moid=obj.obj._moId,
                                                        free_gb=int(props.get("summary.freeSpace") or 0) >> 30)
+        elif isinstance(obj.obj, vim.Folder):
+            if "VirtualMachine" in (props.get("childType") or []):
+                folders.setdefault(props["name"], []).append(obj.obj._moId)
         else:
             vm_objects.append((obj.obj._moId, props))
     datastore_names = {d.moid: d.name for d in datastores.values()}
@@ -205,4 +212,5 @@ def read_inventory(session: Session) -> Inventory:
     for moid, props in vm_objects:
         facts = vm_facts(moid, props, host_names, datastore_names)
         (templates if props.get("config.template") else vms)[facts.name] = facts
-    return Inventory(source=session.target.url, hosts=hosts, vms=vms, templates=templates, datastores=datastores)
+    return Inventory(source=session.target.url, hosts=hosts, vms=vms, templates=templates, datastores=datastores,
+                     folders=folders)
