@@ -59,7 +59,7 @@ def sim(testbed, monkeypatch, tmp_path):
 def test_from_empty_lab_to_a_reachable_meshed_cluster_in_one_apply(testbed, sim, tmp_path):
     book = write_runbook(testbed, tmp_path, VMS)
     planned = gpuvm("plan", str(book), "--accept-new-host-keys")
-    assert planned.exit_code == 0, planned.output
+    assert planned.exit_code == 3, planned.output  # incomplete: the new VMs' guests cannot answer before they exist
     assert planned.output.count("clone of ubuntu-gpu") == 2, planned.output
     assert "not reachable over SSH yet" in planned.output  # the guests' steps come once they boot
     assert set(raw_state(sim)) == {"esx-01", "esx-02", "ubuntu-gpu"}, "plan created something"
