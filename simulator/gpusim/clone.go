@@ -38,6 +38,13 @@ func (p *vmProxy) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) s
 		}
 		hs := p.g.host(*hostRef).hs
 		pool := loc.Pool
+		if pool != nil {
+			// vCenter places a clone only in a pool of the host's own cluster
+			if rp, ok := simulator.Map.Get(*pool).(*simulator.ResourcePool); !ok || rp.Owner != *hs.Parent {
+				return nil, &types.InvalidArgument{InvalidProperty: "spec.location.pool",
+					RuntimeFault: types.RuntimeFault{MethodFault: methodFault("A specified parameter was not correct: spec.location.pool")}}
+			}
+		}
 		if pool == nil {
 			cr, ok := simulator.Map.Get(*hs.Parent).(*simulator.ClusterComputeResource)
 			if !ok {

@@ -83,6 +83,8 @@ class Clone:
     guestinfo: tuple[tuple[str, str], ...] = ()
     folder: str | None = None  # the VM folder (name; folder_moid its moid); None: the template's
     folder_moid: str = ""
+    pool: str | None = None  # the resource pool (name; pool_moid its moid); None: the cluster's root pool
+    pool_moid: str = ""
 
 
 @dataclass
@@ -239,7 +241,8 @@ def _add_clones(rb: Runbook, inventory: Inventory) -> dict[str, Clone]:
                                                     f"(datastores: {known})")
         _check_space(rb, i, vm, template, inventory.datastores[datastore], taken.setdefault(datastore, []))
         info = _guestinfo(rb, i, vm) if vm.cloud_init else {}
-        clones[vm.name] = Clone(vm.template, datastore, tuple(info.items()), vm.folder, _folder(rb, i, vm, inventory))
+        clones[vm.name] = Clone(vm.template, datastore, tuple(info.items()), vm.folder, _folder(rb, i, vm, inventory),
+                                vm.resource_pool, _pool(rb, i, vm, inventory))
         inventory.vms[vm.name] = template.model_copy(update={
             "name": vm.name, "moid": "", "host": vm.host, "power_state": "poweredOff", "datastores": [datastore],
             "clone_of": vm.template, "extra_config": template.extra_config | info})
@@ -256,6 +259,20 @@ def _folder(rb: Runbook, i: int, vm: Vm, inventory: Inventory) -> str:
         why = f"is not one VM folder but {len(moids)}" if moids else f"not found in vCenter (VM folders: {known})"
         raise rb.error(("vms", i, "folder"), f"VM folder '{vm.folder}' for VM '{vm.name}' {why}")
     return moids[0]
+
+
+def _pool(rb: Runbook, i: int, vm: Vm, inventory: Inventory) -> str:
+    """The moid of the runbook's resource pool, one of the VM's host's cluster; "" for its root pool."""
+    if vm.resource_pool is None:
+        return ""
+    cluster = inventory.hosts[vm.host].compute_resource
+    mine = [moid for moid, owner in inventory.pools.get(vm.resource_pool, []) if owner == cluster]
+    if len(mine) != 1:
+        known = ", ".join(sorted(n for n, pools in inventory.pools.items() if any(o == cluster for _, o in pools))) or "none"
+        why = f"names {len(mine)} pools" if mine else "is not a pool"
+        raise rb.error(("vms", i, "resource_pool"), f"VM {vm.name}: resource pool '{vm.resource_pool}' {why} of "
+                                                    f"{vm.host}'s cluster (its pools: {known})")
+    return mine[0]
 
 
 def _check_space(rb: Runbook, i: int, vm: Vm, template: VmFacts, datastore: DatastoreFacts,

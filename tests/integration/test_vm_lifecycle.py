@@ -204,22 +204,29 @@ def test_the_from_template_playbook_creates_its_group_on_an_empty_lab(monkeypatc
         sim.stop()
 
 
-def test_a_clone_goes_into_the_runbooks_vm_folder(monkeypatch, tmp_path):
+def test_a_clone_goes_into_the_runbooks_vm_folder_and_resource_pool(monkeypatch, tmp_path):
     from tests.integration.vcenter import pyvmomi
 
-    sim = simulator(monkeypatch, tmp_path, vm_folders=["gpu-train"])
+    sim = simulator(monkeypatch, tmp_path, vm_folders=["gpu-train"], resource_pools=["training"])
     try:
         wrong = runbook(tmp_path, TRAINING[:1], extra="    folder: gpu-trian\n")
         refused = gpuvm("plan", str(wrong))
         assert refused.exit_code == 2
         assert ("runbook.yaml:13: vms[0].folder: VM folder 'gpu-trian' for VM 'train-1' not found in vCenter "
                 "(VM folders: gpu-train, vm)") in " ".join(refused.output.split()), refused.output
-        book = runbook(tmp_path, TRAINING[:1], extra="    folder: gpu-train\n")
+        no_pool = runbook(tmp_path, TRAINING[:1], extra="    resource_pool: inference\n")
+        refused = gpuvm("plan", str(no_pool))
+        assert refused.exit_code == 2
+        assert ("vms[0].resource_pool: VM train-1: resource pool 'inference' is not a pool of esx-01's cluster "
+                "(its pools: Resources, training)") in " ".join(refused.output.split()), refused.output
+        book = runbook(tmp_path, TRAINING[:1], extra="    folder: gpu-train\n    resource_pool: training\n")
         planned = gpuvm("plan", str(book))
-        assert "datastore LocalDS_0, folder gpu-train" in " ".join(planned.output.split()), planned.output
+        assert "datastore LocalDS_0, folder gpu-train, resource pool training" in " ".join(planned.output.split()), \
+            planned.output
         assert gpuvm("apply", str(book), "--yes").exit_code == 0
         with pyvmomi(sim) as si:
-            assert si.content.searchIndex.FindByInventoryPath("DC0/vm/gpu-train/train-1") is not None
+            vm = si.content.searchIndex.FindByInventoryPath("DC0/vm/gpu-train/train-1")
+            assert vm is not None and vm.resourcePool.name == "training"
         assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0
     finally:
         sim.stop()

@@ -294,6 +294,7 @@ class Vm(Strict):
     template: Name | None = None  # a missing VM is created as a clone of this template (or VM)
     datastore: Name | None = None  # where a clone goes; default: the template's datastore
     folder: Name | None = None  # the VM folder a clone goes into; default: the template's
+    resource_pool: Name | None = None  # a pool of the host's cluster for a clone; default: the cluster's root pool
     cloud_init: CloudInit | None = None  # a clone's identity on first boot
     hardware_version: str | None = None  # vmx-NN: upgraded to at least this (VM powered off)
 
@@ -307,8 +308,8 @@ class Vm(Strict):
 
     @model_validator(mode="after")
     def _clone(self) -> "Vm":
-        if (self.cloud_init or self.datastore or self.folder) and not self.template:
-            raise ValueError("cloud_init, datastore and folder apply to a VM gpuvm creates: give template")
+        if (self.cloud_init or self.datastore or self.folder or self.resource_pool) and not self.template:
+            raise ValueError("cloud_init, datastore, folder and resource_pool apply to a VM gpuvm creates: give template")
         return self
 
     @field_validator("mmio")

@@ -15,6 +15,7 @@ from gpuvm.vsphere.session import Session
 
 HOST_PROPERTIES = [
     "name",
+    "parent",
     "hardware.pciDevice",
     "hardware.numaInfo",
     "hardware.systemInfo.uuid",
@@ -50,6 +51,7 @@ VM_PROPERTIES = [
 
 DATASTORE_PROPERTIES = ["name", "summary.freeSpace"]
 FOLDER_PROPERTIES = ["name", "childType"]
+POOL_PROPERTIES = ["name", "owner"]
 
 PAGE_SIZE = 5000  # objects per page; vCenter may return fewer
 
@@ -60,7 +62,7 @@ def retrieve(session: Session) -> list[Any]:
 
     content = session.content
     view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine, vim.Datastore,
-                                                                        vim.Folder], True)
+                                                                        vim.Folder, vim.ResourcePool], True)
     try:
         traverse = vmodl.query.PropertyCollector.TraversalSpec(name="view", path="view", skip=False,
                                                                type=vim.view.ContainerView)
@@ -71,6 +73,7 @@ def retrieve(session: Session) -> list[Any]:
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.VirtualMachine, pathSet=VM_PROPERTIES),
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.Datastore, pathSet=DATASTORE_PROPERTIES),
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.Folder, pathSet=FOLDER_PROPERTIES),
+                vmodl.query.PropertyCollector.PropertySpec(type=vim.ResourcePool, pathSet=POOL_PROPERTIES),
             ],
         )
         collector = content.propertyCollector
@@ -109,8 +112,9 @@ def host_facts(moid: str, props: dict[str, Any]) -> HostFacts:
             passthru_enabled=bool(info and info.passthruEnabled),
             passthru_active=bool(info and info.passthruActive),
         ))
+    parent = props.get("parent")
     return HostFacts(
-        name=props["name"], moid=moid,
+        name=props["name"], moid=moid, compute_resource=parent._moId if parent is not None else "",
         system_uuid=props.get("hardware.systemInfo.uuid") or "",
         memory_mb=int(props.get("hardware.memorySize") or 0) // (1024 * 1024),
         cpu_threads=int(props.get("hardware.cpuInfo.numCpuThreads") or 0),
@@ -192,6 +196,7 @@ def read_inventory(session: Session) -> Inventory:
     host_names: dict[str, str] = {}
     datastores: dict[str, DatastoreFacts] = {}
     folders: dict[str, list[str]] = {}
+    pools: dict[str, list[tuple[str, str]]] = {}
     vm_objects = []
     for obj in objects:
         props = _props(obj)
@@ -205,6 +210,9 @@ def read_inventory(session: Session) -> Inventory:
         elif isinstance(obj.obj, vim.Folder):
             if "VirtualMachine" in (props.get("childType") or []):
                 folders.setdefault(props["name"], []).append(obj.obj._moId)
+        elif isinstance(obj.obj, vim.ResourcePool):  # vApps too: a vApp is a resource pool
+            owner = props.get("owner")
+            pools.setdefault(props["name"], []).append((obj.obj._moId, owner._moId if owner is not None else ""))
         else:
             vm_objects.append((obj.obj._moId, props))
     datastore_names = {d.moid: d.name for d in datastores.values()}
@@ -213,4 +221,4 @@ def read_inventory(session: Session) -> Inventory:
         facts = vm_facts(moid, props, host_names, datastore_names)
         (templates if props.get("config.template") else vms)[facts.name] = facts
     return Inventory(source=session.target.url, hosts=hosts, vms=vms, templates=templates, datastores=datastores,
-                     folders=folders)
+                     folders=folders, pools=pools)
