@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The demo: the bundled simulated vCenter (two R750xa-like hosts, 4x A100 each), SSH test hosts
 # standing in for the ESXi shells and the four guest OSes (network namespaces with real OpenSSH
-# servers; needs root), the lab runbook, and the whole flow.
+# servers; needs root), the lab runbook, and the whole flow. With --from-template: a lab with no
+# training VMs, only a template; playbooks/lab-from-template.yaml creates four, boots them (gpusim's
+# power-on hook starts each as an SSH test host with its cloud-init address and key) and meshes them.
 set -euo pipefail
+FROM_TEMPLATE=false
+[ "${1:-}" = --from-template ] && FROM_TEMPLATE=true
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then
   echo "make demo needs root: the SSH test hosts live in network namespaces (run: sudo make demo)" >&2
@@ -16,8 +20,15 @@ export GPUVM_STATE_DIR=$WORK/state
 exec 9>/tmp/gpuvm-testbed.lock && flock 9        # one test bed per machine (the tests take turns too)
 
 .venv/bin/python testbed/bed.py up --root $BED --esxi 2 --guests 4 >/dev/null
-build/gpusim -hosts 2 -vms-per-host 2 -mig esx-02=0,1 -listen 127.0.0.1:0 -cert-out "$WORK/sim.pem" \
-  -on-reboot ".venv/bin/python testbed/bed.py reboot \"\$GPUSIM_HOST\" \$GPUSIM_VMS --root $BED" >"$WORK/sim.out" 2>"$WORK/sim.log" &
+if $FROM_TEMPLATE; then
+  RUNBOOK=playbooks/lab-from-template.yaml
+  build/gpusim -hosts 2 -vms-per-host 0 -template ubuntu-22.04-gpu -vm-version vmx-15 -rebind-without-reboot \
+    -listen 127.0.0.1:0 -cert-out "$WORK/sim.pem" -on-power-on ".venv/bin/python testbed/bed.py boot \"\$GPUSIM_VM\" \
+    --metadata \"\$GPUSIM_METADATA\" --userdata \"\$GPUSIM_USERDATA\" --root $BED" >"$WORK/sim.out" 2>"$WORK/sim.log" &
+else
+  build/gpusim -hosts 2 -vms-per-host 2 -mig esx-02=0,1 -listen 127.0.0.1:0 -cert-out "$WORK/sim.pem" \
+    -on-reboot ".venv/bin/python testbed/bed.py reboot \"\$GPUSIM_HOST\" \$GPUSIM_VMS --root $BED" >"$WORK/sim.out" 2>"$WORK/sim.log" &
+fi
 SIM=$!
 trap 'kill $SIM 2>/dev/null || true; .venv/bin/python testbed/bed.py down --root $BED >/dev/null' EXIT
 for _ in $(seq 100); do grep -q GPUSIM_URL= "$WORK/sim.out" && break; sleep 0.1; done
@@ -30,7 +41,17 @@ step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
 echo "Simulated vCenter at $GOVC_URL; SSH test hosts on 10.250.0.0/24; state and journal in $WORK"
 step $GPUVM validate $RUNBOOK
 step $GPUVM inventory $RUNBOOK
-step $GPUVM plan $RUNBOOK
+if $FROM_TEMPLATE; then  # the new VMs' guests cannot be observed before they exist: plan exits 3
+  step $GPUVM plan $RUNBOOK || [ $? -eq 3 ]
+else
+  step $GPUVM plan $RUNBOOK
+fi
+if $FROM_TEMPLATE; then  # new guests: their host keys are learnt on first contact
+  step $GPUVM apply $RUNBOOK --yes --accept-new-host-keys
+  step $GPUVM plan $RUNBOOK
+  step $GPUVM verify $RUNBOOK
+  exit 0
+fi
 step $GPUVM apply $RUNBOOK --yes --allow-host-reboot
 step $GPUVM plan $RUNBOOK
 step $GPUVM verify $RUNBOOK

@@ -79,6 +79,8 @@ class Simulator:
         mig: Mapping[str, str] | None = None,
         vm_version: str = "vmx-19",
         templates: Iterable[str] = (),
+        vm_folders: Iterable[str] = (),
+        resource_pools: Iterable[str] = (),
         on_power_on: str | None = None,
         datastore_gb: int | None = None,
         binary: str | Path | None = None,
@@ -98,6 +100,8 @@ class Simulator:
         self.mig = dict(mig or {})  # host → "all" or GPU indices "0,1": GPUs in MIG mode
         self.vm_version = vm_version
         self.templates = list(templates)  # VM templates on the first host, to clone from
+        self.vm_folders = list(vm_folders)  # VM folders in the datacenter, to clone into
+        self.resource_pools = list(resource_pools)  # pools in the cluster's root pool, to clone into
         self.on_power_on = on_power_on  # run when a VM with cloud-init data powers on
         self.datastore_gb = datastore_gb  # room for clones (40 GB each) on each datastore
         self.binary = Path(binary) if binary else binary_path()
@@ -136,6 +140,8 @@ class Simulator:
         if self.datastore_gb is not None:
             cmd.append(f"-datastore-gb={self.datastore_gb}")
         cmd += [f"-template={name}" for name in self.templates]
+        cmd += [f"-vm-folder={name}" for name in self.vm_folders]
+        cmd += [f"-resource-pool={name}" for name in self.resource_pools]
         for f in self.faults:
             cmd.append("-" + f.lstrip("-"))
         for host, gpus in self.mig.items():

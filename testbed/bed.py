@@ -588,6 +588,14 @@ LogLevel INFO
         return data
 
 
+def nvidia_run_package(path: Path, version: str) -> Path:
+    """A stand-in for NVIDIA's NVIDIA-Linux-x86_64-<version>.run at `path`: like the real package, a
+    shell script run with `sh`, here handing its arguments to the stand-in nvidia-installer."""
+    path.write_text(f'#!/bin/sh\nexec nvidia-installer --standin-version={version} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
 def guest_of_vm(name: str, vms_per_host: int = 2) -> str:
     """The test host standing in for a simulated VM's guest OS, as the lab runbook pairs them:
     gpusim's `esx-02-vm1` (2 VMs per host) is `gpu-vm-03`. Other names are returned as they are."""

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/methods"
@@ -37,6 +38,13 @@ func (p *vmProxy) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) s
 		}
 		hs := p.g.host(*hostRef).hs
 		pool := loc.Pool
+		if pool != nil {
+			// vCenter places a clone only in a pool of the host's own cluster
+			if rp, ok := simulator.Map.Get(*pool).(*simulator.ResourcePool); !ok || rp.Owner != *hs.Parent {
+				return nil, &types.InvalidArgument{InvalidProperty: "spec.location.pool",
+					RuntimeFault: types.RuntimeFault{MethodFault: methodFault("A specified parameter was not correct: spec.location.pool")}}
+			}
+		}
 		if pool == nil {
 			cr, ok := simulator.Map.Get(*hs.Parent).(*simulator.ClusterComputeResource)
 			if !ok {
@@ -93,11 +101,8 @@ func cloneExtraConfig(req *types.CloneVM_Task) []types.BaseOptionValue {
 	return req.Spec.Config.ExtraConfig
 }
 
-// checkSpace refuses a clone that does not fit on the datastore: every clone that still exists
-// takes -clone-disk-gb of its datastore's -datastore-gb.
-func (g *gpusim) checkSpace(ds string) types.BaseMethodFault {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// usedGB is what the clones that still exist take on datastore ds (-clone-disk-gb each); g.mu held.
+func (g *gpusim) usedGB(ds string) int {
 	used := 0
 	for ref, name := range g.clones {
 		if _, alive := simulator.Map.Get(ref).(*simulator.VirtualMachine); !alive {
@@ -106,7 +111,15 @@ func (g *gpusim) checkSpace(ds string) types.BaseMethodFault {
 			used += g.cloneDiskGB
 		}
 	}
-	if used+g.cloneDiskGB <= g.datastoreGB {
+	return used
+}
+
+// checkSpace refuses a clone that does not fit on the datastore: every clone that still exists
+// takes -clone-disk-gb of its datastore's -datastore-gb.
+func (g *gpusim) checkSpace(ds string) types.BaseMethodFault {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.usedGB(ds)+g.cloneDiskGB <= g.datastoreGB {
 		return nil
 	}
 	// The words vCenter uses (terraform-vsphere-vm issue #130, vmware_rest PR #299).
@@ -116,8 +129,52 @@ func (g *gpusim) checkSpace(ds string) types.BaseMethodFault {
 
 func (g *gpusim) recordClone(ref types.ManagedObjectReference, ds string) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.clones[ref] = ds
+	g.mu.Unlock()
+	g.publishSpace()
+}
+
+// publishSpace shows the clone room as each datastore's summary.capacity (-datastore-gb) and
+// summary.freeSpace (less what the clones take), as vCenter reports a datastore's space.
+func (g *gpusim) publishSpace() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, obj := range simulator.Map.All("Datastore") {
+		ds, ok := obj.(*simulator.Datastore)
+		if !ok {
+			continue
+		}
+		free := int64(g.datastoreGB-g.usedGB(ds.Name)) << 30
+		simulator.Map.Update(ds, []types.PropertyChange{
+			{Name: "summary.capacity", Val: int64(g.datastoreGB) << 30},
+			{Name: "summary.freeSpace", Val: free},
+		})
+	}
+}
+
+// diskSize gives a template what its clones take (-clone-disk-gb) as summary.storage.committed,
+// the space its files use, which vCenter reports and a full clone copies.
+func (g *gpusim) diskSize(vm *simulator.VirtualMachine) {
+	simulator.Map.WithLock(vm, func() {
+		vm.Summary.Storage = &types.VirtualMachineStorageSummary{Committed: int64(g.cloneDiskGB) << 30, Timestamp: time.Now()}
+		simulator.Map.Update(vm, []types.PropertyChange{{Name: "summary.storage", Val: vm.Summary.Storage}})
+	})
+}
+
+// DestroyTask is the stock Destroy_Task; the datastore gets the clone's room back.
+func (p *vmProxy) DestroyTask(ctx *simulator.Context, req *types.Destroy_Task) soap.HasFault {
+	vm := p.vm()
+	if vm == nil {
+		return &methods.Destroy_TaskBody{Fault_: notFound(p.real)}
+	}
+	ref := p.g.startTask(vm, "destroy", "Destroy_Task", func() (types.AnyType, types.BaseMethodFault) {
+		stock := *req
+		stock.This = p.real
+		res, err := p.g.stockTaskResult(p.real, func() soap.HasFault { return vm.DestroyTask(ctx, &stock) })
+		p.g.publishSpace()
+		return res, err
+	})
+	return &methods.Destroy_TaskBody{Res: &types.Destroy_TaskResponse{Returnval: ref}}
 }
 
 // runPowerOnHook runs the -on-power-on command when a VM that carries cloud-init's

@@ -39,6 +39,8 @@ type options struct {
 	failReconfigure   multiFlag
 	failClone         multiFlag
 	templates         multiFlag
+	vmFolders         multiFlag
+	pools             multiFlag
 	datastoreGB       int
 	cloneDiskGB       int
 	onPowerOn         string
@@ -64,6 +66,8 @@ func parseFlags() *options {
 	flag.Var(&o.failReconfigure, "fail-reconfigure", "VMNAME[:COUNT]: ReconfigVM_Task on VMNAME fails COUNT times (repeatable)")
 	flag.Var(&o.failClone, "fail-clone", "VMNAME[:COUNT]: CloneVM_Task to a VM of that name fails COUNT times (repeatable)")
 	flag.Var(&o.templates, "template", "NAME: a VM template on the first host (repeatable), to clone VMs from")
+	flag.Var(&o.vmFolders, "vm-folder", "NAME: a VM folder in the datacenter (repeatable), to clone VMs into")
+	flag.Var(&o.pools, "resource-pool", "NAME: a resource pool in the cluster's root pool (repeatable), to clone VMs into")
 	flag.IntVar(&o.datastoreGB, "datastore-gb", 10240, "room on each datastore for clones, in GB")
 	flag.IntVar(&o.cloneDiskGB, "clone-disk-gb", 40, "what each clone takes on its datastore, in GB")
 	flag.StringVar(&o.onPowerOn, "on-power-on", "", "command run (via sh -c) when a VM with cloud-init's guestinfo.metadata powers on, with GPUSIM_VM, GPUSIM_METADATA and GPUSIM_USERDATA set")
@@ -147,7 +151,7 @@ func run(o *options) error {
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(60+o.hosts*o.vmsPerHost/20)*time.Second)
-	err = g.createVMs(ctx, server.URL, o.vmsPerHost, o.vmPower == "on", o.vmVersion, o.templates)
+	err = g.createVMs(ctx, server.URL, o.vmsPerHost, o.vmPower == "on", o.vmVersion, o.templates, o.vmFolders, o.pools)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("create VMs: %w", err)

@@ -26,6 +26,8 @@ var proxiedMethods = map[string]bool{
 	"ReconfigVM_Task":           true,
 	"PowerOnVM_Task":            true,
 	"CloneVM_Task":              true,
+	"UpgradeVM_Task":            true,
+	"Destroy_Task":              true,
 	"PowerOffVM_Task":           true,
 	"EnterMaintenanceMode_Task": true,
 	"RebootHost_Task":           true,

@@ -14,7 +14,7 @@ import (
 // createVMs makes <host>-vm<j> on every host through the simulator's own API,
 // so the stock code lays out files, devices and runtime.host as usual.
 // Templates (-template) go on the first host: 4 vCPU, 8192 MB, efi, `version`, marked as template.
-func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn bool, version string, templates []string) error {
+func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn bool, version string, templates, folders, pools []string) error {
 	c, err := govmomi.NewClient(ctx, u, true)
 	if err != nil {
 		return err
@@ -30,6 +30,20 @@ func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn
 		return fmt.Errorf("no datastore")
 	}
 	folder := object.NewFolder(c.Client, dc.VmFolder)
+	for _, name := range folders {
+		if _, err := folder.CreateFolder(ctx, name); err != nil {
+			return fmt.Errorf("create folder %s: %w", name, err)
+		}
+	}
+	if len(pools) > 0 {
+		cr := simulator.Map.Get(*g.order[0].hs.Parent).(*simulator.ClusterComputeResource)
+		root := object.NewResourcePool(c.Client, *cr.ResourcePool)
+		for _, name := range pools {
+			if _, err := root.Create(ctx, name, types.DefaultResourceConfigSpec()); err != nil {
+				return fmt.Errorf("create resource pool %s: %w", name, err)
+			}
+		}
+	}
 	for _, h := range g.order {
 		parent := simulator.Map.Get(*h.hs.Parent)
 		cr, ok := parent.(*simulator.ClusterComputeResource)
@@ -92,6 +106,10 @@ func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn
 		if err := object.NewVirtualMachine(c.Client, info.Result.(types.ManagedObjectReference)).MarkAsTemplate(ctx); err != nil {
 			return fmt.Errorf("mark %s as template: %w", name, err)
 		}
+		if vm, ok := simulator.Map.Get(info.Result.(types.ManagedObjectReference)).(*simulator.VirtualMachine); ok {
+			g.diskSize(vm)
+		}
 	}
+	g.publishSpace()
 	return nil
 }

@@ -90,6 +90,8 @@ func (g *gpusim) stockTaskResult(entity types.ManagedObjectReference, call func(
 		ref = b.Res.Returnval
 	case *methods.CreateVM_TaskBody:
 		ref = b.Res.Returnval
+	case *methods.Destroy_TaskBody:
+		ref = b.Res.Returnval
 	default:
 		return nil, &types.SystemError{Reason: fmt.Sprintf("gpusim: unexpected body %T", body)}
 	}

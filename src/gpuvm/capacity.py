@@ -34,8 +34,13 @@ if TYPE_CHECKING:
 #   ESXi 6.7 Update 2 and later" (vmx-15) (vSphere 6.7 VM administration, "Configure NVIDIA GRID vGPU");
 # - dynamic DirectPath: "verify that the virtual hardware version is 17" (vSphere 7.0 Host Client,
 #   "Add a PCI Device to a Virtual Machine").
-# vmx-N ↔ ESXi release: vSphere Automation API, Hardware.Version.
+# - large MMIO (64-bit MMIO, GPUs mapping more than 16 GB): EFI and pciPassthru.use64bitMMIO, "ESXi 6.0
+#   Update 1 and later" (VMware KB 2142307 "VMDirectPath I/O: Requirements for Platforms and Devices";
+#   Dell KB 000199172): gpuvm asks for vmx-11, the compatibility level of ESXi 6.0.
+# vmx-N ↔ ESXi release: vSphere Automation API, Hardware.Version. The one table: vm.version and the
+# hardware_version error read it, gpusim's neededVersion mirrors it.
 MIN_HW_VERSION = {"classic": (7, "classic DirectPath", "ESXi 4.0"), "vgpu": (11, "vGPU", "ESXi 6.0"),
+                  "mmio": (11, "64-bit MMIO (large GPU BARs)", "ESXi 6.0 U1"),
                   "vgpus": (15, "more than one vGPU", "ESXi 6.7 U2"), "dynamic": (17, "dynamic DirectPath", "ESXi 7.0")}
 
 # grid_a100-20c (time-sliced, 20 GB), grid_a100d-3-40c (MIG-backed: 3 compute slices, 40 GB);
@@ -164,7 +169,7 @@ def check_capacity(rb: Runbook, inventory: Inventory, desired: Desired) -> None:
             by_host.setdefault(vm.host, []).append((i, vm.name, desired.vms[vm.name].devices))
     for h, host in enumerate(rb.hosts):
         scope = _host_scope(rb, inventory, desired, h, by_host.get(host.name, []), managed)
-        _check_versions_and_cpus(scope, inventory)
+        _check_versions_and_cpus(scope, inventory, desired)
         _check_dynamic(scope)
         _check_vgpus(scope, desired)
 
@@ -183,29 +188,41 @@ def _host_scope(rb: Runbook, inventory: Inventory, desired: Desired, h: int,
     return _Host(rb, facts, h, passthrough, held, vms, unmanaged)
 
 
-def _hw_version(text: str) -> int | None:
-    m = re.fullmatch(r"vmx-(\d+)", text)
+def hw_version(text: str | None) -> int | None:
+    """17 for "vmx-17"; None for anything else (an empty or unknown version)."""
+    m = re.fullmatch(r"vmx-(\d+)", text or "")
     return int(m[1]) if m else None
 
 
-def _check_versions_and_cpus(s: _Host, inventory: Inventory) -> None:
+def needed_hw_version(devices: list[DesiredDevice], extra_config: dict[str, str]) -> tuple[int, str, str] | None:
+    """The highest (version, feature, release) the VM's devices and settings need; None: nothing."""
+    kinds = {d.kind for d in devices}
+    if sum(1 for d in devices if d.kind == "vgpu") > 1:
+        kinds.add("vgpus")
+    if extra_config.get("pciPassthru.use64bitMMIO", "").upper() == "TRUE":
+        kinds.add("mmio")
+    return max((MIN_HW_VERSION[k] for k in kinds), default=None)
+
+
+def _check_versions_and_cpus(s: _Host, inventory: Inventory, desired: Desired) -> None:
+    """vCPUs fit the host; the hardware version the VM will have (its own, or the runbook's
+    hardware_version that vm.version upgrades it to) is what its features need."""
     for i, name, devices in s.vms:
         vm = s.rb.vms[i]
         if vm.cpus and s.facts.cpu_threads and vm.cpus > s.facts.cpu_threads:
             raise s.error(i, ("cpus",), name, f"{vm.cpus} vCPUs but the host has {s.facts.cpu_threads} logical CPUs")
         have = inventory.vms[name].hw_version
-        version = _hw_version(have)
-        kinds = {d.kind for d in devices}
-        if sum(1 for d in devices if d.kind == "vgpu") > 1:
-            kinds.add("vgpus")
-        needs = [MIN_HW_VERSION[k] for k in kinds]
-        if version is None or not needs:
+        version = max(filter(None, (hw_version(have), hw_version(vm.hardware_version))), default=None)
+        needs = needed_hw_version(devices, desired.vms[name].extra_config)
+        if version is None or needs is None or version >= needs[0]:
             continue
-        need, feature, release = max(needs)
-        if version < need:
-            raise s.error(i, ("gpus",) if vm.gpus else ("nics",), name,
-                          f"{feature} needs hardware version vmx-{need} or later (compatible with {release} "
-                          f"and later) but the VM is {have}: upgrade its compatibility first")
+        need, feature, release = needs
+        why = f"{feature} needs hardware version vmx-{need} or later (compatible with {release} and later)"
+        if vm.hardware_version:
+            raise s.error(i, ("hardware_version",), name, f"{why}; hardware_version {vm.hardware_version} is older")
+        raise s.error(i, ("gpus",) if vm.gpus else ("nics",), name,
+                      f"{why} but the VM is {have}: set hardware_version: vmx-{need} to have gpuvm upgrade it "
+                      "(the VM powered off)")
 
 
 def _check_dynamic(s: _Host) -> None:

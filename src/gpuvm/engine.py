@@ -22,9 +22,9 @@ from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
-from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, guest_docker, guest_mig, guest_nic, guest_nic_ats,
-                         guest_ssh_mesh, host_graphics, host_passthrough, host_reboot, vm_advanced, vm_hardware, vm_lifecycle,
-                         vm_power)
+from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, guest_docker, guest_driver, guest_mig, guest_nic,
+                         guest_nic_ats, guest_rdma, guest_ssh_mesh, host_graphics, host_passthrough, host_reboot,
+                         vm_advanced, vm_hardware, vm_lifecycle, vm_power, vm_version)
 from gpuvm.steps.base import Context, Step
 from gpuvm.vsphere.facts import Inventory
 
@@ -37,9 +37,12 @@ STEPS: list[Step] = [
     guest_nic_ats.STEP,  # before the reboot that activates it, on the guests that answer now
     host_reboot.STEP,
     vm_lifecycle.STEP,  # creates missing VMs (the steps after it configure them), destroys absent ones
+    vm_version.STEP,  # hardware version upgrades, before the devices that need them
     vm_hardware.STEP,
     vm_advanced.STEP,
     vm_power.STEP,
+    guest_driver.STEP,  # before MIG and the container toolkit, which need the driver
+    guest_rdma.STEP,
     guest_nic.STEP,
     guest_mig.STEP,
     guest_docker.STEP,

@@ -19,7 +19,7 @@ from gpuvm.plan import Note
 from gpuvm.topology import (Nvlink, Problem, best_set, dynamic_problems, gpu_problems, host_nvlink, nic_problems,
                             numa_nodes)
 from gpuvm.runbook.model import DynamicGpus, Host, PassthroughGpus, Runbook, VgpuGpus, Vm
-from gpuvm.vsphere.facts import HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
+from gpuvm.vsphere.facts import DatastoreFacts, HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
 
 GRAPHICS_TYPES = {"shared": "shared", "shared_direct": "sharedDirect"}
 MANAGED_PREFIXES = ("pciPassthru.", "numa.nodeAffinity")
@@ -70,6 +70,7 @@ class DesiredVm:
     system_uuid: str = ""
     state: str = "present"  # absent: destroyed
     clone: Clone | None = None  # how to create it, where the runbook names a template
+    hardware_version: str | None = None  # vmx-NN the runbook asks for at least (None: leave it)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,10 @@ class Clone:
     template: str
     datastore: str
     guestinfo: tuple[tuple[str, str], ...] = ()
+    folder: str | None = None  # the VM folder (name; folder_moid its moid); None: the template's
+    folder_moid: str = ""
+    pool: str | None = None  # the resource pool (name; pool_moid its moid); None: the cluster's root pool
+    pool_moid: str = ""
 
 
 @dataclass
@@ -220,6 +225,7 @@ def _add_clones(rb: Runbook, inventory: Inventory) -> dict[str, Clone]:
     so that the VM steps plan its hardware, devices and power-on like any VM's, and capacity
     counts it."""
     clones = {}
+    taken: dict[str, list[tuple[str, int]]] = {}  # datastore → the clones planned onto it (VM, GB)
     for i, vm in enumerate(rb.vms):
         if vm.state == "absent" or vm.name in inventory.vms or vm.template is None:
             continue
@@ -233,12 +239,56 @@ def _add_clones(rb: Runbook, inventory: Inventory) -> dict[str, Clone]:
             known = ", ".join(sorted(inventory.datastores)) or "none"
             raise rb.error(("vms", i, "datastore"), f"datastore '{datastore}' not found in vCenter "
                                                     f"(datastores: {known})")
+        _check_space(rb, i, vm, template, inventory.datastores[datastore], taken.setdefault(datastore, []))
         info = _guestinfo(rb, i, vm) if vm.cloud_init else {}
-        clones[vm.name] = Clone(vm.template, datastore, tuple(info.items()))
+        clones[vm.name] = Clone(vm.template, datastore, tuple(info.items()), vm.folder, _folder(rb, i, vm, inventory),
+                                vm.resource_pool, _pool(rb, i, vm, inventory))
         inventory.vms[vm.name] = template.model_copy(update={
             "name": vm.name, "moid": "", "host": vm.host, "power_state": "poweredOff", "datastores": [datastore],
             "clone_of": vm.template, "extra_config": template.extra_config | info})
     return clones
+
+
+def _folder(rb: Runbook, i: int, vm: Vm, inventory: Inventory) -> str:
+    """The moid of the runbook's VM folder; "" for the template's."""
+    if vm.folder is None:
+        return ""
+    moids = inventory.folders.get(vm.folder, [])
+    if len(moids) != 1:
+        known = ", ".join(sorted(inventory.folders)) or "none"
+        why = f"is not one VM folder but {len(moids)}" if moids else f"not found in vCenter (VM folders: {known})"
+        raise rb.error(("vms", i, "folder"), f"VM folder '{vm.folder}' for VM '{vm.name}' {why}")
+    return moids[0]
+
+
+def _pool(rb: Runbook, i: int, vm: Vm, inventory: Inventory) -> str:
+    """The moid of the runbook's resource pool, one of the VM's host's cluster; "" for its root pool."""
+    if vm.resource_pool is None:
+        return ""
+    cluster = inventory.hosts[vm.host].compute_resource
+    mine = [moid for moid, owner in inventory.pools.get(vm.resource_pool, []) if owner == cluster]
+    if len(mine) != 1:
+        known = ", ".join(sorted(n for n, pools in inventory.pools.items() if any(o == cluster for _, o in pools))) or "none"
+        why = f"names {len(mine)} pools" if mine else "is not a pool"
+        raise rb.error(("vms", i, "resource_pool"), f"VM {vm.name}: resource pool '{vm.resource_pool}' {why} of "
+                                                    f"{vm.host}'s cluster (its pools: {known})")
+    return mine[0]
+
+
+def _check_space(rb: Runbook, i: int, vm: Vm, template: VmFacts, datastore: DatastoreFacts,
+                 taken: list[tuple[str, int]]) -> None:
+    """A clone takes what its template's files take (summary.storage.committed); the clones planned
+    onto one datastore fit its free space together, or the plan stops before anything is cloned."""
+    need = template.disk_gb
+    if not need:
+        return  # a template vCenter reports no size for: vSphere decides (NoDiskSpace)
+    before = sum(gb for _, gb in taken)
+    if before + need > datastore.free_gb:
+        others = f" ({before} GB of it go to the clones of {', '.join(n for n, _ in taken)})" if taken else ""
+        raise rb.error(("vms", i, "datastore" if vm.datastore else "template"),
+                       f"VM {vm.name}: its clone of {vm.template} needs {need} GB on datastore {datastore.name}, which "
+                       f"has {datastore.free_gb} GB free{others}")
+    taken.append((vm.name, need))
 
 
 def _guestinfo(rb: Runbook, i: int, vm: Vm) -> dict[str, str]:
@@ -344,6 +394,7 @@ def _resolve_vm(rb: Runbook, i: int, vm: Vm, inventory: Inventory, desired: Desi
         name=vm.name, host=vm.host, cpus=vm.cpus, memory_mb=vm.memory_gb * 1024 if vm.memory_gb else None,
         firmware=vm.firmware, reservation_locked=vm.has_passthrough, devices=chosen.devices + nics,
         extra_config=extra, power=vm.power, system_uuid=scope.facts.system_uuid,
+        hardware_version=vm.hardware_version,
     )
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -73,8 +74,43 @@ def test_dynamic_directpath_on_a_vmx13_vm_is_refused(start, tmp_path):
         """)
     assert result.exit_code == 2, result.output
     assert ("VM esx-01-vm1 on host esx-01: dynamic DirectPath needs hardware version vmx-17 or later (compatible with "
-            "ESXi 7.0 and later) but the VM is vmx-13") in " ".join(result.output.split())
+            "ESXi 7.0 and later) but the VM is vmx-13: set hardware_version: vmx-17 to have gpuvm upgrade it") \
+        in " ".join(result.output.split())
     assert raw_state(sim) == before
+
+
+def test_hardware_version_upgrade_is_planned_before_the_devices_and_needs_the_power_off_flag(start, tmp_path):
+    """hardware_version: vmx-17 lets gpuvm upgrade the running vmx-13 VM (UpgradeVM_Task, VM off) before
+    vm.hardware adds the dynamic DirectPath GPU; refused up front without --allow-power-off."""
+    sim = start(vm_version="vmx-13", vm_power="on")
+    path = tmp_path / "rb.yaml"
+    path.write_text(HEAD + textwrap.dedent("""
+        hosts: [{name: esx-01, passthrough: [{model: A100}], allow_maintenance: true, allow_reboot: true}]
+        vms:
+          - {name: esx-01-vm1, host: esx-01, gpus: {mode: dynamic, count: 1}, hardware_version: vmx-11}
+        """))
+    low = CliRunner().invoke(app, ["plan", str(path)])
+    assert low.exit_code == 2, low.output
+    assert ("vms[0].hardware_version: VM esx-01-vm1 on host esx-01: dynamic DirectPath needs hardware version vmx-17 "
+            "or later (compatible with ESXi 7.0 and later); hardware_version vmx-11 is older") in " ".join(low.output.split())
+    path.write_text(path.read_text().replace("vmx-11", "vmx-17"))
+    planned = CliRunner().invoke(app, ["plan", str(path), "--json"])
+    assert planned.exit_code == 0, planned.output
+    changes = [(c["step"], c["field"], c["after"], c["disruption"]) for c in json.loads(planned.output)["changes"]
+               if c["target"] == "esx-01-vm1"]
+    assert ("vm.version", "hardware_version", "vmx-17", "vm-power-off") in changes, changes
+    assert [c[0] for c in changes].index("vm.version") < [c[0] for c in changes].index("vm.hardware")
+    before = raw_state(sim)
+    refused = CliRunner().invoke(app, ["apply", str(path), "--yes", "--allow-host-reboot"])
+    assert refused.exit_code != 0 and "--allow-power-off" in refused.output, refused.output
+    assert raw_state(sim) == before
+    result = apply(tmp_path, path.read_text().removeprefix(HEAD))
+    assert result.exit_code == 0, result.output
+    vm = raw_state(sim)["esx-01-vm1"]
+    assert vm["version"] == "vmx-17" and vm["power"] == "poweredOn", vm
+    assert any("DynamicBackingInfo" in p for p in vm["pci"]), vm
+    again = CliRunner().invoke(app, ["plan", str(path), "--detailed-exitcode"])
+    assert again.exit_code == 0, again.output
 
 
 def test_mig_backed_vgpu_without_known_mig_mode_is_said_and_refused_at_power_on(start, tmp_path):

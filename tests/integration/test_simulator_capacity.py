@@ -4,7 +4,7 @@ MIG mode, the dynamic DirectPath pool, VM hardware versions and vCPUs (issue 9, 
 from __future__ import annotations
 
 import pytest
-from pyVmomi import vim
+from pyVmomi import vim, vmodl
 
 from tests.integration.test_simulator import (  # noqa: F401 (fixtures)
     GPU_IDS, fails, fault_text, gpu_vm_spec, gpusim_binary, make_env, ok, passthru, reboot)
@@ -129,3 +129,17 @@ def test_default_vm_version_and_cpu_limit(make_env):
     ok(vm.ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=256)))
     text = fault_text(fails(vm.PowerOnVM_Task(), vim.fault.GenericVmConfigFault))
     assert "Virtual machine has 256 virtual CPUs, but the host only supports 128." in text
+
+
+def test_upgrade_vm_only_while_off_and_only_upwards(make_env):
+    """UpgradeVM_Task as vSphere runs it: refused on a running VM and to the same or an older version."""
+    e = make_env(hosts=1, vms_per_host=1, vm_version="vmx-13", vm_power="on")
+    vm = e.vm("esx-01-vm1")
+    err = fails(vm.UpgradeVM_Task(version="vmx-17"), vim.fault.InvalidPowerState)
+    assert "The attempted operation cannot be performed in the current state (poweredOn)." in fault_text(err)
+    ok(vm.PowerOffVM_Task())
+    ok(vm.UpgradeVM_Task(version="vmx-17"))
+    assert vm.config.version == "vmx-17"
+    fails(vm.UpgradeVM_Task(version="vmx-15"), vim.fault.AlreadyUpgraded)
+    fails(vm.UpgradeVM_Task(version="vmx-21"), vmodl.fault.InvalidArgument)
+    ok(vm.ReconfigVM_Task(dynamic_spec(1)))  # what vmx-13 refused

@@ -57,7 +57,7 @@ def sim(testbed, monkeypatch, tmp_path):
 def test_from_empty_lab_to_a_reachable_meshed_cluster_in_one_apply(testbed, sim, tmp_path):
     book = write_runbook(testbed, tmp_path, VMS)
     planned = gpuvm("plan", str(book), "--accept-new-host-keys")
-    assert planned.exit_code == 0, planned.output
+    assert planned.exit_code == 3, planned.output  # incomplete: the new VMs' guests cannot answer before they exist
     assert planned.output.count("clone of ubuntu-gpu") == 2, planned.output
     assert "not reachable over SSH yet" in planned.output  # the guests' steps come once they boot
     assert set(raw_state(sim)) == {"esx-01", "esx-02", "ubuntu-gpu"}, "plan created something"
@@ -86,5 +86,5 @@ def test_a_guest_that_never_answers_names_vm_and_step_and_a_rerun_converges(test
     assert "train-1 (observe)" in applied.output, applied.output
     book.write_text(text)
     again = gpuvm("apply", str(book), "--yes", "--accept-new-host-keys")
-    assert again.exit_code == 0, again.output + sim.log
+    assert again.exit_code == 0, again.output + sim.log()
     assert gpuvm("verify", str(book)).exit_code == 0

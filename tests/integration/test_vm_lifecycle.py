@@ -136,11 +136,95 @@ def test_failed_clone_and_full_datastore_name_vm_and_step_and_a_rerun_converges(
         assert gpuvm("apply", str(book), "--yes").exit_code == 0  # the clone works this time
         assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0
 
-        more = runbook(tmp_path, TRAINING + [{"name": "train-3", "host": "esx-01", "ip": 103}])
-        full = gpuvm("apply", str(more), "--yes")
-        assert full.exit_code == 4, full.output
-        assert "train-3 (vm.lifecycle)" in full.output
-        assert "Insufficient disk space on datastore 'LocalDS_0'" in full.output
+        more = runbook(tmp_path, TRAINING + [{"name": "train-3", "host": "esx-01", "ip": 103},
+                                             {"name": "train-4", "host": "esx-02", "ip": 104}])
+        before = raw_state(sim)
+        full = gpuvm("apply", str(more), "--yes")  # refused at plan time: nothing is cloned
+        assert full.exit_code == 2, full.output
+        assert ("runbook.yaml:22: vms[2].template: VM train-3: its clone of ubuntu-gpu needs 40 GB on datastore "
+                "LocalDS_0, which has 0 GB free") in " ".join(full.output.split()), full.output
+        assert raw_state(sim) == before
+        # what vSphere answers a clone that does not fit, had the space gone between plan and apply
+        from pyVmomi import vim
+
+        from tests.integration.vcenter import pyvmomi
+        with pyvmomi(sim) as si:
+            template = si.content.searchIndex.FindByInventoryPath("DC0/vm/ubuntu-gpu")
+            task = template.CloneVM_Task(folder=template.parent, name="train-3", spec=vim.vm.CloneSpec(
+                location=vim.vm.RelocateSpec(host=si.content.searchIndex.FindByInventoryPath("DC0/vm/train-1").runtime.host)))
+            while task.info.state in ("queued", "running"):
+                pass
+            assert task.info.state == "error" and isinstance(task.info.error, vim.fault.NoDiskSpace)
+            assert "Insufficient disk space on datastore 'LocalDS_0'." in task.info.error.msg
         assert "train-3" not in raw_state(sim)
+        gone = runbook(tmp_path, TRAINING[:1])
+        gone.write_text(gone.read_text() + "  - {name: train-2, host: esx-02, state: absent}\n")
+        assert gpuvm("apply", str(gone), "--yes", "--allow-destroy", "--allow-power-off").exit_code == 0
+        room = runbook(tmp_path, TRAINING[:1] + [{"name": "train-3", "host": "esx-01", "ip": 103}])
+        assert gpuvm("apply", str(room), "--yes").exit_code == 0  # the destroyed clone's room came back
+        assert "train-3" in raw_state(sim)
+    finally:
+        sim.stop()
+
+
+def test_the_from_template_playbook_creates_its_group_on_an_empty_lab(monkeypatch, tmp_path):
+    """playbooks/lab-from-template.yaml (the second demo) on a lab with hosts and an older template but
+    no VMs: the plan shows four clones spread over both hosts, each upgraded to vmx-19 (off: no
+    disruption) and given two GPUs; the vSphere half applies and re-plans empty."""
+    import json
+
+    sim = Simulator(hosts=2, vms_per_host=0, rebind=True, templates=["ubuntu-22.04-gpu"], vm_version="vmx-15").start()
+    try:
+        for key, value in env_for(sim).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        (tmp_path / "key.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuvm test@gpuvm\n")
+        text = (Path(__file__).parents[2] / "playbooks" / "lab-from-template.yaml").read_text()
+        book = tmp_path / "lab-from-template.yaml"
+        book.write_text(text.replace("../build/testbed/client_key.pub", str(tmp_path / "key.pub"))
+                        .split("\nguests:")[0] + "\n")  # the vSphere half: the guests boot only on the bed
+        planned = gpuvm("plan", str(book), "--json")
+        assert planned.exit_code == 0, planned.output
+        changes = json.loads(planned.output)["changes"]
+        creates = {c["target"]: c["after"] for c in changes if c["step"] == "vm.lifecycle"}
+        assert creates == {f"train-0{n}": f"create: clone of ubuntu-22.04-gpu on esx-0{2 - n % 2}, datastore LocalDS_0"
+                           for n in range(1, 5)}, creates
+        upgrades = [(c["target"], c["before"], c["after"], c["disruption"]) for c in changes if c["step"] == "vm.version"]
+        assert upgrades == [(f"train-0{n}", "vmx-15", "vmx-19", "none") for n in range(1, 5)]
+        assert set(raw_state(sim)) == {"esx-01", "esx-02", "ubuntu-22.04-gpu"}, "plan created something"
+        applied = gpuvm("apply", str(book), "--yes")
+        assert applied.exit_code == 0, applied.output
+        state = raw_state(sim)
+        assert all(state[f"train-0{n}"]["version"] == "vmx-19" and len(state[f"train-0{n}"]["pci"]) == 2
+                   and state[f"train-0{n}"]["power"] == "poweredOn" for n in range(1, 5)), state
+        assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0
+    finally:
+        sim.stop()
+
+
+def test_a_clone_goes_into_the_runbooks_vm_folder_and_resource_pool(monkeypatch, tmp_path):
+    from tests.integration.vcenter import pyvmomi
+
+    sim = simulator(monkeypatch, tmp_path, vm_folders=["gpu-train"], resource_pools=["training"])
+    try:
+        wrong = runbook(tmp_path, TRAINING[:1], extra="    folder: gpu-trian\n")
+        refused = gpuvm("plan", str(wrong))
+        assert refused.exit_code == 2
+        assert ("runbook.yaml:13: vms[0].folder: VM folder 'gpu-trian' for VM 'train-1' not found in vCenter "
+                "(VM folders: gpu-train, vm)") in " ".join(refused.output.split()), refused.output
+        no_pool = runbook(tmp_path, TRAINING[:1], extra="    resource_pool: inference\n")
+        refused = gpuvm("plan", str(no_pool))
+        assert refused.exit_code == 2
+        assert ("vms[0].resource_pool: VM train-1: resource pool 'inference' is not a pool of esx-01's cluster "
+                "(its pools: Resources, training)") in " ".join(refused.output.split()), refused.output
+        book = runbook(tmp_path, TRAINING[:1], extra="    folder: gpu-train\n    resource_pool: training\n")
+        planned = gpuvm("plan", str(book))
+        assert "datastore LocalDS_0, folder gpu-train, resource pool training" in " ".join(planned.output.split()), \
+            planned.output
+        assert gpuvm("apply", str(book), "--yes").exit_code == 0
+        with pyvmomi(sim) as si:
+            vm = si.content.searchIndex.FindByInventoryPath("DC0/vm/gpu-train/train-1")
+            assert vm is not None and vm.resourcePool.name == "training"
+        assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0
     finally:
         sim.stop()

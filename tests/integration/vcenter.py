@@ -79,7 +79,7 @@ def raw_state(sim: Simulator) -> dict[str, Any]:
                 cfg = obj.config
                 state[obj.name] = {
                     "power": str(obj.runtime.powerState), "firmware": cfg.firmware, "cpus": cfg.hardware.numCPU,
-                    "memory": cfg.hardware.memoryMB, "reserved": cfg.memoryReservationLockedToMax,
+                    "memory": cfg.hardware.memoryMB, "reserved": cfg.memoryReservationLockedToMax, "version": cfg.version,
                     "pci": sorted(type(d.backing).__name__ + ":" + str(getattr(d.backing, "id", "") or getattr(d.backing, "vgpu", ""))
                                   for d in cfg.hardware.device if isinstance(d, vim.vm.device.VirtualPCIPassthrough)),
                     "extra": sorted((o.key, str(o.value)) for o in cfg.extraConfig if o.key.startswith(("pciPassthru", "numa."))),

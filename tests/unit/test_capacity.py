@@ -127,6 +127,8 @@ def test_time_sliced_vgpu_refused_on_a_gpu_in_mig_mode(tmp_path):
     ("{mode: vgpu, profile: grid_h100-40c, count: 2}", VGPU_HOST, "vmx-14", "more than one vGPU needs hardware "
                                                                             "version vmx-15 or later"),
     ("{mode: vgpu, profile: grid_h100-40c}", VGPU_HOST, "vmx-10", "vGPU needs hardware version vmx-11 or later"),
+    ("{mode: passthrough, count: 1}", PASSTHROUGH_HOST, "vmx-9", "64-bit MMIO (large GPU BARs) needs hardware version "
+                                                                 "vmx-11 or later (compatible with ESXi 6.0 U1"),
 ])
 def test_hardware_version_minimums(tmp_path, gpus, hosts, version, need):
     """Seen: dynamic DirectPath on a vmx-13 VM accepted."""
@@ -135,6 +137,28 @@ def test_hardware_version_minimums(tmp_path, gpus, hosts, version, need):
     with pytest.raises(InputError, match=rf"vms\[0\]\.gpus: VM vm1 on host esx-01: {re.escape(need)}.* but the VM is {version}"):
         make_plan(rb, inventory([host], [vm("vm1", hw_version=version)]))
     make_plan(rb, inventory([host], [vm("vm1", hw_version="vmx-19")]))
+
+
+def test_hardware_version_in_the_runbook_plans_the_upgrade_or_says_it_is_too_old(tmp_path):
+    """hardware_version: the version the VM will have counts; below what the devices need, the error
+    names that field; without it, the error says which hardware_version would do."""
+    gpus = "gpus: {mode: dynamic, count: 1}"
+    old = inventory([r750xa()], [vm("vm1", hw_version="vmx-13")])
+    with pytest.raises(InputError, match=r"vms\[0\]\.gpus: .* but the VM is vmx-13: set hardware_version: vmx-17"):
+        make_plan(runbook(tmp_path, f"- {{name: vm1, host: esx-01, {gpus}}}\n", PASSTHROUGH_HOST), old)
+    low = runbook(tmp_path, f"- {{name: vm1, host: esx-01, {gpus}, hardware_version: vmx-15}}\n", PASSTHROUGH_HOST)
+    with pytest.raises(InputError, match=r"vms\[0\]\.hardware_version: VM vm1 on host esx-01: dynamic DirectPath needs "
+                                         r"hardware version vmx-17 .*; hardware_version vmx-15 is older"):
+        make_plan(low, old)
+    rb = runbook(tmp_path, f"- {{name: vm1, host: esx-01, {gpus}, hardware_version: vmx-19}}\n", PASSTHROUGH_HOST)
+    upgrade = make_plan(rb, old)[0].for_step("vm.version")
+    assert [(c.before, c.after) for c in upgrade] == [("vmx-13", "vmx-19")]
+
+
+@pytest.mark.parametrize("bad", ["19", "vmx-6", "vmx-100", "VMX-19"])
+def test_hardware_version_is_checked_when_the_runbook_loads(tmp_path, bad):
+    with pytest.raises(InputError, match=r"hardware_version.*is not a VM hardware version \(vmx-7 to vmx-99"):
+        runbook(tmp_path, f"- {{name: vm1, host: esx-01, hardware_version: '{bad}'}}\n")
 
 
 def test_vcpus_must_fit_the_host_threads(tmp_path):

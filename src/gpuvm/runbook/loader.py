@@ -19,6 +19,7 @@ from ruamel.yaml.error import MarkedYAMLError
 
 from gpuvm.errors import InputError
 from gpuvm.runbook import fast_yaml
+from gpuvm.runbook.groups import expand_vm_groups
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import remember_runbook_secrets
 
@@ -100,9 +101,10 @@ def _read_text(file: Path) -> str:
 class Locator:
     """Maps a field path of the runbook to `file:line`."""
 
-    def __init__(self, file: Path, lines: dict[Path_, int]):
+    def __init__(self, file: Path, lines: dict[Path_, int], shown: dict[Path_, str] | None = None):
         self.file = file
         self._lines = lines
+        self._shown = shown or {}  # VMs of a group: their place as the runbook writes it
 
     @classmethod
     def of(cls, file: Path, document: Any) -> "Locator":
@@ -119,7 +121,11 @@ class Locator:
         return 1
 
     def where(self, loc: Path_) -> str:
-        return f"{self.file}:{self.line(tuple(loc))}: {field_path(tuple(loc))}"
+        loc = tuple(loc)
+        shown = self._shown.get(loc[:2])
+        path = field_path(loc) if shown is None else shown + "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[2:])
+        return f"{self.file}:{self.line(loc)}: {path}"
 
     def error(self, loc: Path_, message: str) -> InputError:
         return InputError(f"{self.where(tuple(loc))}: {message}")
@@ -186,6 +192,8 @@ def load_runbook(path: str | Path) -> Runbook:
     data, locator = _parse(file, text)
     if not isinstance(data, dict):
         raise InputError(f"{file}:1: (top level): a runbook is a mapping with vcenter, hosts and vms")
+    # a VM group becomes its VMs, which keep the group's lines (runbook/groups.py)
+    locator = Locator(file, *expand_vm_groups(data, locator._lines, locator.error))
     try:
         runbook = Runbook.model_validate(data)
     except ValidationError as e:

@@ -293,13 +293,23 @@ class Vm(Strict):
     state: Literal["present", "absent"] = "present"  # absent: destroyed by apply --allow-destroy
     template: Name | None = None  # a missing VM is created as a clone of this template (or VM)
     datastore: Name | None = None  # where a clone goes; default: the template's datastore
+    folder: Name | None = None  # the VM folder a clone goes into; default: the template's
+    resource_pool: Name | None = None  # a pool of the host's cluster for a clone; default: the cluster's root pool
     cloud_init: CloudInit | None = None  # a clone's identity on first boot
+    hardware_version: str | None = None  # vmx-NN: upgraded to at least this (VM powered off)
 
+
+    @field_validator("hardware_version")
+    @classmethod
+    def _hardware_version(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"vmx-([7-9]|[1-9][0-9])", value):
+            raise ValueError(f"{shown(value)} is not a VM hardware version (vmx-7 to vmx-99, e.g. vmx-19)")
+        return value
 
     @model_validator(mode="after")
     def _clone(self) -> "Vm":
-        if (self.cloud_init or self.datastore) and not self.template:
-            raise ValueError("cloud_init and datastore apply to a VM gpuvm creates: give template")
+        if (self.cloud_init or self.datastore or self.folder or self.resource_pool) and not self.template:
+            raise ValueError("cloud_init, datastore, folder and resource_pool apply to a VM gpuvm creates: give template")
         return self
 
     @field_validator("mmio")
@@ -443,10 +453,54 @@ class SshMesh(Strict):
     container_port: int | None = Field(default=None, ge=1, le=65535)  # sshd port inside containers
 
 
+def _download_url(value: str) -> str:
+    """An http(s) or file URL the guests fetch with curl; `{version}` is filled in."""
+    if not re.fullmatch(r"(https?|file)://[^\s'\"]+", value):
+        raise ValueError(f"{shown(value)} is not an http(s):// or file:// URL")
+    return value
+
+
+class NvidiaDriver(Strict):
+    """The NVIDIA data-center driver, one version on every guest, from NVIDIA's .run installer."""
+
+    version: str  # 535.183.01
+    installer: str = "https://us.download.nvidia.com/tesla/{version}/NVIDIA-Linux-x86_64-{version}.run"
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not re.fullmatch(r"\d{3}\.\d{2,3}(\.\d{2})?", value):
+            raise ValueError(f"{shown(value)} is not an NVIDIA driver version like 535.183.01")
+        return value
+
+    _url = field_validator("installer")(lambda cls, v: _download_url(v))
+
+
+class Rdma(Strict):
+    """The RDMA user space on every guest: the distribution's rdma-core, or Mellanox OFED."""
+
+    stack: Literal["inbox", "mofed"] = "inbox"
+    version: str | None = None  # inbox: an rdma-core package version (default: any); mofed: 5.8-3.0.7.0
+    installer: str | None = None  # mofed: the MLNX_OFED_LINUX-….tgz URL for the guests' distribution
+
+    _url = field_validator("installer")(lambda cls, v: None if v is None else _download_url(v))
+
+    @model_validator(mode="after")
+    def _mofed(self) -> "Rdma":
+        if self.stack == "mofed" and not (self.version and self.installer):
+            raise ValueError("stack: mofed needs version (like 5.8-3.0.7.0) and installer (the MLNX_OFED_LINUX "
+                             "tarball's URL for the guests' distribution)")
+        if self.version and not re.fullmatch(r"[0-9][0-9A-Za-z.+~:-]*", self.version):
+            raise ValueError(f"{shown(self.version)} is not a package version")
+        return self
+
+
 class Guests(Strict):
     hosts: list[Guest] = []
     image: Image | None = None
     ssh_mesh: SshMesh | None = None
+    driver: NvidiaDriver | None = None  # guest.driver
+    rdma: Rdma | None = None  # guest.rdma
 
 
 class Runbook(Strict):

@@ -55,7 +55,9 @@ def plan(vm: DesiredVm, facts: VmFacts | None) -> list[Change]:
                                  Disruption.VM_DESTROY, DestroyVm())]
     if facts is None and vm.clone is not None:
         return [Change(NAME, vm.name, "vm", "exists", None,
-                       f"create: clone of {vm.clone.template} on {vm.host}, datastore {vm.clone.datastore}",
+                       f"create: clone of {vm.clone.template} on {vm.host}, datastore {vm.clone.datastore}"
+                       + (f", folder {vm.clone.folder}" if vm.clone.folder else "")
+                       + (f", resource pool {vm.clone.pool}" if vm.clone.pool else ""),
                        Disruption.NONE, CloneVm(vm.clone))]
     return []
 
@@ -69,6 +71,10 @@ def _clone(ctx: Context, vm: DesiredVm, clone: Clone) -> None:
     host = ctx.session.ref("HostSystem", inventory.hosts[vm.host].moid)
     folder, pool = call("read the template's folder and the host's resource pool",
                         lambda: (template.parent, host.parent.resourcePool))
+    if clone.folder_moid:
+        folder = ctx.session.ref("Folder", clone.folder_moid)
+    if clone.pool_moid:
+        pool = ctx.session.ref("ResourcePool", clone.pool_moid)
     spec = vim.vm.CloneSpec(powerOn=False, template=False, location=vim.vm.RelocateSpec(
         host=host, pool=pool, datastore=ctx.session.ref("Datastore", inventory.datastores[clone.datastore].moid)))
     if clone.guestinfo:

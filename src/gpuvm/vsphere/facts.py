@@ -70,6 +70,7 @@ class Graphics(BaseModel):
 class HostFacts(BaseModel):
     name: str
     moid: str
+    compute_resource: str = ""  # moid of its cluster (or standalone compute resource): its resource pools' owner
     system_uuid: str = ""
     memory_mb: int = 0
     cpu_threads: int = 0  # logical CPUs; 0: not read
@@ -131,6 +132,7 @@ class VmFacts(BaseModel):
     extra_config: dict[str, str] = {}
     pci: list[VmPciDevice] = []
     datastores: list[str] = []  # names
+    disk_gb: int = 0  # what its files take on its datastores (summary.storage.committed): what a clone needs
     clone_of: str | None = None  # not created yet: the plan clones it from this template (moid "")
 
     @property
@@ -152,6 +154,8 @@ class Inventory(BaseModel):
     vms: dict[str, VmFacts] = {}
     templates: dict[str, VmFacts] = {}  # VM templates, to clone from
     datastores: dict[str, DatastoreFacts] = {}
+    folders: dict[str, list[str]] = {}  # VM folder name → moids (names need not be unique)
+    pools: dict[str, list[tuple[str, str]]] = {}  # resource pool name → (moid, owner compute resource moid)
     _vms_by_host: tuple[int, dict[str | None, list[VmFacts]]] = PrivateAttr(default=(-1, {}))
 
     def vms_on(self, host: str) -> list[VmFacts]:

@@ -15,6 +15,7 @@ from gpuvm.vsphere.session import Session
 
 HOST_PROPERTIES = [
     "name",
+    "parent",
     "hardware.pciDevice",
     "hardware.numaInfo",
     "hardware.systemInfo.uuid",
@@ -45,9 +46,12 @@ VM_PROPERTIES = [
     "config.extraConfig",
     "config.memoryReservationLockedToMax",
     "datastore",
+    "summary.storage.committed",
 ]
 
 DATASTORE_PROPERTIES = ["name", "summary.freeSpace"]
+FOLDER_PROPERTIES = ["name", "childType"]
+POOL_PROPERTIES = ["name", "owner"]
 
 PAGE_SIZE = 5000  # objects per page; vCenter may return fewer
 
@@ -57,7 +61,8 @@ def retrieve(session: Session) -> list[Any]:
     from pyVmomi import vim, vmodl
 
     content = session.content
-    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine, vim.Datastore], True)
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine, vim.Datastore,
+                                                                        vim.Folder, vim.ResourcePool], True)
     try:
         traverse = vmodl.query.PropertyCollector.TraversalSpec(name="view", path="view", skip=False,
                                                                type=vim.view.ContainerView)
@@ -67,6 +72,8 @@ def retrieve(session: Session) -> list[Any]:
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.HostSystem, pathSet=HOST_PROPERTIES),
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.VirtualMachine, pathSet=VM_PROPERTIES),
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.Datastore, pathSet=DATASTORE_PROPERTIES),
+                vmodl.query.PropertyCollector.PropertySpec(type=vim.Folder, pathSet=FOLDER_PROPERTIES),
+                vmodl.query.PropertyCollector.PropertySpec(type=vim.ResourcePool, pathSet=POOL_PROPERTIES),
             ],
         )
         collector = content.propertyCollector
@@ -105,8 +112,9 @@ def host_facts(moid: str, props: dict[str, Any]) -> HostFacts:
             passthru_enabled=bool(info and info.passthruEnabled),
             passthru_active=bool(info and info.passthruActive),
         ))
+    parent = props.get("parent")
     return HostFacts(
-        name=props["name"], moid=moid,
+        name=props["name"], moid=moid, compute_resource=parent._moId if parent is not None else "",
         system_uuid=props.get("hardware.systemInfo.uuid") or "",
         memory_mb=int(props.get("hardware.memorySize") or 0) // (1024 * 1024),
         cpu_threads=int(props.get("hardware.cpuInfo.numCpuThreads") or 0),
@@ -176,6 +184,7 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
         extra_config={o.key: str(o.value) for o in props.get("config.extraConfig") or []},
         pci=vm_pci_devices(props.get("config.hardware.device") or []),
         datastores=[(datastore_names or {}).get(ref._moId, ref._moId) for ref in props.get("datastore") or []],
+        disk_gb=-(-int(props.get("summary.storage.committed") or 0) >> 30),
     )
 
 
@@ -186,6 +195,8 @@ def read_inventory(session: Session) -> Inventory:
     hosts: dict[str, HostFacts] = {}
     host_names: dict[str, str] = {}
     datastores: dict[str, DatastoreFacts] = {}
+    folders: dict[str, list[str]] = {}
+    pools: dict[str, list[tuple[str, str]]] = {}
     vm_objects = []
     for obj in objects:
         props = _props(obj)
@@ -196,6 +207,12 @@ def read_inventory(session: Session) -> Inventory:
         elif isinstance(obj.obj, vim.Datastore):
             datastores[props["name"]] = DatastoreFacts(name=props["name"], moid=obj.obj._moId,
                                                        free_gb=int(props.get("summary.freeSpace") or 0) >> 30)
+        elif isinstance(obj.obj, vim.Folder):
+            if "VirtualMachine" in (props.get("childType") or []):
+                folders.setdefault(props["name"], []).append(obj.obj._moId)
+        elif isinstance(obj.obj, vim.ResourcePool):  # vApps too: a vApp is a resource pool
+            owner = props.get("owner")
+            pools.setdefault(props["name"], []).append((obj.obj._moId, owner._moId if owner is not None else ""))
         else:
             vm_objects.append((obj.obj._moId, props))
     datastore_names = {d.moid: d.name for d in datastores.values()}
@@ -203,4 +220,5 @@ def read_inventory(session: Session) -> Inventory:
     for moid, props in vm_objects:
         facts = vm_facts(moid, props, host_names, datastore_names)
         (templates if props.get("config.template") else vms)[facts.name] = facts
-    return Inventory(source=session.target.url, hosts=hosts, vms=vms, templates=templates, datastores=datastores)
+    return Inventory(source=session.target.url, hosts=hosts, vms=vms, templates=templates, datastores=datastores,
+                     folders=folders, pools=pools)

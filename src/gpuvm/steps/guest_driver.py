@@ -1,0 +1,83 @@
+"""guest.driver: the NVIDIA driver version the runbook pins (`guests.driver.version`), the same on
+every guest.
+
+Observed with `nvidia-smi --query-gpu=driver_version --format=csv,noheader` (one line per GPU); no
+nvidia-smi, or one that cannot reach a driver (exit 9), reads as "none". Installed with NVIDIA's
+.run installer (`guests.driver.installer`, default NVIDIA's download URL for the version), fetched
+by the guest and run with `--silent`. A guest without a driver gets it at once. Replacing a running
+driver unloads its kernel modules, which ends every GPU process in the VM, as a power cycle would:
+that change is marked "needs VM power-off" (refused without --allow-power-off), and where the
+installer cannot unload them (a process holds a GPU) apply stops, saying to reboot the VM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuvm.errors import RemoteCommandError
+from gpuvm.plan import Change, Disruption
+from gpuvm.remote import Cluster, RemoteTarget, run
+from gpuvm.runbook.model import NvidiaDriver
+from gpuvm.steps.base import Context, Step
+from gpuvm.steps.installer import fetch_and_run, guest_setting, missing
+
+NAME = "guest.driver"
+QUERY = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+NO_DRIVER = 9  # nvidia-smi: "couldn't communicate with the NVIDIA driver"
+
+
+@dataclass(frozen=True)
+class InstallDriver:
+    version: str
+    url: str
+
+
+def _driver(target: RemoteTarget) -> NvidiaDriver:
+    return guest_setting(target, "driver")
+
+
+def wanted(target: RemoteTarget) -> bool:
+    return guest_setting(target, "driver") is not None
+
+
+def driver_version(target: RemoteTarget, cluster: Cluster) -> str | None:
+    """The running driver's version (several GPUs: one line each, one version); None: no driver."""
+    result = run(target, cluster, QUERY, sudo=False, check=False)
+    if missing(result) or result.exit_code == NO_DRIVER:
+        return None
+    if not result.ok:
+        raise RemoteCommandError(f"{' '.join(QUERY)} failed (exit {result.exit_code}): {result.last_line}")
+    return parse_driver_versions(result.stdout)
+
+
+def parse_driver_versions(text: str) -> str | None:
+    """nvidia-smi's one line per GPU → the version; GPUs that disagree (never seen) → all, joined."""
+    return ", ".join(sorted({line.strip() for line in text.splitlines() if line.strip()})) or None
+
+
+def observe(ctx: Context, target: RemoteTarget) -> str | None:
+    return driver_version(target, ctx.cluster)
+
+
+def plan(target: RemoteTarget, running: str | None) -> list[Change]:
+    want = _driver(target)
+    if running == want.version:
+        return []
+    disruption = Disruption.NONE if running is None else Disruption.VM_POWER_OFF
+    return [Change(NAME, target.name, "NVIDIA driver", "driver_version", running, want.version, disruption,
+                   InstallDriver(want.version, want.installer.format(version=want.version)))]
+
+
+def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+    for change in changes:
+        action: InstallDriver = change.action
+        path = f"/tmp/gpuvm-NVIDIA-Linux-x86_64-{action.version}.run"
+        fetch_and_run(target, ctx.cluster, action.url, path, [["sh", path, "--silent"]],
+                      f"NVIDIA driver {action.version} installer",
+                      "; a GPU process may hold the running driver: stop it or reboot the VM, then apply again")
+        now = driver_version(target, ctx.cluster)
+        if now != action.version:
+            raise RemoteCommandError(f"nvidia-smi reports driver {now or 'none'} after installing {action.version}")
+
+
+STEP = Step(NAME, "guest", observe, plan, apply, wanted=wanted)

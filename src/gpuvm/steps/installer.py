@@ -1,0 +1,38 @@
+"""What the guest stack steps share: their runbook setting, and fetching a vendor installer onto a
+guest with curl to run it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuvm.errors import RemoteCommandError
+from gpuvm.executors.base import CommandResult
+from gpuvm.remote import Cluster, RemoteTarget, run
+
+INSTALL_TIMEOUT = 1800.0  # an installer builds kernel modules or unpacks hundreds of packages
+
+
+def guest_setting(target: RemoteTarget, name: str) -> Any:
+    """The runbook's `guests.<name>` (driver, rdma) for a guest target; None elsewhere or when unset."""
+    guests = target.runbook.guests
+    return getattr(guests, name) if target.guest is not None and guests is not None else None
+
+
+def missing(result: CommandResult) -> bool:
+    """The command is not installed: exit 127 plain; under sudo "command not found" and exit 1."""
+    return result.exit_code == 127 or "command not found" in result.stderr
+
+
+def fetch_and_run(target: RemoteTarget, cluster: Cluster, url: str, path: str, commands: list[list[str]],
+                  what: str, hint: str = "") -> None:
+    """curl `url` to `path` on the guest, run `commands` (which use `path`) as root in order, then
+    remove `path` and what the commands unpacked next to it (`path` + ".d")."""
+    run(target, cluster, ["curl", "-fsSL", "--retry", "3", "-o", path, url], sudo=False)
+    try:
+        for argv in commands:
+            result = run(target, cluster, argv, sudo=target.root, check=False,
+                         timeout=max(cluster.command_timeout, INSTALL_TIMEOUT))
+            if not result.ok:
+                raise RemoteCommandError(f"{what} failed (exit {result.exit_code}): {result.last_line}{hint}")
+    finally:
+        run(target, cluster, ["rm", "-rf", path, path + ".d"], sudo=target.root, check=False)

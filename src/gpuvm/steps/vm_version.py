@@ -1,0 +1,48 @@
+"""vm.version: the VM's hardware version (compatibility) raised to the runbook's `hardware_version`.
+
+After vm.lifecycle (a clone has its template's version) and before vm.hardware, whose devices may
+need the newer version (capacity.MIN_HW_VERSION). `UpgradeVM_Task` runs only on a powered-off VM,
+so on a running one the change needs a power-off. A VM already at or past the version is left
+alone: vSphere never downgrades.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuvm.capacity import hw_version
+from gpuvm.plan import Change, Disruption
+from gpuvm.resolve import DesiredVm
+from gpuvm.steps.base import Context, Step, present, vm_facts
+from gpuvm.steps.power import power_off
+from gpuvm.vsphere.facts import VmFacts
+from gpuvm.vsphere.tasks import run_task, wait_for_other_tasks
+
+NAME = "vm.version"
+
+
+@dataclass(frozen=True)
+class UpgradeVm:
+    version: str  # vmx-NN
+
+
+def plan(vm: DesiredVm, facts: VmFacts) -> list[Change]:
+    want = hw_version(vm.hardware_version)
+    have = hw_version(facts.hw_version)
+    if want is None or (have is not None and have >= want):
+        return []
+    off = Disruption.VM_POWER_OFF if facts.powered_on else Disruption.NONE
+    return [Change(NAME, vm.name, "vm", "hardware_version", facts.hw_version or None, vm.hardware_version, off,
+                   UpgradeVm(vm.hardware_version or ""))]
+
+
+def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
+    for change in changes:
+        power_off(ctx, vm.name)  # UpgradeVM_Task refuses a VM that is not off; planned as a disruption
+        ref = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm.name].moid)
+        wait_for_other_tasks(ctx.session, ref, ctx.options.task_timeout)
+        run_task(f"UpgradeVM_Task ({change.action.version})", lambda: ref.UpgradeVM_Task(version=change.action.version),
+                 ctx.options.task_timeout)
+
+
+STEP = Step(NAME, "vm", vm_facts, plan, apply, wanted=present, restarts_guest=True)

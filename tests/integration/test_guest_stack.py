@@ -1,0 +1,81 @@
+"""guest.driver against the SSH test bed: the stand-in nvidia-smi reports what the stand-in NVIDIA
+installer put in place, so plan → apply → re-plan is empty for real, on two guests in parallel: one
+without a driver (a fresh clone), one running an older driver that a GPU process holds at first."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuvm.errors import TargetFailures
+from gpuvm.executors.group import run_parallel
+from gpuvm.plan import Disruption
+from gpuvm.remote import build_cluster
+from gpuvm.runbook.loader import load_runbook
+from gpuvm.steps import guest_driver
+from gpuvm.steps.base import Context
+from bed import nvidia_run_package
+
+pytestmark = pytest.mark.integration
+
+GUESTS = ("gpu-vm-01", "gpu-vm-02")
+VERSION = "535.183.01"
+OLD = "470.82.01"  # what the stand-in nvidia-smi reports until an installer ran
+
+
+@pytest.fixture
+def bed(testbed):
+    saved = {name: testbed.state(name) for name in GUESTS}
+    for name in GUESTS:  # each guest's /tmp is its own: the package goes where the installer URL points
+        folder = testbed.host_dir(name) / "tmp" / "drivers"
+        folder.mkdir(parents=True, exist_ok=True)
+        nvidia_run_package(folder / f"NVIDIA-Linux-x86_64-{VERSION}.run", VERSION)
+    yield testbed
+    for name, state in saved.items():
+        testbed.set_state(name, "driver_version", state.get("driver_version", OLD))
+        testbed.set_state(name, "gpu_processes", state.get("gpu_processes", []))
+
+
+def cluster_for(bed, tmp_path):
+    def guest(name):
+        h = bed.host(name)
+        return f"  - {{vm: {name}, ssh: {{address: {h.address}, user: {h.user}, key_file: {h.key_file}}}}}\n"
+
+    path = tmp_path / "runbook.yaml"
+    path.write_text(
+        f"ssh: {{known_hosts: {bed.known_hosts_file}}}\nhosts: [{{name: esx-01}}]\n"
+        "vms: [" + ", ".join(f"{{name: {g}, host: esx-01}}" for g in GUESTS) + "]\n"
+        f"guests:\n  driver: {{version: '{VERSION}', installer: 'file:///tmp/drivers/NVIDIA-Linux-x86_64-{{version}}.run'}}\n"
+        "  hosts:\n" + "".join(guest(g) for g in GUESTS))
+    return build_cluster(load_runbook(path), tmp_path / "state")
+
+
+def test_driver_installed_and_replaced_then_nothing_to_do(bed, tmp_path):
+    bed.set_state("gpu-vm-01", "driver_version", None)  # a fresh clone: no driver yet
+    bed.set_state("gpu-vm-02", "gpu_processes", [4242])  # a training process holds the old driver
+    cluster = cluster_for(bed, tmp_path)
+    ctx = Context(cluster=cluster)
+    step = guest_driver.STEP
+
+    def plan(name):
+        return step.plan(cluster.targets[name], step.observe(ctx, cluster.targets[name]))
+
+    planned = run_parallel({g: g for g in GUESTS}, plan)
+    assert [(c.before, c.after, c.disruption) for c in planned["gpu-vm-01"]] == [(None, VERSION, Disruption.NONE)]
+    assert [(c.before, c.after, c.disruption) for c in planned["gpu-vm-02"]] == [(OLD, VERSION, Disruption.VM_POWER_OFF)]
+
+    def apply(name):
+        step.apply(ctx, cluster.targets[name], planned[name])
+
+    with pytest.raises(TargetFailures) as failed:
+        run_parallel({g: g for g in GUESTS}, apply)
+    assert list(failed.value.failures) == ["gpu-vm-02"]
+    assert "appears to already be loaded" in str(failed.value.failures["gpu-vm-02"])
+    assert "stop it or reboot the VM" in str(failed.value.failures["gpu-vm-02"])
+    assert bed.state("gpu-vm-01")["driver_version"] == VERSION
+    assert bed.state("gpu-vm-02").get("driver_version", OLD) == OLD
+
+    bed.set_state("gpu-vm-02", "gpu_processes", [])
+    apply("gpu-vm-02")
+    assert run_parallel({g: g for g in GUESTS}, plan) == {g: [] for g in GUESTS}
+    for g in GUESTS:  # the downloaded package is removed
+        assert not (bed.host_dir(g) / "tmp" / f"gpuvm-NVIDIA-Linux-x86_64-{VERSION}.run").exists()
