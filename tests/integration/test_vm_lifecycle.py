@@ -175,9 +175,7 @@ def test_the_from_template_playbook_creates_its_group_on_an_empty_lab(monkeypatc
 
     sim = Simulator(hosts=2, vms_per_host=0, rebind=True, templates=["ubuntu-22.04-gpu"], vm_version="vmx-15").start()
     try:
-        for key, value in env_for(sim).items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+        use_simulator(monkeypatch, sim, tmp_path / "state")
         (tmp_path / "key.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuvm test@gpuvm\n")
         text = (Path(__file__).parents[2] / "playbooks" / "lab-from-template.yaml").read_text()
         book = tmp_path / "lab-from-template.yaml"
