@@ -1,5 +1,6 @@
 # gpuvm: two commands on a fresh Debian machine (as root, or with sudo for the apt step).
 #   make demo   installs, builds and starts the bundled simulated vCenter, shows the whole flow
+#   (make demo-from-template: the same from a lab with no VMs, only a template)
 #   make test   installs everything the tests need (simulator, SSH test hosts, Open MPI, PyTorch), runs all tests
 SHELL := /bin/bash
 VENV ?= .venv
@@ -8,10 +9,13 @@ APT_PACKAGES := golang-go golang-github-vmware-govmomi-dev openssh-server sudo i
                 python3-torch python3-torchvision docker.io debootstrap fio
 GOVMOMI := /usr/share/gocode/src/github.com/vmware/govmomi
 
-.PHONY: demo test deps apt venv sim bench clean
+.PHONY: demo demo-from-template test deps apt venv sim bench clean
 
 demo: deps
 	bash scripts/demo.sh
+
+demo-from-template: deps
+	bash scripts/demo.sh --from-template
 
 test: deps
 	$(VENV)/bin/pytest -q
