@@ -71,8 +71,8 @@ def plan(target: RemoteTarget, running: str | None) -> list[Change]:
 def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
     for change in changes:
         action: InstallDriver = change.action
-        path = f"/tmp/gpuvm-NVIDIA-Linux-x86_64-{action.version}.run"
-        fetch_and_run(target, ctx.cluster, action.url, path, [["sh", path, "--silent"]],
+        fetch_and_run(target, ctx.cluster, action.url, f"NVIDIA-Linux-x86_64-{action.version}.run",
+                      lambda path: [["sh", path, "--silent"]],
                       f"NVIDIA driver {action.version} installer",
                       "; a GPU process may hold the running driver: stop it or reboot the VM, then apply again")
         now = driver_version(target, ctx.cluster)

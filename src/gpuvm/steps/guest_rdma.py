@@ -95,8 +95,7 @@ def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
             if not result.ok:
                 raise RemoteCommandError(f"apt-get install {' '.join(packages)} failed: {result.last_line}")
         elif isinstance(action, InstallMofed):
-            path = f"/tmp/gpuvm-MLNX_OFED_LINUX-{action.version}.tgz"
-            fetch_and_run(target, cluster, action.url, path, [
+            fetch_and_run(target, cluster, action.url, f"MLNX_OFED_LINUX-{action.version}.tgz", lambda path: [
                 ["mkdir", "-p", path + ".d"],
                 ["tar", "-xzf", path, "-C", path + ".d", "--strip-components=1"],
                 [path + ".d/mlnxofedinstall", "--user-space-only", "--without-fw-update", "--all", "-q"],

@@ -3,6 +3,7 @@ guest with curl to run it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpuvm.errors import RemoteCommandError
@@ -23,16 +24,18 @@ def missing(result: CommandResult) -> bool:
     return result.exit_code == 127 or "command not found" in result.stderr
 
 
-def fetch_and_run(target: RemoteTarget, cluster: Cluster, url: str, path: str, commands: list[list[str]],
-                  what: str, hint: str = "") -> None:
-    """curl `url` to `path` on the guest, run `commands` (which use `path`) as root in order, then
-    remove `path` and what the commands unpacked next to it (`path` + ".d")."""
-    run(target, cluster, ["curl", "-fsSL", "--retry", "3", "-o", path, url], sudo=False)
+def fetch_and_run(target: RemoteTarget, cluster: Cluster, url: str, filename: str,
+                  commands: Callable[[str], list[list[str]]], what: str, hint: str = "") -> None:
+    """curl `url` to `filename` in a new private directory on the guest (`mktemp -d`: no path another
+    user could have prepared), run `commands(path)` as root in order, then remove the directory."""
+    workdir = run(target, cluster, ["mktemp", "-d", "/tmp/gpuvm-install.XXXXXX"], sudo=False).stdout.strip()
+    path = f"{workdir}/{filename}"
     try:
-        for argv in commands:
+        run(target, cluster, ["curl", "-fsSL", "--retry", "3", "-o", path, url], sudo=False)
+        for argv in commands(path):
             result = run(target, cluster, argv, sudo=target.root, check=False,
                          timeout=max(cluster.command_timeout, INSTALL_TIMEOUT))
             if not result.ok:
                 raise RemoteCommandError(f"{what} failed (exit {result.exit_code}): {result.last_line}{hint}")
     finally:
-        run(target, cluster, ["rm", "-rf", path, path + ".d"], sudo=target.root, check=False)
+        run(target, cluster, ["rm", "-rf", workdir], sudo=target.root, check=False)
