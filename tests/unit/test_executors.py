@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 import time
 
 import pytest
@@ -137,6 +138,32 @@ def test_run_parallel_runs_concurrently_and_keeps_order():
     results = run_parallel({f"h{n}": n for n in range(8)}, lambda n: time.sleep(0.2) or n, max_workers=8)
     assert list(results) == [f"h{n}" for n in range(8)]
     assert time.monotonic() - start < 1.0
+
+
+def test_run_parallel_waits_for_a_worker_whose_start_was_interrupted(mocker):
+    """Ctrl-C landing between a worker thread's start and the pool noting it: that worker may run a
+    target, and run_parallel must not return before it ends (the caller journals the run's end next)."""
+    started, finished, second = [], [], threading.Event()
+
+    def work(name):
+        started.append(name)
+        if name == "b":
+            second.set()
+        time.sleep(0.5 if name == "b" else 0.1)
+        finished.append(name)
+
+    real_start = threading.Thread.start
+
+    def start(thread):
+        real_start(thread)
+        if thread.name.endswith("_1"):  # the pool's second worker: running "b", then the interrupt
+            second.wait(5)
+            raise KeyboardInterrupt
+
+    mocker.patch.object(threading.Thread, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        run_parallel({"a": "a", "b": "b"}, work)
+    assert sorted(finished) == sorted(started) == ["a", "b"]
 
 
 def test_run_parallel_empty():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Callable, Mapping, TypeVar
 
@@ -9,6 +11,7 @@ from gpuvm.errors import TargetFailures
 
 T = TypeVar("T")
 R = TypeVar("R")
+_pools = itertools.count()
 
 
 def run_parallel(items: Mapping[str, T], fn: Callable[[T], R], max_workers: int = 8) -> dict[str, R]:
@@ -21,7 +24,8 @@ def run_parallel(items: Mapping[str, T], fn: Callable[[T], R], max_workers: int 
     """
     if not items:
         return {}
-    pool = ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items))), thread_name_prefix="gpuvm")
+    prefix = f"gpuvm-{next(_pools)}"
+    pool = ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items))), thread_name_prefix=prefix)
     futures: dict[str, Future[R]] = {}
     try:
         for name, item in items.items():
@@ -29,6 +33,7 @@ def run_parallel(items: Mapping[str, T], fn: Callable[[T], R], max_workers: int 
         wait(futures.values())
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        _join_untracked(prefix)
     results: dict[str, R] = {}
     failures: dict[str, Exception] = {}
     for name, future in futures.items():
@@ -42,3 +47,11 @@ def run_parallel(items: Mapping[str, T], fn: Callable[[T], R], max_workers: int 
     if failures:
         raise TargetFailures(failures, results=results)
     return results
+
+
+def _join_untracked(prefix: str) -> None:
+    """An interrupt that lands while `submit` starts a worker leaves that thread out of the pool's
+    own list, so `shutdown` does not wait for it; it may still run a target. Wait for it by name."""
+    for thread in threading.enumerate():
+        if thread.name.startswith(prefix + "_") and thread is not threading.current_thread():
+            thread.join()
