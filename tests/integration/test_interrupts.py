@@ -14,13 +14,14 @@ import sys
 import time
 
 import pytest
+from pyVmomi import vim
 from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
 from gpuvm.engine import STEPS
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import LAB_MIG, raw_state, use_simulator
+from tests.integration.vcenter import LAB_MIG, pyvmomi, raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
 LATENCY = {method: "150ms" for method in ("UpdatePassthruConfig", "UpdateGraphicsConfig", "EnterMaintenanceMode_Task",
@@ -97,3 +98,23 @@ def test_apply_stopped_at_a_step_boundary_converges_on_one_rerun(lab, tmp_path, 
         assert planned.exit_code == 0, planned.output
         verified = gpuvm("verify", str(lab))
         assert verified.exit_code == 0, verified.output
+
+
+def test_a_power_on_a_killed_run_left_running_is_waited_for_not_repeated(tmp_path, monkeypatch):
+    """Killed while vSphere powers a VM on, the run leaves that task running; the re-run still
+    observes the VM off and plans the power-on. It must wait for the task and find the VM on, not
+    start a second one that vSphere refuses (InvalidPowerState: the CI flake of the SIGKILL case)."""
+    runbook = tmp_path / "rb.yaml"
+    runbook.write_text("vcenter: {user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}\n"
+                       "hosts: [{name: esx-01}]\nvms: [{name: esx-01-vm1, host: esx-01, firmware: bios}]\n")
+    with Simulator(hosts=1, vms_per_host=1, latency={"PowerOnVM_Task": "3s"}) as sim:
+        use_simulator(monkeypatch, sim, tmp_path / "state")
+        with pyvmomi(sim) as si:
+            content = si.RetrieveContent()
+            view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+            view.view[0].PowerOnVM_Task()  # not waited for: the killed run's last call
+            view.DestroyView()
+        applied = gpuvm("apply", str(runbook), "--yes")
+        assert applied.exit_code == 0, applied.output
+        assert raw_state(sim)["esx-01-vm1"]["power"] == "poweredOn"
+        assert gpuvm("plan", str(runbook), "--detailed-exitcode").exit_code == 0

@@ -15,7 +15,7 @@ from gpuvm.vsphere.tasks import call, run_task, wait_for_other_tasks
 def power_off(ctx: Context, vm_name: str) -> None:
     from pyVmomi import vim
 
-    vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm_name].moid)
+    vm = _idle(ctx, vm_name)
     if _state(vm) == "poweredOff":
         return
     try:
@@ -34,9 +34,17 @@ def power_off(ctx: Context, vm_name: str) -> None:
 
 
 def power_on(ctx: Context, vm_name: str) -> None:
-    vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm_name].moid)
+    vm = _idle(ctx, vm_name)
     if _state(vm) != "poweredOn":
         run_task("PowerOnVM", vm.PowerOnVM_Task, ctx.options.task_timeout)
+
+
+def _idle(ctx: Context, vm_name: str) -> Any:
+    """The VM, once no task runs on it: a power-on left running by a run that was killed ends first,
+    then its power state is read (vSphere would refuse a second power-on in the wrong state)."""
+    vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm_name].moid)
+    wait_for_other_tasks(ctx.session, vm, ctx.options.task_timeout)
+    return vm
 
 
 def _state(vm: Any) -> str:
@@ -51,8 +59,7 @@ def reconfigure(ctx: Context, vm_name: str, changes: list[Change], spec: Any,
     anyone changed the VM in between: two runs can never both add a device."""
     if any(c.disruption == Disruption.VM_POWER_OFF for c in changes):
         power_off(ctx, vm_name)
-    vm = ctx.session.ref("VirtualMachine", ctx.inventory.vms[vm_name].moid)
-    wait_for_other_tasks(ctx.session, vm, ctx.options.task_timeout)
+    vm = _idle(ctx, vm_name)
     config = call("read configuration", lambda: vm.config)
     if check is not None:
         check(config)
