@@ -3,6 +3,7 @@ read, field by field, on a simulated vCenter whose VMs hold every kind of PCI de
 
 from __future__ import annotations
 
+import collections
 import os
 from typing import Any
 
@@ -90,7 +91,9 @@ def test_lxml_decodes_the_inventory_read_as_pyvmomi_does(lab):
     with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
         fast = inventory.retrieve(session)
         slow = pyvmomi_retrieve(session)
-        assert len(fast) == len(slow) == 2 + 6 + 1  # hosts, VMs, the datastore
+        kinds = collections.Counter(type(o.obj).__name__ for o in fast)
+        assert len(fast) == len(slow) and kinds == {"vim.HostSystem": 2, "vim.VirtualMachine": 6, "vim.Datastore": 1,
+                                                    "vim.Folder": 4, "vim.ResourcePool": 1}, kinds
         for a, b in zip(sorted(fast, key=lambda o: o.obj._moId), sorted(slow, key=lambda o: o.obj._moId)):
             same(a, b, a.obj._moId)
         facts = inventory.read_inventory(session)
