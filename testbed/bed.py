@@ -80,6 +80,11 @@ class BedHost:
     host_key_line: str  # the host's key as a known_hosts line ("name,address ssh-ed25519 AAAA...")
 
 
+def _mac(address: str, port: int) -> str:
+    """A locally administered MAC for a bed host's port, the same whenever that address is used."""
+    return "02:%02x:" % port + ":".join("%02x" % int(octet) for octet in address.split("."))
+
+
 def _run(*argv: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=check, capture_output=True, text=True, **kwargs)
 
@@ -481,7 +486,11 @@ class TestBed:
     def _make_netns(self, name: str) -> None:
         netns, veth = self.netns(name), VETH_PREFIX + name
         _run("ip", "netns", "add", netns)
-        _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
+        # The MAC follows the address: a guest booted again at an address (a new VM of that name)
+        # answers at the MAC every neighbour cache already holds, or connections wait out the
+        # stale entry (30 s and more), as a real guest's gratuitous ARP would spare them.
+        _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "address", _mac(self.address(name), 0),
+             "netns", netns)
         _run("ip", "link", "set", veth, "master", BRIDGE, "up")
         ip = ["ip", "-n", netns]
         _run(*ip, "link", "set", "lo", "up")
@@ -492,7 +501,8 @@ class TestBed:
             # port 1 is cabled: a veth to the fabric bridge, so traffic the derived network (NCCL,
             # btl_tcp_if_include) sends over it reaches the other guests; port 2 is not
             fabric = FABRIC_PREFIX + name
-            _run("ip", "link", "add", fabric, "type", "veth", "peer", "name", NIC_NAMES[0], "netns", netns)
+            _run("ip", "link", "add", fabric, "type", "veth", "peer", "name", NIC_NAMES[0],
+                 "address", _mac(self.address(name), 1), "netns", netns)
             _run("ip", "link", "set", fabric, "master", FABRIC, "up")
             for i, nic in enumerate(NIC_NAMES[1:], 2):
                 # The kernel may lack the dummy driver; a veth pair whose peer stays up is the

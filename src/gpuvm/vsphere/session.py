@@ -115,19 +115,34 @@ def _instrument(stub: Any, counter: RequestCounter, relogin: "_Relogin") -> None
         counter.add(info.wsdlName)
         generation = relogin.generation
         try:
-            return invoke_method(mo, info, args, *rest)
+            result = invoke_method(mo, info, args, *rest)
+            if info.wsdlName not in _PROPERTY_READS or not _read_without_session(result):
+                return result
         except vim.fault.NotAuthenticated:
             if info.wsdlName in ("Login", "Logout"):
                 raise
-            relogin(generation)
-            counter.add(info.wsdlName)
-            return invoke_method(mo, info, args, *rest)
+        relogin(generation)
+        counter.add(info.wsdlName)
+        return invoke_method(mo, info, args, *rest)
 
     def accessor(mo: Any, info: Any, *rest: Any) -> Any:
         counter.add(f"get {info.name}")
         return invoke_accessor(mo, info, *rest)
 
     stub.InvokeMethod, stub.InvokeAccessor = method, accessor
+
+
+_PROPERTY_READS = ("RetrievePropertiesEx", "ContinueRetrievePropertiesEx", "RetrieveProperties")
+
+
+def _read_without_session(result: Any) -> bool:
+    """A property read of a lost session: answered, with NotAuthenticated in place of every
+    property (missingSet), as govmomi's simulator models vCenter, rather than faulted."""
+    from pyVmomi import vim
+
+    objects = result if isinstance(result, list) else getattr(result, "objects", None)
+    return any(isinstance(missing.fault, vim.fault.NotAuthenticated)
+               for obj in objects or [] for missing in obj.missingSet or [])
 
 
 class _Relogin:
