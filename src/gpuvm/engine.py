@@ -4,7 +4,8 @@ Steps run in a fixed order: ESXi shells, hosts, the guest steps that a host rebo
 reboot, VMs, then guest OSes. vSphere steps observe through one bulk inventory read; SSH steps
 observe every target in parallel. Within a step targets run in parallel, bounded by `parallel`. A
 failing target does not stop the others; later steps skip the targets that depend on it (the same
-VM or host, or VMs on a failed host). Once VMs have changed, guests are observed and planned again.
+VM or host, or VMs on a failed host). Once VMs have changed, guests are observed and planned again;
+a change planned then that needs a flag not given is refused on its guest, as `check_allowed` would.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from gpuvm.secrets import redact
 from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, guest_docker, guest_driver, guest_mig, guest_nic,
                          guest_nic_ats, guest_rdma, guest_ssh_mesh, host_graphics, host_passthrough, host_reboot,
                          vm_advanced, vm_hardware, vm_lifecycle, vm_power, vm_version)
-from gpuvm.steps.base import Context, Step
+from gpuvm.steps.base import Context, Options, Step
 from gpuvm.vsphere.facts import Inventory
 
 STEPS: list[Step] = [
@@ -263,7 +264,7 @@ def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, p
     attempted: set[int] = set()  # ids of the changes carried out (or tried): each at most once
     for step in _run_order():
         if step is None:
-            _replan_guests(plan, desired, ctx, outcome, parallel, progress, keep)
+            failed_targets |= _replan_guests(plan, desired, ctx, journal, outcome, parallel, progress, keep)
             continue
         by_target: dict[str, list[Change]] = {}
         for change in plan.for_step(step.name):
@@ -297,19 +298,20 @@ def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, p
                 outcome.done.setdefault(target, []).extend(changes)
 
 
-def _replan_guests(plan: Plan, desired: Desired, ctx: Context, outcome: Outcome, parallel: int,
-                   progress: Progress | None, keep: Keep | None) -> None:
+def _replan_guests(plan: Plan, desired: Desired, ctx: Context, journal: Journal, outcome: Outcome, parallel: int,
+                   progress: Progress | None, keep: Keep | None) -> set[str]:
     """Guests are observed again once a step that restarts them changed their VM (a host reboot stops
     its VMs), or if some did not answer at plan time: they may just have booted, so gpuvm first waits
     for their SSH to come up. Guest steps that ran before the VM steps are planned again only for the
-    guests that did not answer then."""
+    guests that did not answer then. A change planned now that needs a flag the user did not give is
+    not applied: its guest fails (returned), its other changes are skipped."""
     cluster = ctx.cluster
     restarting = {s.name for s in STEPS if s.restarts_guest}
     if cluster is None or not cluster.of_role("guest"):
-        return
+        return set()
     rebooted = {t for t, changes in outcome.done.items() if any(c.step in restarting for c in changes)}
     if not rebooted and not ctx.unreachable:
-        return
+        return set()
     booting = (set(ctx.unreachable) | rebooted) & set(cluster.of_role("guest"))
     _wait_for_ssh(cluster, booting, ctx.options.guest_boot_timeout, progress)
     early = {s.name for s in _early_guest_steps()}
@@ -325,10 +327,35 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, outcome: Outcome,
         facts = _facts_of(e.results)
     again = [c for step in guest_steps for c in plan_step(step, ctx, desired, facts)
              if step.name in late or c.target in ctx.unreachable]
-    plan.changes.extend(keep.keep(again) if keep else again)
+    again = keep.keep(again) if keep else again
+    refused = _refuse_unallowed(again, ctx.options, journal, outcome, progress)
+    plan.changes.extend(c for c in again if c not in refused)
     if progress:
         progress("guest.*", "all guests", f"observed again after VM changes: "
                                           f"{sum(1 for c in plan.changes if c.step in late)} change(s)")
+    return {c.target for c in refused}
+
+
+def _refuse_unallowed(changes: list[Change], options: Options, journal: Journal, outcome: Outcome,
+                      progress: Progress | None) -> list[Change]:
+    """`check_allowed` for the guest changes planned during apply: those that need VM power-off
+    without --allow-power-off (a guest step's only disruption that needs a flag) fail their guest
+    and step, one line each, in the outcome, the journal and the progress. Returns them."""
+    if options.allow_power_off:
+        return []
+    refused = [c for c in changes if c.disruption == Disruption.VM_POWER_OFF]
+    by_key: dict[tuple[str, str], list[Change]] = {}
+    for change in refused:
+        by_key.setdefault((change.target, change.step), []).append(change)
+    for (target, step), held in by_key.items():
+        what = "; ".join(f"{c.field} {c.before} → {c.after}" for c in held)
+        error = InputError(f"{what} needs VM power-off (found when the guest was observed again during apply): "
+                           "not applied without --allow-power-off")
+        outcome.failed[f"{target} ({step})"] = error
+        journal.record_all("failed", list(held), error=str(error))
+        if progress:
+            progress(step, target, f"failed: {error}")
+    return refused
 
 
 def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: Progress | None) -> None:
