@@ -4,6 +4,7 @@ from results.json, and the command's table, JSON and errors."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -188,3 +189,103 @@ def test_json_output_matches_its_schema_file():
     data = json.loads(gpuvm("--model", "resnet18", "--json").stdout)
     assert set(data) == set(schema["required"]) == set(schema["properties"])
     assert set(data["memory_gib_per_gpu"]["data_parallel"]) == set(schema["$defs"]["memory"]["required"])
+
+
+# --inventory: the GPU model and count from a saved inventory. lab.json is what `gpuvm inventory
+# --save` wrote from the simulator (2 hosts x 4 A100 80GB); the mixed one changes esx-02's GPUs to
+# what `gpusim -gpu h100-80` gives (10de:2331, "GH100 [H100 PCIe]") and adds a GPU not in the table.
+LAB = Path(__file__).parents[1] / "fixtures" / "inventory" / "lab.json"
+
+
+def _mixed_inventory(tmp_path) -> Path:
+    from gpuvm.vsphere.facts import Inventory, PciDevice
+
+    inventory = Inventory.load(LAB)
+    for device in inventory.hosts["esx-02"].gpus:
+        device.device_id, device.device_name = 0x2331, "GH100 [H100 PCIe]"
+    host = inventory.hosts["esx-01"]
+    host.pci.append(PciDevice(id="0000:e3:00.0", vendor_id=0x10DE, device_id=0x2235, class_id=0x0302,
+                              device_name="GA102GL [A40]", passthru_capable=True))
+    host.gpu_memory_mb["0000:e3:00.0"] = 48 * 1024
+    path = tmp_path / "mixed.json"
+    inventory.save(path)
+    return path
+
+
+def test_inventory_gpus_by_model(tmp_path):
+    from gpuvm.sizing.inventory import gpus_by_model
+
+    lab = gpus_by_model(LAB)
+    assert list(lab) == ["a100-80gb"] and lab["a100-80gb"].hosts == {"esx-01": 4, "esx-02": 4}
+    mixed = gpus_by_model(_mixed_inventory(tmp_path))
+    assert {name: (m.known, m.hosts) for name, m in mixed.items()} == {
+        "a100-80gb": (True, {"esx-01": 4}), "h100-pcie": (True, {"esx-02": 4}),
+        "GA102GL [A40]": (False, {"esx-01": 1})}
+
+
+def test_command_takes_the_gpu_model_and_count_from_the_inventory():
+    data = json.loads(gpuvm("--model", "resnet50", "--inventory", LAB, "--json").stdout)
+    assert (data["inputs"]["gpu"], data["inputs"]["gpus"], data["gpu"]["memory_gib"]) == ("a100-80gb", 8, 80)
+    assert data["samples_per_s"] == pytest.approx(8 * 0.2 * 156e12 / (3 * 2 * 4.09e9), rel=1e-4)
+    assert data["assumptions"][0] == (f"GPU: a100-80gb from the inventory {LAB} (8 on 2 host(s): esx-01, esx-02); "
+                                      "the job uses all of them (--gpus for fewer)")
+    table = gpuvm("--model", "resnet50", "--inventory", LAB)
+    assert table.exit_code == 0 and "8 x a100-80gb" in table.output and "from the inventory" in table.output
+
+
+def test_inventory_count_gives_way_to_gpus_from_flags_section_or_results(tmp_path):
+    assert json.loads(gpuvm("--model", "resnet50", "--inventory", LAB, "--gpus", 2, "--json").stdout)["inputs"]["gpus"] == 2
+    many = json.loads(gpuvm("--model", "resnet50", "--inventory", LAB, "--gpus", 16, "--json").stdout)
+    assert many["inputs"]["gpus"] == 16 and "the job's 16 GPUs are more than it holds" in many["assumptions"][0]
+    book = tmp_path / "book.yaml"
+    book.write_text("sizing:\n  model: resnet18\n  gpus: 3\n")
+    assert json.loads(gpuvm(book, "--inventory", LAB, "--json").stdout)["inputs"]["gpus"] == 3
+    measured = json.loads(gpuvm("--model", "resnet50", "--inventory", LAB, "--results", _results(tmp_path),
+                                "--json").stdout)
+    assert measured["inputs"]["gpus"] == 4 and measured["samples_per_s"] == 2757.0
+
+
+def test_several_models_in_the_inventory_need_gpu_to_pick(tmp_path):
+    mixed = _mixed_inventory(tmp_path)
+    result = gpuvm("--model", "resnet50", "--inventory", mixed)
+    message = " ".join(result.stderr.split())
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "holds several GPU models: a100-80gb (4 on 1 host(s): esx-01); h100-pcie (4 on 1 host(s): esx-02); " \
+           "'GA102GL [A40]' (1 on 1 host(s): esx-01; not in gpuvm's table); pick one with --gpu" in message, message
+    for pick in ("h100-pcie", "GH100 [H100 PCIe]"):  # the table's name or vSphere's
+        data = json.loads(gpuvm("--model", "resnet50", "--inventory", mixed, "--gpu", pick, "--json").stdout)
+        assert (data["inputs"]["gpu"], data["inputs"]["gpus"]) == ("h100-pcie", 4)
+    book = tmp_path / "book.yaml"
+    book.write_text("sizing:\n  model: resnet50\n  gpu: a100-80gb\n")
+    data = json.loads(gpuvm(book, "--inventory", mixed, "--json").stdout)
+    assert (data["inputs"]["gpu"], data["inputs"]["gpus"]) == ("a100-80gb", 4)
+
+
+@pytest.mark.parametrize("pick", ["t4", "radeon", "a100-40gb"])
+def test_a_gpu_not_in_the_inventory_names_those_it_holds(tmp_path, pick):
+    result = gpuvm("--model", "resnet50", "--inventory", _mixed_inventory(tmp_path), "--gpu", pick)
+    message = " ".join(result.stderr.split())
+    assert result.exit_code == 2 and f"--gpu '{pick}'" in message and "not in the inventory" in message
+    assert all(name in message for name in ("a100-80gb (4", "h100-pcie (4", "'GA102GL [A40]'")), message
+
+
+def test_inventory_errors(tmp_path):
+    from gpuvm.vsphere.facts import Inventory
+
+    only_unknown = Inventory.load(LAB)
+    only_unknown.hosts = {"esx-01": only_unknown.hosts["esx-01"]}
+    for device in only_unknown.hosts["esx-01"].gpus:
+        device.device_id, device.device_name = 0x2235, "GA102GL [A40]"
+    only_unknown.hosts["esx-01"].gpu_memory_mb = {}
+    none = Inventory.load(LAB)
+    none.hosts = {}
+    cases = [(only_unknown, "is not a GPU of gpuvm's table (a100-80gb, "), (none, "holds no NVIDIA GPU")]
+    for i, (inventory, message) in enumerate(cases):
+        inventory.save(tmp_path / f"{i}.json")
+        result = gpuvm("--model", "resnet50", "--inventory", tmp_path / f"{i}.json")
+        assert result.exit_code == 2 and message in " ".join(result.stderr.split()), result.stderr
+    (tmp_path / "junk.json").write_text('{"format": "gpuvm-inventory/9"}')
+    result = gpuvm("--model", "resnet50", "--inventory", tmp_path / "junk.json")
+    assert result.exit_code == 2 and "junk.json: not a gpuvm inventory snapshot (format:" in result.stderr
+    result = gpuvm("--model", "resnet50", "--inventory", tmp_path / "missing.json")
+    assert result.exit_code == 2 and "missing.json: cannot read snapshot" in result.stderr

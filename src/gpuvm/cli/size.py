@@ -1,5 +1,6 @@
 """`gpuvm size`: a thin command over gpuvm.sizing (inputs from the runbook's `sizing` section, flags
-override them; `--results` puts a measured throughput in place of the estimate)."""
+override them; `--results` puts a measured throughput in place of the estimate; `--inventory` takes
+the GPU model and count from a saved inventory)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def size_command(
     batch_per_gpu: Annotated[Optional[int], typer.Option(help="Samples per GPU per step  [default: 64]")] = None,
     gpu: Annotated[Optional[str], typer.Option(help="a100-80gb, a100-40gb, h100-sxm, h100-pcie, l40s, a30, "
                                                     "v100-32gb, v100-16gb, t4  [default: a100-80gb]")] = None,
-    gpus: Annotated[Optional[int], typer.Option(help="GPUs per job  [default: 1, or the measured point's]")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="GPUs per job  [default: 1, the measured point's, or "
+                                                     "all of --inventory's]")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="Jobs reading from the storage at once  [default: 1]")] = None,
     sample_kb: Annotated[Optional[float], typer.Option(help="One sample on disk, KB  [default: 110]")] = None,
     dataset_samples: Annotated[Optional[int], typer.Option(help="Samples per epoch  [default: 1281167]")] = None,
@@ -50,6 +52,9 @@ def size_command(
     results: Annotated[Optional[Path], typer.Option(help="A results directory: use its measured images/s, and "
                                                          "show its storage benchmarks' read rates")] = None,
     benchmark: Annotated[Optional[str], typer.Option(help="The benchmark of --results to read")] = None,
+    inventory: Annotated[Optional[Path], typer.Option(help="A saved inventory (gpuvm inventory RUNBOOK --save "
+                                                           "FILE): its GPU model (--gpu picks one where it "
+                                                           "holds several) and count")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON (schema gpuvm.size/1)")] = False,
 ) -> None:
     """Memory per GPU, GPU count, storage rate, reads in flight, checkpoint rate and epoch time of a training job."""
@@ -69,15 +74,17 @@ def size_command(
             rate, measured_gpus, source = found
             given.setdefault("gpus", measured_gpus)
             measured = (rate, source)
-    sizing = size(_spec(runbook, given), measured, storage)
+    spec, notes = _spec(runbook, given, inventory)
+    sizing = size(spec, measured, storage, notes)
     if json_:
         print(json.dumps(sizing_json(sizing), indent=2))
     else:
         print_sizing(out, sizing)
 
 
-def _spec(runbook: Path | None, given: dict[str, Any]) -> Any:
-    """The runbook's `sizing` section with the flags given laid over it."""
+def _spec(runbook: Path | None, given: dict[str, Any], inventory: Path | None = None) -> tuple[Any, list[str]]:
+    """The runbook's `sizing` section with the flags given laid over it, then the inventory's GPU model
+    (and its count of them, where neither says how many GPUs a job has); with notes for the report."""
     from pydantic import ValidationError
 
     from gpuvm.sizing.spec import SizingSpec
@@ -88,8 +95,21 @@ def _spec(runbook: Path | None, given: dict[str, Any]) -> Any:
         if book.sizing is None:
             raise InputError(f"{runbook}: no `sizing` section (see gpuvm/sizing/spec.py), or leave the runbook out")
         section = book.sizing.model_dump(exclude_unset=True)
+    fields, notes = {**section, **given}, []
+    if inventory is not None:
+        from gpuvm.sizing.inventory import gpu_from_inventory
+
+        flag = f"{runbook}: sizing.gpu" if "gpu" in section and "gpu" not in given else "--gpu"
+        chosen, note = gpu_from_inventory(inventory, fields.get("gpu"), flag)
+        fields["gpu"] = chosen.model
+        if "gpus" not in fields:
+            fields["gpus"] = chosen.count
+            note += "; the job uses all of them (--gpus for fewer)"
+        elif fields["gpus"] > chosen.count:
+            note += f"; the job's {fields['gpus']} GPUs are more than it holds"
+        notes.append(note)
     try:
-        return SizingSpec.model_validate({**section, **given})
+        return SizingSpec.model_validate(fields), notes
     except ValidationError as e:
         first = e.errors()[0]
         field = ".".join(str(p) for p in first["loc"])

@@ -81,14 +81,15 @@ def smallest_sharded(full: Memory, usable_gib: float) -> int | None:
 
 
 def size(spec: SizingSpec, measured: tuple[float, str] | None = None,
-         storage: list[MeasuredStorage] | None = None) -> Sizing:
+         storage: list[MeasuredStorage] | None = None, notes: list[str] | None = None) -> Sizing:
     """The sizing of `spec`; `measured` (samples/s of one job, where from) replaces the estimate;
-    `storage`: read rates measured, shown beside the rate needed."""
+    `storage`: read rates measured, shown beside the rate needed; `notes`: where inputs came from
+    (an inventory's GPUs), printed first among the assumptions."""
     gpu = find_gpu(spec.gpu)
     assert gpu is not None  # SizingSpec checked it
     table = MODELS.get(spec.model or "")
     parameters = spec.parameters or table.parameters
-    notes: list[str] = []
+    notes = list(notes or [])
 
     if spec.activation_mb_per_sample is not None:
         activation_fp32 = spec.activation_mb_per_sample * 1e6
