@@ -1,0 +1,46 @@
+"""`gpuvm --version`, shell completion, and the README's step table in the engine's order (issue 14)."""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpuvm.cli.main import app
+from gpuvm.engine import STEPS
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def test_version_prints_the_package_version_and_exits_0():
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"gpuvm {version('gpuvm')}\n"
+
+
+def test_shell_completion_is_offered_installable_and_completes_commands():
+    help_text = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    assert "--install-completion" in help_text and "--show-completion" in help_text
+    script = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="gpuvm")
+    assert script.exit_code == 0 and "complete -o default -F _gpuvm_completion gpuvm" in script.output
+    # what the installed script runs on <TAB>: `gpuvm pl` completes to `plan`
+    completed = CliRunner().invoke(app, [], prog_name="gpuvm",
+                                   env={"_GPUVM_COMPLETE": "complete_bash", "COMP_WORDS": "gpuvm pl", "COMP_CWORD": "1"})
+    assert completed.exit_code == 0 and completed.output.split() == ["plan"]
+
+
+def readme_step_table() -> list[str]:
+    """The step names of README's table `| step | target | what |`, top to bottom."""
+    table = README.read_text().split("| step | target | what |\n", 1)[1]
+    names = []
+    for line in table.splitlines()[1:]:  # after the |---| row
+        if not line.startswith("|"):
+            break
+        names.append(re.match(r"\| `([a-z_.]+)` \|", line).group(1))
+    return names
+
+
+def test_the_readme_step_table_lists_every_step_in_the_order_they_run():
+    assert readme_step_table() == [step.name for step in STEPS]
