@@ -134,11 +134,15 @@ def main() -> int:
         print(f"{name:<12}{cells}")
     print("(CLI rows: the whole process, login and logout included; floor and gpuvm read: in-process, after login)")
     last, first = rows[-1], rows[0]
-    growth = last["seconds"]["plan"] / first["seconds"]["plan"]
+    growth = {name: last["seconds"][name] / first["seconds"][name] for name in COMMANDS}
+    span = f"{first['hosts']}_to_{last['hosts']}"
+    print(f"growth {first['hosts']} → {last['hosts']} hosts: "
+          + ", ".join(f"{name} {g:.2f}x" for name, g in growth.items()))
     print(f"plan_x_floor_{last['hosts']}={last['seconds']['plan'] / last['seconds']['floor']:.2f} "
           f"json_x_floor_{last['hosts']}={last['seconds']['plan --json'] / last['seconds']['floor']:.2f} "
           f"inventory_x_floor_{last['hosts']}={last['seconds']['inventory'] / last['seconds']['floor']:.2f} "
-          f"plan_growth_{first['hosts']}_to_{last['hosts']}={growth:.2f} "
+          f"plan_growth_{span}={growth['plan']:.2f} json_growth_{span}={growth['plan --json']:.2f} "
+          f"inventory_growth_{span}={growth['inventory']:.2f} "
           f"plan_requests_{last['hosts']}={last['requests']['plan']}")
     return 0
 

@@ -28,8 +28,9 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
         figure = numbers_from is not None and i >= numbers_from
         out.add_column(column, overflow="fold", justify="right" if figure else "left",
                        no_wrap=numbers_from is not None and i > 0)
+    starts = set(sections)  # looked up per row: a set, not the caller's list
     for i, row in enumerate(rows):
-        if i in sections and i:
+        if i in starts and i:
             out.add_section()
         out.add_row(*(redact("" if cell is None else str(cell)) for cell in row),
                     style=styles[i] if i < len(styles) else None)

@@ -225,7 +225,7 @@ def _add_clones(rb: Runbook, inventory: Inventory) -> dict[str, Clone]:
     so that the VM steps plan its hardware, devices and power-on like any VM's, and capacity
     counts it."""
     clones = {}
-    taken: dict[str, list[tuple[str, int]]] = {}  # datastore → the clones planned onto it (VM, GB)
+    taken: dict[str, _Taken] = {}  # datastore → the clones planned onto it
     for i, vm in enumerate(rb.vms):
         if vm.state == "absent" or vm.name in inventory.vms or vm.template is None:
             continue
@@ -239,7 +239,7 @@ def _add_clones(rb: Runbook, inventory: Inventory) -> dict[str, Clone]:
             known = ", ".join(sorted(inventory.datastores)) or "none"
             raise rb.error(("vms", i, "datastore"), f"datastore '{datastore}' not found in vCenter "
                                                     f"(datastores: {known})")
-        _check_space(rb, i, vm, template, inventory.datastores[datastore], taken.setdefault(datastore, []))
+        _check_space(rb, i, vm, template, inventory.datastores[datastore], taken.setdefault(datastore, _Taken()))
         info = _guestinfo(rb, i, vm) if vm.cloud_init else {}
         clones[vm.name] = Clone(vm.template, datastore, tuple(info.items()), vm.folder, _folder(rb, i, vm, inventory),
                                 vm.resource_pool, _pool(rb, i, vm, inventory))
@@ -275,20 +275,29 @@ def _pool(rb: Runbook, i: int, vm: Vm, inventory: Inventory) -> str:
     return mine[0]
 
 
-def _check_space(rb: Runbook, i: int, vm: Vm, template: VmFacts, datastore: DatastoreFacts,
-                 taken: list[tuple[str, int]]) -> None:
+class _Taken:
+    """The clones planned onto one datastore and the GB they take together (a running total, not
+    summed again per clone)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.gb = 0
+
+
+def _check_space(rb: Runbook, i: int, vm: Vm, template: VmFacts, datastore: DatastoreFacts, taken: _Taken) -> None:
     """A clone takes what its template's files take (summary.storage.committed); the clones planned
     onto one datastore fit its free space together, or the plan stops before anything is cloned."""
     need = template.disk_gb
     if not need:
         return  # a template vCenter reports no size for: vSphere decides (NoDiskSpace)
-    before = sum(gb for _, gb in taken)
+    before = taken.gb
     if before + need > datastore.free_gb:
-        others = f" ({before} GB of it go to the clones of {', '.join(n for n, _ in taken)})" if taken else ""
+        others = f" ({before} GB of it go to the clones of {', '.join(taken.names)})" if taken.names else ""
         raise rb.error(("vms", i, "datastore" if vm.datastore else "template"),
                        f"VM {vm.name}: its clone of {vm.template} needs {need} GB on datastore {datastore.name}, which "
                        f"has {datastore.free_gb} GB free{others}")
-    taken.append((vm.name, need))
+    taken.names.append(vm.name)
+    taken.gb += need
 
 
 def _guestinfo(rb: Runbook, i: int, vm: Vm) -> dict[str, str]:

@@ -96,9 +96,18 @@ def _needs_host(changes: list[Change]) -> bool:
     return _adds_devices(changes) or any(c.disruption == Disruption.HOST_REBOOT for c in changes)
 
 
+def _on_hosts(selection: Selection, inventory: Inventory) -> dict[str | None, set[str]]:
+    """`vms_by_host` indexed by host: host → the VMs on it (the inventory's and the runbook's)."""
+    index: dict[str | None, set[str]] = {}
+    for vm, host in vms_by_host(selection, inventory):
+        index.setdefault(host, set()).add(vm)
+    return index
+
+
 def _whole_target_reasons(by_target: dict[str, list[Change]], inside: set[str], selection: Selection,
-                          inventory: Inventory) -> dict[str, str]:
-    """VMs (with their guests) inside that depend on a target outside: name → why."""
+                          inventory: Inventory, on_hosts: dict[str | None, set[str]]) -> dict[str, str]:
+    """VMs (with their guests) inside that depend on a target outside: name → why. `on_hosts`:
+    `_on_hosts(selection, inventory)`, built once by the caller."""
     reasons: dict[str, str] = {}
     for name in sorted(inside & by_target.keys()):
         changes = by_target[name]
@@ -108,8 +117,7 @@ def _whole_target_reasons(by_target: dict[str, list[Change]], inside: set[str], 
         if host in by_target and _needs_host(changes):
             reasons[name] = f"its changes need the {len(by_target[host])} change(s) planned on its host {host}"
             continue
-        others = sorted(vm for vm, on in vms_by_host(selection, inventory)
-                        if on == host and vm != name and vm not in inside)
+        others = sorted(vm for vm in on_hosts.get(host, ()) if vm != name and vm not in inside)
         removing = [o for o in others if _removes_devices(by_target.get(o, []))]
         if _adds_devices(changes) and removing:
             reasons[name] = f"its new devices need devices removed from {', '.join(removing)} first"
@@ -147,6 +155,21 @@ class Scope:
     selection: Selection
     inventory: Inventory
     left_out: frozenset[str] = frozenset()  # targets left out whole when the plan was narrowed
+    # selection.targets(inventory) and _on_hosts, built once: both go over every VM, and covers() is
+    # asked per guest and per failure. Built again only if the inventory's VMs changed in number (apply
+    # adds the VMs it clones; a VM entry replaced keeps its host).
+    _index: tuple[tuple[int, int], frozenset[str], dict[str | None, set[str]]] | None = \
+        field(default=None, init=False, repr=False, compare=False)
+
+    def _indexed(self) -> tuple[frozenset[str], dict[str | None, set[str]]]:
+        key = (id(self.inventory.vms), len(self.inventory.vms))
+        if self._index is None or self._index[0] != key:
+            self._index = (key, self.selection.targets(self.inventory), _on_hosts(self.selection, self.inventory))
+        return self._index[1], self._index[2]
+
+    def targets(self) -> frozenset[str]:
+        """The selection's targets on this inventory (`Selection.targets`)."""
+        return self._indexed()[0]
 
     def narrow_changes(self, changes: Sequence[Change]) -> tuple[list[Change], list[Note]]:
         """The changes on the selected targets that depend on nothing outside them, and notes saying
@@ -154,9 +177,11 @@ class Scope:
         by_target: dict[str, list[Change]] = {}
         for change in changes:
             by_target.setdefault(change.target, []).append(change)
-        inside = set(self.selection.targets(self.inventory)) - self.left_out
+        targets, on_hosts = self._indexed()
+        inside = set(targets) - self.left_out
         whole: dict[str, str] = {}
-        while reasons := _whole_target_reasons(by_target, inside, self.selection, self.inventory):  # one left out may strand others
+        while reasons := _whole_target_reasons(by_target, inside, self.selection, self.inventory,
+                                               on_hosts):  # one left out may strand others
             inside -= reasons.keys()
             whole |= reasons
         self.left_out |= whole.keys()
@@ -183,11 +208,11 @@ class Scope:
         return self.narrow_changes(changes)[0]
 
     def covers(self, target: str) -> bool:
-        return target in self.selection.targets(self.inventory) and target not in self.left_out
+        return target in self.targets() and target not in self.left_out
 
     def narrow(self, plan: Plan) -> Plan:
         kept, notes = self.narrow_changes(plan.changes)
-        inside = self.selection.targets(self.inventory)
+        inside = self.targets()
         return replace(plan, changes=kept, notes=[n for n in plan.notes if n.target in inside or n.target == "-"]
                        + notes, unobserved={n: why for n, why in plan.unobserved.items() if self.covers(n)})
 

@@ -37,14 +37,20 @@ def expand_vm_groups(data: dict, lines: Lines, where: Any) -> tuple[Lines, dict[
     new_lines = {k: v for k, v in lines.items() if k[:1] != ("vms",)}
     if ("vms",) in lines:
         new_lines[("vms",)] = lines[("vms",)]
+    by_entry: dict[Any, list[tuple[tuple[str | int, ...], int]]] = {}  # g → the lines under ("vms", g), in order
+    for key, line in lines.items():
+        if len(key) >= 2 and key[0] == "vms":
+            by_entry.setdefault(key[1], []).append((key[2:], line))
     for g, item in enumerate(vms):
         members = _expand(item, g, where) if _is_group(item) else [item]
+        entry_lines = by_entry.get(g, [])
+        if _is_group(item):  # not the lines of hosts' items: its VMs have no hosts (and no error names them)
+            entry_lines = [(rest, line) for rest, line in entry_lines if not (len(rest) > 1 and rest[0] == "hosts")]
         for member in members:
             j = len(out)
             out.append(member)
-            for key, line in lines.items():
-                if key[:2] == ("vms", g):
-                    new_lines[("vms", j) + key[2:]] = line
+            for rest, line in entry_lines:
+                new_lines[("vms", j) + rest] = line
             if _is_group(item):
                 shown[("vms", j)] = f"vms[{g}] ({member['name']})"
                 if ("vms", g, "hosts") in lines:
