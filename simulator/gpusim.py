@@ -81,6 +81,7 @@ class Simulator:
         templates: Iterable[str] = (),
         vm_folders: Iterable[str] = (),
         resource_pools: Iterable[str] = (),
+        networks: Iterable[str] = (),
         on_power_on: str | None = None,
         datastore_gb: int | None = None,
         binary: str | Path | None = None,
@@ -102,6 +103,7 @@ class Simulator:
         self.templates = list(templates)  # VM templates on the first host, to clone from
         self.vm_folders = list(vm_folders)  # VM folders in the datacenter, to clone into
         self.resource_pools = list(resource_pools)  # pools in the cluster's root pool, to clone into
+        self.networks = list(networks)  # NAME[:HOST,HOST...]: standard port groups on those hosts (default all)
         self.on_power_on = on_power_on  # run when a VM with cloud-init data powers on
         self.datastore_gb = datastore_gb  # room for clones (40 GB each) on each datastore
         self.binary = Path(binary) if binary else binary_path()
@@ -142,6 +144,7 @@ class Simulator:
         cmd += [f"-template={name}" for name in self.templates]
         cmd += [f"-vm-folder={name}" for name in self.vm_folders]
         cmd += [f"-resource-pool={name}" for name in self.resource_pools]
+        cmd += [f"-network={spec}" for spec in self.networks]
         for f in self.faults:
             cmd.append("-" + f.lstrip("-"))
         for host, gpus in self.mig.items():

@@ -17,7 +17,8 @@ import (
 // CloneVMTask clones a VM or template onto the host, resource pool and datastore the spec's
 // location names (the stock simulator keeps the source's host), copying what a clone keeps:
 // hardware version, firmware, CPUs, memory, reservation and extraConfig, plus the spec's
-// extraConfig (cloud-init's guestinfo.*). The datastore must have room for the clone's disk
+// extraConfig (cloud-init's guestinfo.*), and the source's virtual NICs with the spec's edits of
+// them (cloneNICs: a network the target host lacks fails the clone). The datastore must have room for the clone's disk
 // (-clone-disk-gb of -datastore-gb), else NoDiskSpace as vSphere words it.
 func (p *vmProxy) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) soap.HasFault {
 	src := p.vm()
@@ -67,6 +68,10 @@ func (p *vmProxy) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) s
 		if !ok {
 			return nil, &types.InvalidArgument{InvalidProperty: "folder"}
 		}
+		nics, fault := cloneNICs(src, req, hs)
+		if fault != nil {
+			return nil, fault
+		}
 		config := types.VirtualMachineConfigSpec{
 			Name:                         req.Name,
 			GuestId:                      src.Config.GuestId,
@@ -76,6 +81,7 @@ func (p *vmProxy) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) s
 			Firmware:                     src.Config.Firmware,
 			MemoryReservationLockedToMax: src.Config.MemoryReservationLockedToMax,
 			Files:                        &types.VirtualMachineFileInfo{VmPathName: fmt.Sprintf("[%s]", ds.Name)},
+			DeviceChange:                 nics,
 		}
 		create := &types.CreateVM_Task{This: folder.Self, Config: config, Pool: *pool, Host: hostRef}
 		res, err := p.g.stockTaskResult(p.real, func() soap.HasFault { return folder.CreateVMTask(ctx, create) })

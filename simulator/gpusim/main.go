@@ -41,6 +41,7 @@ type options struct {
 	templates         multiFlag
 	vmFolders         multiFlag
 	pools             multiFlag
+	networks          multiFlag
 	datastoreGB       int
 	cloneDiskGB       int
 	onPowerOn         string
@@ -67,6 +68,7 @@ func parseFlags() *options {
 	flag.Var(&o.failClone, "fail-clone", "VMNAME[:COUNT]: CloneVM_Task to a VM of that name fails COUNT times (repeatable)")
 	flag.Var(&o.templates, "template", "NAME: a VM template on the first host (repeatable), to clone VMs from")
 	flag.Var(&o.vmFolders, "vm-folder", "NAME: a VM folder in the datacenter (repeatable), to clone VMs into")
+	flag.Var(&o.networks, "network", "NAME[:HOST,HOST...]: a standard port group on those hosts (default all; repeatable), for clones' NICs")
 	flag.Var(&o.pools, "resource-pool", "NAME: a resource pool in the cluster's root pool (repeatable), to clone VMs into")
 	flag.IntVar(&o.datastoreGB, "datastore-gb", 10240, "room on each datastore for clones, in GB")
 	flag.IntVar(&o.cloneDiskGB, "clone-disk-gb", 40, "what each clone takes on its datastore, in GB")
@@ -151,7 +153,7 @@ func run(o *options) error {
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(60+o.hosts*o.vmsPerHost/20)*time.Second)
-	err = g.createVMs(ctx, server.URL, o.vmsPerHost, o.vmPower == "on", o.vmVersion, o.templates, o.vmFolders, o.pools)
+	err = g.createVMs(ctx, server.URL, o.vmsPerHost, o.vmPower == "on", o.vmVersion, o.templates, o.vmFolders, o.pools, o.networks)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("create VMs: %w", err)

@@ -13,8 +13,9 @@ import (
 
 // createVMs makes <host>-vm<j> on every host through the simulator's own API,
 // so the stock code lays out files, devices and runtime.host as usual.
-// Templates (-template) go on the first host: 4 vCPU, 8192 MB, efi, `version`, marked as template.
-func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn bool, version string, templates, folders, pools []string) error {
+// Templates (-template) go on the first host: 4 vCPU, 8192 MB, efi, `version`, one vmxnet3 NIC on
+// "VM Network" (what a clone's NIC starts on), marked as template.
+func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn bool, version string, templates, folders, pools, networks []string) error {
 	c, err := govmomi.NewClient(ctx, u, true)
 	if err != nil {
 		return err
@@ -28,6 +29,10 @@ func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn
 	ds, ok := simulator.Map.Any("Datastore").(*simulator.Datastore)
 	if !ok {
 		return fmt.Errorf("no datastore")
+	}
+	markUplinks()
+	if err := g.addNetworks(ctx, c, networks); err != nil {
+		return err
 	}
 	folder := object.NewFolder(c.Client, dc.VmFolder)
 	for _, name := range folders {
@@ -94,6 +99,13 @@ func (g *gpusim) createVMs(ctx context.Context, u *url.URL, perHost int, powerOn
 			NumCPUs: 4, MemoryMB: 8192, Firmware: string(types.GuestOsDescriptorFirmwareTypeEfi),
 			MemoryReservationLockedToMax: types.NewBool(false),
 			Files:                        &types.VirtualMachineFileInfo{VmPathName: fmt.Sprintf("[%s]", ds.Name)},
+			DeviceChange: []types.BaseVirtualDeviceConfigSpec{&types.VirtualDeviceConfigSpec{
+				Operation: types.VirtualDeviceConfigSpecOperationAdd,
+				Device: &types.VirtualVmxnet3{VirtualVmxnet: types.VirtualVmxnet{VirtualEthernetCard: types.VirtualEthernetCard{
+					VirtualDevice: types.VirtualDevice{Key: 4000, DeviceInfo: &types.Description{Label: "Network adapter 1"}, Backing: &types.VirtualEthernetCardNetworkBackingInfo{
+						VirtualDeviceDeviceBackingInfo: types.VirtualDeviceDeviceBackingInfo{DeviceName: "VM Network"}}},
+					AddressType: string(types.VirtualEthernetCardMacTypeGenerated)}}},
+			}},
 		}
 		task, err := folder.CreateVM(ctx, spec, pool, object.NewHostSystem(c.Client, h.hs.Self))
 		if err != nil {

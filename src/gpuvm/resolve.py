@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from gpuvm.capacity import check_capacity
+from gpuvm.clone_network import CloneNetwork, clone_network
 from gpuvm.cloud_init import guestinfo, public_key_problem
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
 from gpuvm.errors import InputError, listed
@@ -85,6 +86,7 @@ class Clone:
     folder_moid: str = ""
     pool: str | None = None  # the resource pool (name; pool_moid its moid); None: the cluster's root pool
     pool_moid: str = ""
+    network: CloneNetwork | None = None  # the network the clone's first NIC joins; None: the template's
 
 
 @dataclass
@@ -242,7 +244,8 @@ def _add_clones(rb: Runbook, inventory: Inventory) -> dict[str, Clone]:
         _check_space(rb, i, vm, template, inventory.datastores[datastore], taken.setdefault(datastore, _Taken()))
         info = _guestinfo(rb, i, vm) if vm.cloud_init else {}
         clones[vm.name] = Clone(vm.template, datastore, tuple(info.items()), vm.folder, _folder(rb, i, vm, inventory),
-                                vm.resource_pool, _pool(rb, i, vm, inventory))
+                                vm.resource_pool, _pool(rb, i, vm, inventory),
+                                clone_network(rb, i, vm, template, inventory))
         inventory.vms[vm.name] = template.model_copy(update={
             "name": vm.name, "moid": "", "host": vm.host, "power_state": "poweredOff", "datastores": [datastore],
             "clone_of": vm.template, "extra_config": template.extra_config | info})

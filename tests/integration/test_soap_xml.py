@@ -93,7 +93,9 @@ def test_lxml_decodes_the_inventory_read_as_pyvmomi_does(lab):
         slow = pyvmomi_retrieve(session)
         kinds = collections.Counter(type(o.obj).__name__ for o in fast)
         assert len(fast) == len(slow) and kinds == {"vim.HostSystem": 2, "vim.VirtualMachine": 6, "vim.Datastore": 1,
-                                                    "vim.Folder": 4, "vim.ResourcePool": 1}, kinds
+                                                    "vim.Folder": 4, "vim.ResourcePool": 1, "vim.Network": 1,
+                                                    "vim.dvs.DistributedVirtualPortgroup": 2,
+                                                    "vim.DistributedVirtualSwitch": 1}, kinds
         for a, b in zip(sorted(fast, key=lambda o: o.obj._moId), sorted(slow, key=lambda o: o.obj._moId)):
             same(a, b, a.obj._moId)
         facts = inventory.read_inventory(session)
@@ -102,6 +104,9 @@ def test_lxml_decodes_the_inventory_read_as_pyvmomi_does(lab):
     assert vms["esx-01-vm2"].pci[0].assigned in ("0000:17:00.0", "0000:b1:00.0") and vms["esx-02-vm1"].pci[0].profile == "grid_a100-20c"
     assert facts.hosts["esx-01"].device("0000:17:00.0").passthru_active
     assert facts.hosts["esx-02"].graphics.default_type == "sharedDirect"
+    pg = facts.networks["DC0_DVPG0"][0]  # a distributed port group: its key and its switch's uuid
+    assert pg.portgroup_key == pg.moid and pg.switch_uuid and not facts.networks["VM Network"][0].distributed
+    assert pg.moid in facts.hosts["esx-01"].networks and facts.networks["VM Network"][0].moid in facts.hosts["esx-02"].networks
 
 
 def test_faults_raised_faults_in_the_data_decoded_by_pyvmomi_requests_counted(lab):

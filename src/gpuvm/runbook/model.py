@@ -295,9 +295,22 @@ class Vm(Strict):
     datastore: Name | None = None  # where a clone goes; default: the template's datastore
     folder: Name | None = None  # the VM folder a clone goes into; default: the template's
     resource_pool: Name | None = None  # a pool of the host's cluster for a clone; default: the cluster's root pool
+    # the network (one of the host's: a port group or distributed port group, "VM Network" say) a clone's first NIC
+    # joins; default: the template's
+    network: str | None = None
     cloud_init: CloudInit | None = None  # a clone's identity on first boot
     hardware_version: str | None = None  # vmx-NN: upgraded to at least this (VM powered off)
 
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, value: str | None) -> str | None:
+        # vSphere network names may hold spaces ("VM Network"); at most 80 characters, as a port group's
+        if value is not None and (not value.strip() or value != value.strip() or len(value) > 80
+                                  or any(ord(c) < 32 or ord(c) == 127 for c in value)):
+            raise ValueError(f"{shown(value)} is not a network name (1 to 80 characters, no control characters or "
+                             "leading/trailing spaces)")
+        return value
 
     @field_validator("hardware_version")
     @classmethod
@@ -308,8 +321,9 @@ class Vm(Strict):
 
     @model_validator(mode="after")
     def _clone(self) -> "Vm":
-        if (self.cloud_init or self.datastore or self.folder or self.resource_pool) and not self.template:
-            raise ValueError("cloud_init, datastore, folder and resource_pool apply to a VM gpuvm creates: give template")
+        if (self.cloud_init or self.datastore or self.folder or self.resource_pool or self.network) and not self.template:
+            raise ValueError("cloud_init, datastore, folder, resource_pool and network apply to a VM gpuvm creates: "
+                             "give template")
         return self
 
     @field_validator("mmio")

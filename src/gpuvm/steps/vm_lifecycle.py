@@ -11,7 +11,9 @@ powered off, with cloud-init's guestinfo in its extraConfig; the plan creates no
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from gpuvm.clone_network import CloneNetwork
 from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import Clone, DesiredVm
 from gpuvm.steps.base import Context, Step
@@ -57,7 +59,8 @@ def plan(vm: DesiredVm, facts: VmFacts | None) -> list[Change]:
         return [Change(NAME, vm.name, "vm", "exists", None,
                        f"create: clone of {vm.clone.template} on {vm.host}, datastore {vm.clone.datastore}"
                        + (f", folder {vm.clone.folder}" if vm.clone.folder else "")
-                       + (f", resource pool {vm.clone.pool}" if vm.clone.pool else ""),
+                       + (f", resource pool {vm.clone.pool}" if vm.clone.pool else "")
+                       + (f", network {vm.clone.network.name}" if vm.clone.network else ""),
                        Disruption.NONE, CloneVm(vm.clone))]
     return []
 
@@ -77,12 +80,34 @@ def _clone(ctx: Context, vm: DesiredVm, clone: Clone) -> None:
         pool = ctx.session.ref("ResourcePool", clone.pool_moid)
     spec = vim.vm.CloneSpec(powerOn=False, template=False, location=vim.vm.RelocateSpec(
         host=host, pool=pool, datastore=ctx.session.ref("Datastore", inventory.datastores[clone.datastore].moid)))
-    if clone.guestinfo:
+    if clone.guestinfo or clone.network:
         spec.config = vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key=k, value=v) for k, v in clone.guestinfo])
+    if clone.network:
+        spec.config.deviceChange = [_nic_edit(ctx, template, clone.network)]
     made = run_task(f"CloneVM_Task (clone of {clone.template})",
                     lambda: template.CloneVM_Task(folder=folder, name=vm.name, spec=spec), ctx.options.task_timeout)
     planned = inventory.vms[vm.name]  # the steps that follow find the new VM by its moid
     inventory.vms[vm.name] = planned.model_copy(update={"moid": made._moId, "clone_of": None})
+
+
+def _nic_edit(ctx: Context, template: Any, network: CloneNetwork) -> Any:
+    """The edit of the template's first NIC (as the clone gets it) onto the runbook's network: the
+    template's device as read (one read, at apply), its backing replaced, connected at power-on."""
+    from pyVmomi import vim
+
+    devices = call("read the template's devices", lambda: template.config.hardware.device)
+    nic = next((d for d in devices if d.key == network.nic_key), None)
+    if not isinstance(nic, vim.vm.device.VirtualEthernetCard):  # gone since the plan: a minimal device of that class
+        nic = getattr(vim.vm.device, network.nic_type)(key=network.nic_key)
+    if network.portgroup_key:
+        nic.backing = vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo(
+            port=vim.dvs.PortConnection(switchUuid=network.switch_uuid, portgroupKey=network.portgroup_key))
+    else:
+        nic.backing = vim.vm.device.VirtualEthernetCard.NetworkBackingInfo(
+            network=ctx.session.ref("Network", network.moid), deviceName=network.name)
+    nic.connectable = vim.vm.device.VirtualDevice.ConnectInfo(startConnected=True, allowGuestControl=True,
+                                                              connected=False)
+    return vim.vm.device.VirtualDeviceSpec(operation=vim.vm.device.VirtualDeviceSpec.Operation.edit, device=nic)
 
 
 def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:

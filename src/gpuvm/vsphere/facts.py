@@ -71,6 +71,7 @@ class HostFacts(BaseModel):
     name: str
     moid: str
     compute_resource: str = ""  # moid of its cluster (or standalone compute resource): its resource pools' owner
+    networks: list[str] = []  # moids of the networks (standard and distributed port groups) it has (HostSystem.network)
     system_uuid: str = ""
     memory_mb: int = 0
     cpu_threads: int = 0  # logical CPUs; 0: not read
@@ -119,6 +120,14 @@ class VmPciDevice(BaseModel):
         return f"{self.address}"
 
 
+class VmNic(BaseModel):
+    """A VM's first virtual NIC: what a clone's edit of it needs (its device key and class)."""
+
+    key: int
+    type: str  # the pyVmomi class name: VirtualE1000, VirtualVmxnet3, ...
+    network: str = ""  # the network's moid (a distributed port group's key); "" when not read
+
+
 class VmFacts(BaseModel):
     name: str
     moid: str
@@ -133,11 +142,26 @@ class VmFacts(BaseModel):
     pci: list[VmPciDevice] = []
     datastores: list[str] = []  # names
     disk_gb: int = 0  # what its files take on its datastores (summary.storage.committed): what a clone needs
+    nic: VmNic | None = None  # its first virtual NIC (None: it has none)
     clone_of: str | None = None  # not created yet: the plan clones it from this template (moid "")
 
     @property
     def powered_on(self) -> bool:
         return self.power_state == "poweredOn"
+
+
+class NetworkFacts(BaseModel):
+    """A network a VM's NIC can connect to: a standard port group (`Network`) or a distributed
+    port group (its key and its switch's uuid, which a NIC's backing names)."""
+
+    name: str
+    moid: str
+    portgroup_key: str = ""  # distributed port groups only
+    switch_uuid: str = ""
+
+    @property
+    def distributed(self) -> bool:
+        return bool(self.portgroup_key)
 
 
 class DatastoreFacts(BaseModel):
@@ -156,6 +180,7 @@ class Inventory(BaseModel):
     datastores: dict[str, DatastoreFacts] = {}
     folders: dict[str, list[str]] = {}  # VM folder name → moids (names need not be unique)
     pools: dict[str, list[tuple[str, str]]] = {}  # resource pool name → (moid, owner compute resource moid)
+    networks: dict[str, list[NetworkFacts]] = {}  # network name → the networks of that name (names need not be unique)
     _vms_by_host: tuple[int, dict[str | None, list[VmFacts]]] = PrivateAttr(default=(-1, {}))
 
     def vms_on(self, host: str) -> list[VmFacts]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from gpuvm.pci import unsigned16
-from gpuvm.vsphere.facts import DatastoreFacts, Graphics, HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
+from gpuvm.vsphere.facts import (DatastoreFacts, Graphics, HostFacts, Inventory, NetworkFacts, PciDevice, VmFacts, VmNic,
+                                  VmPciDevice)
 from gpuvm.vsphere.session import Session
 
 HOST_PROPERTIES = [
     "name",
     "parent",
+    "network",
     "hardware.pciDevice",
     "hardware.numaInfo",
     "hardware.systemInfo.uuid",
@@ -52,6 +54,9 @@ VM_PROPERTIES = [
 DATASTORE_PROPERTIES = ["name", "summary.freeSpace"]
 FOLDER_PROPERTIES = ["name", "childType"]
 POOL_PROPERTIES = ["name", "owner"]
+NETWORK_PROPERTIES = ["name"]  # standard port groups (and opaque networks); distributed port groups add:
+PORTGROUP_PROPERTIES = ["name", "key", "config.distributedVirtualSwitch"]
+SWITCH_PROPERTIES = ["uuid", "config.uplinkPortgroup"]  # its uuid goes into a NIC's port backing; no NIC joins an uplink
 
 PAGE_SIZE = 5000  # objects per page; vCenter may return fewer
 
@@ -62,7 +67,8 @@ def retrieve(session: Session) -> list[Any]:
 
     content = session.content
     view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine, vim.Datastore,
-                                                                        vim.Folder, vim.ResourcePool], True)
+                                                                        vim.Folder, vim.ResourcePool, vim.Network,
+                                                                        vim.DistributedVirtualSwitch], True)
     try:
         traverse = vmodl.query.PropertyCollector.TraversalSpec(name="view", path="view", skip=False,
                                                                type=vim.view.ContainerView)
@@ -74,6 +80,10 @@ def retrieve(session: Session) -> list[Any]:
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.Datastore, pathSet=DATASTORE_PROPERTIES),
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.Folder, pathSet=FOLDER_PROPERTIES),
                 vmodl.query.PropertyCollector.PropertySpec(type=vim.ResourcePool, pathSet=POOL_PROPERTIES),
+                vmodl.query.PropertyCollector.PropertySpec(type=vim.Network, pathSet=NETWORK_PROPERTIES),
+                vmodl.query.PropertyCollector.PropertySpec(type=vim.dvs.DistributedVirtualPortgroup,
+                                                           pathSet=PORTGROUP_PROPERTIES),
+                vmodl.query.PropertyCollector.PropertySpec(type=vim.DistributedVirtualSwitch, pathSet=SWITCH_PROPERTIES),
             ],
         )
         collector = content.propertyCollector
@@ -115,6 +125,7 @@ def host_facts(moid: str, props: dict[str, Any]) -> HostFacts:
     parent = props.get("parent")
     return HostFacts(
         name=props["name"], moid=moid, compute_resource=parent._moId if parent is not None else "",
+        networks=[ref._moId for ref in props.get("network") or []],
         system_uuid=props.get("hardware.systemInfo.uuid") or "",
         memory_mb=int(props.get("hardware.memorySize") or 0) // (1024 * 1024),
         cpu_threads=int(props.get("hardware.cpuInfo.numCpuThreads") or 0),
@@ -169,6 +180,22 @@ def vm_pci_devices(devices: list[Any]) -> list[VmPciDevice]:
     return out
 
 
+def vm_nic(devices: list[Any]) -> VmNic | None:
+    """The first virtual NIC (in device order, as the guest numbers them), its key and class."""
+    from pyVmomi import vim
+
+    for dev in devices or []:
+        if isinstance(dev, vim.vm.device.VirtualEthernetCard):
+            backing = dev.backing
+            network = ""
+            if isinstance(backing, vim.vm.device.VirtualEthernetCard.NetworkBackingInfo) and backing.network is not None:
+                network = backing.network._moId
+            elif isinstance(backing, vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo) and backing.port:
+                network = backing.port.portgroupKey or ""
+            return VmNic(key=dev.key, type=type(dev).__name__.rpartition(".")[2], network=network)
+    return None
+
+
 def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
              datastore_names: dict[str, str] | None = None) -> VmFacts:
     host_ref = props.get("runtime.host")
@@ -183,6 +210,7 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
         hw_version=str(props.get("config.version") or ""),
         extra_config={o.key: str(o.value) for o in props.get("config.extraConfig") or []},
         pci=vm_pci_devices(props.get("config.hardware.device") or []),
+        nic=vm_nic(props.get("config.hardware.device") or []),
         datastores=[(datastore_names or {}).get(ref._moId, ref._moId) for ref in props.get("datastore") or []],
         disk_gb=-(-int(props.get("summary.storage.committed") or 0) >> 30),
     )
@@ -197,6 +225,9 @@ def read_inventory(session: Session) -> Inventory:
     datastores: dict[str, DatastoreFacts] = {}
     folders: dict[str, list[str]] = {}
     pools: dict[str, list[tuple[str, str]]] = {}
+    networks: list[tuple[dict[str, Any], NetworkFacts]] = []
+    switches: dict[str, str] = {}  # distributed switch moid → uuid
+    uplinks: set[str] = set()  # the switches' uplink port groups: not a network for a VM
     vm_objects = []
     for obj in objects:
         props = _props(obj)
@@ -213,12 +244,26 @@ def read_inventory(session: Session) -> Inventory:
         elif isinstance(obj.obj, vim.ResourcePool):  # vApps too: a vApp is a resource pool
             owner = props.get("owner")
             pools.setdefault(props["name"], []).append((obj.obj._moId, owner._moId if owner is not None else ""))
+        elif isinstance(obj.obj, vim.Network):  # distributed port groups too
+            networks.append((props, NetworkFacts(name=props["name"], moid=obj.obj._moId,
+                                                 portgroup_key=props.get("key") or "")))
+        elif isinstance(obj.obj, vim.DistributedVirtualSwitch):
+            switches[obj.obj._moId] = props.get("uuid") or ""
+            uplinks.update(ref._moId for ref in props.get("config.uplinkPortgroup") or [])
         else:
             vm_objects.append((obj.obj._moId, props))
+    by_name: dict[str, list[NetworkFacts]] = {}
+    for props, net in networks:
+        if net.moid in uplinks:
+            continue
+        switch = props.get("config.distributedVirtualSwitch")
+        if switch is not None:
+            net.switch_uuid = switches.get(switch._moId, "")
+        by_name.setdefault(net.name, []).append(net)
     datastore_names = {d.moid: d.name for d in datastores.values()}
     vms, templates = {}, {}
     for moid, props in vm_objects:
         facts = vm_facts(moid, props, host_names, datastore_names)
         (templates if props.get("config.template") else vms)[facts.name] = facts
     return Inventory(source=session.target.url, hosts=hosts, vms=vms, templates=templates, datastores=datastores,
-                     folders=folders, pools=pools)
+                     folders=folders, pools=pools, networks=by_name)
