@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
-from gpuvm.cli.common import access, err, fail, handle_errors, interactive, load, out
+from gpuvm.cli.common import access, err, escape, fail, handle_errors, interactive, load, out
 
 
 def register(app: typer.Typer) -> None:
@@ -170,7 +169,7 @@ class _Progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=err,
+                                  TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=err.rich,
                                   transient=False)
         self._progress.__enter__()
         self._task: Any = None

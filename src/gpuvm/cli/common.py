@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from gpuvm.errors import GpuvmError
 from gpuvm.secrets import redact
@@ -20,15 +18,39 @@ from gpuvm.secrets import redact
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _console(stderr: bool = False) -> Console:
-    console = Console(stderr=stderr, highlight=False, markup=False)  # text from runbooks and hosts is text
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = 160  # logs and pipes: no terminal to fit, keep rows on one line
-    return console
+class _Console:
+    """rich's Console, made when first used: importing rich costs a start-up ~30 ms that `--help`
+    and `validate` (which print plain lines) need not pay."""
+
+    def __init__(self, stderr: bool):
+        self._stderr = stderr
+        self._console: Any = None
+
+    @property
+    def rich(self) -> Any:
+        """The Console itself (for rich's own widgets, e.g. a Progress)."""
+        if self._console is None:
+            from rich.console import Console
+
+            console = Console(stderr=self._stderr, highlight=False, markup=False)  # text from runbooks and hosts is text
+            if not console.is_terminal and "COLUMNS" not in os.environ:
+                console.width = 160  # logs and pipes: no terminal to fit, keep rows on one line
+            self._console = console
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rich, name)
 
 
-out = _console()
-err = _console(stderr=True)
+out = _Console(stderr=False)
+err = _Console(stderr=True)
+
+
+def escape(text: str) -> str:
+    """`text` with rich's markup escaped (what runbooks and hosts say is never markup)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def fail(message: str, code: int) -> typer.Exit:

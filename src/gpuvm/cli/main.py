@@ -11,7 +11,7 @@ import typer
 from gpuvm.cli import bench_report, bench_run, init, size
 from gpuvm.cli.common import access, err, fail, handle_errors, interactive, load, out
 
-app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Turn vSphere hosts with NVIDIA GPUs into a deep-learning cluster, and prove it performs.")
 
 
@@ -34,7 +34,7 @@ def _setup(_: bool = typer.Option(False, "--version", callback=_version, is_eage
     logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 
-bench_app = typer.Typer(no_args_is_help=True, help="Run, compare and report benchmark campaigns.")
+bench_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Run, compare and report benchmark campaigns.")
 app.add_typer(bench_app, name="bench")
 bench_report.register(bench_app)
 bench_run.register(bench_app)
@@ -74,7 +74,7 @@ def validate(runbook: Path = RUNBOOK) -> None:
     govc_url = os.environ.get("GOVC_URL")
     if book.vcenter is not None and not book.vcenter.url and govc_url and (problem := url_problem(govc_url)):
         raise InputError(f"GOVC_URL (the runbook names no vcenter.url): {shown(govc_url)} {problem}")
-    out.print(f"{runbook}: valid ({len(book.hosts)} host(s), {len(book.vms)} VM(s))")
+    typer.echo(f"{runbook}: valid ({len(book.hosts)} host(s), {len(book.vms)} VM(s))")
 
 
 @app.command()
