@@ -125,7 +125,6 @@ class VmNic(BaseModel):
 
     key: int
     type: str  # the pyVmomi class name: VirtualE1000, VirtualVmxnet3, ...
-    network: str = ""  # the network's moid (a distributed port group's key); "" when not read
 
 
 class VmFacts(BaseModel):

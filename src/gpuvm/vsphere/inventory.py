@@ -186,13 +186,7 @@ def vm_nic(devices: list[Any]) -> VmNic | None:
 
     for dev in devices or []:
         if isinstance(dev, vim.vm.device.VirtualEthernetCard):
-            backing = dev.backing
-            network = ""
-            if isinstance(backing, vim.vm.device.VirtualEthernetCard.NetworkBackingInfo) and backing.network is not None:
-                network = backing.network._moId
-            elif isinstance(backing, vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo) and backing.port:
-                network = backing.port.portgroupKey or ""
-            return VmNic(key=dev.key, type=type(dev).__name__.rpartition(".")[2], network=network)
+            return VmNic(key=dev.key, type=type(dev).__name__.rpartition(".")[2])
     return None
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 NAME = "guest.ssh_mesh"  # first: the parts below name their errors with it
 
-import threading  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 from gpuvm.errors import TargetFailures
@@ -57,25 +56,11 @@ def wanted(target: RemoteTarget) -> bool:
     return target.guest is not None and guests is not None and guests.ssh_mesh is not None and guests.ssh_mesh.enabled
 
 
-_ROUND_LOCK = threading.Lock()
-
-
-def _round_peers(ctx: Context) -> tuple[Peer, ...]:
-    """`peer_host_keys` once per observe round, not once per guest (each call goes over every guest:
-    N x N for N guests). A round's guests share one Context (`engine.observe_remote` makes one per
-    round), so the peers are kept on it; the first guest to ask collects them, the others wait."""
-    with _ROUND_LOCK:
-        slot = ctx.__dict__.setdefault("_mesh_peers", [threading.Lock(), None])
-    with slot[0]:
-        if slot[1] is None:
-            slot[1], _ = peer_host_keys(ctx.cluster)
-        return slot[1]
-
-
 def observe(ctx: Context, target: RemoteTarget) -> MeshFact:
     cluster = ctx.cluster
     files = read_files(target, cluster, mesh_user(target, cluster))
-    return MeshFact(files, load_cluster_key(cluster.state_dir), _round_peers(ctx), container_port(cluster))
+    peers, _ = peer_host_keys(cluster)
+    return MeshFact(files, load_cluster_key(cluster.state_dir), peers, container_port(cluster))
 
 
 def _resource(files: MeshFiles, name: str) -> str:
