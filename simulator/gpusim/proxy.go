@@ -31,11 +31,14 @@ var proxiedMethods = map[string]bool{
 	"PowerOffVM_Task":           true,
 	"EnterMaintenanceMode_Task": true,
 	"RebootHost_Task":           true,
+	"AddCustomFieldDef":         true,
+	"RemoveCustomFieldDef":      true,
+	"SetField":                  true,
 }
 
 var (
 	methodRe = regexp.MustCompile(`<(?:[A-Za-z0-9_.-]+:)?Body[^>]*>\s*<(?:[A-Za-z0-9_.-]+:)?([A-Za-z0-9_]+)[\s>/]`)
-	thisRe   = regexp.MustCompile(`(<(?:[A-Za-z0-9_.-]+:)?_this\b[^>]*\btype=")(VirtualMachine|HostSystem)("[^>]*>)\s*([^<\s]+)\s*<`)
+	thisRe   = regexp.MustCompile(`(<(?:[A-Za-z0-9_.-]+:)?_this\b[^>]*\btype=")(VirtualMachine|HostSystem|CustomFieldsManager)("[^>]*>)\s*([^<\s]+)\s*<`)
 )
 
 type router struct {
@@ -84,7 +87,7 @@ func (rt *router) serveUnproxied(w http.ResponseWriter, r *http.Request) {
 	rec := httptest.NewRecorder()
 	rt.next.ServeHTTP(rec, r)
 	body := rec.Body.Bytes()
-	for _, kind := range []string{"VirtualMachine", "HostSystem"} {
+	for _, kind := range []string{"VirtualMachine", "HostSystem", "CustomFieldsManager"} {
 		body = bytes.ReplaceAll(body, []byte(`"`+proxyPrefix+kind+`"`), []byte(`"`+kind+`"`))
 		body = bytes.ReplaceAll(body, []byte(`>`+proxyPrefix+kind+`<`), []byte(`>`+kind+`<`))
 	}
@@ -113,6 +116,8 @@ func (rt *router) ensureProxy(kind, value string) bool {
 			return false
 		}
 		simulator.Map.Put(&hostProxy{self: pref, real: real, g: rt.g})
+	case *simulator.CustomFieldsManager:
+		simulator.Map.Put(&fieldsProxy{self: pref, real: real})
 	default:
 		return false // let the stock code report the unknown object
 	}

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from gpuvm.errors import InputError
 from gpuvm.pci import MELLANOX, NVIDIA, gpu_memory_gb, pci_id
+from gpuvm.vsphere.intent import Intent
 
 
 class PciDevice(BaseModel):
@@ -85,6 +86,7 @@ class HostFacts(BaseModel):
     pci: list[PciDevice] = []
     passthru_system: str | None = None  # moid of configManager.pciPassthruSystem
     graphics_manager: str | None = None
+    intents: dict[str, Intent] = {}  # what a gpuvm run began on it and has not finished (vsphere/intent.py)
 
     def device(self, address: str) -> PciDevice | None:
         return next((d for d in self.pci if d.id == address), None)
@@ -143,6 +145,7 @@ class VmFacts(BaseModel):
     disk_gb: int = 0  # what its files take on its datastores (summary.storage.committed): what a clone needs
     nic: VmNic | None = None  # its first virtual NIC (None: it has none)
     clone_of: str | None = None  # not created yet: the plan clones it from this template (moid "")
+    intents: dict[str, Intent] = {}  # what a gpuvm run began on it and has not finished (vsphere/intent.py)
 
     @property
     def powered_on(self) -> bool:

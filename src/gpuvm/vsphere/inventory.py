@@ -12,7 +12,9 @@ from typing import Any
 from gpuvm.pci import unsigned16
 from gpuvm.vsphere.facts import (DatastoreFacts, Graphics, HostFacts, Inventory, NetworkFacts, PciDevice, VmFacts, VmNic,
                                   VmPciDevice)
+from gpuvm.vsphere.intent import field_key, values_of
 from gpuvm.vsphere.session import Session
+from gpuvm.vsphere.tasks import call
 
 HOST_PROPERTIES = [
     "name",
@@ -33,6 +35,7 @@ HOST_PROPERTIES = [
     "runtime.powerState",
     "configManager.pciPassthruSystem",
     "configManager.graphicsManager",
+    "customValue",
 ]
 
 VM_PROPERTIES = [
@@ -49,6 +52,7 @@ VM_PROPERTIES = [
     "config.memoryReservationLockedToMax",
     "datastore",
     "summary.storage.committed",
+    "customValue",
 ]
 
 DATASTORE_PROPERTIES = ["name", "summary.freeSpace"]
@@ -104,7 +108,7 @@ def _props(obj: Any) -> dict[str, Any]:
     return {p.name: p.val for p in (obj.propSet or [])}
 
 
-def host_facts(moid: str, props: dict[str, Any]) -> HostFacts:
+def host_facts(moid: str, props: dict[str, Any], intent_key: int | None = None) -> HostFacts:
     numa: dict[str, int] = {}
     numa_info = props.get("hardware.numaInfo")
     for index, node in enumerate(getattr(numa_info, "numaNode", None) or []):
@@ -140,6 +144,7 @@ def host_facts(moid: str, props: dict[str, Any]) -> HostFacts:
         pci=devices,
         passthru_system=_moid(props.get("configManager.pciPassthruSystem")),
         graphics_manager=_moid(props.get("configManager.graphicsManager")),
+        intents=values_of(props.get("customValue"), intent_key),
     )
 
 
@@ -191,7 +196,7 @@ def vm_nic(devices: list[Any]) -> VmNic | None:
 
 
 def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
-             datastore_names: dict[str, str] | None = None) -> VmFacts:
+             datastore_names: dict[str, str] | None = None, intent_key: int | None = None) -> VmFacts:
     host_ref = props.get("runtime.host")
     return VmFacts(
         name=props["name"], moid=moid,
@@ -207,6 +212,7 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
         nic=vm_nic(props.get("config.hardware.device") or []),
         datastores=[(datastore_names or {}).get(ref._moId, ref._moId) for ref in props.get("datastore") or []],
         disk_gb=-(-int(props.get("summary.storage.committed") or 0) >> 30),
+        intents=values_of(props.get("customValue"), intent_key),
     )
 
 
@@ -214,6 +220,7 @@ def read_inventory(session: Session) -> Inventory:
     from pyVmomi import vim
 
     objects = retrieve(session)
+    intent_key = field_key(call("read custom attributes", lambda: session.content.customFieldsManager.field))
     hosts: dict[str, HostFacts] = {}
     host_names: dict[str, str] = {}
     datastores: dict[str, DatastoreFacts] = {}
@@ -226,7 +233,7 @@ def read_inventory(session: Session) -> Inventory:
     for obj in objects:
         props = _props(obj)
         if isinstance(obj.obj, vim.HostSystem):
-            facts = host_facts(obj.obj._moId, props)
+            facts = host_facts(obj.obj._moId, props, intent_key)
             hosts[facts.name] = facts
             host_names[facts.moid] = facts.name
         elif isinstance(obj.obj, vim.Datastore):
@@ -257,7 +264,7 @@ def read_inventory(session: Session) -> Inventory:
     datastore_names = {d.moid: d.name for d in datastores.values()}
     vms, templates = {}, {}
     for moid, props in vm_objects:
-        facts = vm_facts(moid, props, host_names, datastore_names)
+        facts = vm_facts(moid, props, host_names, datastore_names, intent_key)
         (templates if props.get("config.template") else vms)[facts.name] = facts
     return Inventory(source=session.target.url, hosts=hosts, vms=vms, templates=templates, datastores=datastores,
                      folders=folders, pools=pools, networks=by_name)

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/methods"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/soap"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// Custom attributes as vCenter keeps them (the stock simulator differs in three ways gpuvm relies on):
+// a field definition's type is "string" (a global field's was empty, which pyVmomi refuses);
+// SetField replaces the entity's value for that key (the stock one appended a value per call);
+// RemoveCustomFieldDef of a key that does not exist is InvalidArgument, not NotFound.
+
+type fieldsProxy struct {
+	self, real types.ManagedObjectReference
+}
+
+func (p *fieldsProxy) Reference() types.ManagedObjectReference { return p.self }
+
+func (p *fieldsProxy) AddCustomFieldDef(req *types.AddCustomFieldDef) soap.HasFault {
+	m := simulator.Map.CustomFieldsManager()
+	body := m.AddCustomFieldDef(req).(*methods.AddCustomFieldDefBody)
+	if body.Res != nil {
+		body.Res.Returnval.Type = "string"
+		for i := range m.Field {
+			if m.Field[i].Key == body.Res.Returnval.Key {
+				m.Field[i].Type = "string"
+			}
+		}
+	}
+	return body
+}
+
+func (p *fieldsProxy) RemoveCustomFieldDef(req *types.RemoveCustomFieldDef) soap.HasFault {
+	m := simulator.Map.CustomFieldsManager()
+	body := m.RemoveCustomFieldDef(req).(*methods.RemoveCustomFieldDefBody)
+	if body.Fault_ != nil {
+		if _, missing := body.Fault_.Detail.Fault.(*types.NotFound); missing {
+			body.Fault_ = simulator.Fault("A specified parameter was not correct: key", &types.InvalidArgument{InvalidProperty: "key"})
+		}
+	}
+	return body
+}
+
+func (p *fieldsProxy) SetField(ctx *simulator.Context, req *types.SetField) soap.HasFault {
+	m := simulator.Map.CustomFieldsManager()
+	body := m.SetField(ctx, req).(*methods.SetFieldBody)
+	if body.Fault_ != nil {
+		return body
+	}
+	entity := simulator.Map.Get(req.Entity).(mo.Entity).Entity()
+	ctx.WithLock(entity, func() {
+		entity.CustomValue = lastPerKey(entity.CustomValue)
+		entity.Value = lastPerKey(entity.Value)
+	})
+	return body
+}
+
+// lastPerKey keeps one value per key, the last set, where it was first set.
+func lastPerKey(values []types.BaseCustomFieldValue) []types.BaseCustomFieldValue {
+	last := map[int32]types.BaseCustomFieldValue{}
+	for _, v := range values {
+		last[v.GetCustomFieldValue().Key] = v
+	}
+	var out []types.BaseCustomFieldValue
+	seen := map[int32]bool{}
+	for _, v := range values {
+		key := v.GetCustomFieldValue().Key
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, last[key])
+		}
+	}
+	return out
+}
