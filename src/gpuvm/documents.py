@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 from gpuvm.plan import Plan
-from gpuvm.secrets import redact
+from gpuvm.secrets import scrub
 from gpuvm.vsphere.facts import Inventory
 
 VERSIONS = {"plan": 1, "apply": 1, "verify": 1, "inventory": 1, "bench-run": 1, "bench-compare": 1, "size": 1}
@@ -33,8 +33,9 @@ def document(command: str, **fields: Any) -> dict[str, Any]:
 
 
 def dumps(data: dict[str, Any], indent: int | None = 2) -> str:
-    """One document as JSON text, secrets scrubbed; `indent=None`: one line (for event streams)."""
-    return redact(json.dumps(data, indent=indent, default=str, ensure_ascii=False))
+    """One document as JSON text, secrets scrubbed from its values before encoding; `indent=None`:
+    one line (for event streams)."""
+    return json.dumps(scrub(data), indent=indent, default=str, ensure_ascii=False)
 
 
 def plan_fields(plan: Plan) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuvm.errors import InputError
 from gpuvm.plan import Change
-from gpuvm.secrets import redact
+from gpuvm.secrets import scrub
 
 
 JOURNAL = "journal.jsonl"
@@ -80,7 +80,7 @@ class Journal:
             if change is not None:
                 entry.update(change.to_dict())
             entry.update(extra)
-            lines.append(redact(json.dumps(entry, default=str, sort_keys=False)) + "\n")
+            lines.append(json.dumps(scrub(entry), default=str, sort_keys=False) + "\n")  # values first, then JSON
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             with self._lock:

@@ -3,17 +3,30 @@
 Every password or passphrase gpuvm reads goes through `secret_from_env`, which remembers the
 value; `redact` replaces every remembered value in a string. Logs, plans, journals, reports and
 error messages pass their text through `redact` before it leaves the process.
+
+Order matters: a secret holding `"`, `\\` or non-ASCII changes form once encoded (JSON writes
+`\\"` and `\\u00e9`, repr doubles backslashes), so structured output is scrubbed on its values
+first (`scrub`), then encoded. `redact` also masks each secret's JSON-escaped, repr and
+unicode-escaped forms, for text that was already encoded before it reached gpuvm (a fault's repr).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import re
+import sys
 import threading
+import traceback
+from typing import Any
+from urllib.parse import quote
 
 from gpuvm.errors import InputError
 
 _lock = threading.Lock()
 _known: set[str] = set()
+_pattern: re.Pattern[str] | None = None  # every form of every secret, longest first; None: no secrets
 
 MASK = "********"
 MIN_LENGTH = 6  # a shorter secret cannot be masked without garbling other text (`tim********`)
@@ -27,8 +40,30 @@ def remember(value: str | None, where: str = "a secret") -> str | None:
             raise InputError(f"{where}: the secret is shorter than {MIN_LENGTH} characters; gpuvm could not "
                              "mask it in its output without garbling other text: use a longer one")
         with _lock:
-            _known.add(value)
+            if value not in _known:
+                _known.add(value)
+                _compile()
     return value
+
+
+def _forms(secret: str) -> set[str]:
+    """The ways `secret` can be written once encoded: as is, JSON-escaped (ASCII or not), as
+    Python's repr writes it, unicode-escaped (`shown`), percent-encoded (URLs); and each of those
+    JSON-escaped again."""
+    def escaped(text: str) -> set[str]:
+        return {json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]}
+
+    once = {secret, *escaped(secret), repr(secret)[1:-1], secret.encode("unicode_escape").decode("ascii"),
+            quote(secret, safe="")}
+    twice = set().union(*(escaped(form) for form in once))  # a repr inside JSON, JSON inside JSON
+    return {form for form in once | twice if len(form) >= MIN_LENGTH}
+
+
+def _compile() -> None:
+    """One pattern for every form of every secret (called under the lock)."""
+    global _pattern
+    forms = sorted(set().union(*(_forms(s) for s in _known)), key=len, reverse=True)
+    _pattern = re.compile("|".join(map(re.escape, forms))) if forms else None
 
 
 def is_secret(value: str) -> bool:
@@ -71,8 +106,85 @@ def remember_runbook_secrets(model: object) -> None:
 
 
 def redact(text: str) -> str:
-    with _lock:
-        values = sorted(_known, key=len, reverse=True)
-    for value in values:
-        text = text.replace(value, MASK)
-    return text
+    """`text` with every form of every remembered secret masked."""
+    pattern = _pattern
+    return text if pattern is None else pattern.sub(MASK, text)
+
+
+def scrub(value: Any) -> Any:
+    """`value` with every secret masked in every string it holds, for encoding next (JSON, YAML, a
+    log line): dicts (keys too), lists, tuples and sets walked; numbers, booleans and None kept;
+    anything else (exceptions, paths, dates) as its scrubbed text, what `json.dumps(default=str)`
+    would have written."""
+    if isinstance(value, str):
+        return redact(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, dict):
+        return {scrub(k): scrub(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [scrub(item) for item in value]
+    return redact(str(value))
+
+
+class _RedactingFilter(logging.Filter):
+    """Masks secrets in a log record's values before they are formatted into its message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        if isinstance(record.args, dict):
+            record.args = {k: _loggable(v) for k, v in record.args.items()}
+        elif record.args:
+            record.args = tuple(_loggable(a) for a in record.args)
+        return True
+
+
+def _loggable(value: Any) -> Any:
+    """A log argument with its secrets masked; numbers stay numbers (`%d`)."""
+    return value if value is None or isinstance(value, (bool, int, float)) else scrub(value)
+
+
+class _RedactingFormatter(logging.Formatter):
+    """The formatted line masked again: a traceback (`exc_info`) is text only the formatter makes."""
+
+    def __init__(self, inner: logging.Formatter | None):
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(self.inner.format(record))
+
+
+def guard_output() -> None:
+    """Mask secrets in everything this process prints outside gpuvm's own messages: log records
+    (every handler of the root logger) and the tracebacks of unexpected errors, in the main thread
+    and in others. Called once by the CLI, after logging is configured."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _RedactingFilter) for f in handler.filters):
+            handler.addFilter(_RedactingFilter())
+            handler.setFormatter(_RedactingFormatter(handler.formatter))
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
+
+    def thread_excepthook(args: Any) -> None:
+        if args.exc_type is not SystemExit:
+            name = args.thread.name if args.thread else "a thread"
+            sys.stderr.write(f"Exception in {name}:\n"
+                             + redact("".join(traceback.format_exception(args.exc_type, args.exc_value,
+                                                                         args.exc_traceback))))
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_excepthook
+
+
+def without_password(url: str) -> str:
+    """`url` with the password of its user info masked (`https://user:***@host/sdk`), for
+    messages about a URL that may be malformed in any other way (so no URL parser is trusted:
+    the user info is everything before the last `@`)."""
+    scheme, sep, rest = url.partition("://") if "://" in url else ("", "", url)
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gpuvm.errors import InputError
 from gpuvm.runbook.benchmarks import Launch
 from gpuvm.runbook.loader import Locator, field_path
+from gpuvm.secrets import scrub
 
 FORMAT = "gpuvm-results/1"
 RESULTS_FILE = "results.json"
@@ -162,7 +163,7 @@ def save_results(directory: Path | str, results: Results) -> Path:
     directory = Path(directory)
     (directory / LOGS_DIR).mkdir(parents=True, exist_ok=True)
     path = directory / RESULTS_FILE
-    text = json.dumps(results.model_dump(mode="json"), indent=2) + "\n"
+    text = json.dumps(scrub(results.model_dump(mode="json")), indent=2) + "\n"  # secrets masked, then encoded
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

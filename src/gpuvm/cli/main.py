@@ -32,6 +32,9 @@ def _setup(_: bool = typer.Option(False, "--version", callback=_version, is_eage
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     # its transport chatter (tracebacks of refused connections at ERROR); failures reach us as errors
     logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+    from gpuvm.secrets import guard_output
+
+    guard_output()  # secrets masked in log lines and in the traceback of an unexpected error
 
 
 bench_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Run, compare and report benchmark campaigns.")
@@ -69,11 +72,12 @@ def validate(runbook: Path = RUNBOOK) -> None:
     from gpuvm.errors import InputError
     from gpuvm.runbook.model import url_problem
     from gpuvm.runbook.strict import shown
+    from gpuvm.secrets import without_password
 
     book = load(runbook)
     govc_url = os.environ.get("GOVC_URL")
     if book.vcenter is not None and not book.vcenter.url and govc_url and (problem := url_problem(govc_url)):
-        raise InputError(f"GOVC_URL (the runbook names no vcenter.url): {shown(govc_url)} {problem}")
+        raise InputError(f"GOVC_URL (the runbook names no vcenter.url): {shown(without_password(govc_url))} {problem}")
     typer.echo(f"{runbook}: valid ({len(book.hosts)} host(s), {len(book.vms)} VM(s))")
 
 

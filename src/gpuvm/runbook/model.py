@@ -14,6 +14,7 @@ from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, ValidationI
 from gpuvm.errors import InputError, listed
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.strict import Strict, checked_name, shown
+from gpuvm.secrets import without_password
 from gpuvm.sizing.spec import SizingSpec
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class VCenter(Strict):
     @classmethod
     def _url(cls, value: str | None) -> str | None:
         if value is not None and (problem := url_problem(value)):
-            raise ValueError(f"{shown(value)} {problem}")
+            raise ValueError(f"{shown(without_password(value))} {problem}")
         return value
 
 
@@ -76,7 +77,7 @@ def url_problem(url: str) -> str | None:
         parts = urlsplit(url if "://" in url else "https://" + url)
         port = parts.port  # raises on a port that is not a number from 0 to 65535
     except ValueError as e:
-        return f"is not a valid URL ({e})"
+        return f"is not a valid URL ({without_password(str(e))})"  # Python may quote the netloc
     if port == 0:
         return "names port 0 (leave the port out for 443)"
     if parts.scheme != "https":

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from gpuvm.errors import ConnectError, InputError
 from gpuvm.runbook.model import VCenter, env_flag, url_problem
 from gpuvm.runbook.strict import shown
-from gpuvm.secrets import redact, remember, secret_from_env
+from gpuvm.secrets import redact, remember, secret_from_env, without_password
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def resolve_target(config: VCenter, insecure: bool = False, where: Callable[[str
     if not url:
         raise InputError(f"{where('vcenter.url')}: no vCenter URL (set vcenter.url in the runbook or GOVC_URL)")
     if problem := url_problem(url):
-        raise InputError(f"{where('vcenter.url') if config.url else 'GOVC_URL'}: {shown(url)} {problem}")
+        raise InputError(f"{where('vcenter.url') if config.url else 'GOVC_URL'}: {shown(without_password(url))} {problem}")
     if "://" not in url:
         url = "https://" + url
     parts = urlsplit(url)
