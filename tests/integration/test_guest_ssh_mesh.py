@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -141,7 +143,9 @@ def test_other_mesh_user_through_sudo(testbed, tmp_path):
         plans = plan_all(cluster)
         assert {c.field for c in plans["gpu-vm-01"]} == {"directory", "identity", "authorized_keys",
                                                            "known_hosts", "config"}
-        assert mesh.apply_all(Context(cluster=cluster), plans) == {}
+        for name, changes in plans.items():  # the other guests are written as ever
+            mesh.apply(Context(cluster=cluster), cluster.targets[name], changes)
+            assert mesh.plan(cluster.targets[name], mesh.observe(Context(cluster=cluster), cluster.targets[name])) == []
         assert plan_all(cluster) == {g: [] for g in GUESTS}
         g1 = cluster.targets["gpu-vm-01"].executor
         assert g1.run(["stat", "-c", "%U %a", "/home/mpiuser/.ssh"], sudo=True).stdout == "mpiuser 700\n"
@@ -164,3 +168,62 @@ def test_state_key_is_reused_across_runs(cluster, tmp_path, testbed):
     finally:
         again.close()
     assert key_path(cluster.state_dir).read_bytes() == first
+
+
+CANARY = "/root/gpuvm-canary"  # root's own file on the guest (0600), standing in for /etc/shadow
+CANARY_TEXT = "root-only-canary-7c41"
+
+
+@pytest.mark.parametrize("link, points_to", [
+    ("known_hosts", CANARY),  # as root, observe read it into the plan and apply wrote it back as mpiuser's
+    ("authorized_keys", CANARY),
+    (".", CANARY + ".d"),  # ~/.ssh itself: as root, apply chowned and chmodded root's directory and wrote into it
+])
+def test_root_never_follows_a_link_in_the_mesh_users_ssh_dir(testbed, tmp_path, link, points_to):
+    """A mesh user other than the login user plants a link in ~/.ssh to a root-only file: that guest
+    fails, naming the link; the file is neither read nor changed; the other guests get their mesh."""
+    path = write_runbook(testbed, tmp_path / "runbook.yaml")
+    path.write_text(path.read_text().replace("ssh_mesh: {}", "ssh_mesh: {user: mpiuser}"))
+    cluster = build_cluster(load_runbook(path), state_dir(tmp_path / "state"))
+    victim = cluster.targets["gpu-vm-02"].executor
+    planted = "/home/mpiuser/.ssh" + ("" if link == "." else f"/{link}")
+    for target in cluster.of_role("guest").values():
+        target.executor.run(["sh", "-c", "id -u mpiuser >/dev/null 2>&1 || useradd -m -d /home/mpiuser -s /bin/sh "
+                                         "mpiuser; usermod -p '*' mpiuser"], sudo=True)
+    victim.run(["sh", "-c", f"umask 077; printf '{CANARY_TEXT}\\n' > {CANARY}; mkdir -p {CANARY}.d; "
+                            f"echo inside > {CANARY}.d/kept; [ {link} = . ] || mkdir -p /home/mpiuser/.ssh; "
+                            f"chown -R mpiuser: /home/mpiuser; ln -s {points_to} {planted}; chown -h mpiuser: {planted}"],
+               sudo=True)
+
+    def canary() -> str:
+        return victim.run(["sh", "-c", f"stat -c '%U %a %s' {CANARY} {CANARY}.d; sha256sum {CANARY}; ls -A {CANARY}.d"],
+                          sudo=True).stdout
+
+    before = canary()
+    try:
+        facts, errors = {}, {}
+        for name, target in cluster.of_role("guest").items():
+            try:
+                facts[name] = mesh.observe(Context(cluster=cluster), target)
+            except RemoteCommandError as e:
+                errors[name] = str(e)
+        assert list(errors) == ["gpu-vm-02"]
+        assert f"{planted} is a symbolic link" in errors["gpu-vm-02"]
+        plans = {n: mesh.plan(cluster.targets[n], f) for n, f in facts.items()}
+        # apply on the victim as if it had been planned (the link planted after the plan): refused too
+        forged = [replace(c, target="gpu-vm-02") for c in plans["gpu-vm-01"]]
+        with pytest.raises(RemoteCommandError, match=f"{planted} is a symbolic link"):
+            mesh.apply(Context(cluster=cluster), cluster.targets["gpu-vm-02"], forged)
+        for name, changes in plans.items():  # the other guests are written as ever
+            mesh.apply(Context(cluster=cluster), cluster.targets[name], changes)
+            assert mesh.plan(cluster.targets[name], mesh.observe(Context(cluster=cluster), cluster.targets[name])) == []
+        assert canary() == before and hashlib.sha256(f"{CANARY_TEXT}\n".encode()).hexdigest() in before
+        assert CANARY_TEXT not in repr(facts) + repr(errors)
+        leaked = victim.run(["sh", "-c", f"grep -rl {CANARY_TEXT} /home/mpiuser; true"], sudo=True).stdout
+        assert leaked == ""
+        assert victim.run(["readlink", planted], sudo=True).stdout.strip() == points_to  # the user's link kept
+    finally:
+        for target in cluster.of_role("guest").values():
+            target.executor.run(["sh", "-c", f"userdel -r mpiuser 2>/dev/null; rm -rf {CANARY} {CANARY}.d; true"],
+                                sudo=True)
+        cluster.close()

@@ -294,7 +294,7 @@ def test_parse_verify_and_error_table():
 # ------------------------------------------------------------------ observe / apply / verify
 
 READ = re.compile(r'echo "@@gpuvm home')
-WRITE = re.compile(r"^set -e\numask 077")
+WRITE = re.compile(r"set -e\numask 077")  # first in the script, or first within `sudo -u … sh -c '…'`
 VERIFY = re.compile(r"^probe\(\) \{", re.M)
 
 
@@ -333,8 +333,8 @@ def _written(call) -> dict[str, tuple[bytes, int]]:
         return {m.name: (tar.extractfile(m).read(), m.mode) for m in tar.getmembers()}
 
 
-@pytest.mark.parametrize("user, sudo", [("gpuadmin", False), ("mpiuser", True)])
-def test_apply_writes_only_the_changed_files_in_one_command(tmp_path, user, sudo):
+@pytest.mark.parametrize("user, other", [("gpuadmin", False), ("mpiuser", True)])
+def test_apply_writes_only_the_changed_files_in_one_command(tmp_path, user, other):
     existing = with_texts(EMPTY, authorized_keys="ssh-rsa AAAAB3other admin@laptop\n",
                           config="Host github.com\n  User git\n")
     existing = replace(existing, user=user, home=f"/home/{user}")
@@ -346,8 +346,10 @@ def test_apply_writes_only_the_changed_files_in_one_command(tmp_path, user, sudo
     mesh.apply(Context(cluster=cluster), target, changes)
     key = load_cluster_key(cluster.state_dir)
     read, write = fakes["gpu-vm-01"].calls
-    assert (read.sudo, write.sudo) == (sudo, sudo)
-    assert (f"chown {user}: " in write.command) == sudo
+    # as the mesh user, never as root: another user's files through `sudo -u`, no chown anywhere
+    assert [c.line.startswith(f"sudo -n -u {user} -H sh -c ") for c in (read, write)] == [other, other]
+    assert not any(c.line.startswith("sudo -n sh ") for c in (read, write))
+    assert not re.search(r"^\s*chown ", write.command, re.M)
     files = _written(write)
     assert sorted(files) == ["authorized_keys", "config", "id_ed25519_gpuvm", "id_ed25519_gpuvm.pub", "known_hosts"]
     assert files["id_ed25519_gpuvm"] == (key.private_bytes(), 0o600)

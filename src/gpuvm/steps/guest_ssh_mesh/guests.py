@@ -1,11 +1,15 @@
 """The guests in the mesh: which targets, the mesh user on each, their verified host keys.
 
 The mesh user is `guests.ssh_mesh.user`, default the guest's SSH user; when it is another user,
-the mesh's commands run with sudo. Host keys come from the connection gpuvm itself verified
-(`host_key_line()`), never from ssh-keyscan.
+the mesh's scripts run as that user (`sudo -u`), never as root: `~/.ssh` is the user's
+to shape, and root working there would follow a link the user planted (`known_hosts ->
+/etc/shadow`) to read or change what the user cannot. Host keys come from the connection gpuvm
+itself verified (`host_key_line()`), never from ssh-keyscan.
 """
 
 from __future__ import annotations
+
+import shlex
 
 from gpuvm.errors import ConnectError, GpuvmError, RemoteCommandError
 from gpuvm.steps.guest_ssh_mesh import NAME
@@ -24,8 +28,16 @@ def mesh_user(target: RemoteTarget, cluster: Cluster) -> str:
 
 
 def as_other_user(target: RemoteTarget, user: str) -> bool:
-    """Whether `user` is not the login user (its files are then read and written with sudo)."""
+    """Whether `user` is not the login user (its files are then read and written through sudo)."""
     return user != target.access.user
+
+
+def as_mesh_user(target: RemoteTarget, user: str, script: str) -> str:
+    """`script` made to run as `user`: the login user's own files directly; another user's through
+    `sudo -u` (as the mesh check logs in), so no root process opens a path in that user's home."""
+    if not as_other_user(target, user):
+        return script
+    return f"sudo -n -u {shlex.quote(user)} -H sh -c {shlex.quote(script)}"
 
 
 def container_port(cluster: Cluster) -> int | None:

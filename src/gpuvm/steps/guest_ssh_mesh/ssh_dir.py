@@ -1,9 +1,12 @@
-"""Reading and writing the mesh files in a guest's ~/.ssh, one command each.
+"""Reading and writing the mesh files in a guest's ~/.ssh, one command each, as the mesh user.
 
 Reading prints owners, modes, the private key's digest (never the key) and the other files'
 text; writing takes a tar on stdin and moves it into place file by file, so the private key
-travels only on stdin. When the mesh user is not the login user, both run with sudo and the
-written files are given to that user.
+travels only on stdin. Both run as the mesh user (`as_mesh_user`): root never opens a path in
+that user's home. A symbolic link at `~/.ssh` or at one of the mesh files is an error for that
+guest naming it, not followed and not replaced: a link is the user's deliberate choice (dotfiles
+kept elsewhere), and gpuvm would either write where it points or silently undo it. A `~/.ssh`
+that is not the user's is an error too: gpuvm changes no ownership as root.
 """
 
 from __future__ import annotations
@@ -14,22 +17,33 @@ import shlex
 import tarfile
 
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY, MeshFiles
-from gpuvm.steps.guest_ssh_mesh.guests import as_other_user, script_error
+from gpuvm.steps.guest_ssh_mesh.guests import as_mesh_user, script_error
 from gpuvm.remote import Cluster, RemoteTarget
 
 FILES = (".", IDENTITY, IDENTITY + ".pub", "authorized_keys", "known_hosts", "config")
+REFUSED = 4  # the scripts' exit code for a path they will not touch: a link, a ~/.ssh not the user's
+
+# `$d/$n`: one of the paths the mesh touches; a link there stops the script, naming it
+_REFUSE_LINK = """refuse_link() {
+  if [ -L "$1" ]; then
+    echo "$1 is a symbolic link: gpuvm neither follows nor replaces links in ~/.ssh; make it a plain file or directory" >&2
+    exit """ + str(REFUSED) + """
+  fi
+}
+"""
 
 
 def _read_script(user: str) -> str:
     names = " ".join(shlex.quote(n) for n in FILES)
     texts = " ".join(shlex.quote(n) for n in FILES[2:])
     return f"""user={shlex.quote(user)}
-home=$(getent passwd "$user" | cut -d: -f6)
+{_REFUSE_LINK}home=$(getent passwd "$user" | cut -d: -f6)
 if [ -z "$home" ]; then echo "user $user not found (getent passwd)" >&2; exit 3; fi
 d="$home/.ssh"
 echo "@@gpuvm home $home"
 for n in {names}; do
   f="$d/$n"; [ "$n" = . ] && f="$d"
+  refuse_link "$f"
   if [ -e "$f" ]; then echo "@@gpuvm stat $n $(stat -c '%U %a' "$f")"; fi
 done
 if [ -f "$d/{IDENTITY}" ]; then echo "@@gpuvm digest $(sha256sum < "$d/{IDENTITY}" | cut -d' ' -f1)"; fi
@@ -60,27 +74,34 @@ def parse_mesh_files(user: str, output: str) -> MeshFiles:
 
 
 def read_files(target: RemoteTarget, cluster: Cluster, user: str) -> MeshFiles:
-    result = target.executor.run_script(_read_script(user), sudo=as_other_user(target, user),
-                                        timeout=cluster.command_timeout, check=False)
+    script = as_mesh_user(target, user, _read_script(user))
+    result = target.executor.run_script(script, timeout=cluster.command_timeout, check=False)
     if result.exit_code != 0:
         raise script_error(target, f"reading ~{user}/.ssh", result)
     return parse_mesh_files(user, result.stdout)
 
 
-def _write_script(user: str, home: str, chown: bool) -> str:
-    own = f'chown {shlex.quote(user)}: "$f"' if chown else ":"
+def _write_script(user: str, home: str) -> str:
+    """Runs as `user`: what it creates is the user's, and a directory that is not cannot be
+    changed (said plainly rather than as chmod's "Operation not permitted")."""
     return f"""set -e
 umask 077
+user={shlex.quote(user)}
 d={shlex.quote(home + "/.ssh")}
-mkdir -p "$d"; chmod 700 "$d"
-f="$d"; {own}
+{_REFUSE_LINK}refuse_link "$d"
+mkdir -p "$d"
+owner=$(stat -c %U "$d")
+if [ "$owner" != "$user" ]; then
+  echo "$d is owned by $owner, not $user: gpuvm changes no ownership as root; chown it to $user" >&2; exit {REFUSED}
+fi
+chmod 700 "$d"
 t=$(mktemp -d "$d/.gpuvm.XXXXXX")
 trap 'rm -rf "$t"' EXIT
 tar -x -o -p -f - -C "$t"
 for f in "$t"/*; do
   [ -e "$f" ] || continue
-  {own}
-  mv -f "$f" "$d/${{f##*/}}"
+  refuse_link "$d/${{f##*/}}"
+  mv -f -T "$f" "$d/${{f##*/}}"
 done
 """
 
@@ -97,9 +118,8 @@ def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
 
 def write_files(target: RemoteTarget, cluster: Cluster, user: str, home: str,
                 content: dict[str, tuple[bytes, int]]) -> None:
-    """Write `content` (name → (bytes, mode)) into `home`/.ssh, owned by `user`."""
-    other = as_other_user(target, user)
-    result = target.executor.run_script(_write_script(user, home, chown=other), sudo=other,
-                                        stdin=_tar(content), timeout=cluster.command_timeout, check=False)
+    """Write `content` (name → (bytes, mode)) into `home`/.ssh, as `user`."""
+    script = as_mesh_user(target, user, _write_script(user, home))
+    result = target.executor.run_script(script, stdin=_tar(content), timeout=cluster.command_timeout, check=False)
     if result.exit_code != 0:
         raise script_error(target, f"writing ~{user}/.ssh", result)

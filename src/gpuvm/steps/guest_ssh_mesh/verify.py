@@ -13,8 +13,8 @@ from gpuvm.errors import RemoteCommandError, TargetFailures
 from gpuvm.executors.group import run_parallel
 from gpuvm.steps.guest_ssh_mesh import NAME
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY, Peer
-from gpuvm.steps.guest_ssh_mesh.guests import as_other_user, mesh_guests, mesh_user, script_error
-from gpuvm.remote import Cluster, RemoteTarget, run
+from gpuvm.steps.guest_ssh_mesh.guests import as_mesh_user, mesh_guests, mesh_user, script_error
+from gpuvm.remote import Cluster, RemoteTarget
 from gpuvm.secrets import redact
 
 VERIFY_CONNECT_TIMEOUT = 5
@@ -91,11 +91,7 @@ def verify_mesh(cluster: Cluster, parallel: int = 8, among: list[str] | None = N
         user = mesh_user(target, cluster)
         script = _verify_script(user, others)
         timeout = max(cluster.command_timeout, VERIFY_CONNECT_TIMEOUT * 4)
-        if as_other_user(target, user):
-            result = run(target, cluster, ["sudo", "-n", "-u", user, "-H", "sh", "-c", script], sudo=False,
-                         timeout=timeout, check=False)
-        else:
-            result = target.executor.run_script(script, timeout=timeout, check=False)
+        result = target.executor.run_script(as_mesh_user(target, user, script), timeout=timeout, check=False)
         if result.exit_code != 0:
             raise script_error(target, "the mesh check", result)
         return parse_verify(target.name, others, result.stdout)
