@@ -4,9 +4,11 @@ without a driver (a fresh clone), one running an older driver that a GPU process
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
-from gpuvm.errors import TargetFailures
+from gpuvm.errors import RemoteCommandError, TargetFailures
 from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Disruption
 from gpuvm.remote import build_cluster
@@ -35,6 +37,12 @@ def bed(testbed):
         testbed.set_state(name, "gpu_processes", state.get("gpu_processes", []))
 
 
+def genuine_sha256(bed) -> str:
+    """The digest of the stand-in package the fixture put on the guests (the same on each)."""
+    package = bed.host_dir(GUESTS[0]) / "tmp" / "drivers" / f"NVIDIA-Linux-x86_64-{VERSION}.run"
+    return hashlib.sha256(package.read_bytes()).hexdigest()
+
+
 def cluster_for(bed, tmp_path):
     def guest(name):
         h = bed.host(name)
@@ -44,7 +52,8 @@ def cluster_for(bed, tmp_path):
     path.write_text(
         f"ssh: {{known_hosts: {bed.known_hosts_file}}}\nhosts: [{{name: esx-01}}]\n"
         "vms: [" + ", ".join(f"{{name: {g}, host: esx-01}}" for g in GUESTS) + "]\n"
-        f"guests:\n  driver: {{version: '{VERSION}', installer: 'file:///tmp/drivers/NVIDIA-Linux-x86_64-{{version}}.run'}}\n"
+        f"guests:\n  driver: {{version: '{VERSION}', installer: 'file:///tmp/drivers/NVIDIA-Linux-x86_64-{{version}}.run', "
+        f"sha256: {genuine_sha256(bed)}}}\n"
         "  hosts:\n" + "".join(guest(g) for g in GUESTS))
     return build_cluster(load_runbook(path), tmp_path / "state")
 
@@ -79,3 +88,22 @@ def test_driver_installed_and_replaced_then_nothing_to_do(bed, tmp_path):
     assert run_parallel({g: g for g in GUESTS}, plan) == {g: [] for g in GUESTS}
     for g in GUESTS:  # the downloaded package is removed
         assert not list((bed.host_dir(g) / "tmp").glob("gpuvm-install.*"))
+
+
+def test_a_tampered_installer_is_never_run(bed, tmp_path):
+    """The package on the guest is not the one the runbook's sha256 names: apply fails that guest
+    naming both digests, and the package never ran (its side effect, a marker file, is absent)."""
+    bed.set_state("gpu-vm-01", "driver_version", None)
+    genuine, cluster = genuine_sha256(bed), cluster_for(bed, tmp_path)  # the runbook holds the genuine digest
+    package = bed.host_dir("gpu-vm-01") / "tmp" / "drivers" / f"NVIDIA-Linux-x86_64-{VERSION}.run"
+    marker = bed.host_dir("gpu-vm-01") / "tmp" / "tampered-installer-ran"
+    package.write_text(f"#!/bin/sh\ntouch /tmp/{marker.name}\n" + package.read_text().split("\n", 1)[1])
+    tampered = hashlib.sha256(package.read_bytes()).hexdigest()
+    ctx, target = Context(cluster=cluster), cluster.targets["gpu-vm-01"]
+    changes = guest_driver.STEP.plan(target, guest_driver.STEP.observe(ctx, target))
+    with pytest.raises(RemoteCommandError) as failed:
+        guest_driver.STEP.apply(ctx, target, changes)
+    assert f"has sha256 {tampered}, the runbook's sha256 is {genuine}: not run" in str(failed.value)
+    assert not marker.exists()
+    assert bed.state("gpu-vm-01")["driver_version"] is None  # nothing installed
+    assert not list((bed.host_dir("gpu-vm-01") / "tmp").glob("gpuvm-install.*"))  # the download removed

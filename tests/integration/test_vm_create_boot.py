@@ -9,6 +9,7 @@ VM and step, and a re-run converges."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
 import shlex
 import sys
@@ -78,7 +79,9 @@ def write_runbook(bed, tmp_path: Path, vms: dict[str, tuple[str, str]], boot_tim
     lines += [f"  - {{name: {vm}, host: {vms[vm][0]}, state: absent}}" for vm in absent]
     lines += ["guests:", "  ssh_mesh: {}"]
     if mirror:
-        lines += [f"  driver: {{version: '{DRIVER}', installer: '{mirror}/NVIDIA-Linux-x86_64-{{version}}.run'}}",
+        digest = hashlib.sha256((tmp_path / "mirror" / f"NVIDIA-Linux-x86_64-{DRIVER}.run").read_bytes()).hexdigest()
+        lines += [f"  driver: {{version: '{DRIVER}', installer: '{mirror}/NVIDIA-Linux-x86_64-{{version}}.run', "
+                  f"sha256: {digest}}}",
                   "  rdma: {stack: inbox}"]
     lines += ["  hosts:"]
     lines += [f"    - {{vm: {vm}, ssh: {{address: {ip}, user: gpuadmin, key_file: {bed.client_key}}}}}"

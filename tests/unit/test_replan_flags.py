@@ -28,7 +28,7 @@ vms:
   - {name: gpu-vm-01, host: esx-01}
   - {name: gpu-vm-02, host: esx-01}
 guests:
-  driver: {version: 535.183.01}
+  driver: {version: 535.183.01, sha256: 566471e0de035a5a8b2ad38010378d34b3c5ccd147ff6070c9ca277e5625023f}
   hosts:
     - vm: gpu-vm-01
       ssh: {address: 10.0.0.13, user: root}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from gpuvm.errors import InputError, listed
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
@@ -475,11 +476,24 @@ def _download_url(value: str) -> str:
     return value
 
 
+def _sha256(value: str | None, what: str) -> str | None:
+    """An installer's sha256, lowercase: required, since `what` runs as root on every guest (a
+    "missing" error, so that the message names the field itself)."""
+    if value is None:
+        raise PydanticCustomError("missing", f"{what}'s sha256 is required")
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+        raise ValueError(f"{shown(value)} is not a sha256 digest (64 hexadecimal digits, as sha256sum prints them)")
+    return value.lower()
+
+
 class NvidiaDriver(Strict):
     """The NVIDIA data-center driver, one version on every guest, from NVIDIA's .run installer."""
 
     version: str  # 535.183.01
     installer: str = "https://us.download.nvidia.com/tesla/{version}/NVIDIA-Linux-x86_64-{version}.run"
+    sha256: str | None = Field(default=None, validate_default=True, description="the installer's sha256")
+
+    _digest = field_validator("sha256")(lambda cls, v: _sha256(v, "the driver installer"))
 
     @field_validator("version")
     @classmethod
@@ -497,8 +511,18 @@ class Rdma(Strict):
     stack: Literal["inbox", "mofed"] = "inbox"
     version: str | None = None  # inbox: an rdma-core package version (default: any); mofed: 5.8-3.0.7.0
     installer: str | None = None  # mofed: the MLNX_OFED_LINUX-….tgz URL for the guests' distribution
+    sha256: str | None = Field(default=None, validate_default=True, description="mofed: the tarball's sha256")
 
     _url = field_validator("installer")(lambda cls, v: None if v is None else _download_url(v))
+
+    @field_validator("sha256")
+    @classmethod
+    def _digest(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("stack") == "mofed":
+            return _sha256(value, "the MLNX_OFED installer")
+        if value is not None:
+            raise ValueError("only stack: mofed fetches an installer to check (inbox packages are checked by the package manager)")
+        return None
 
     @model_validator(mode="after")
     def _mofed(self) -> "Rdma":

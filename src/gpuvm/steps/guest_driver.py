@@ -4,10 +4,11 @@ every guest.
 Observed with `nvidia-smi --query-gpu=driver_version --format=csv,noheader` (one line per GPU); no
 nvidia-smi, or one that cannot reach a driver (exit 9), reads as "none". Installed with NVIDIA's
 .run installer (`guests.driver.installer`, default NVIDIA's download URL for the version), fetched
-by the guest and run with `--silent`. A guest without a driver gets it at once. Replacing a running
-driver unloads its kernel modules, which ends every GPU process in the VM, as a power cycle would:
-that change is marked "needs VM power-off" (refused without --allow-power-off), and where the
-installer cannot unload them (a process holds a GPU) apply stops, saying to reboot the VM.
+by the guest, checked against `guests.driver.sha256` (never run when it differs) and run with
+`--silent`. A guest without a driver gets it at once. Replacing a running driver unloads its
+kernel modules, which ends every GPU process in the VM, as a power cycle would: that change is
+marked "needs VM power-off" (refused without --allow-power-off), and where the installer cannot
+unload them (a process holds a GPU) apply stops, saying to reboot the VM.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ NO_DRIVER = 9  # nvidia-smi: "couldn't communicate with the NVIDIA driver"
 class InstallDriver:
     version: str
     url: str
+    sha256: str  # the installer's, from the runbook: checked on the guest before it runs
 
 
 def _driver(target: RemoteTarget) -> NvidiaDriver:
@@ -65,13 +67,13 @@ def plan(target: RemoteTarget, running: str | None) -> list[Change]:
         return []
     disruption = Disruption.NONE if running is None else Disruption.VM_POWER_OFF
     return [Change(NAME, target.name, "NVIDIA driver", "driver_version", running, want.version, disruption,
-                   InstallDriver(want.version, want.installer.format(version=want.version)))]
+                   InstallDriver(want.version, want.installer.format(version=want.version), want.sha256 or ""))]
 
 
 def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
     for change in changes:
         action: InstallDriver = change.action
-        fetch_and_run(target, ctx.cluster, action.url, f"NVIDIA-Linux-x86_64-{action.version}.run",
+        fetch_and_run(target, ctx.cluster, action.url, action.sha256, f"NVIDIA-Linux-x86_64-{action.version}.run",
                       lambda path: [["sh", path, "--silent"]],
                       f"NVIDIA driver {action.version} installer",
                       "; a GPU process may hold the running driver: stop it or reboot the VM, then apply again")

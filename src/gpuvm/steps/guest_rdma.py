@@ -3,7 +3,8 @@
 - `stack: inbox`: the distribution's `rdma-core` (with `ibverbs-utils`), observed with
   `dpkg-query -W -f '${Version}' rdma-core`, installed with apt-get (at `version` when pinned).
 - `stack: mofed`: Mellanox OFED's user space, observed with `ofed_info -s`
-  ("MLNX_OFED_LINUX-5.8-3.0.7.0:"), installed from the runbook's tarball with
+  ("MLNX_OFED_LINUX-5.8-3.0.7.0:"), installed from the runbook's tarball (checked against its
+  `sha256` before it is unpacked) with
   `mlnxofedinstall --user-space-only --without-fw-update --all -q` (as DeepSpeed's images do).
 User-space libraries only: no kernel module or firmware changes, so no change is disruptive
 (processes already running keep the libraries they loaded until they restart).
@@ -35,6 +36,7 @@ class InstallInbox:
 class InstallMofed:
     version: str
     url: str
+    sha256: str  # the tarball's, from the runbook: checked on the guest before it is unpacked
 
 
 def _rdma(target: RemoteTarget) -> Rdma:
@@ -75,7 +77,7 @@ def plan(target: RemoteTarget, installed: str | None) -> list[Change]:
             return []
         url = (rdma.installer or "").format(version=rdma.version)
         return [Change(NAME, target.name, "RDMA user space", "MLNX_OFED", installed, rdma.version, Disruption.NONE,
-                       InstallMofed(rdma.version or "", url))]
+                       InstallMofed(rdma.version or "", url, rdma.sha256 or ""))]
     if installed is not None and rdma.version in (None, installed):
         return []
     return [Change(NAME, target.name, "RDMA user space", "rdma-core", installed, rdma.version or "installed",
@@ -95,7 +97,7 @@ def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
             if not result.ok:
                 raise RemoteCommandError(f"apt-get install {' '.join(packages)} failed: {result.last_line}")
         elif isinstance(action, InstallMofed):
-            fetch_and_run(target, cluster, action.url, f"MLNX_OFED_LINUX-{action.version}.tgz", lambda path: [
+            fetch_and_run(target, cluster, action.url, action.sha256, f"MLNX_OFED_LINUX-{action.version}.tgz", lambda path: [
                 ["mkdir", "-p", path + ".d"],
                 ["tar", "-xzf", path, "-C", path + ".d", "--strip-components=1"],
                 [path + ".d/mlnxofedinstall", "--user-space-only", "--without-fw-update", "--all", "-q"],
