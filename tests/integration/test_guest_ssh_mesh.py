@@ -132,7 +132,7 @@ def test_broken_authorized_keys_reports_exactly_the_pairs_into_that_guest(cluste
 
 
 def test_other_mesh_user_through_sudo(testbed, tmp_path):
-    """ssh_mesh.user other than the login user: files written with sudo, owned by that user."""
+    """ssh_mesh.user other than the login user: files written as that user (sudo -u), owned by it."""
     path = write_runbook(testbed, tmp_path / "runbook.yaml")
     path.write_text(path.read_text().replace("ssh_mesh: {}", "ssh_mesh: {user: mpiuser}"))
     cluster = build_cluster(load_runbook(path), state_dir(tmp_path / "state"))

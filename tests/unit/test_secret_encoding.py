@@ -141,6 +141,18 @@ def test_an_unexpected_traceback_masks_the_password(password, guarded, capsys):
     assert_hidden(password, text)
 
 
+def test_a_cli_error_quoting_an_encoded_password_masks_it(password, mocker, tmp_path):
+    """An error whose text already holds the password encoded (a fault's repr, a JSON body) is
+    masked on the CLI's one error line too."""
+    from gpuvm.errors import RemoteCommandError
+
+    encoded = f"vCenter answered {json.dumps({'pw': password})} after {password!r}"
+    mocker.patch("gpuvm.runs.plan_runbook", side_effect=RemoteCommandError(encoded))
+    result = CliRunner().invoke(app, ["plan", str(LAB), "--state-dir", str(tmp_path)])
+    assert result.exit_code == RemoteCommandError.exit_code and "vCenter answered" in result.output
+    assert_hidden(password, result.output)
+
+
 # --------------------------------------------------------------------------------- GOVC_URL
 
 
