@@ -12,6 +12,7 @@ unicode-escaped forms, for text that was already encoded before it reached gpuvm
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import os
@@ -48,15 +49,22 @@ def remember(value: str | None, where: str = "a secret") -> str | None:
 
 def _forms(secret: str) -> set[str]:
     """The ways `secret` can be written once encoded: as is, JSON-escaped (ASCII or not), as
-    Python's repr writes it, unicode-escaped (`shown`), percent-encoded (URLs); and each of those
-    JSON-escaped again."""
+    Python's repr writes it, unicode-escaped (`shown`), percent-encoded (URLs), HTML-escaped (the
+    HTML report); and each of those JSON-escaped again."""
     def escaped(text: str) -> set[str]:
         return {json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]}
 
     once = {secret, *escaped(secret), repr(secret)[1:-1], secret.encode("unicode_escape").decode("ascii"),
-            quote(secret, safe="")}
+            quote(secret, safe=""), html.escape(secret), _markup_escape(secret)}
     twice = set().union(*(escaped(form) for form in once))  # a repr inside JSON, JSON inside JSON
     return {form for form in once | twice if len(form) >= MIN_LENGTH}
+
+
+def _markup_escape(text: str) -> str:
+    """HTML-escaped as Jinja's autoescape (markupsafe) writes it (`&#34;`, not html's `&quot;`)."""
+    for char, entity in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&#34;"), ("'", "&#39;")):
+        text = text.replace(char, entity)
+    return text
 
 
 def _compile() -> None:

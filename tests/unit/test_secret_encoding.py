@@ -4,6 +4,7 @@ password in GOVC_URL's user info is never quoted back in an error."""
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import logging
@@ -29,7 +30,8 @@ STUDY_RESULTS = Path(__file__).parents[2] / "playbooks" / "results" / "study-vm"
 def forms(secret: str) -> dict[str, str]:
     """Every way an encoder writes the secret: what must appear nowhere."""
     return {"raw": secret, "json": json.dumps(secret)[1:-1], "json-utf8": json.dumps(secret, ensure_ascii=False)[1:-1],
-            "repr": repr(secret)[1:-1], "unicode-escape": secret.encode("unicode_escape").decode("ascii")}
+            "repr": repr(secret)[1:-1], "unicode-escape": secret.encode("unicode_escape").decode("ascii"),
+            "html": html.escape(secret), "html-jinja": html.escape(secret).replace("&quot;", "&#34;").replace("&#x27;", "&#39;")}
 
 
 def assert_hidden(secret: str, text: str) -> None:
@@ -97,6 +99,20 @@ def test_results_files_mask_values_before_json(password, tmp_path):
     text = path.read_text(encoding="utf-8")
     assert_hidden(password, text)
     assert load_results(path).note == f"vCenter said: {secrets.MASK}"
+
+
+def test_a_report_of_results_written_elsewhere_masks_the_password(password, tmp_path):
+    """A results file gpuvm did not mask (another tool's, an older gpuvm's) holds the password in
+    its note: the HTML report (autoescaped) and the Markdown one show it in no form."""
+    from gpuvm.bench.compare import compare
+    from gpuvm.bench.report import write_report
+
+    results = load_results(STUDY_RESULTS).model_copy(update={"note": f"vCenter said: {password}"})
+    written = write_report(compare(results), tmp_path / "report")
+    texts = [path.read_text(encoding="utf-8") for path in written if path.suffix in (".html", ".md")]
+    assert len(texts) == 2 and all("vCenter said: " in text for text in texts)
+    for text in texts:
+        assert_hidden(password, text)
 
 
 @pytest.fixture

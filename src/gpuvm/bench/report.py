@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuvm.bench.compare import BenchmarkComparison, Comparison, PointComparison, exceeds
+from gpuvm.secrets import redact
 from gpuvm.templating import environment
 
 if TYPE_CHECKING:
@@ -185,7 +186,8 @@ def write_report(comparison: Comparison, out_dir: Path | str) -> list[Path]:
     written = []
     for name in TEMPLATE_NAMES:
         path = out / name.removesuffix(".j2")
-        path.write_text(env.get_template(name).render(context), encoding="utf-8")
+        # results.json is masked when written; a results file from elsewhere is masked here
+        path.write_text(redact(env.get_template(name).render(context)), encoding="utf-8")
         written.append(path)
     return written + [path for _, path in plots]
 
