@@ -227,3 +227,25 @@ def test_root_never_follows_a_link_in_the_mesh_users_ssh_dir(testbed, tmp_path, 
             target.executor.run(["sh", "-c", f"userdel -r mpiuser 2>/dev/null; rm -rf {CANARY} {CANARY}.d; true"],
                                 sudo=True)
         cluster.close()
+
+
+def test_a_ssh_dir_owned_by_root_is_named_not_chowned(testbed, tmp_path):
+    """The mesh user's ~/.ssh belongs to root: gpuvm (never root in that home) says so and changes nothing."""
+    path = write_runbook(testbed, tmp_path / "runbook.yaml")
+    path.write_text(path.read_text().replace("ssh_mesh: {}", "ssh_mesh: {user: mpiuser}"))
+    cluster = build_cluster(load_runbook(path), state_dir(tmp_path / "state"))
+    target = cluster.targets["gpu-vm-03"]
+    target.executor.run(["sh", "-c", "id -u mpiuser >/dev/null 2>&1 || useradd -m -d /home/mpiuser -s /bin/sh mpiuser; "
+                                     "usermod -p '*' mpiuser; mkdir -p /home/mpiuser/.ssh; chmod 755 /home/mpiuser/.ssh"],
+                        sudo=True)
+    try:
+        changes = mesh.plan(target, mesh.observe(Context(cluster=cluster), target))
+        assert ("directory", "owner root, mode 755") in [(c.field, c.before) for c in changes]
+        with pytest.raises(RemoteCommandError, match="/home/mpiuser/.ssh is owned by root, not mpiuser: gpuvm changes "
+                                                     "no ownership as root; chown it to mpiuser"):
+            mesh.apply(Context(cluster=cluster), target, changes)
+        assert target.executor.run(["sh", "-c", "stat -c '%U %a' /home/mpiuser/.ssh; ls -A /home/mpiuser/.ssh"],
+                                   sudo=True).stdout == "root 755\n"
+    finally:
+        target.executor.run(["sh", "-c", "userdel -r mpiuser 2>/dev/null; true"], sudo=True)
+        cluster.close()
