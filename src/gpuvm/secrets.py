@@ -6,8 +6,10 @@ error messages pass their text through `redact` before it leaves the process.
 
 Order matters: a secret holding `"`, `\\` or non-ASCII changes form once encoded (JSON writes
 `\\"` and `\\u00e9`, repr doubles backslashes), so structured output is scrubbed on its values
-first (`scrub`), then encoded. `redact` also masks each secret's JSON-escaped, repr and
-unicode-escaped forms, for text that was already encoded before it reached gpuvm (a fault's repr).
+first (`scrub`), then encoded. `redact` also masks each secret's encoded forms (JSON, repr,
+unicode-escaped, percent- and HTML-escaped), for text already encoded before it reached gpuvm (a
+vSphere fault's dump repr-escapes its message). `guard_output` puts the same masking on log
+records and on the traceback of an unexpected error.
 """
 
 from __future__ import annotations
