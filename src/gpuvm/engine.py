@@ -116,13 +116,9 @@ def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[
 
 
 def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = None,
-              facts: Facts | None = None, unreachable: dict[str, str] | None = None,
-              journal: Sequence[Mapping[str, Any]] = ()) -> tuple[Plan, Desired]:
-    """`journal`: the entries of past runs (what gpuvm itself set: see `host_passthrough.set_by_gpuvm`)."""
-    desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}),
-                      host_passthrough.set_by_gpuvm(journal))
-    for name in host_reboot.entered_by_gpuvm(journal) & desired.hosts.keys():
-        desired.hosts[name].maintenance_by_gpuvm = True
+              facts: Facts | None = None, unreachable: dict[str, str] | None = None) -> tuple[Plan, Desired]:
+    """The plan reads no history: what gpuvm owns is on the objects (`HostFacts.owned`, intents)."""
+    desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}))
     plan = Plan(notes=list(desired.notes), unobserved=dict(unreachable or {}))
     for guest, reason in (unreachable or {}).items():
         plan.notes.append(Note(guest, "observe", f"not reachable over SSH yet ({reason}); its guest steps are "
