@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, TargetFailures, listed
 from gpuvm.executors.group import run_parallel
-from gpuvm.journal import Journal
+from gpuvm.journal import Journal, JournalError
 from gpuvm.plan import Change, Disruption, Note, Plan
 from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
@@ -245,9 +245,12 @@ def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, par
     journal.record("run-start", changes=len(plan.changes))
     try:
         _apply_steps(plan, desired, ctx, journal, parallel, progress, outcome, keep)
-    except BaseException as e:  # Ctrl-C or SIGTERM (cli.common makes it a KeyboardInterrupt)
-        journal.record("run-end", interrupted=type(e).__name__, failed=len(outcome.failed),
-                       seconds=round(time.monotonic() - start, 3))
+    except BaseException as e:  # Ctrl-C or SIGTERM (cli.common makes it a KeyboardInterrupt), a journal not written
+        try:
+            journal.record("run-end", interrupted=type(e).__name__, failed=len(outcome.failed),
+                           seconds=round(time.monotonic() - start, 3))
+        except JournalError:
+            pass  # the error that stops the run is `e`
         raise
     outcome.seconds = time.monotonic() - start
     journal.record("run-end", failed=len(outcome.failed), seconds=round(outcome.seconds, 3))
@@ -286,6 +289,8 @@ def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, p
                 failures = {}
             except TargetFailures as e:
                 failures = e.failures  # type: ignore[assignment]
+        if lost := next((e for e in failures.values() if isinstance(e, JournalError)), None):
+            raise lost  # nothing more is done unrecorded: the run stops (its locks released, intents kept)
         for target, (_, changes) in runnable.items():
             if target in failures:
                 failed_targets.add(target)
