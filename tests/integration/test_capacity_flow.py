@@ -245,3 +245,14 @@ def test_a_device_a_template_holds_is_kept_and_ownership_lives_on_the_host(start
     assert owned().passthrough == [GPU_IDS[1]]
     verify = CliRunner().invoke(app, ["verify", str(tmp_path / "rb.yaml")])
     assert verify.exit_code == 0, verify.output
+    with pyvmomi(sim) as si:  # the operator turns 31:00.0 off (as a reinstall would) ...
+        view = si.RetrieveContent().viewManager.CreateContainerView(si.RetrieveContent().rootFolder, [vim.ManagedEntity], True)
+        host = next(o for o in view.view if o.name == "esx-01")
+        host.configManager.pciPassthruSystem.UpdatePassthruConfig(
+            [vim.host.PciPassthruConfig(id=GPU_IDS[1], passthruEnabled=False)])
+        view.DestroyView()
+    assert CliRunner().invoke(app, ["verify", str(tmp_path / "rb.yaml")]).exit_code == 5  # the record is stale
+    result = apply(tmp_path, (tmp_path / "rb.yaml").read_text().removeprefix(HEAD))
+    assert result.exit_code == 0, result.output
+    assert owned().passthrough == []  # ... and gpuvm no longer owns it: on again by hand, it is not released
+    assert CliRunner().invoke(app, ["verify", str(tmp_path / "rb.yaml")]).exit_code == 0
