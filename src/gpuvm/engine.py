@@ -11,7 +11,7 @@ a change planned then that needs a flag not given is refused on its guest, as `c
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 

@@ -212,9 +212,9 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
                 raise rb.error(("vms", i, "memory_gb"),
                                f"reserving {vm.memory_gb} GB does not fit: VMs on {vm.host} would reserve "
                                f"{memory_by_host[vm.host] // 1024} GB of its {host_mb // 1024} GB")
-    unseen = _unseen(inventory)
+    unseen, elsewhere = _unseen(inventory), _Users.outside(inventory, desired)
     for host in desired.hosts.values():
-        _release_unused(inventory, desired, host, unseen)
+        _release_unused(inventory, desired, host, elsewhere, unseen)
         _drop_named_candidates(inventory, desired, host)
     check_capacity(rb, inventory, desired)
     return desired
@@ -323,24 +323,25 @@ def _devices_on(inventory: Inventory, desired: Desired, host: DesiredHost) -> li
     return [d for vm in others for d in vm.pci] + [d for name in host.vms for d in desired.vms[name].devices]
 
 
-def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, unseen: str) -> None:
+def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, elsewhere: _Users, unseen: str) -> None:
     """Devices passed through that the runbook no longer selects and nothing may use: gpuvm turns
     passthrough off for those it turned on (its `gpuvm.owned` record on the host: freeing GPUs for
     vGPU); the others are only noted. A device gpuvm turned on and now sees turned off (a reinstall
     reset it) is no longer its own (`host.forget`): turned on again by hand, it stays.
-    "Used": see `_users`. `unseen`: why the account may not see every user (then nothing is released)."""
+    "Used": by a VM or template outside the runbook (`elsewhere`, see `_Users`), or by a runbook VM
+    on this host as the runbook wants it (one that has it now loses it in the same apply, before the
+    host reboot that releases it has its VMs powered on again). `unseen`: why the account may not
+    see every user (then nothing is released)."""
     facts = inventory.hosts[host.name]
-    devices = _users(inventory, desired, host)
-    held = {d.address for d in devices if d.kind == "classic"}
-    dynamic = {pci for d in devices if d.kind == "dynamic"  # any model a dynamic entry allows
-               for pci in (pci_id(d.vendor_id or 0, d.device_id or 0), *getattr(d, "also_allowed", ()))}
+    users = _Users(elsewhere.held.copy(), elsewhere.dynamic.copy())
+    users.add([d for name in host.vms for d in desired.vms[name].devices])
     mine, released = set(facts.owned.passthrough), set(facts.owned.released)
     for device in facts.pci:
         if device.id in host.passthrough:
             continue
         if device.id in mine and not device.passthru_enabled:
             host.forget.append(device.id)  # turned off by someone else, or reset: no longer gpuvm's
-        if device.id in held or device.pci_id in dynamic or not (device.passthru_enabled or device.passthru_active):
+        if users.use(device) or not (device.passthru_enabled or device.passthru_active):
             continue
         if (device.id in mine) if device.passthru_enabled else (device.id in released):
             if unseen:
@@ -355,14 +356,32 @@ def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, u
                                       "passthrough is turned off"))
 
 
-def _users(inventory: Inventory, desired: Desired, host: DesiredHost) -> list[DesiredDevice | VmPciDevice]:
-    """The passthrough devices that may use the host's: those of every VM and template in vCenter
-    the runbook does not manage, on any host (a VM registered elsewhere, or a template's clone, may
-    come to this host), and those the runbook gives its VMs on this host (a VM that has a device now
-    and loses it in the same apply does not use it: the host reboot that releases it has its VMs
-    powered on again only after)."""
-    others = [vm for vm in inventory.vms.values() if vm.name not in desired.vms] + list(inventory.templates.values())
-    return [d for vm in others for d in vm.pci] + [d for name in host.vms for d in desired.vms[name].devices]
+@dataclass
+class _Users:
+    """What passthrough devices may be used: classic DirectPath addresses, and the PCI ids dynamic
+    DirectPath entries allow (any device of such a model may be picked). Built once from every VM
+    and template in vCenter the runbook does not manage, on any host (a VM registered elsewhere, or
+    a template's clone, may come to this host)."""
+
+    held: set[str] = field(default_factory=set)
+    dynamic: set[str] = field(default_factory=set)
+
+    @classmethod
+    def outside(cls, inventory: Inventory, desired: Desired) -> _Users:
+        users = cls()
+        for vm in [*(vm for vm in inventory.vms.values() if vm.name not in desired.vms), *inventory.templates.values()]:
+            users.add(vm.pci)
+        return users
+
+    def add(self, devices: list[DesiredDevice] | list[VmPciDevice]) -> None:
+        for d in devices:
+            if d.kind == "classic" and d.address:
+                self.held.add(d.address)
+            elif d.kind == "dynamic":
+                self.dynamic.update((pci_id(d.vendor_id or 0, d.device_id or 0), *getattr(d, "also_allowed", ())))
+
+    def use(self, device: PciDevice) -> bool:
+        return device.id in self.held or device.pci_id in self.dynamic
 
 
 def _unseen(inventory: Inventory) -> str:
