@@ -11,13 +11,13 @@ a change planned then that needs a flag not given is refused on its guest, as `c
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, TargetFailures, listed
 from gpuvm.executors.group import run_parallel
-from gpuvm.journal import Journal
+from gpuvm.journal import Journal, JournalError
 from gpuvm.plan import Change, Disruption, Note, Plan
 from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
@@ -116,13 +116,9 @@ def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[
 
 
 def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = None,
-              facts: Facts | None = None, unreachable: dict[str, str] | None = None,
-              journal: Sequence[Mapping[str, Any]] = ()) -> tuple[Plan, Desired]:
-    """`journal`: the entries of past runs (what gpuvm itself set: see `host_passthrough.set_by_gpuvm`)."""
-    desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}),
-                      host_passthrough.set_by_gpuvm(journal))
-    for name in host_reboot.entered_by_gpuvm(journal) & desired.hosts.keys():
-        desired.hosts[name].maintenance_by_gpuvm = True
+              facts: Facts | None = None, unreachable: dict[str, str] | None = None) -> tuple[Plan, Desired]:
+    """The plan reads no history: what gpuvm owns is on the objects (`HostFacts.owned`, intents)."""
+    desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}))
     plan = Plan(notes=list(desired.notes), unobserved=dict(unreachable or {}))
     for guest, reason in (unreachable or {}).items():
         plan.notes.append(Note(guest, "observe", f"not reachable over SSH yet ({reason}); its guest steps are "
@@ -249,9 +245,12 @@ def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, par
     journal.record("run-start", changes=len(plan.changes))
     try:
         _apply_steps(plan, desired, ctx, journal, parallel, progress, outcome, keep)
-    except BaseException as e:  # Ctrl-C or SIGTERM (cli.common makes it a KeyboardInterrupt)
-        journal.record("run-end", interrupted=type(e).__name__, failed=len(outcome.failed),
-                       seconds=round(time.monotonic() - start, 3))
+    except BaseException as e:  # Ctrl-C or SIGTERM (cli.common makes it a KeyboardInterrupt), a journal not written
+        try:
+            journal.record("run-end", interrupted=type(e).__name__, failed=len(outcome.failed),
+                           seconds=round(time.monotonic() - start, 3))
+        except JournalError:
+            pass  # the error that stops the run is `e`
         raise
     outcome.seconds = time.monotonic() - start
     journal.record("run-end", failed=len(outcome.failed), seconds=round(outcome.seconds, 3))
@@ -290,6 +289,8 @@ def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, p
                 failures = {}
             except TargetFailures as e:
                 failures = e.failures  # type: ignore[assignment]
+        if lost := next((e for e in failures.values() if isinstance(e, JournalError)), None):
+            raise lost  # nothing more is done unrecorded: the run stops (its locks released, intents kept)
         for target, (_, changes) in runnable.items():
             if target in failures:
                 failed_targets.add(target)

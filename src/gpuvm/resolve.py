@@ -54,6 +54,7 @@ class DesiredHost:
     nvlink: Nvlink = Nvlink()  # its NVLink-bridged GPU pairs, where known
     vms: list[str] = field(default_factory=list)  # the runbook's VMs on this host
     release: list[str] = field(default_factory=list)  # PCI addresses whose passthrough gpuvm turns off again
+    forget: list[str] = field(default_factory=list)  # PCI addresses gpuvm enabled, since seen off: no longer its own
     maintenance_by_gpuvm: bool = False  # the journal says gpuvm put it in maintenance mode (and never took it out)
 
 
@@ -176,11 +177,8 @@ def _explicit(vm: Vm) -> list[str]:
     return addresses
 
 
-def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | None = None,
-            set_by_gpuvm: Mapping[str, Mapping[str, str]] | None = None) -> Desired:
-    """`nvlink`: the NVLink pairs read from ESXi shells, by host (for hosts that declare none);
-    `set_by_gpuvm`: by host and PCI address, the passthrough state gpuvm set last ("active" or
-    "off", from the journal)."""
+def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | None = None) -> Desired:
+    """`nvlink`: the NVLink pairs read from ESXi shells, by host (for hosts that declare none)."""
     desired = Desired()
     clones = _add_clones(rb, inventory)
     for i, host in enumerate(rb.hosts):
@@ -214,8 +212,9 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
                 raise rb.error(("vms", i, "memory_gb"),
                                f"reserving {vm.memory_gb} GB does not fit: VMs on {vm.host} would reserve "
                                f"{memory_by_host[vm.host] // 1024} GB of its {host_mb // 1024} GB")
+    unseen, elsewhere = _unseen(inventory), _Users.outside(inventory, desired)
     for host in desired.hosts.values():
-        _release_unused(inventory, desired, host, (set_by_gpuvm or {}).get(host.name, {}))
+        _release_unused(inventory, desired, host, elsewhere, unseen)
         _drop_named_candidates(inventory, desired, host)
     check_capacity(rb, inventory, desired)
     return desired
@@ -324,28 +323,77 @@ def _devices_on(inventory: Inventory, desired: Desired, host: DesiredHost) -> li
     return [d for vm in others for d in vm.pci] + [d for name in host.vms for d in desired.vms[name].devices]
 
 
-def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, set_by_gpuvm: Mapping[str, str]) -> None:
-    """Devices passed through that the runbook no longer selects and no VM will use: gpuvm turns
-    passthrough off for those it turned on (freeing GPUs for vGPU); the others are only noted.
-    "Used": a classic DirectPath device of a VM the runbook does not manage, or of a runbook VM as
-    the runbook wants it (one that has it now loses it in the same apply, before the host reboot
-    that releases it has its VMs powered on again), or a GPU model some VM on the host takes by
-    dynamic DirectPath (any device of that model may be picked)."""
+def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, elsewhere: _Users, unseen: str) -> None:
+    """Devices passed through that the runbook no longer selects and nothing may use: gpuvm turns
+    passthrough off for those it turned on (its `gpuvm.owned` record on the host: freeing GPUs for
+    vGPU); the others are only noted. A device gpuvm turned on and now sees turned off (a reinstall
+    reset it) is no longer its own (`host.forget`): turned on again by hand, it stays.
+    "Used": by a VM or template outside the runbook (`elsewhere`, see `_Users`), or by a runbook VM
+    on this host as the runbook wants it (one that has it now loses it in the same apply, before the
+    host reboot that releases it has its VMs powered on again). `unseen`: why the account may not
+    see every user (then nothing is released)."""
     facts = inventory.hosts[host.name]
-    devices = _devices_on(inventory, desired, host)
-    held = {d.address for d in devices if d.kind == "classic"}
-    dynamic = {pci_id(d.vendor_id or 0, d.device_id or 0) for d in devices if d.kind == "dynamic"}
+    users = _Users(elsewhere.held.copy(), elsewhere.dynamic.copy())
+    users.add([d for name in host.vms for d in desired.vms[name].devices])
+    mine, released = set(facts.owned.passthrough), set(facts.owned.released)
     for device in facts.pci:
-        if (device.id in host.passthrough or device.id in held or device.pci_id in dynamic
-                or not (device.passthru_enabled or device.passthru_active)):
+        if device.id in host.passthrough:
             continue
-        if set_by_gpuvm.get(device.id) == ("active" if device.passthru_enabled else "off"):
-            host.release.append(device.id)  # to turn off, or turned off and waiting for the reboot
+        if device.id in mine and not device.passthru_enabled:
+            host.forget.append(device.id)  # turned off by someone else, or reset: no longer gpuvm's
+        if users.use(device) or not (device.passthru_enabled or device.passthru_active):
+            continue
+        if (device.id in mine) if device.passthru_enabled else (device.id in released):
+            if unseen:
+                desired.notes.append(Note(host.name, "resolve", f"passthrough of {device.id} (enabled by gpuvm, "
+                                          f"unused) is kept: {unseen}, so a VM this account cannot see may use it"))
+            else:
+                host.release.append(device.id)  # to turn off, or turned off and waiting for the reboot
         elif device.is_gpu and host.graphics == "sharedDirect":
             desired.notes.append(Note(host.name, "resolve", f"GPU {device.id} is passthrough-enabled, unused, "
                                       "and not selected in the runbook, but gpuvm did not enable it (no record "
-                                      "in this state directory's journal): it cannot serve vGPU until its "
+                                      "in the host's gpuvm.owned attribute): it cannot serve vGPU until its "
                                       "passthrough is turned off"))
+
+
+@dataclass
+class _Users:
+    """What passthrough devices may be used: classic DirectPath addresses, and the PCI ids dynamic
+    DirectPath entries allow (any device of such a model may be picked). Built once from every VM
+    and template in vCenter the runbook does not manage, on any host (a VM registered elsewhere, or
+    a template's clone, may come to this host)."""
+
+    held: set[str] = field(default_factory=set)
+    dynamic: set[str] = field(default_factory=set)
+
+    @classmethod
+    def outside(cls, inventory: Inventory, desired: Desired) -> _Users:
+        users = cls()
+        for vm in [*(vm for vm in inventory.vms.values() if vm.name not in desired.vms), *inventory.templates.values()]:
+            users.add(vm.pci)
+        return users
+
+    def add(self, devices: list[DesiredDevice] | list[VmPciDevice]) -> None:
+        for d in devices:
+            if d.kind == "classic" and d.address:
+                self.held.add(d.address)
+            elif d.kind == "dynamic":
+                self.dynamic.update((pci_id(d.vendor_id or 0, d.device_id or 0), *getattr(d, "also_allowed", ())))
+
+    def use(self, device: PciDevice) -> bool:
+        return device.id in self.held or device.pci_id in self.dynamic
+
+
+def _unseen(inventory: Inventory) -> str:
+    """Why the inventory read may have missed some VM (the hosts list VMs the read did not return:
+    the account lacks read permission on them); "" when it saw every one."""
+    seen = {vm.moid for vm in inventory.vms.values()} | {t.moid for t in inventory.templates.values()}
+    hidden = {name: sum(m not in seen for m in facts.vm_moids or []) for name, facts in inventory.hosts.items()}
+    hidden = {name: count for name, count in hidden.items() if count}
+    if not hidden:
+        return ""
+    where = ", ".join(f"{count} on {name}" for name, count in sorted(hidden.items()))
+    return f"vCenter lists {sum(hidden.values())} VM(s) this account cannot read ({where})"
 
 
 def _drop_named_candidates(inventory: Inventory, desired: Desired, host: DesiredHost) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_reachable, raise_failures
 from gpuvm.errors import ConnectError, DriftError
-from gpuvm.journal import Journal, past_entries, state_dir as make_state_dir
+from gpuvm.journal import Journal, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.plan import Plan
 from gpuvm.resolve import Desired
@@ -118,12 +118,11 @@ def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, se
     book = select_setup(load_runbook(runbook), setup)
     select(book, targets)  # unknown names refused before anything is read
     inventory = observe_inventory(book, access, snapshot)
-    journal = past_entries(access.state_dir)
     if snapshot is not None:
-        plan, _ = make_plan(book, inventory, journal=journal)
+        plan, _ = make_plan(book, inventory)
         return narrowed(plan, book, targets, inventory)[0]
     with remote(book, access) as (cluster, facts, down):
-        plan, _ = make_plan(book, inventory, cluster, facts, down, journal)
+        plan, _ = make_plan(book, inventory, cluster, facts, down)
     return narrowed(plan, book, targets, inventory)[0]
 
 
@@ -193,7 +192,7 @@ def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False
     with (connect(book, access) as session, HostLocks(session, hosts, journal.run_id),
           remote(book, access, parallel) as (cluster, seen, down)):
         facts = read_inventory(session)  # read under the lock: what no other run is changing now
-        plan, desired = make_plan(book, facts, cluster, seen, down, past_entries(access.state_dir))
+        plan, desired = make_plan(book, facts, cluster, seen, down)
         plan, scope = narrowed(plan, book, targets, facts)
         if scope is not None:
             down = {name: why for name, why in down.items() if scope.covers(name)}
@@ -215,7 +214,7 @@ def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False
 def plan_loaded(book: Runbook, access: Access) -> tuple[Plan, Desired]:
     """The live plan of a loaded runbook and the desired state it was made for (to check flags)."""
     with connect(book, access) as session, remote(book, access) as (cluster, seen, down):
-        return make_plan(book, read_inventory(session), cluster, seen, down, past_entries(access.state_dir))
+        return make_plan(book, read_inventory(session), cluster, seen, down)
 
 
 class PlanDrift(DriftError):
@@ -254,7 +253,7 @@ def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targ
     with remote(book, access) as (cluster, facts, down):
         if down := {name: why for name, why in down.items() if chosen is None or name in chosen}:
             raise GuestsDown(down)
-        plan, _ = make_plan(book, inventory, cluster, facts, journal=past_entries(access.state_dir))
+        plan, _ = make_plan(book, inventory, cluster, facts)
         if selection is not None:
             plan = selection.drift(plan, inventory)
         if not plan.empty:

@@ -205,3 +205,54 @@ def test_dynamic_and_classic_on_one_host_converge(start, tmp_path):
     now = assigned(sim)
     assert now["esx-01-vm1"] == ["0000:17:00.0"] and len(now["esx-01-vm2"]) == 2 and "0000:17:00.0" not in now["esx-01-vm2"]
     assert CliRunner().invoke(app, ["verify", str(path)]).exit_code == 0
+
+
+def test_a_device_a_template_holds_is_kept_and_ownership_lives_on_the_host(start, tmp_path, monkeypatch):
+    """Issue 21, item 5: gpuvm records the passthrough it enables on the host (`gpuvm.owned`, seen by
+    every machine: no state directory involved), and releases none that a template in vCenter holds."""
+    from gpuvm.runbook.model import VCenter
+    from gpuvm.vsphere.inventory import read_inventory
+    from gpuvm.vsphere.session import Session, resolve_target
+
+    def owned():
+        with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+            return read_inventory(session).hosts["esx-01"].owned
+
+    sim = start(gpu="h100-80")
+    result = apply(tmp_path, """
+        hosts: [{name: esx-01, passthrough: [{address: "0000:17:00.0"}, {address: "0000:31:00.0"}],
+                 allow_maintenance: true, allow_reboot: true}]
+        vms: [{name: esx-01-vm1, host: esx-01, firmware: efi, gpus: {mode: passthrough, count: 1}, power: on}]
+        """)
+    assert result.exit_code == 0, result.output
+    assert owned().passthrough == GPU_IDS[:2]
+    with pyvmomi(sim) as si:  # an operator keeps a template that passes 31:00.0 through
+        view = si.RetrieveContent().viewManager.CreateContainerView(si.RetrieveContent().rootFolder, [vim.ManagedEntity], True)
+        host = next(o for o in view.view if o.name == "esx-01")
+        template = next(o for o in view.view if o.name == "esx-01-vm2")
+        ok(template.ReconfigVM_Task(gpu_vm_spec(host, GPU_IDS[1])))
+        template.MarkAsTemplate()
+        view.DestroyView()
+    monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "another-machine"))  # no journal of the first apply
+    result = apply(tmp_path, """
+        hosts: [{name: esx-01, graphics: shared_direct, allow_maintenance: true, allow_reboot: true}]
+        vms: [{name: esx-01-vm1, host: esx-01, firmware: efi, gpus: {mode: vgpu, profile: grid_h100-80c, count: 1},
+               power: on}]
+        """)
+    assert result.exit_code == 0, result.output
+    passthru = {i: (enabled, active) for i, enabled, active in raw_state(sim)["esx-01"]["passthru"] if i in GPU_IDS}
+    assert passthru[GPU_IDS[0]] == (False, False) and passthru[GPU_IDS[1]] == (True, True), passthru
+    assert owned().passthrough == [GPU_IDS[1]]
+    verify = CliRunner().invoke(app, ["verify", str(tmp_path / "rb.yaml")])
+    assert verify.exit_code == 0, verify.output
+    with pyvmomi(sim) as si:  # the operator turns 31:00.0 off (as a reinstall would) ...
+        view = si.RetrieveContent().viewManager.CreateContainerView(si.RetrieveContent().rootFolder, [vim.ManagedEntity], True)
+        host = next(o for o in view.view if o.name == "esx-01")
+        host.configManager.pciPassthruSystem.UpdatePassthruConfig(
+            [vim.host.PciPassthruConfig(id=GPU_IDS[1], passthruEnabled=False)])
+        view.DestroyView()
+    assert CliRunner().invoke(app, ["verify", str(tmp_path / "rb.yaml")]).exit_code == 5  # the record is stale
+    result = apply(tmp_path, (tmp_path / "rb.yaml").read_text().removeprefix(HEAD))
+    assert result.exit_code == 0, result.output
+    assert owned().passthrough == []  # ... and gpuvm no longer owns it: on again by hand, it is not released
+    assert CliRunner().invoke(app, ["verify", str(tmp_path / "rb.yaml")]).exit_code == 0

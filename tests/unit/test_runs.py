@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
@@ -90,18 +90,18 @@ def test_verify_checks_the_mesh_of_every_guest(world, mocker):
 def test_plan_from_a_snapshot_plans_without_ssh(world, mocker, tmp_path):
     make_plan = mocker.patch.object(runs, "make_plan", return_value=(Plan(), None))
     runs.plan_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), snapshot=Path("lab.json"))
-    make_plan.assert_called_once_with(world.book, world.inventory, journal=[])
+    make_plan.assert_called_once_with(world.book, world.inventory)
     runs.remote.assert_not_called()
 
 
-def test_plan_live_passes_unreachable_guests_and_the_journal_to_the_planner(world, mocker, tmp_path):
+def test_plan_live_passes_unreachable_guests_to_the_planner_and_reads_no_journal(world, mocker, tmp_path):
+    """Issue 21, item 6: what gpuvm owns is on the objects; the journal is history, never parsed to plan."""
     world.cluster, world.facts, world.down = object(), {("guest.nic", "train-01"): "fact"}, {"train-02": "refused"}
-    entry = {"run": "r1", "status": "done", "step": "host.passthrough", "target": "esx-01"}
-    (tmp_path / "journal.jsonl").write_text(json.dumps(entry) + "\n" + '{"run": "r2", "sta')  # a killed run's half line
+    os.mkfifo(tmp_path / "journal.jsonl")  # opening it to read would block: the plan must not
     plan = Plan(changes=[CHANGE])
     make_plan = mocker.patch.object(runs, "make_plan", return_value=(plan, None))
     assert runs.plan_runbook(RUNBOOK, runs.Access(state_dir=tmp_path)) is plan
-    make_plan.assert_called_once_with(world.book, world.inventory, world.cluster, world.facts, world.down, [entry])
+    make_plan.assert_called_once_with(world.book, world.inventory, world.cluster, world.facts, world.down)
 
 
 def test_apply_with_nothing_to_do_shows_the_plan_and_asks_nothing(world, mocker):

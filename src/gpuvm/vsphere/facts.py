@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 from gpuvm.errors import InputError
 from gpuvm.pci import MELLANOX, NVIDIA, gpu_memory_gb, pci_id
 from gpuvm.vsphere.intent import Intent
+from gpuvm.vsphere.owned import Owned
 
 
 class PciDevice(BaseModel):
@@ -87,6 +88,8 @@ class HostFacts(BaseModel):
     passthru_system: str | None = None  # moid of configManager.pciPassthruSystem
     graphics_manager: str | None = None
     intents: dict[str, Intent] = {}  # what a gpuvm run began on it and has not finished (vsphere/intent.py)
+    owned: Owned = Owned()  # the passthrough gpuvm enabled on it (vsphere/owned.py)
+    vm_moids: list[str] | None = None  # every VM and template registered on it (HostSystem.vm); None: not read
 
     def device(self, address: str) -> PciDevice | None:
         return next((d for d in self.pci if d.id == address), None)
@@ -113,6 +116,7 @@ class VmPciDevice(BaseModel):
     device_id: int | None = None
     profile: str | None = None  # vGPU
     assigned: str | None = None  # dynamic: the device vSphere gave it at power-on (while it runs)
+    also_allowed: list[str] = []  # dynamic: the PCI ids of its allowedDevice entries after the first
 
     def describe(self) -> str:
         if self.kind == "vgpu":

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -65,25 +65,33 @@ def encode(intents: Mapping[str, Intent]) -> str:
     return json.dumps({act: i.model_dump() for act, i in intents.items()}, sort_keys=True) if intents else ""
 
 
-def field_key(fields: Any) -> int | None:
-    """The key of `gpuvm.intent` among vCenter's custom field definitions (None: not defined yet)."""
-    return next((f.key for f in fields or [] if f.name == FIELD), None)
+def field_key(fields: Any, name: str = FIELD) -> int | None:
+    """The key of the field `name` (`gpuvm.intent`) among vCenter's custom field definitions (None: not
+    defined yet)."""
+    return next((f.key for f in fields or [] if f.name == name), None)
+
+
+def value_of(custom_values: Any, key: int | None) -> str | None:
+    """The value of the field `key` in an object's `customValue` (the last one wins, as vCenter shows it)."""
+    if key is None:
+        return None
+    values = [v.value for v in custom_values or [] if getattr(v, "key", None) == key]
+    return values[-1] if values else None
 
 
 def values_of(custom_values: Any, key: int | None) -> dict[str, Intent]:
-    """The intents in an object's `customValue` (the last value with the key wins, as vCenter shows it)."""
-    if key is None:
-        return {}
-    values = [v.value for v in custom_values or [] if getattr(v, "key", None) == key]
-    return parse(values[-1]) if values else {}
+    """The intents in an object's `customValue`."""
+    return parse(value_of(custom_values, key))
 
 
 class IntentStore:
-    """Records and clears intents on vSphere objects for one run."""
+    """Records and clears intents on vSphere objects for one run. `field`: the custom attribute it
+    writes (`gpuvm.intent`; `vsphere/owned.py` keeps what gpuvm owns in another)."""
 
-    def __init__(self, session: Any, run: str):
+    def __init__(self, session: Any, run: str, field: str = FIELD):
         self.session = session
         self.run = run
+        self.field = field
         self._key: int | None = None
         self._guard = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
@@ -98,12 +106,12 @@ class IntentStore:
 
         with self._guard:
             if self._key is None:
-                self._key = field_key(call("read custom attributes", lambda: self._manager.field))
+                self._key = field_key(call("read custom attributes", lambda: self._manager.field), self.field)
             if self._key is None:
                 try:
-                    self._key = self._manager.AddCustomFieldDef(name=FIELD, moType=None).key
+                    self._key = self._manager.AddCustomFieldDef(name=self.field, moType=None).key
                 except vim.fault.DuplicateName:  # another run defined it just now
-                    self._key = field_key(call("read custom attributes", lambda: self._manager.field))
+                    self._key = field_key(call("read custom attributes", lambda: self._manager.field), self.field)
             assert self._key is not None
             return self._key
 
@@ -126,14 +134,22 @@ class IntentStore:
         self._update(entity, act, None)
 
     def _update(self, entity: Any, act: str, intent: Intent | None) -> None:
-        key = self.key()
-        with self._lock(entity):
-            intents = values_of(call("read intent", lambda: entity.customValue), key)
+        def edit(value: str | None) -> str | None:
+            intents = parse(value)
             if intent is None and act not in intents:
-                return
+                return None
             intents.pop(act, None)
             if intent is not None:
                 intents[act] = intent
-            value = encode(intents)
-            call(f"record intent {act!r}",
-                 lambda: self._manager.SetField(entity=entity, key=key, value=value))
+            return encode(intents)
+
+        self.rewrite(entity, f"record intent {act!r}", edit)
+
+    def rewrite(self, entity: Any, what: str, edit: Callable[[str | None], str | None]) -> None:
+        """Replace the field's value on `entity` by `edit(value now)` (None: leave it), read and written
+        under this run's lock for the object."""
+        key = self.key()
+        with self._lock(entity):
+            value = edit(value_of(call(f"read {self.field}", lambda: entity.customValue), key))
+            if value is not None:
+                call(what, lambda: self._manager.SetField(entity=entity, key=key, value=value))

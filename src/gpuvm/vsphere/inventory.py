@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuvm.pci import unsigned16
+from gpuvm.pci import pci_id, unsigned16
 from gpuvm.vsphere.facts import (DatastoreFacts, Graphics, HostFacts, Inventory, NetworkFacts, PciDevice, VmFacts, VmNic,
                                   VmPciDevice)
+from gpuvm.vsphere import owned
 from gpuvm.vsphere.intent import field_key, values_of
 from gpuvm.vsphere.session import Session
 from gpuvm.vsphere.tasks import call
@@ -20,6 +21,7 @@ HOST_PROPERTIES = [
     "name",
     "parent",
     "network",
+    "vm",
     "hardware.pciDevice",
     "hardware.numaInfo",
     "hardware.systemInfo.uuid",
@@ -108,7 +110,8 @@ def _props(obj: Any) -> dict[str, Any]:
     return {p.name: p.val for p in (obj.propSet or [])}
 
 
-def host_facts(moid: str, props: dict[str, Any], intent_key: int | None = None) -> HostFacts:
+def host_facts(moid: str, props: dict[str, Any], intent_key: int | None = None,
+               owned_key: int | None = None) -> HostFacts:
     numa: dict[str, int] = {}
     numa_info = props.get("hardware.numaInfo")
     for index, node in enumerate(getattr(numa_info, "numaNode", None) or []):
@@ -145,6 +148,8 @@ def host_facts(moid: str, props: dict[str, Any], intent_key: int | None = None) 
         passthru_system=_moid(props.get("configManager.pciPassthruSystem")),
         graphics_manager=_moid(props.get("configManager.graphicsManager")),
         intents=values_of(props.get("customValue"), intent_key),
+        owned=owned.owned_of(props.get("customValue"), owned_key),
+        vm_moids=[ref._moId for ref in props.get("vm") or []],
     )
 
 
@@ -173,11 +178,12 @@ def vm_pci_devices(devices: list[Any]) -> list[VmPciDevice]:
         if isinstance(backing, vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo):
             out.append(VmPciDevice(key=dev.key, kind="vgpu", label=label, profile=backing.vgpu))
         elif isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DynamicBackingInfo):
-            allowed = (backing.allowedDevice or [None])[0]
+            allowed, *more = backing.allowedDevice or [None]
             out.append(VmPciDevice(key=dev.key, kind="dynamic", label=label,
                                    vendor_id=unsigned16(allowed.vendorId) if allowed else None,
                                    device_id=unsigned16(allowed.deviceId) if allowed else None,
-                                   assigned=backing.assignedId or None))
+                                   assigned=backing.assignedId or None,
+                                   also_allowed=[pci_id(unsigned16(a.vendorId), unsigned16(a.deviceId)) for a in more]))
         elif isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo):
             out.append(VmPciDevice(key=dev.key, kind="classic", label=label, address=backing.id,
                                    vendor_id=unsigned16(backing.vendorId or 0),
@@ -220,7 +226,8 @@ def read_inventory(session: Session) -> Inventory:
     from pyVmomi import vim
 
     objects = retrieve(session)
-    intent_key = field_key(call("read custom attributes", lambda: session.content.customFieldsManager.field))
+    fields = call("read custom attributes", lambda: session.content.customFieldsManager.field)
+    intent_key, owned_key = field_key(fields), field_key(fields, owned.FIELD)
     hosts: dict[str, HostFacts] = {}
     host_names: dict[str, str] = {}
     datastores: dict[str, DatastoreFacts] = {}
@@ -233,7 +240,7 @@ def read_inventory(session: Session) -> Inventory:
     for obj in objects:
         props = _props(obj)
         if isinstance(obj.obj, vim.HostSystem):
-            facts = host_facts(obj.obj._moId, props, intent_key)
+            facts = host_facts(obj.obj._moId, props, intent_key, owned_key)
             hosts[facts.name] = facts
             host_names[facts.moid] = facts.name
         elif isinstance(obj.obj, vim.Datastore):
