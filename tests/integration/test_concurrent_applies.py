@@ -16,7 +16,9 @@ from pyVmomi import vim
 from typer.testing import CliRunner
 
 from gpusim import Simulator
+from gpuvm import runs
 from gpuvm.cli.main import app
+from gpuvm.vsphere import lock
 from gpuvm.vsphere.tasks import fault_text
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
 from tests.integration.vcenter import LAB_MIG, pyvmomi, raw_state, use_simulator
@@ -117,3 +119,44 @@ def test_a_reconfigure_pinned_to_an_old_change_version_is_refused(lab):
         assert stale.info.state == "error" and isinstance(stale.info.error, vim.fault.ConcurrentAccess)
         assert "concurrent modification" in fault_text(stale.info.error)
         view.DestroyView()
+
+
+def test_a_run_whose_lock_another_run_broke_stops_with_exit_8_and_the_next_run_converges(lab, tmp_path, mocker):
+    """The lock's key is the fence: once it is gone from vCenter (another run judged it stale and took it,
+    or someone deleted it), the run's next renewal sees it and the run changes nothing more."""
+    sim, runbook = lab
+    make_plan = runs.make_plan
+
+    def plan_then_lose_the_locks(*args, **kwargs):
+        planned = make_plan(*args, **kwargs)
+        with pyvmomi(sim) as si:
+            manager = si.RetrieveContent().customFieldsManager
+            for field in manager.field or []:
+                if field.name.startswith("gpuvm.lock."):
+                    manager.RemoveCustomFieldDef(key=field.key)
+        time.sleep(1.0)  # two renewal rounds of a 1.5 s lease
+        return planned
+
+    mocker.patch.object(lock, "TTL", 1.5)
+    mocker.patch.object(runs, "make_plan", side_effect=plan_then_lose_the_locks)
+    before = raw_state(sim)
+    stopped = CliRunner().invoke(app, ["apply", str(runbook), "--yes", "--allow-host-reboot"])
+    assert stopped.exit_code == 8, stopped.output
+    error = stopped.output[stopped.output.index("error:"):]
+    assert error.count("error:") == 1 and "lease on the lock of host(s) esx-01, esx-02 was lost" in " ".join(error.split())
+    assert "Traceback" not in stopped.output
+    assert raw_state(sim) == before, "a change was made after the lease was lost"
+    journal = [json.loads(line) for line in (tmp_path / "state" / "journal.jsonl").read_text().splitlines()]
+    assert [e["status"] for e in journal if e["status"] == "lease-lost"] == ["lease-lost"], journal
+    assert lock_fields(sim) == {} and not [f for f in field_names(sim) if f.startswith("gpuvm.lease.")]
+
+    mocker.stopall()
+    again = CliRunner().invoke(app, ["apply", str(runbook), "--yes", "--allow-host-reboot"])
+    assert again.exit_code == 0, again.output
+    verified = CliRunner().invoke(app, ["verify", str(runbook)])
+    assert verified.exit_code == 0, verified.output
+
+
+def field_names(sim) -> list[str]:
+    with pyvmomi(sim) as si:
+        return [f.name for f in si.RetrieveContent().customFieldsManager.field or []]
