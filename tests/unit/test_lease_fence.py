@@ -1,0 +1,86 @@
+"""The lease's fence without a vCenter: which SOAP calls it checks, and when it refuses."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from gpuvm.errors import LeaseLostError
+from gpuvm.vsphere import lock
+from gpuvm.vsphere.lock import HostLocks, parse
+from gpuvm.vsphere.session import RequestCounter, _instrument, changes_vcenter, unfenced
+
+
+@pytest.mark.parametrize("method", ["ReconfigVM_Task", "EnterMaintenanceMode_Task", "UpdatePassthruConfig",
+                                    "SetField", "ShutdownGuest", "SomeFutureMethod"])
+def test_a_change_or_an_unknown_method_is_fenced(method):
+    assert changes_vcenter(method)
+
+
+@pytest.mark.parametrize("method", ["RetrievePropertiesEx", "ContinueRetrievePropertiesEx", "CurrentTime", "Fetch",
+                                    "CreateContainerView", "DestroyView", "Login", "QueryConfigOption"])
+def test_a_read_is_not_fenced(method):
+    assert not changes_vcenter(method)
+
+
+def instrumented(mocker, fence):
+    stub = SimpleNamespace(InvokeMethod=mocker.Mock(return_value="done"), InvokeAccessor=mocker.Mock())
+    session = SimpleNamespace(fence=fence)
+    _instrument(stub, RequestCounter(), mocker.Mock(generation=0), session)
+    return stub
+
+
+def call(stub, method):
+    return stub.InvokeMethod(None, SimpleNamespace(wsdlName=method), [])
+
+
+def test_the_session_checks_the_fence_before_a_change_only(mocker):
+    fence = mocker.Mock(side_effect=LeaseLostError("lost"))
+    stub = instrumented(mocker, fence)
+    assert call(stub, "RetrievePropertiesEx") == "done"
+    with pytest.raises(LeaseLostError):
+        call(stub, "PowerOnVM_Task")
+    fence.assert_called_once_with("PowerOnVM_Task")
+    with unfenced():  # the lease's own calls (renewing, releasing)
+        assert call(stub, "SetField") == "done"
+
+
+def locks_at(mocker, now: float, deadline: float, ttl: float = 300.0) -> HostLocks:
+    mocker.patch.object(lock, "clock", return_value=now)
+    locks = HostLocks(mocker.Mock(), ["esx-01", "esx-02"], "run1", ttl=ttl, journal=mocker.Mock())
+    locks.deadline = deadline
+    return locks
+
+
+def test_a_change_inside_the_lease_passes(mocker):
+    locks_at(mocker, now=1000.0, deadline=1000.0 + 31).check("ReconfigVM_Task")
+
+
+def test_a_change_within_the_margin_of_the_deadline_is_refused_and_the_loss_journaled_once(mocker):
+    locks = locks_at(mocker, now=1000.0, deadline=1000.0 + 29)  # margin: ttl/10 = 30 s
+    for _ in range(2):
+        with pytest.raises(LeaseLostError, match=r"esx-01, esx-02 was lost .*stopped before ReconfigVM_Task"):
+            locks.check("ReconfigVM_Task")
+    locks.journal.record.assert_called_once()
+    assert locks.journal.record.call_args.args == ("lease-lost",)
+
+
+def test_a_lost_lease_stays_lost_after_a_late_renewal(mocker):
+    locks = locks_at(mocker, now=1000.0, deadline=990.0)
+    with pytest.raises(LeaseLostError):
+        locks.check()
+    locks.deadline = 2000.0  # a renewal answered after all: too late, the run already stopped
+    with pytest.raises(LeaseLostError):
+        locks.check()
+
+
+@pytest.mark.parametrize("value", [None, 5, "", "{", "[]", '{"expires": 1}', '{"expires": "soon"}',
+                                   '{"expires": "2030-01-01T00:00:00"}', "[" * 50_000, "x" * (lock.MAX_VALUE + 1)])
+def test_a_value_gpuvm_did_not_write_parses_as_none(value):
+    assert parse(value) is None
+
+
+def test_a_lease_parses():
+    data = parse('{"run": "r", "expires": "2030-01-01T00:00:00+00:00", "hosts": ["esx-01"]}')
+    assert data is not None and lock.leased_hosts(data) == {"esx-01"}
