@@ -8,7 +8,7 @@ import pytest
 
 from gpuvm.errors import LeaseLostError
 from gpuvm.vsphere import lock
-from gpuvm.vsphere.lock import HostLocks, parse
+from gpuvm.vsphere.lock import HostLocks, lease_of, names_run, parse
 from gpuvm.vsphere.session import RequestCounter, _instrument, changes_vcenter, unfenced
 
 
@@ -75,12 +75,18 @@ def test_a_lost_lease_stays_lost_after_a_late_renewal(mocker):
         locks.check()
 
 
-@pytest.mark.parametrize("value", [None, 5, "", "{", "[]", '{"expires": 1}', '{"expires": "soon"}',
-                                   '{"expires": "2030-01-01T00:00:00"}', "[" * 50_000, "x" * (lock.MAX_VALUE + 1)])
-def test_a_value_gpuvm_did_not_write_parses_as_none(value):
+@pytest.mark.parametrize("value", [None, 5, "", "{", "[]", "[" * 50_000, '"' + "x" * lock.MAX_VALUE + '"'])
+def test_a_value_that_is_no_json_object_parses_as_none(value):
     assert parse(value) is None
 
 
-def test_a_lease_parses():
-    data = parse('{"run": "r", "expires": "2030-01-01T00:00:00+00:00", "hosts": ["esx-01"]}')
-    assert data is not None and lock.leased_hosts(data) == {"esx-01"}
+@pytest.mark.parametrize("value", ['{"run": "r"}', '{"run": "r", "expires": 1}', '{"run": "r", "expires": "soon"}',
+                                   '{"run": "r", "expires": "2030-01-01T00:00:00"}', '{"expires": "2030-01-01T00:00:00Z"}'])
+def test_a_value_gpuvm_did_not_write_is_no_lease(value):
+    assert lease_of(value) is None
+
+
+def test_a_lease_and_a_holder_parse():
+    assert lease_of('{"run": "r", "expires": "2030-01-01T00:00:00+00:00", "taking": false}')["run"] == "r"
+    assert names_run(parse('{"run": "r", "who": "ops@a pid 1", "since": "2026-11-25T10:00:00+00:00"}'))
+    assert not names_run(parse('{"run": "r"}')) and not names_run(parse('{"run": 5, "who": "a", "since": "b"}'))

@@ -5,23 +5,25 @@ anything before another run can take its hosts over.
 All of it lives in vCenter, as custom attribute definitions with their values on the root folder,
 timed by vCenter's clock (machines' clocks do not matter):
 
-- `gpuvm.lease.<run>`, the run's lease: who runs it, since when, the hosts it holds or is taking,
-  and until when (`expires`). Written before any host lock is taken; renewed every third of `ttl`
-  by one SetField, however many hosts (4,096 hosts: one round trip, not 4,096).
+- `gpuvm.lease.<run>`, the run's lease: who runs it, since when, until when (`expires`), and whether
+  it is still taking its locks (`taking`). Written before any host lock is taken; renewed every
+  third of `ttl` by one SetField, however many hosts (4,096 hosts: one round trip, not 4,096).
 - `gpuvm.lock.<host>`, the host's lock. Creating it is the test-and-set: vCenter refuses a second
-  definition of one name (`AddCustomFieldDef` → DuplicateName). Its key is the fencing token:
-  vCenter never reuses a key, so a lock broken and taken again has a new key, and the run that held
-  the old one finds it gone (and its removal by key can never remove the new one).
+  definition of one name (`AddCustomFieldDef` → DuplicateName). Its value names the run holding it.
+  Its key is the fencing token: vCenter never reuses a key, so a lock broken and taken again has a
+  new key; the run that held the old one finds it gone, and its removal by key can never remove the
+  new one.
 
-A lock is held while an unexpired lease other than the asker's lists its host. Its taker wrote that
-lease before creating the lock, so there is no moment in which a lock being taken looks abandoned,
-however slowly vCenter answers. Otherwise it is stale (its run ended without removing it, or was
-killed and its lease expired): it is removed by key (a run that finds it removed already gets
-InvalidArgument, as from vCenter) and created again, which only one run achieves. A value on the lock
-itself is what gpuvm wrote before leases (its `expires` is honoured); a value gpuvm never wrote is
-replaced by a marker that holds the lock for one `ttl`, and the run is refused in one line meanwhile.
-Liveness is expiry only: never a pid or a host name (wrong across PID namespaces, containers and
-machines of one name).
+A lock is held while the lease of the run its value names is unexpired. A lock with no value yet is
+being taken: it is held while any other run's unexpired lease says `taking` (its taker wrote that
+lease before creating the lock and clears the flag only once its locks name it), so however slowly
+vCenter answers, a lock being taken is never judged abandoned; a taker killed in between leaves a
+lock that is stale once its lease expires. A value with its own `expires` is what gpuvm wrote
+before leases, honoured until then; a value gpuvm never wrote is replaced by such a marker, held for
+one `ttl`, and the run is refused in one line meanwhile. Liveness is expiry only: never a pid or a
+host name (wrong across PID namespaces, containers and machines of one name). A stale lock is
+removed by key (a run that finds it gone already gets InvalidArgument, as from vCenter) and created
+again, which only one run achieves.
 
 The fence: the holder keeps a deadline on its own clock (one that counts while the machine sleeps),
 measured from before it read vCenter's time for the lease it wrote, so never later than the lease's
@@ -43,6 +45,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,6 +61,7 @@ LEASE_PREFIX = "gpuvm.lease."
 TTL = 300.0  # seconds a lease lives without renewal
 MAX_VALUE = 1 << 20  # characters of a value worth parsing (a lease of 4,096 hosts is about 60 KB)
 SHOWN = 60  # characters of a foreign value quoted in a message
+NAMING_THREADS = 8  # SetFields at once while the locks taken are given their holder
 
 
 def clock() -> float:
@@ -68,19 +72,18 @@ def clock() -> float:
 
 
 def parse(text: Any) -> dict[str, Any] | None:
-    """A value as gpuvm writes it (a JSON object with an aware `expires`); None for anything else."""
+    """A value's JSON object; None for anything else (not JSON, too long, too deep, not an object)."""
     if not isinstance(text, str) or len(text) > MAX_VALUE:
         return None
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(data, dict) or expiry(data) is None:
-        return None
-    return data
+    return data if isinstance(data, dict) else None
 
 
 def expiry(data: dict[str, Any]) -> datetime | None:
+    """`expires` as an aware time; None when missing or not one."""
     raw = data.get("expires")
     if not isinstance(raw, str):
         return None
@@ -91,14 +94,20 @@ def expiry(data: dict[str, Any]) -> datetime | None:
     return when if when.tzinfo is not None else None
 
 
+def lease_of(text: Any) -> dict[str, Any] | None:
+    """A lease as gpuvm writes it (a run, an aware `expires`); None for anything else."""
+    data = parse(text)
+    return data if data is not None and isinstance(data.get("run"), str) and expiry(data) else None
+
+
+def names_run(data: dict[str, Any]) -> bool:
+    """A host lock's value as gpuvm writes it: the run holding it, who, since when."""
+    return "expires" not in data and all(isinstance(data.get(k), str) for k in ("run", "who", "since"))
+
+
 def holder_text(data: dict[str, Any]) -> str:
     return (f"{data.get('who', '?')} (run {data.get('run', '?')}, since {data.get('since', '?')}, "
             f"until {data.get('expires', '?')} unless renewed)")
-
-
-def leased_hosts(data: dict[str, Any]) -> set[str]:
-    hosts = data.get("hosts")
-    return {h for h in hosts if isinstance(h, str)} if isinstance(hosts, list) else set()
 
 
 @dataclass(frozen=True)
@@ -137,6 +146,7 @@ class HostLocks:
         self.lease_key: int | None = None
         self.deadline = 0.0  # on `clock()`: the lease surely holds until then
         self.lost: str | None = None  # why the lease was lost
+        self.taking = True  # until every lock taken names this run (the lease says so meanwhile)
         self._state = threading.Lock()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -153,6 +163,13 @@ class HostLocks:
                 self._renewer.start()
                 for host in self.hosts:
                     self._take(host)
+                self._name_holder()
+                self.taking = False
+                try:
+                    self._renew_once()  # the lease says so at once: its locks are no longer being taken
+                except Exception as error:  # noqa: BLE001 - the renewer says it again at its next round
+                    log.warning("gpuvm run %s: could not update its lease (%s); retrying", self.run, error)
+                self.check("the first change")
         except BaseException:
             self._end()
             raise
@@ -242,7 +259,20 @@ class HostLocks:
     def _lease_value(self, now: datetime) -> str:
         expires = now + timedelta(seconds=self.ttl)
         return json.dumps({"run": self.run, "who": self.who, "since": self.since,
-                           "expires": expires.isoformat(timespec="milliseconds"), "hosts": self.hosts})
+                           "expires": expires.isoformat(timespec="milliseconds"), "taking": self.taking,
+                           "hosts": len(self.hosts)})
+
+    def _name_holder(self) -> None:
+        """Every lock taken names this run (in parallel: 4,096 SetFields one by one take ~10 s here)."""
+        holder = json.dumps({"run": self.run, "who": self.who, "since": self.since})
+
+        def name(key: int) -> None:
+            with unfenced():
+                call("name the lock's holder", lambda: self._set(key, holder))
+
+        with ThreadPoolExecutor(max_workers=NAMING_THREADS, thread_name_prefix="gpuvm-lock") as pool:
+            for done in [pool.submit(name, key) for key in self.held.values()]:
+                done.result()
 
     def _start_lease(self) -> None:
         from pyVmomi import vmodl
@@ -339,28 +369,38 @@ class HostLocks:
         return key
 
     def _refuse_if_held(self, host: str, key: int, seen: Seen) -> None:
-        holders = [holder_text(lease) for lease in self._leases(seen)
-                   if host in leased_hosts(lease) and expiry(lease) > seen.now]  # type: ignore[operator]
         value = seen.values.get(key)
-        data = parse(value) if value is not None else None  # what gpuvm wrote before leases, or a marker
-        if value is not None and data is None:
+        if value is None:  # being taken, or its taker was killed before it named itself
+            takers = [lease for lease in self._leases(seen).values()
+                      if lease.get("taking") is True and expiry(lease) > seen.now]  # type: ignore[operator]
+            if takers:
+                raise LockedError(f"host {host} is being locked by another gpuvm run: {holder_text(takers[0])}; "
+                                  "nothing was changed (try again when it ends)")
+            return
+        data = parse(value)
+        if data is not None and names_run(data):
+            lease = self._leases(seen).get(data["run"])
+            if lease is not None and expiry(lease) > seen.now:  # type: ignore[operator]
+                raise LockedError(f"host {host} is locked by another gpuvm run: {holder_text(lease)}; "
+                                  "nothing was changed (try again when it ends)")
+            return
+        if data is None or expiry(data) is None:  # not what gpuvm writes
             data = self._mark(key, value, seen.now)
-        if data is not None and "found" in data and expiry(data) > seen.now:  # type: ignore[operator]
+        if expiry(data) <= seen.now:  # type: ignore[operator]
+            return
+        if "found" in data:
             raise LockedError(f"host {host}'s lock holds a value gpuvm did not write ({data['found']}): it counts as "
                               f"held until {data['expires']} (vCenter time), then the next run takes it over; "
                               "nothing was changed")
-        if data is not None and expiry(data) > seen.now:  # type: ignore[operator]
-            holders.append(holder_text(data))
-        if holders:
-            raise LockedError(f"host {host} is locked by another gpuvm run: {'; '.join(holders[:2])}; "
-                              "nothing was changed (try again when it ends)")
+        raise LockedError(f"host {host} is locked by another gpuvm run: {holder_text(data)}; "
+                          "nothing was changed (try again when it ends)")  # a gpuvm from before leases
 
-    def _leases(self, seen: Seen) -> list[dict[str, Any]]:
-        """Other runs' leases (a definition with no value or a stranger's value claims no host: a
-        run writes its lease before it takes any lock)."""
-        found = (parse(seen.values.get(key)) for name, key in seen.fields.items()
-                 if name.startswith(LEASE_PREFIX) and key != self.lease_key)
-        return [lease for lease in found if lease is not None]
+    def _leases(self, seen: Seen) -> dict[str, dict[str, Any]]:
+        """Other runs' leases by run (a definition with no value or a stranger's value holds nothing:
+        a run writes its lease before it takes any lock)."""
+        found = {name[len(LEASE_PREFIX):]: lease_of(seen.values.get(key)) for name, key in seen.fields.items()
+                 if name.startswith(LEASE_PREFIX) and key != self.lease_key}
+        return {run: lease for run, lease in found.items() if lease is not None}
 
     def _mark(self, key: int, value: str, now: datetime) -> dict[str, Any]:
         """Replace a value gpuvm did not write by a marker that holds the lock for one ttl."""
@@ -373,7 +413,7 @@ class HostLocks:
     def _collect_expired_leases(self, seen: Seen) -> None:
         """Remove leases that expired (their runs stopped changing anything before then)."""
         for name, key in seen.fields.items():
-            lease = parse(seen.values.get(key)) if name.startswith(LEASE_PREFIX) else None
+            lease = lease_of(seen.values.get(key)) if name.startswith(LEASE_PREFIX) else None
             if lease is not None and key != self.lease_key and expiry(lease) <= seen.now:  # type: ignore[operator]
                 try:
                     self._remove(key)
