@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 // Custom attributes as vCenter keeps them (the stock simulator differs in three ways gpuvm relies on):
 // a field definition's type is "string" (a global field's was empty, which pyVmomi refuses);
 // SetField replaces the entity's value for that key (the stock one appended a value per call);
-// RemoveCustomFieldDef of a key that does not exist is InvalidArgument, not NotFound.
+// RemoveCustomFieldDef of a key that does not exist is InvalidArgument, not NotFound; and the
+// faults carry vCenter's messages (DuplicateName: "The name 'x' already exists.", SetField or
+// RemoveCustomFieldDef of a missing key: "A specified parameter was not correct: key").
 //
 // -latency applies to AddCustomFieldDef, RemoveCustomFieldDef and SetField too: the call takes
 // effect (and answers) only after the delay, and other calls go on meanwhile (a slow vCenter, a
@@ -58,6 +61,12 @@ func (p *fieldsProxy) SetField(ctx *simulator.Context, req *types.SetField) soap
 func (p *fieldsProxy) addCustomFieldDef(req *types.AddCustomFieldDef) soap.HasFault {
 	m := simulator.Map.CustomFieldsManager()
 	body := m.AddCustomFieldDef(req).(*methods.AddCustomFieldDefBody)
+	if body.Fault_ != nil {
+		if dup, ok := body.Fault_.Detail.Fault.(*types.DuplicateName); ok { // vCenter's words, not the stock empty message
+			body.Fault_ = simulator.Fault(fmt.Sprintf("The name '%s' already exists.", req.Name), dup)
+		}
+		return body
+	}
 	if body.Res != nil {
 		body.Res.Returnval.Type = "string"
 		for i := range m.Field {
@@ -84,6 +93,9 @@ func (p *fieldsProxy) setField(ctx *simulator.Context, req *types.SetField) soap
 	m := simulator.Map.CustomFieldsManager()
 	body := m.SetField(ctx, req).(*methods.SetFieldBody)
 	if body.Fault_ != nil {
+		if bad, ok := body.Fault_.Detail.Fault.(*types.InvalidArgument); ok { // a key that does not exist
+			body.Fault_ = simulator.Fault("A specified parameter was not correct: key", bad)
+		}
 		return body
 	}
 	entity := simulator.Map.Get(req.Entity).(mo.Entity).Entity()

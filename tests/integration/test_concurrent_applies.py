@@ -66,20 +66,26 @@ def test_three_applies_at_once_one_runs_the_others_are_refused_and_no_device_dou
     assert verified.exit_code == 0, verified.output
 
 
-def hold(sim, host: str, expires_in: float) -> None:
-    """A lock as another gpuvm run (elsewhere) holds it, expiring `expires_in` seconds from now."""
+def hold(sim, host: str, expires_in: float, before_leases: bool = False) -> None:
+    """A lock as another gpuvm run (elsewhere) holds it, its lease expiring `expires_in` seconds from
+    now; `before_leases`: as gpuvm wrote it before leases (its expiry on the lock itself)."""
     with pyvmomi(sim) as si:
         content = si.RetrieveContent()
-        key = content.customFieldsManager.AddCustomFieldDef(name=f"gpuvm.lock.{host}", moType=vim.Folder).key
-        expires = si.CurrentTime() + timedelta(seconds=expires_in)
-        content.customFieldsManager.SetField(entity=content.rootFolder, key=key, value=json.dumps(
-            {"run": "0badc0ffee00", "who": "ops@jumphost pid 4242", "since": "2026-11-23T09:00:00+00:00",
-             "expires": expires.isoformat(timespec="seconds")}))
+        manager = content.customFieldsManager
+        expires = (si.CurrentTime() + timedelta(seconds=expires_in)).isoformat(timespec="seconds")
+        holder = {"run": "0badc0ffee00", "who": "ops@jumphost pid 4242", "since": "2026-11-23T09:00:00+00:00"}
+        if not before_leases:
+            key = manager.AddCustomFieldDef(name="gpuvm.lease.0badc0ffee00", moType=vim.Folder).key
+            manager.SetField(entity=content.rootFolder, key=key, value=json.dumps({**holder, "expires": expires}))
+        key = manager.AddCustomFieldDef(name=f"gpuvm.lock.{host}", moType=vim.Folder).key
+        manager.SetField(entity=content.rootFolder, key=key,
+                         value=json.dumps({**holder, "expires": expires} if before_leases else holder))
 
 
-def test_a_lock_held_by_another_run_refuses_the_apply_until_it_expires(lab):
+@pytest.mark.parametrize("before_leases", [False, True], ids=["lease", "gpuvm before leases"])
+def test_a_lock_held_by_another_run_refuses_the_apply_until_it_expires(lab, before_leases):
     sim, runbook = lab
-    hold(sim, "esx-02", expires_in=3600)
+    hold(sim, "esx-02", expires_in=3600, before_leases=before_leases)
     before = raw_state(sim)
     refused = CliRunner().invoke(app, ["apply", str(runbook), "--yes", "--allow-host-reboot"])
     assert refused.exit_code == 7, refused.output
@@ -88,12 +94,13 @@ def test_a_lock_held_by_another_run_refuses_the_apply_until_it_expires(lab):
     assert raw_state(sim) == before and list(lock_fields(sim)) == ["gpuvm.lock.esx-02"]  # ours released, theirs kept
 
 
-def test_an_expired_lock_is_taken_over(lab):
+@pytest.mark.parametrize("before_leases", [False, True], ids=["lease", "gpuvm before leases"])
+def test_an_expired_lock_is_taken_over(lab, before_leases):
     sim, runbook = lab
-    hold(sim, "esx-01", expires_in=-60)  # its holder was killed and stopped renewing it
+    hold(sim, "esx-01", expires_in=-60, before_leases=before_leases)  # its holder was killed: no renewals
     applied = CliRunner().invoke(app, ["apply", str(runbook), "--yes", "--allow-host-reboot"])
     assert applied.exit_code == 0, applied.output
-    assert lock_fields(sim) == {}
+    assert lock_fields(sim) == {} and "gpuvm.lease.0badc0ffee00" not in field_names(sim)  # the expired lease too
 
 
 def test_a_reconfigure_pinned_to_an_old_change_version_is_refused(lab):

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any, Iterator
 
 import pytest
-from pyVmomi import vim
+from pyVmomi import vim, vmodl
 
 from gpusim import Simulator
 from gpuvm.errors import GpuvmError, LockedError
@@ -149,17 +149,63 @@ def dead_pid() -> int:
     return process.pid
 
 
-def test_a_live_lock_naming_this_machine_and_a_dead_pid_is_not_broken(sim):
+def lease(sim: Simulator, run: str, who: str, expires_in: float, taking: bool = False) -> None:
+    """Another run's lease, as gpuvm writes it."""
+    with pyvmomi(sim) as si:
+        content = si.RetrieveContent()
+        key = content.customFieldsManager.AddCustomFieldDef(name=f"gpuvm.lease.{run}", moType=vim.Folder).key
+        expires = si.CurrentTime() + timedelta(seconds=expires_in)
+        content.customFieldsManager.SetField(entity=content.rootFolder, key=key, value=json.dumps(
+            {"run": run, "who": who, "since": "2026-11-23T09:00:00+00:00", "taking": taking,
+             "expires": expires.isoformat(timespec="milliseconds")}))
+
+
+@pytest.mark.parametrize("held_by", ["a lease", "gpuvm before leases"])
+def test_a_live_lock_naming_this_machine_and_a_dead_pid_is_not_broken(sim, held_by):
     """Another container or PID namespace (or another machine of the same name) holds it: its pid
     means nothing here, and it is unexpired."""
-    host = a_host()
-    expires = vcenter_time(sim) + timedelta(seconds=3600)
-    plant(sim, host, json.dumps({"run": "0badc0ffee00", "who": f"ops@{socket.gethostname()} pid 1",
-                                 "machine": socket.gethostname(), "pid": dead_pid(), "since": "2026-11-23T09:00:00+00:00",
-                                 "expires": expires.isoformat(timespec="seconds")}))
+    host, run, who = a_host(), uuid.uuid4().hex[:12], f"ops@{socket.gethostname()} pid {dead_pid()}"
+    if held_by == "a lease":
+        lease(sim, run, who, expires_in=3600)
+        plant(sim, host, json.dumps({"run": run, "who": who, "since": "2026-11-23T09:00:00+00:00"}))
+    else:
+        expires = vcenter_time(sim) + timedelta(seconds=3600)
+        plant(sim, host, json.dumps({"run": run, "who": who, "machine": socket.gethostname(), "pid": dead_pid(),
+                                     "since": "2026-11-23T09:00:00+00:00",
+                                     "expires": expires.isoformat(timespec="seconds")}))
     with session_of(sim) as session, pytest.raises(LockedError, match=f"host {host} is locked by another gpuvm run"):
         with HostLocks(session, [host], "run-y", ttl=TTL):
             pass
+
+
+def test_a_lock_with_no_value_is_held_while_a_run_takes_its_locks_then_stale_when_its_lease_ends(sim):
+    """A run killed between creating a lock and naming itself on it leaves a lock with no value."""
+    host, run = a_host(), uuid.uuid4().hex[:12]
+    lease(sim, run, "ops@elsewhere pid 7", expires_in=2.0, taking=True)
+    plant(sim, host, None)
+    with session_of(sim) as session:
+        with pytest.raises(LockedError, match=rf"host {host} is locked by another gpuvm run \(taking its locks now\): ops@elsewhere"):
+            with HostLocks(session, [host], "run-v", ttl=TTL):
+                pass
+        time.sleep(2.1)  # the taker's lease expired
+        with HostLocks(session, [host], "run-v2", ttl=TTL) as locks:
+            assert host in locks.held
+    assert f"gpuvm.lease.{run}" not in field_names(sim)  # the expired lease was removed with its lock
+
+
+def test_the_lock_calls_fault_as_vcenter_does(sim):
+    with pyvmomi(sim) as si:
+        manager = si.RetrieveContent().customFieldsManager
+        key = manager.AddCustomFieldDef(name="gpuvm.lock.fault-check", moType=vim.Folder).key
+        with pytest.raises(vim.fault.DuplicateName) as duplicate:
+            manager.AddCustomFieldDef(name="gpuvm.lock.fault-check", moType=vim.Folder)
+        assert duplicate.value.msg == "The name 'gpuvm.lock.fault-check' already exists."
+        manager.RemoveCustomFieldDef(key=key)
+        for gone in (lambda: manager.RemoveCustomFieldDef(key=key),
+                     lambda: manager.SetField(entity=si.RetrieveContent().rootFolder, key=key, value="x")):
+            with pytest.raises(vmodl.fault.InvalidArgument) as invalid:
+                gone()
+            assert invalid.value.msg == "A specified parameter was not correct: key"
 
 
 GARBAGE = {

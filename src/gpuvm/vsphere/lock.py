@@ -374,7 +374,8 @@ class HostLocks:
             takers = [lease for lease in self._leases(seen).values()
                       if lease.get("taking") is True and expiry(lease) > seen.now]  # type: ignore[operator]
             if takers:
-                raise LockedError(f"host {host} is being locked by another gpuvm run: {holder_text(takers[0])}; "
+                raise LockedError(f"host {host} is locked by another gpuvm run (taking its locks now): "
+                                  f"{holder_text(takers[0])}; "
                                   "nothing was changed (try again when it ends)")
             return
         data = parse(value)
