@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuvm.errors import LeaseLostError
+from gpuvm.errors import InputError, LeaseLostError
 from gpuvm.vsphere import lock
 from gpuvm.vsphere.lock import HostLocks, lease_of, names_run, parse
 from gpuvm.vsphere.session import RequestCounter, _instrument, changes_vcenter, unfenced
@@ -90,3 +90,13 @@ def test_a_lease_and_a_holder_parse():
     assert lease_of('{"run": "r", "expires": "2030-01-01T00:00:00+00:00", "taking": false}')["run"] == "r"
     assert names_run(parse('{"run": "r", "who": "ops@a pid 1", "since": "2026-11-25T10:00:00+00:00"}'))
     assert not names_run(parse('{"run": "r"}')) and not names_run(parse('{"run": 5, "who": "a", "since": "b"}'))
+
+
+def test_the_lease_length_comes_from_the_environment_or_is_refused_clearly(monkeypatch):
+    monkeypatch.setenv("GPUVM_LOCK_TTL", "3")
+    assert lock.lease_length() == 3.0
+    monkeypatch.setenv("GPUVM_LOCK_TTL", "0.1")
+    with pytest.raises(InputError, match=r"GPUVM_LOCK_TTL='0.1': give the lease's length in seconds, from 1"):
+        lock.lease_length()
+    monkeypatch.delenv("GPUVM_LOCK_TTL")
+    assert lock.lease_length() == lock.TTL == 300.0

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpuvm.errors import LeaseLostError, LockedError, TaskError, listed
+from gpuvm.errors import InputError, LeaseLostError, LockedError, TaskError, listed
 from gpuvm.vsphere.session import unfenced
 from gpuvm.vsphere.tasks import call, fault_text
 
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 PREFIX = "gpuvm.lock."
 LEASE_PREFIX = "gpuvm.lease."
-TTL = 300.0  # seconds a lease lives without renewal
+TTL = 300.0  # seconds a lease lives without renewal ($GPUVM_LOCK_TTL: tests of killed runs use a few)
 MAX_VALUE = 1 << 20  # characters of a value worth parsing (a lease of 4,096 hosts is about 60 KB)
 SHOWN = 60  # characters of a foreign value quoted in a message
 NAMING_THREADS = 8  # SetFields at once while the locks taken are given their holder
@@ -69,6 +69,22 @@ def clock() -> float:
     lease runs out in vCenter too); monotonic where there is no such clock."""
     boottime = getattr(time, "CLOCK_BOOTTIME", None)
     return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
+
+
+def lease_length() -> float:
+    """TTL, or $GPUVM_LOCK_TTL: how long a lease lives without renewal, so how long the hosts of a run
+    killed outright (SIGKILL, a crash: no release) stay locked."""
+    raw = os.environ.get("GPUVM_LOCK_TTL")
+    if not raw:
+        return TTL
+    try:
+        ttl = float(raw)
+    except ValueError:
+        ttl = 0.0
+    if not 1 <= ttl <= 86400:
+        raise InputError(f"GPUVM_LOCK_TTL={raw!r}: give the lease's length in seconds, from 1 to 86400 "
+                         f"(default {TTL:.0f})")
+    return ttl
 
 
 def parse(text: Any) -> dict[str, Any] | None:
@@ -137,7 +153,7 @@ class HostLocks:
         self.session = session
         self.hosts = sorted(set(hosts))
         self.run = run
-        self.ttl = ttl if ttl is not None else TTL
+        self.ttl = ttl if ttl is not None else lease_length()
         self.margin = self.ttl / 10  # refused this long before the deadline: a call must reach vCenter in time
         self.journal = journal
         self.who = who()
