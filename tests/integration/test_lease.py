@@ -231,10 +231,11 @@ def test_a_lock_value_gpuvm_did_not_write_is_refused_clearly_then_held_for_a_bou
         message = str(refused.value)
         assert f"host {host}" in message and "did not write" in message and "\n" not in message, message
         assert len(message) < 400, message
-        time.sleep(1.5)  # held no longer than a lease
-        with HostLocks(session, [host], "run-z2", ttl=1.0):
-            pass
-    assert lock_value(sim, host) is None  # released
+        if value == GARBAGE["not JSON"]:  # one case is enough to wait out
+            time.sleep(1.5)  # held no longer than a lease
+            with HostLocks(session, [host], "run-z2", ttl=1.0):
+                pass
+            assert lock_value(sim, host) is None  # released
 
 
 def test_breaking_a_stale_lock_another_run_broke_first_is_no_error(sim):

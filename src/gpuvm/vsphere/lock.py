@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 PREFIX = "gpuvm.lock."
 LEASE_PREFIX = "gpuvm.lease."
 TTL = 300.0  # seconds a lease lives without renewal ($GPUVM_LOCK_TTL: tests of killed runs use a few)
-MAX_VALUE = 1 << 20  # characters of a value worth parsing (a lease of 4,096 hosts is about 60 KB)
+MAX_VALUE = 64 * 1024  # characters of a value worth parsing (gpuvm's own are a few hundred)
 SHOWN = 60  # characters of a foreign value quoted in a message
 NAMING_THREADS = 8  # SetFields at once while the locks taken are given their holder
 
@@ -122,8 +122,12 @@ def names_run(data: dict[str, Any]) -> bool:
 
 
 def holder_text(data: dict[str, Any]) -> str:
-    return (f"{data.get('who', '?')} (run {data.get('run', '?')}, since {data.get('since', '?')}, "
-            f"until {data.get('expires', '?')} unless renewed)")
+    """Who holds a lock, for one line (each part cut short: a value may come from anyone)."""
+    def part(key: str) -> str:
+        text = str(data.get(key, "?"))
+        return text[:SHOWN] + ("…" if len(text) > SHOWN else "")
+
+    return f"{part('who')} (run {part('run')}, since {part('since')}, until {part('expires')} unless renewed)"
 
 
 @dataclass(frozen=True)
@@ -219,8 +223,8 @@ class HostLocks:
             if self.lost is not None:
                 return
             self.lost = why
-        log.error("gpuvm run %s: the lease on its host locks was lost (%s); it changes nothing more", self.run, why)
-        self._record("lease-lost", reason=why, hosts=self.hosts)
+        log.warning("gpuvm run %s: the lease on its host locks was lost (%s); it changes nothing more", self.run, why)
+        self._record("lease-lost", reason=why, hosts=listed(self.hosts))
 
     def _record(self, status: str, **extra: Any) -> None:
         if self.journal is not None:
@@ -306,11 +310,13 @@ class HostLocks:
         self.deadline = began + self.ttl
 
     def _renew(self) -> None:
-        pause = self.ttl / 3
+        pause, failures = self.ttl / 3, 0
         while not self._stop.wait(pause):
             try:
                 self._renew_once()
-                pause = self.ttl / 3
+                if failures and self.lost is None:
+                    log.warning("gpuvm run %s: its lease was renewed after %d failed attempt(s)", self.run, failures)
+                pause, failures = self.ttl / 3, 0
             except Exception as error:  # noqa: BLE001 - retried until the deadline, said each time
                 if self._stop.is_set():
                     return
@@ -319,7 +325,7 @@ class HostLocks:
                 log.warning("gpuvm run %s: renewing its lease in vCenter failed (%s); retrying; it stops changing "
                             "anything in %.0f s unless a renewal succeeds", self.run, text, max(left, 0))
                 self._record("lease-renewal-failed", error=text, seconds_left=round(max(left, 0), 1))
-                pause = self.ttl / 30
+                pause, failures = self.ttl / 30, failures + 1
             if self.lost is not None or clock() >= self.deadline - self.margin:
                 if not self._stop.is_set():
                     self.check_quietly()
@@ -333,7 +339,7 @@ class HostLocks:
 
     def _renew_once(self) -> None:
         """One round: the definitions still exist (the fence), and the lease goes on for `ttl`."""
-        from pyVmomi import vim, vmodl
+        from pyVmomi import vmodl
 
         began = clock()
         with unfenced():
