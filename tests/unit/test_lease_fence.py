@@ -100,3 +100,33 @@ def test_the_lease_length_comes_from_the_environment_or_is_refused_clearly(monke
         lock.lease_length()
     monkeypatch.delenv("GPUVM_LOCK_TTL")
     assert lock.lease_length() == lock.TTL == 300.0
+
+
+def test_the_engine_stops_at_the_next_target_and_step_once_the_lease_is_lost(tmp_path, mocker):
+    """The fence is checked before each target and step, not only at vSphere calls (SSH steps too)."""
+    import dataclasses
+
+    from gpuvm import engine
+    from gpuvm.journal import Journal, past_entries
+    from gpuvm.plan import Change, Plan
+    from gpuvm.resolve import Desired, DesiredVm
+    from gpuvm.steps import vm_power
+    from gpuvm.steps.base import Context
+
+    lost = []
+
+    def fence(before: str) -> None:
+        if lost:
+            raise LeaseLostError(f"lost; stopped before {before}")
+
+    powered = mocker.Mock(side_effect=lambda ctx, target, changes: lost.append(target.name))  # lost meanwhile
+    mocker.patch.object(engine, "STEPS", [dataclasses.replace(s, apply=powered, apply_all=None)
+                                          if s.name == vm_power.NAME else s for s in engine.STEPS])
+    vms = ["vm-1", "vm-2"]
+    desired = Desired(vms={n: DesiredVm(n, "esx-01", None, None, "efi", True, [], {}, "on") for n in vms})
+    plan = Plan([Change(vm_power.NAME, n, "vm", "power", "poweredOff", "poweredOn") for n in vms])
+    ctx = Context(session=SimpleNamespace(fence=fence))
+    with pytest.raises(LeaseLostError):
+        engine.apply_plan(plan, desired, ctx, Journal(tmp_path), parallel=1)
+    assert powered.call_count == 1  # the second VM was not touched
+    assert past_entries(tmp_path)[-1]["interrupted"] == "LeaseLostError"
