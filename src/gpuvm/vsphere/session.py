@@ -110,7 +110,8 @@ class RequestCounter:
 # every other method is a change, checked against the run's lease first (`Session.fence`).
 READS = frozenset({"RetrieveServiceContent", "RetrievePropertiesEx", "ContinueRetrievePropertiesEx",
                    "CancelRetrievePropertiesEx", "RetrieveProperties", "CurrentTime", "CreateContainerView",
-                   "DestroyView", "Fetch", "Login", "Logout", "SessionIsActive"})  # Fetch: pyVmomi's property read
+                   "DestroyView", "CreateFilter", "DestroyPropertyFilter", "WaitForUpdatesEx", "CancelWaitForUpdates",
+                   "Fetch", "Login", "Logout", "SessionIsActive"})  # Fetch: pyVmomi's property read
 
 
 def changes_vcenter(method: str) -> bool:
