@@ -117,7 +117,7 @@ func (rt *router) ensureProxy(kind, value string) bool {
 		}
 		simulator.Map.Put(&hostProxy{self: pref, real: real, g: rt.g})
 	case *simulator.CustomFieldsManager:
-		simulator.Map.Put(&fieldsProxy{self: pref, real: real})
+		simulator.Map.Put(&fieldsProxy{self: pref, real: real, g: rt.g})
 	default:
 		return false // let the stock code report the unknown object
 	}

@@ -182,6 +182,7 @@ class _Runner:
 
     def __call__(self, item: tuple[str, list[Change]]) -> None:
         target, changes = item
+        check_lease(self.ctx, f"{self.step.name} on {target}")
         self._start(target, changes)
         try:
             self.step.apply(self.ctx, self.targets[target], changes)
@@ -218,6 +219,14 @@ class _Runner:
     def _say(self, target: str, status: str) -> None:
         if self.progress:
             self.progress(self.step.name, target, status)
+
+
+def check_lease(ctx: Context, before: str) -> None:
+    """Raise LeaseLostError when the run's lease on its host locks is lost (vsphere/lock.py): the run
+    stops at the next step or target, SSH steps included, not only at its next vSphere call."""
+    fence = getattr(ctx.session, "fence", None)
+    if fence is not None:
+        fence(before)
 
 
 def _last_vm_step() -> int:
@@ -262,6 +271,7 @@ def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, p
     failed_targets: set[str] = set()
     attempted: set[int] = set()  # ids of the changes carried out (or tried): each at most once
     for step in _run_order():
+        check_lease(ctx, f"step {step.name}" if step else "observing the guests again")
         if step is None:
             failed_targets |= _replan_guests(plan, desired, ctx, journal, outcome, parallel, progress, keep)
             continue

@@ -74,6 +74,13 @@ class LockedError(GpuvmError):
     exit_code = 7
 
 
+class LeaseLostError(GpuvmError):
+    """This run's lease on its hosts' locks ran out (renewals failed) or was broken: it stopped
+    changing anything before another run could take the hosts over. Re-run `apply`."""
+
+    exit_code = 8
+
+
 MAX_LINES = 20  # failed targets a TargetFailures names one per line
 
 

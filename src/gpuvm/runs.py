@@ -189,7 +189,7 @@ def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False
     select(book, targets)  # unknown names refused before anything is touched
     journal = Journal(make_state_dir(access.state_dir))
     hosts = {h.name for h in book.hosts} | {vm.host for vm in book.vms}
-    with (connect(book, access) as session, HostLocks(session, hosts, journal.run_id),
+    with (connect(book, access) as session, HostLocks(session, hosts, journal.run_id, journal=journal) as locks,
           remote(book, access, parallel) as (cluster, seen, down)):
         facts = read_inventory(session)  # read under the lock: what no other run is changing now
         plan, desired = make_plan(book, facts, cluster, seen, down)
@@ -208,6 +208,7 @@ def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False
                           max_unavailable=max_unavailable)
         context = Context(session, facts, options, cluster, down, journal=journal)
         outcome = apply_plan(plan, desired, context, journal, parallel, progress, keep=scope)
+        locks.check("the end of the run")  # a lease lost during the last step: exit 8, not a list of refusals
     return Applied(plan, outcome, journal.path)
 
 

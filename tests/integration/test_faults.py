@@ -16,18 +16,22 @@ import pytest
 
 from gpusim import Simulator
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import LAB_MIG, env_for, pyvmomi, raw_state
+from tests.integration.vcenter import KILLED_RUN_LEASE, LAB_MIG, env_for, once_unlocked, pyvmomi, raw_state
 
 pytestmark = pytest.mark.integration
 VMS = ("esx-01-vm1", "esx-01-vm2", "esx-02-vm1", "esx-02-vm2")
 EXPECTED_DEVICES = {"esx-01-vm1": 3, "esx-01-vm2": 3, "esx-02-vm1": 1, "esx-02-vm2": 2}
 
 
-def start_apply(sim: Simulator, runbook: Path, state: Path, *extra: str) -> subprocess.Popen:
-    env = dict(os.environ, **env_for(sim), GPUVM_STATE_DIR=str(state))
+def start_apply(sim: Simulator, runbook: Path, state: Path, *extra: str, to_kill: bool = False) -> subprocess.Popen:
+    env = dict(os.environ, **env_for(sim), GPUVM_STATE_DIR=str(state), **(KILLED_RUN_LEASE if to_kill else {}))
     return subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(runbook), "--yes",
                              "--allow-host-reboot", *extra], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def finished(proc: subprocess.Popen) -> tuple[subprocess.Popen, tuple[str, str]]:
+    return proc, proc.communicate(timeout=120)
 
 
 def journal(state: Path) -> list[dict]:
@@ -59,7 +63,7 @@ def runbook(tmp_path) -> Path:
 def test_sigkill_mid_apply_then_rerun(runbook, tmp_path):
     state = tmp_path / "state"
     with Simulator(mig=LAB_MIG, latency={"ReconfigVM_Task": "1500ms"}) as sim:
-        proc = start_apply(sim, runbook, state)
+        proc = start_apply(sim, runbook, state, to_kill=True)
         wait_for(lambda: any(e["status"] == "started" and e["step"] == "vm.hardware" for e in journal(state)
                              if "step" in e))
         proc.send_signal(signal.SIGKILL)
@@ -72,8 +76,7 @@ def test_sigkill_mid_apply_then_rerun(runbook, tmp_path):
 
         # The killed run's reconfigure tasks still finish in vCenter; the re-run must not add devices twice.
         time.sleep(2)
-        rerun = start_apply(sim, runbook, state)
-        out, err = rerun.communicate(timeout=120)
+        rerun, (out, err) = once_unlocked(lambda: finished(start_apply(sim, runbook, state)), lambda r: r[0].returncode)
         assert rerun.returncode == 0, out + err
         assert_converged(sim)
 
@@ -82,12 +85,12 @@ def test_inflight_task_from_another_run_is_not_doubled(runbook, tmp_path):
     """A re-run started while the killed run's task is still running refuses instead of doubling."""
     state = tmp_path / "state"
     with Simulator(mig=LAB_MIG, latency={"ReconfigVM_Task": "3s"}) as sim:
-        proc = start_apply(sim, runbook, state)
+        proc = start_apply(sim, runbook, state, to_kill=True)
         wait_for(lambda: any(e.get("step") == "vm.hardware" and e["status"] == "started" for e in journal(state)))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        rerun = start_apply(sim, runbook, state)  # plans before the old tasks finish
-        out, err = rerun.communicate(timeout=120)
+        # refused (exit 7) until the killed run's lease expires, then plans before the old tasks finish
+        rerun, (out, err) = once_unlocked(lambda: finished(start_apply(sim, runbook, state)), lambda r: r[0].returncode)
         if rerun.returncode != 0:
             assert "changed since the plan was made" in out + err, out + err
         final = start_apply(sim, runbook, state)

@@ -8,6 +8,7 @@ signal to land in it. The lab's plan has changes in exactly the steps of BOUNDAR
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from gpusim import Simulator
 from gpuvm.cli.main import app
 from gpuvm.engine import STEPS
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import LAB_MIG, pyvmomi, raw_state, use_simulator
+from tests.integration.vcenter import KILLED_RUN_LEASE, LAB_MIG, once_unlocked, pyvmomi, raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
 LATENCY = {method: "150ms" for method in ("UpdatePassthruConfig", "UpdateGraphicsConfig", "EnterMaintenanceMode_Task",
@@ -63,12 +64,19 @@ def test_the_boundaries_are_the_steps_with_changes(lab, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
 @pytest.mark.parametrize("step, status", BOUNDARIES, ids=[f"{s}-{w}" for s, w in BOUNDARIES])
-def test_apply_stopped_at_a_step_boundary_converges_on_one_rerun(lab, tmp_path, monkeypatch, step, status, sig):
+def test_apply_stopped_at_a_step_boundary_converges_on_one_rerun(lab, tmp_path, monkeypatch, step, status, sig,
+                                                                 request):
+    if (step, status, sig) == ("host.reboot", "started", signal.SIGKILL):
+        # The re-run now waits out the killed run's lease (expiry-only liveness), so the maintenance
+        # entry it left in flight has finished and is classed as someone else's: issue 21 item 1.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="issue 21 item 1: maintenance entered in flight"))
     journal = tmp_path / "state" / "journal.jsonl"
     with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG, latency=LATENCY) as sim:
         use_simulator(monkeypatch, sim, tmp_path / "state")
+        lease = KILLED_RUN_LEASE if sig == signal.SIGKILL else {}  # its locks hold until its lease expires
         run = subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(lab), "--yes",
-                                "--allow-host-reboot"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                "--allow-host-reboot"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=dict(os.environ, **lease))
         deadline = time.monotonic() + 60
         while not any(reached(e, step, status) for e in entries(journal)):
             assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0]
@@ -89,7 +97,7 @@ def test_apply_stopped_at_a_step_boundary_converges_on_one_rerun(lab, tmp_path, 
             assert any(c["target"] == "esx-01" and c["step"] == "host.reboot" for c in planned)
             assert gpuvm("verify", str(lab)).exit_code == 5
 
-        again = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot")
+        again = once_unlocked(lambda: gpuvm("apply", str(lab), "--yes", "--allow-host-reboot"), lambda r: r.exit_code)
         assert again.exit_code == 0, output + "\n--- re-run:\n" + again.output
         state = raw_state(sim)
         assert not state["esx-01"]["maintenance"] and not state["esx-02"]["maintenance"]

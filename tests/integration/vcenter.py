@@ -5,9 +5,10 @@ from __future__ import annotations
 import shlex
 import ssl
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from gpusim import Simulator
 
@@ -86,3 +87,19 @@ def raw_state(sim: Simulator) -> dict[str, Any]:
                 }
         view.DestroyView()
         return state
+
+
+# A run killed outright (SIGKILL) cannot release its host locks: they hold until its lease expires
+# (liveness is expiry only, vsphere/lock.py). Tests give the run they kill a short lease, and re-run
+# once it has expired.
+KILLED_RUN_LEASE = {"GPUVM_LOCK_TTL": "3"}
+
+
+def once_unlocked(rerun: Callable[[], Any], exit_code: Callable[[Any], int], timeout: float = 15) -> Any:
+    """`rerun()` again while it is refused with exit code 7 (the killed run's lease not expired yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = rerun()
+        if exit_code(result) != 7 or time.monotonic() >= deadline:
+            return result
+        time.sleep(0.5)

@@ -30,10 +30,10 @@ def world(mocker, monkeypatch, tmp_path):
                             locked=None)
     monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
 
-    def locks(session, hosts, run):
+    def locks(session, hosts, run, journal=None):
         assert session is state.session
         state.locked = sorted(hosts)
-        return nullcontext()
+        return nullcontext(mocker.Mock(name="HostLocks"))  # its lease holds: check() returns
 
     @contextmanager
     def remote(book, access, parallel=8):

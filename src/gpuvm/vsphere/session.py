@@ -13,6 +13,8 @@ import os
 import ssl
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -104,14 +106,44 @@ class RequestCounter:
         return sum(self.calls.values())
 
 
-def _instrument(stub: Any, counter: RequestCounter, relogin: "_Relogin") -> None:
-    """Count every round trip; when vCenter says the session is gone (NotAuthenticated: an expired
-    or terminated session), log in again once and repeat the call — it was refused, not done."""
+# Methods that change nothing in vCenter's inventory (reads, and the session's own bookkeeping);
+# every other method is a change, checked against the run's lease first (`Session.fence`).
+READS = frozenset({"RetrieveServiceContent", "RetrievePropertiesEx", "ContinueRetrievePropertiesEx",
+                   "CancelRetrievePropertiesEx", "RetrieveProperties", "CurrentTime", "CreateContainerView",
+                   "DestroyView", "CreateFilter", "DestroyPropertyFilter", "WaitForUpdatesEx", "CancelWaitForUpdates",
+                   "Fetch", "Login", "Logout", "SessionIsActive"})  # Fetch: pyVmomi's property read
+
+
+def changes_vcenter(method: str) -> bool:
+    """Whether a SOAP method may change vCenter (unknown methods do: the fence fails closed)."""
+    return method not in READS and not method.startswith(("Retrieve", "Query"))
+
+
+_unfenced = threading.local()
+
+
+@contextmanager
+def unfenced() -> Iterator[None]:
+    """The lease's own calls (taking, renewing, releasing locks) in this thread pass the fence."""
+    before = getattr(_unfenced, "on", False)
+    _unfenced.on = True
+    try:
+        yield
+    finally:
+        _unfenced.on = before
+
+
+def _instrument(stub: Any, counter: RequestCounter, relogin: "_Relogin", session: "Session") -> None:
+    """Count every round trip; check the run's lease before every call that changes vCenter; when
+    vCenter says the session is gone (NotAuthenticated: an expired or terminated session), log in
+    again once and repeat the call — it was refused, not done."""
     from pyVmomi import vim
 
     invoke_method, invoke_accessor = stub.InvokeMethod, stub.InvokeAccessor
 
     def method(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
+        if session.fence is not None and changes_vcenter(info.wsdlName) and not getattr(_unfenced, "on", False):
+            session.fence(info.wsdlName)  # raises LeaseLostError once the lease is lost
         counter.add(info.wsdlName)
         generation = relogin.generation
         try:
@@ -170,6 +202,9 @@ class Session:
         self.target = target
         self.counter = counter or RequestCounter()
         self.si: Any = None
+        # Called with the method's name before every call that changes vCenter (HostLocks sets it:
+        # it raises once the run's lease is lost); None: no lease to check (plan, verify).
+        self.fence: Callable[[str], None] | None = None
 
     def __enter__(self) -> "Session":
         from pyVim.connect import SmartConnect
@@ -195,7 +230,7 @@ class Session:
         except Exception as e:  # pyvmomi wraps some transport errors in its own types
             raise ConnectError(f"{self.target.url}: cannot connect: {redact(str(e))}", field="url") from None
         self._relogin = _Relogin(self)
-        _instrument(self.si._stub, self.counter, self._relogin)
+        _instrument(self.si._stub, self.counter, self._relogin, self)
         self._content = self.si.RetrieveContent()  # `si.content` would be a round trip per use
         return self
 
