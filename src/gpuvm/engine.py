@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, TargetFailures, listed
 from gpuvm.executors.group import run_parallel
 from gpuvm.journal import Journal
+from gpuvm.outstanding import outstanding
 from gpuvm.plan import Change, Disruption, Note, Plan
 from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
@@ -121,9 +122,8 @@ def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = 
     """`journal`: the entries of past runs (what gpuvm itself set: see `host_passthrough.set_by_gpuvm`)."""
     desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}),
                       host_passthrough.set_by_gpuvm(journal))
-    for name in host_reboot.entered_by_gpuvm(journal) & desired.hosts.keys():
-        desired.hosts[name].maintenance_by_gpuvm = True
-    plan = Plan(notes=list(desired.notes), unobserved=dict(unreachable or {}))
+    plan = Plan(notes=list(desired.notes) + outstanding(inventory, desired.hosts, desired.vms),
+                unobserved=dict(unreachable or {}))
     for guest, reason in (unreachable or {}).items():
         plan.notes.append(Note(guest, "observe", f"not reachable over SSH yet ({reason}); its guest steps are "
                                                  "planned when `apply` has its VM running", level="info"))

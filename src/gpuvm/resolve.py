@@ -54,7 +54,6 @@ class DesiredHost:
     nvlink: Nvlink = Nvlink()  # its NVLink-bridged GPU pairs, where known
     vms: list[str] = field(default_factory=list)  # the runbook's VMs on this host
     release: list[str] = field(default_factory=list)  # PCI addresses whose passthrough gpuvm turns off again
-    maintenance_by_gpuvm: bool = False  # the journal says gpuvm put it in maintenance mode (and never took it out)
 
 
 @dataclass
