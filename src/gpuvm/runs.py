@@ -246,7 +246,7 @@ class Verified:
 def _drift_message(plan: Plan, held: list[Note], runbook: Path) -> str:
     lines = [f"drift: {len(plan.changes)} change(s) needed to match {runbook}"] if plan.changes else ["drift"]
     if held:
-        lines[0] += f"; {len(held)} act(s) an interrupted gpuvm run left unfinished (`apply` finishes them):"
+        lines[0] += f"; {len(held)} act(s) an interrupted gpuvm run left unfinished:"
         lines += [f"  {note.target}: {note.message}" for note in held]
     return "\n".join(lines)
 

@@ -129,9 +129,8 @@ def plan(host: DesiredHost, fact: RebootFact) -> list[Change]:
         on = vm in fact.running
         restore = not on and vm not in fact.managed and intent.data.get("restore") == "poweredOn"
         after = "poweredOn, record cleared" if restore else "record cleared" + ("" if on else " (vm.power sets its state)")
-        changes.append(Change(NAME, vm, "vm", "power",
-                              f"{'poweredOn' if on else 'poweredOff'}, stopped for a reboot of {host.name} "
-                              f"by interrupted {_by(intent)}", after, Disruption.NONE, RestorePower(host.name, restore)))
+        changes.append(Change(NAME, vm, "vm", "power", f"{'poweredOn' if on else 'poweredOff'} (interrupted {_by(intent)})",
+                              after, Disruption.NONE, RestorePower(host.name, restore)))
     return changes
 
 
