@@ -27,6 +27,7 @@ from gpuvm.runbook.model import VCenter
 from gpuvm.steps import host_reboot
 from gpuvm.steps.base import Options
 from gpuvm.vsphere import tasks
+from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.session import Session, resolve_target
 from tests.integration.vcenter import raw_state, use_simulator
@@ -145,4 +146,28 @@ def test_an_enter_task_past_gpuvms_timeout_is_canceled_or_when_it_completes_anyw
         again = gpuvm("apply", str(runbook), "--yes", "--allow-host-reboot")
         assert again.exit_code == 0, again.output
         assert not raw_state(sim)["esx-01"]["maintenance"] and intents() == {}
+        assert gpuvm("verify", str(runbook)).exit_code == 0
+
+
+def test_verify_names_every_outstanding_intent_even_with_nothing_to_change(tmp_path, monkeypatch):
+    """An act no step plans for (here a clone record on the runbook's VM) is still drift; a memo kept
+    on purpose after its act (the host's "reboot") is not."""
+    runbook = tmp_path / "rb.yaml"
+    runbook.write_text(RUNBOOK.replace('passthrough: [{address: "0000:17:00.0"}], ', "")
+                       .replace("firmware: bios}", "firmware: bios, power: \"off\"}"))
+    with Simulator(hosts=1, vms_per_host=2) as sim:
+        use_simulator(monkeypatch, sim, tmp_path / "state")
+        assert gpuvm("verify", str(runbook)).exit_code == 0
+        with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+            facts = read_inventory(session)
+            store = IntentStore(session, "5c1d")
+            vm = session.ref("VirtualMachine", facts.vms["esx-01-vm2"].moid)  # on the runbook's host, not in it
+            store.record(vm, "clone", "clone esx-01-vm3 under way")
+            store.record(session.ref("HostSystem", facts.hosts["esx-01"].moid), "reboot", "rebooted for 1 change")
+            verified = gpuvm("verify", str(runbook))
+            assert verified.exit_code == 5, verified.output
+            assert "esx-01-vm2: gpuvm intent 'clone' outstanding: recorded by run 5c1d" in verified.output
+            assert "clone esx-01-vm3 under way" in verified.output and "'reboot'" not in verified.output
+            assert "esx-01-vm2: gpuvm intent 'clone'" in gpuvm("plan", str(runbook)).output  # plan shows it too
+            store.clear(vm, "clone")
         assert gpuvm("verify", str(runbook)).exit_code == 0
