@@ -63,6 +63,9 @@ class World:
         self.log.append(("record " + act, entity._moId))
         self.intents[(entity._moId, act)] = data
 
+    def current(self, entity):
+        return {act: data for (moid, act), data in self.intents.items() if moid == entity._moId}
+
     def clear(self, entity, act):
         if self.fail == f"clear {act}":
             raise TaskError("vCenter went away")
@@ -84,7 +87,7 @@ def reboot(world: World, mocker) -> dict[str, Exception]:
                   inventory=inventory([r750xa()], [vm("gpu-vm", power_state="poweredOn"),
                                                    vm("build-box", power_state="poweredOn")]))
     ctx.session.ref.side_effect = world.ref
-    ctx.intents = mocker.MagicMock(record=world.record, clear=world.clear)
+    ctx.intents = mocker.MagicMock(record=world.record, clear=world.clear, current=world.current)
     changes = {"esx-01": [Change("host.reboot", "esx-01", "host", "reboot", "1", "rebooted", Disruption.HOST_REBOOT,
                                  RebootHost())],
                "gpu-vm": [Change("host.reboot", "gpu-vm", "vm", "power", "on", "off", Disruption.VM_POWER_OFF,
@@ -185,3 +188,12 @@ def test_a_transient_shutdown_error_is_retried_and_never_becomes_a_hard_power_of
     power.power_off(ctx, "vm1")
     assert vm_ref.ShutdownGuest.call_count == 2 and vm_ref.runtime.powerState == "poweredOff"
     power.run_task.assert_not_called()
+
+
+def test_maintenance_an_operator_entered_since_the_plan_is_left_to_them(world, mocker):
+    world.host.runtime.inMaintenanceMode = True  # entered by hand after the plan read the host (no record)
+    failures = reboot(world, mocker)  # rebooted; build-box cannot power on again while the host is in maintenance
+    assert "host is in maintenance mode" in str(failures["build-box"])
+    assert ("exit", "host-esx-01") not in world.log and world.host.runtime.inMaintenanceMode
+    assert ("record maintenance", "host-esx-01") in world.log  # taken back at once:
+    assert set(world.intents) == {("vm-build-box", "power-off")}  # only the VM still owed its power-on is recorded

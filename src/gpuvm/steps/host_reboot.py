@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from gpuvm.errors import GpuvmError, TargetFailures, TaskError, listed
 from gpuvm.executors.group import run_parallel
@@ -34,7 +34,7 @@ from gpuvm.steps.base import Context, Step
 from gpuvm.steps.power import power_off, power_on
 from gpuvm.vsphere import tasks
 from gpuvm.vsphere.intent import Intent
-from gpuvm.vsphere.tasks import call, run_task, wait_for_other_tasks
+from gpuvm.vsphere.tasks import call, wait_for_other_tasks
 
 NAME = "host.reboot"
 
@@ -191,8 +191,7 @@ def _recover(ctx: Context, name: str, work: _HostWork) -> None:
     """What interrupted runs left on a host that is not rebooted now: maintenance mode, then its VMs."""
     if work.leave is not None:
         _leave_interrupted(ctx, name, work.leave)
-    for vm, restore in work.restores:
-        _restore(ctx, vm, restore.power_on)
+    _restore_all(ctx, [(vm, restore.power_on) for vm, restore in work.restores])
 
 
 def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
@@ -208,19 +207,16 @@ def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
         stopped += [vm for vm, restore in work.restores if restore.power_on]
         host = _host(ctx, name)
         if own:
-            _enter(ctx, name, f"reboot of {name} for pending changes")
+            own = _enter(ctx, name, f"reboot of {name} for pending changes")
         booted = call("read boot time", lambda: host.runtime.bootTime)
-        run_task("RebootHost", lambda: host.RebootHost_Task(force=False), ctx.options.task_timeout)
+        _run("RebootHost", lambda: host.RebootHost_Task(force=False), ctx.options.task_timeout)
         _wait_rebooted(host, booted, ctx.options.task_timeout)
     except Exception:  # the host runs as before: undo what this run did; the next plan reboots again
         _undo(ctx, name, own, stopped)
         raise
     if own:
         _leave(ctx, name)
-    for vm, stop in work.stops:
-        _restore(ctx, vm, stop.restore)
-    for vm, restore in work.restores:
-        _restore(ctx, vm, restore.power_on)
+    _restore_all(ctx, [(vm, stop.restore) for vm, stop in work.stops] + [(vm, r.power_on) for vm, r in work.restores])
 
 
 def _undo(ctx: Context, name: str, own: bool, stopped: list[str]) -> None:
@@ -228,35 +224,40 @@ def _undo(ctx: Context, name: str, own: bool, stopped: list[str]) -> None:
     What cannot be undone now keeps its record for the next run."""
     if own:
         with contextlib.suppress(Exception):
-            _leave(ctx, name)
+            host = _host(ctx, name)
+            if MAINTENANCE in ctx.intents.current(host):  # only maintenance mode gpuvm recorded, never an operator's
+                wait_for_other_tasks(ctx.session, host, CANCEL_GRACE_S)  # an enter task being canceled ends first
+                _leave(ctx, name)
     for vm in stopped:
         with contextlib.suppress(Exception):
             _restore(ctx, vm, True)
 
 
-def _enter(ctx: Context, name: str, why: str) -> None:
-    """Enter maintenance mode, recorded on the host first. A task an interrupted run left entering
-    ends first; a host already in maintenance mode (gpuvm's: the plan saw its record) is not entered again."""
+def _enter(ctx: Context, name: str, why: str) -> bool:
+    """Enter maintenance mode, recorded on the host first; whether gpuvm holds it (else it is left
+    as found). A task an interrupted run left entering ends first. A host in maintenance mode already
+    is gpuvm's if the plan saw gpuvm's record on it, else an operator's who entered since the plan:
+    the record is taken back and the mode left to them."""
     host = _host(ctx, name)
+    ours = MAINTENANCE in ctx.inventory.hosts[name].intents
     _record(ctx, host, MAINTENANCE, name, why)
     wait_for_other_tasks(ctx.session, host, ctx.options.task_timeout)
     if call("read maintenance mode", lambda: host.runtime.inMaintenanceMode) is True:
-        return
+        if not ours:
+            _clear(ctx, host, MAINTENANCE, name)
+        return ours
     timeout = ctx.options.task_timeout  # vCenter gives up then too (the VMs on the host still running)
-    task = call("EnterMaintenanceMode", lambda: host.EnterMaintenanceMode_Task(timeout=int(timeout)))
-    _journal(ctx, MAINTENANCE, host=name, state="entering")
-    _finish(task, "EnterMaintenanceMode", timeout)
+    _run("EnterMaintenanceMode", lambda: host.EnterMaintenanceMode_Task(timeout=int(timeout)), timeout,
+         started=lambda: _journal(ctx, MAINTENANCE, host=name, state="entering"))
     _journal(ctx, MAINTENANCE, host=name, state="entered")
+    return True
 
 
 def _leave(ctx: Context, name: str) -> None:
-    """Leave the maintenance mode gpuvm entered, then clear its record. An enter task being canceled
-    ends first (if it completed after all, the host is taken out); one that runs on keeps the record
-    for the next run."""
+    """Leave the maintenance mode gpuvm entered (if the host is in it), then clear its record."""
     host = _host(ctx, name)
-    wait_for_other_tasks(ctx.session, host, CANCEL_GRACE_S)
     if call("read maintenance mode", lambda: host.runtime.inMaintenanceMode) is True:
-        run_task("ExitMaintenanceMode", lambda: host.ExitMaintenanceMode_Task(timeout=0), ctx.options.task_timeout)
+        _run("ExitMaintenanceMode", lambda: host.ExitMaintenanceMode_Task(timeout=0), ctx.options.task_timeout)
         _journal(ctx, MAINTENANCE, host=name, state="left")
     _clear(ctx, host, MAINTENANCE, name)
 
@@ -268,9 +269,21 @@ def _leave_interrupted(ctx: Context, name: str, leave: LeaveMaintenance) -> None
     host = _host(ctx, name)
     waited = wait_for_other_tasks(ctx.session, host, ctx.options.task_timeout)
     if call("read maintenance mode", lambda: host.runtime.inMaintenanceMode) is True and (leave.in_maintenance or waited):
-        run_task("ExitMaintenanceMode", lambda: host.ExitMaintenanceMode_Task(timeout=0), ctx.options.task_timeout)
+        _run("ExitMaintenanceMode", lambda: host.ExitMaintenanceMode_Task(timeout=0), ctx.options.task_timeout)
         _journal(ctx, MAINTENANCE, host=name, state="left")
     _clear(ctx, host, MAINTENANCE, name)
+
+
+def _restore_all(ctx: Context, vms: list[tuple[str, bool]]) -> None:
+    """`_restore` every VM, each tried whatever happened to the one before; the first error raised after."""
+    errors = []
+    for vm, on in vms:
+        try:
+            _restore(ctx, vm, on)
+        except Exception as error:
+            errors.append(error)
+    if errors:
+        raise errors[0]
 
 
 def _restore(ctx: Context, vm: str, on: bool) -> None:
@@ -278,6 +291,14 @@ def _restore(ctx: Context, vm: str, on: bool) -> None:
     if on:
         power_on(ctx, vm)
     _clear(ctx, _vm(ctx, vm), POWER_OFF, vm)
+
+
+def _run(action: str, start: Callable[[], Any], timeout: float, started: Callable[[], None] | None = None) -> None:
+    """Start a task and wait for it (`_finish`); `started` is told once vCenter has it."""
+    task = call(action, start)
+    if started is not None:
+        started()
+    _finish(task, action, timeout)
 
 
 def _finish(task: Any, action: str, timeout: float) -> None:
