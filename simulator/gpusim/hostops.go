@@ -31,18 +31,61 @@ func vmNames(h *gpuHost) []string {
 	return out
 }
 
-// EnterMaintenanceModeTask fails while any VM on the host is powered on, as
-// on ESXi without DRS to evacuate it.
+// EnterMaintenanceModeTask enters maintenance mode as ESXi without DRS does: while VMs on the
+// host run, the task keeps running (nothing evacuates them) until they are powered off, then the
+// host enters; with a timeout (seconds, 0: none) still waiting then, it fails with Timedout. The
+// task is cancelable (RequestCanceled) and completes whether or not its client is still there.
+// -latency EnterMaintenanceMode_Task=D: entering takes at least D.
 func (p *hostProxy) EnterMaintenanceModeTask(req *types.EnterMaintenanceMode_Task) soap.HasFault {
 	h := p.g.host(p.real)
-	ref := p.g.startTask(h.hs, "enterMaintenanceMode", "EnterMaintenanceMode_Task", func() (types.AnyType, types.BaseMethodFault) {
-		if on := poweredOnVMs(h); len(on) > 0 {
-			return nil, invalidState(fmt.Sprintf("The operation is not allowed in the current state: host %s has %d powered-on virtual machine(s) (%s, ...) and cannot enter maintenance mode.", h.hs.Name, len(on), on[0].Name))
-		}
-		simulator.Map.Update(h.hs, []types.PropertyChange{{Name: "runtime.inMaintenanceMode", Val: true}})
-		return nil, nil
+	if p.g.faults.latencyOf("EnterMaintenanceMode_Task") == 0 && len(poweredOnVMs(h)) == 0 {
+		ref := p.g.startTask(h.hs, "enterMaintenanceMode", "EnterMaintenanceMode_Task", func() (types.AnyType, types.BaseMethodFault) {
+			simulator.Map.Update(h.hs, []types.PropertyChange{{Name: "runtime.inMaintenanceMode", Val: true}})
+			return nil, nil
+		})
+		return &methods.EnterMaintenanceMode_TaskBody{Res: &types.EnterMaintenanceMode_TaskResponse{Returnval: ref}}
+	}
+	t := simulator.CreateTask(h.hs.Reference(), "enterMaintenanceMode", nil)
+	simulator.Map.Update(t, []types.PropertyChange{
+		{Name: "info.startTime", Val: time.Now()},
+		{Name: "info.state", Val: types.TaskInfoStateRunning},
 	})
-	return &methods.EnterMaintenanceMode_TaskBody{Res: &types.EnterMaintenanceMode_TaskResponse{Returnval: ref}}
+	canceled := cancelable(t.Self)
+	go p.g.enterMaintenance(h, t, canceled, time.Duration(req.Timeout)*time.Second)
+	return &methods.EnterMaintenanceMode_TaskBody{Res: &types.EnterMaintenanceMode_TaskResponse{Returnval: t.Self}}
+}
+
+// enterMaintenance waits out the latency, then for the host's VMs to stop, and completes the task.
+func (g *gpusim) enterMaintenance(h *gpuHost, t *simulator.Task, canceled <-chan struct{}, timeout time.Duration) {
+	began := time.Now()
+	earliest := began.Add(g.faults.latencyOf("EnterMaintenanceMode_Task"))
+	for {
+		select {
+		case <-canceled:
+			completeTask(t, nil, canceledFault())
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().Before(earliest) {
+			continue
+		}
+		entered, running := false, 0
+		simulator.Map.WithLock(h.hs, func() {
+			if running = len(poweredOnVMs(h)); running == 0 {
+				simulator.Map.Update(h.hs, []types.PropertyChange{{Name: "runtime.inMaintenanceMode", Val: true}})
+				entered = true
+			}
+		})
+		if entered {
+			completeTask(t, nil, nil)
+			return
+		}
+		if timeout > 0 && time.Since(began) >= timeout {
+			completeTask(t, nil, &types.Timedout{VimFault: types.VimFault{MethodFault: methodFault(fmt.Sprintf(
+				"Operation timed out. (host %s still has %d powered-on virtual machine(s) after %s)", h.hs.Name, running, timeout))}})
+			return
+		}
+	}
 }
 
 // RebootHostTask needs maintenance mode (or force). A reboot makes

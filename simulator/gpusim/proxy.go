@@ -34,11 +34,12 @@ var proxiedMethods = map[string]bool{
 	"AddCustomFieldDef":         true,
 	"RemoveCustomFieldDef":      true,
 	"SetField":                  true,
+	"CancelTask":                true,
 }
 
 var (
 	methodRe = regexp.MustCompile(`<(?:[A-Za-z0-9_.-]+:)?Body[^>]*>\s*<(?:[A-Za-z0-9_.-]+:)?([A-Za-z0-9_]+)[\s>/]`)
-	thisRe   = regexp.MustCompile(`(<(?:[A-Za-z0-9_.-]+:)?_this\b[^>]*\btype=")(VirtualMachine|HostSystem|CustomFieldsManager)("[^>]*>)\s*([^<\s]+)\s*<`)
+	thisRe   = regexp.MustCompile(`(<(?:[A-Za-z0-9_.-]+:)?_this\b[^>]*\btype=")(VirtualMachine|HostSystem|CustomFieldsManager|Task)("[^>]*>)\s*([^<\s]+)\s*<`)
 )
 
 type router struct {
@@ -87,7 +88,7 @@ func (rt *router) serveUnproxied(w http.ResponseWriter, r *http.Request) {
 	rec := httptest.NewRecorder()
 	rt.next.ServeHTTP(rec, r)
 	body := rec.Body.Bytes()
-	for _, kind := range []string{"VirtualMachine", "HostSystem", "CustomFieldsManager"} {
+	for _, kind := range []string{"VirtualMachine", "HostSystem", "CustomFieldsManager", "Task"} {
 		body = bytes.ReplaceAll(body, []byte(`"`+proxyPrefix+kind+`"`), []byte(`"`+kind+`"`))
 		body = bytes.ReplaceAll(body, []byte(`>`+proxyPrefix+kind+`<`), []byte(`>`+kind+`<`))
 	}
@@ -118,6 +119,8 @@ func (rt *router) ensureProxy(kind, value string) bool {
 		simulator.Map.Put(&hostProxy{self: pref, real: real, g: rt.g})
 	case *simulator.CustomFieldsManager:
 		simulator.Map.Put(&fieldsProxy{self: pref, real: real, g: rt.g})
+	case *simulator.Task:
+		simulator.Map.Put(&taskProxy{self: pref, real: real})
 	default:
 		return false // let the stock code report the unknown object
 	}

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, TargetFailures, listed
 from gpuvm.executors.group import run_parallel
 from gpuvm.journal import Journal, JournalError
+from gpuvm.outstanding import outstanding
 from gpuvm.plan import Change, Disruption, Note, Plan
 from gpuvm.remote import Cluster
 from gpuvm.resolve import Desired, resolve
@@ -119,7 +120,8 @@ def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = 
               facts: Facts | None = None, unreachable: dict[str, str] | None = None) -> tuple[Plan, Desired]:
     """The plan reads no history: what gpuvm owns is on the objects (`HostFacts.owned`, intents)."""
     desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}))
-    plan = Plan(notes=list(desired.notes), unobserved=dict(unreachable or {}))
+    plan = Plan(notes=list(desired.notes) + outstanding(inventory, desired.hosts, desired.vms),
+                unobserved=dict(unreachable or {}))
     for guest, reason in (unreachable or {}).items():
         plan.notes.append(Note(guest, "observe", f"not reachable over SSH yet ({reason}); its guest steps are "
                                                  "planned when `apply` has its VM running", level="info"))

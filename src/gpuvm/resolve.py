@@ -55,7 +55,6 @@ class DesiredHost:
     vms: list[str] = field(default_factory=list)  # the runbook's VMs on this host
     release: list[str] = field(default_factory=list)  # PCI addresses whose passthrough gpuvm turns off again
     forget: list[str] = field(default_factory=list)  # PCI addresses gpuvm enabled, since seen off: no longer its own
-    maintenance_by_gpuvm: bool = False  # the journal says gpuvm put it in maintenance mode (and never took it out)
 
 
 @dataclass

@@ -19,7 +19,8 @@ from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_
 from gpuvm.errors import ConnectError, DriftError
 from gpuvm.journal import Journal, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
-from gpuvm.plan import Plan
+from gpuvm.outstanding import STEP as OUTSTANDING
+from gpuvm.plan import Note, Plan
 from gpuvm.resolve import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
@@ -242,6 +243,14 @@ class Verified:
     mesh_guests: int | None = None  # guests whose SSH mesh was checked pair by pair; None: no mesh
 
 
+def _drift_message(plan: Plan, held: list[Note], runbook: Path) -> str:
+    lines = [f"drift: {len(plan.changes)} change(s) needed to match {runbook}"] if plan.changes else ["drift"]
+    if held:
+        lines[0] += f"; {len(held)} act(s) an interrupted gpuvm run left unfinished:"
+        lines += [f"  {note.target}: {note.message}" for note in held]
+    return "\n".join(lines)
+
+
 def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targets: Sequence[str] = ()) -> Verified:
     """Raise DriftError when the world differs from the runbook: a guest that does not answer SSH,
     or changes to make (PlanDrift, with the plan). With an SSH mesh, every ordered pair of guests
@@ -257,8 +266,9 @@ def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targ
         plan, _ = make_plan(book, inventory, cluster, facts)
         if selection is not None:
             plan = selection.drift(plan, inventory)
-        if not plan.empty:
-            raise PlanDrift(f"drift: {len(plan.changes)} change(s) needed to match {runbook}", plan)
+        held = [note for note in plan.notes if note.step == OUTSTANDING]  # an interrupted run's unfinished acts
+        if not plan.empty or held:
+            raise PlanDrift(_drift_message(plan, held, runbook), plan)
         mesh = book.guests and book.guests.ssh_mesh and book.guests.ssh_mesh.enabled
         if cluster is None or not mesh or (chosen is not None and not set(cluster.of_role("guest")) <= chosen):
             return Verified()

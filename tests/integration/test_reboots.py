@@ -14,6 +14,10 @@ from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
+from gpuvm.runbook.model import VCenter
+from gpuvm.vsphere.intent import IntentStore
+from gpuvm.vsphere.inventory import read_inventory
+from gpuvm.vsphere.session import Session, resolve_target
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
 from tests.integration.vcenter import LAB_MIG, pyvmomi, raw_state, use_simulator
 
@@ -35,6 +39,15 @@ def started(monkeypatch, tmp_path, **options) -> Simulator:
     sim.start()
     use_simulator(monkeypatch, sim, tmp_path / "state")
     return sim
+
+
+def record_intent(entity: str, act: str, why: str, **data) -> None:
+    """Record an act on a host or VM as a gpuvm run does before it (govc's variables point at the simulator)."""
+    with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+        facts = read_inventory(session)
+        kind, moid = (("HostSystem", facts.hosts[entity].moid) if entity in facts.hosts
+                      else ("VirtualMachine", facts.vms[entity].moid))
+        IntentStore(session, "killed-run").record(session.ref(kind, moid), act, why, **data)
 
 
 def test_a_failed_reboot_leaves_pending_settings_that_plan_and_verify_show_and_the_next_apply_reboots(
@@ -112,14 +125,16 @@ def test_a_host_left_in_maintenance_mode_by_gpuvm_is_planned_out_but_one_put_the
                 break
             time.sleep(0.1)
         assert all(raw_state(sim)[h]["maintenance"] for h in ("esx-01", "esx-02"))
-        journal = tmp_path / "state" / "journal.jsonl"  # as an interrupted run leaves it for esx-02
+        record_intent("esx-02", "maintenance", "reboot of esx-02")  # as an interrupted run leaves it
+        journal = tmp_path / "state" / "journal.jsonl"  # a stale journal line (the old ownership) for esx-01
         with journal.open("a") as out:
-            out.write(json.dumps({"run": "x", "status": "maintenance", "host": "esx-02", "state": "entered"}) + "\n")
+            out.write(json.dumps({"run": "x", "status": "maintenance", "host": "esx-01", "state": "entered"}) + "\n")
         planned = json.loads(gpuvm("plan", str(lab), "--json").output)["changes"]
         assert [(c["target"], c["field"], c["after"]) for c in planned if c["step"] == "host.reboot"] == [
             ("esx-02", "maintenance mode", "off")]
         applied = gpuvm("apply", str(lab), "--yes")  # esx-01's VMs cannot power on: the operator's maintenance stays
         state = raw_state(sim)
         assert state["esx-01"]["maintenance"] and not state["esx-02"]["maintenance"], applied.output
+        assert "outstanding" not in gpuvm("verify", str(lab)).output  # its record cleared with the maintenance mode
     finally:
         sim.stop()

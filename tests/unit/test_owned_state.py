@@ -1,5 +1,5 @@
-"""State gpuvm owns, read back from its journal: maintenance mode it entered, and a run's end even
-when the run was interrupted (issue 11, item 2)."""
+"""State gpuvm owns: maintenance mode it entered (recorded on the host, not in the journal), and a run's
+end journaled even when the run was interrupted (issue 11, item 2)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,24 @@ from gpuvm.journal import Journal, past_entries
 from gpuvm.plan import Plan
 from gpuvm.resolve import Desired
 from gpuvm.steps.base import Context
-from gpuvm.steps.host_reboot import entered_by_gpuvm
+from gpuvm.runbook.loader import load_runbook
+from gpuvm.vsphere.intent import Intent
+from tests.unit.factories import inventory, r750xa
 
 
-def test_hosts_gpuvm_entered_maintenance_mode_on_and_never_left():
-    entries = [{"status": "maintenance", "host": "esx-01", "state": "entered"},
-               {"status": "maintenance", "host": "esx-02", "state": "entered"},
-               {"status": "done", "step": "host.reboot", "target": "esx-03"},
-               {"status": "maintenance", "host": "esx-01", "state": "left"},
-               {"status": "maintenance", "host": "esx-04", "state": "left"}]
-    assert entered_by_gpuvm(entries) == {"esx-02"}
+def test_maintenance_mode_is_gpuvms_by_the_record_on_the_host_not_by_the_journal(tmp_path):
+    """A journal line saying "entered" (the old ownership) no longer takes a host out: an operator's
+    maintenance stays; only the "maintenance" intent on the host itself does (issue 21, item 1)."""
+    book = tmp_path / "rb.yaml"
+    book.write_text("hosts: [{name: esx-01, allow_maintenance: true, allow_reboot: true}]\n")
+    entered = [{"status": "maintenance", "host": "esx-01", "state": "entered"}]
+    operator = r750xa(in_maintenance=True)
+    plan, _ = engine.make_plan(load_runbook(book), inventory([operator], []), journal=entered)
+    assert plan.for_step("host.reboot") == []
+    gpuvms = r750xa(in_maintenance=True, intents={"maintenance": Intent(run="3f2a", why="reboot of esx-01")})
+    plan, _ = engine.make_plan(load_runbook(book), inventory([gpuvms], []))
+    assert [(c.field, c.after) for c in plan.for_step("host.reboot")] == [("maintenance mode", "off")]
+    assert [n.target for n in plan.notes if n.step == "intent"] == ["esx-01"]  # plan shows the record too
 
 
 @pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])

@@ -193,6 +193,7 @@ def _mock_session(mocker, ctx: Context, state: dict[str, Any]) -> dict[str, Any]
 
     ctx.session = mocker.MagicMock()
     ctx.session.ref.side_effect = ref
+    ctx.intents = mocker.MagicMock(name="intents")  # intent records: see tests/unit/test_reboot_intent.py
     return refs
 
 

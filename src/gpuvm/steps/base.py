@@ -50,8 +50,15 @@ class Context:
     cluster: Any = None  # gpuvm.remote.Cluster, when the runbook names SSH targets
     unreachable: dict[str, str] = field(default_factory=dict)  # guests that did not answer at plan time
     planned: list[Change] = field(default_factory=list)  # what earlier steps planned (while planning)
-    journal: Any = None  # gpuvm.journal.Journal (apply only): steps record state they own (maintenance mode)
+    journal: Any = None  # gpuvm.journal.Journal (apply only): the history of what steps did
+    intents: Any = None  # gpuvm.vsphere.intent.IntentStore (apply only): what steps are about to do, on the objects
     _planned_index: tuple[int, dict[str, list[Change]]] = field(default_factory=lambda: (0, {}), repr=False)
+
+    def __post_init__(self) -> None:
+        if self.intents is None and self.session is not None and self.journal is not None:
+            from gpuvm.vsphere.intent import IntentStore
+
+            self.intents = IntentStore(self.session, self.journal.run_id)
 
     def planned_on(self, target: str) -> list[Change]:
         """The changes earlier steps planned on one target (indexed once per step, not per target)."""

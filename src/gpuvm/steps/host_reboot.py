@@ -8,8 +8,12 @@ step, the VMs running on the host: each is shut down cleanly first (hard power-o
 host leaves maintenance mode (unless someone else put it there) and the VMs the runbook does not
 manage are powered on again; the runbook's VMs get the power state it asks for from `vm.power`.
 
-Maintenance mode gpuvm enters is state it owns: the journal records entering and leaving it, so a
-host an interrupted run left in maintenance mode is planned back out (`entered_by_gpuvm`).
+Intent before act (vsphere/intent.py): before stopping a VM gpuvm records "power-off" on it (the
+state to restore, why, the host); before entering maintenance mode, "maintenance" on the host. Each
+record is cleared only once the act is undone: the host out of maintenance, the VM on again. When
+anything after the first stop fails, the run undoes what it did; what it cannot undo keeps its
+record, and the next run of any machine plans it (host out of maintenance, VM on again, a stale
+record cleared). Maintenance mode without gpuvm's record is someone else's and never touched.
 
 Hosts reboot in batches of --max-unavailable (default 1); when a host fails, the hosts not
 rebooted yet are left alone, so a cluster is never taken down by one bad run.
@@ -19,9 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
 
 from gpuvm.errors import GpuvmError, TargetFailures, TaskError, listed
 from gpuvm.executors.group import run_parallel
@@ -29,12 +32,15 @@ from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import DesiredHost
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.power import power_off, power_on
-from gpuvm.vsphere.tasks import call, run_task
+from gpuvm.vsphere import tasks
+from gpuvm.vsphere.intent import Intent
+from gpuvm.vsphere.tasks import call, wait_for_other_tasks
 
 NAME = "host.reboot"
 
-
-MAINTENANCE = "maintenance"  # the journal's record of gpuvm entering or leaving a host's maintenance mode
+MAINTENANCE = "maintenance"  # the act recorded on a host gpuvm puts in maintenance mode (and the journal's status)
+POWER_OFF = "power-off"  # the act recorded on a VM gpuvm stops for a reboot
+CANCEL_GRACE_S = 30.0  # how long a canceled task may take to end before its record is left to the next run
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,9 @@ class RebootHost:
 
 @dataclass(frozen=True)
 class LeaveMaintenance:
-    """Exit the maintenance mode an interrupted gpuvm run left the host in."""
+    """Finish what an interrupted run began on the host's maintenance mode, then clear its record."""
+
+    in_maintenance: bool  # when planned; False: the record is stale (the enter failed, or an operator left)
 
 
 @dataclass(frozen=True)
@@ -57,64 +65,109 @@ class StopForReboot:
 
 
 @dataclass(frozen=True)
+class RestorePower:
+    """A VM an interrupted run stopped for a reboot: on again (a VM the runbook does not manage), record cleared."""
+
+    host: str
+    power_on: bool
+
+
+@dataclass(frozen=True)
 class RebootFact:
     waiting: list[Change]  # what the reboot activates
     running: list[str]  # VMs powered on on the host
     managed: list[str]  # the runbook's VMs on the host
-    maintenance: Literal["off", "gpuvm", "other"] = "off"  # in maintenance mode, and who put it there
-
-
-def entered_by_gpuvm(entries: Iterable[Mapping[str, Any]]) -> set[str]:
-    """The hosts gpuvm put in maintenance mode and has not taken out (journal entries, oldest first)."""
-    last = {str(e.get("host")): e.get("state") for e in entries if e.get("status") == MAINTENANCE}
-    return {host for host, state in last.items() if state == "entered"}
+    # in maintenance mode, and who put it there; "recorded": gpuvm's record, but the host is not in it
+    maintenance: Literal["off", "gpuvm", "other", "recorded"] = "off"
+    recorded: Intent | None = None  # gpuvm's "maintenance" record on the host
+    stopped: dict[str, Intent] = field(default_factory=dict)  # VMs on it with a "power-off" record → the record
 
 
 def observe(ctx: Context, host: DesiredHost) -> RebootFact:
     """The changes planned so far that need this host's reboot (on the host, its ESXi shell, or a guest
-    of one of its VMs), and the VMs that run on it."""
+    of one of its VMs), the VMs that run on it, and what interrupted runs recorded on them."""
     vms = ctx.inventory.vms_on(host.name)
     waiting = [c for name in [host.name] + [vm.name for vm in vms] for c in ctx.planned_on(name)
                if c.disruption == Disruption.HOST_REBOOT]
-    maintenance = "off"
-    if ctx.inventory.hosts[host.name].in_maintenance:
-        maintenance = "gpuvm" if host.maintenance_by_gpuvm else "other"
-    return RebootFact(waiting, [vm.name for vm in vms if vm.powered_on], list(host.vms), maintenance)
+    facts = ctx.inventory.hosts[host.name]
+    recorded = facts.intents.get(MAINTENANCE)
+    if facts.in_maintenance:
+        maintenance = "gpuvm" if recorded else "other"
+    else:
+        maintenance = "recorded" if recorded else "off"
+    stopped = {vm.name: vm.intents[POWER_OFF] for vm in vms if POWER_OFF in vm.intents}
+    return RebootFact(waiting, [vm.name for vm in vms if vm.powered_on], list(host.vms), maintenance,  # type: ignore[arg-type]
+                      recorded, stopped)
+
+
+def _by(intent: Intent) -> str:
+    return f"run {intent.run}" + (f": {intent.why}" if intent.why else "")
 
 
 def plan(host: DesiredHost, fact: RebootFact) -> list[Change]:
-    if not fact.waiting:
-        if fact.maintenance == "gpuvm":
-            return [Change(NAME, host.name, "host", "maintenance mode", "on (left by an interrupted gpuvm run)",
-                           "off", Disruption.NONE, LeaveMaintenance())]
-        return []
-    changes = [Change(NAME, host.name, "host", "reboot", f"{len(fact.waiting)} change(s) waiting",
-                      "rebooted (maintenance mode)", Disruption.HOST_REBOOT,
-                      RebootHost(own_maintenance=fact.maintenance != "other"))]
-    for vm in fact.running:
-        restore = vm not in fact.managed
-        changes.append(Change(NAME, vm, "vm", "power", "poweredOn",
-                              f"poweredOff for the reboot of {host.name}" + (", then on again" if restore else ""),
-                              Disruption.VM_POWER_OFF, StopForReboot(host.name, restore)))
+    changes = []
+    if fact.waiting:
+        changes.append(Change(NAME, host.name, "host", "reboot", f"{len(fact.waiting)} change(s) waiting",
+                              "rebooted (maintenance mode)", Disruption.HOST_REBOOT,
+                              RebootHost(own_maintenance=fact.maintenance != "other")))
+        for vm in fact.running:
+            restore = vm not in fact.managed
+            changes.append(Change(NAME, vm, "vm", "power", "poweredOn",
+                                  f"poweredOff for the reboot of {host.name}" + (", then on again" if restore else ""),
+                                  Disruption.VM_POWER_OFF, StopForReboot(host.name, restore)))
+    elif fact.maintenance == "gpuvm" and fact.recorded is not None:
+        changes.append(Change(NAME, host.name, "host", "maintenance mode",
+                              f"on (left by interrupted {_by(fact.recorded)})", "off", Disruption.NONE,
+                              LeaveMaintenance(in_maintenance=True)))
+    elif fact.maintenance == "recorded" and fact.recorded is not None:
+        changes.append(Change(NAME, host.name, "host", "maintenance mode",
+                              f"off, recorded as entered by {_by(fact.recorded)}", "off, record cleared",
+                              Disruption.NONE, LeaveMaintenance(in_maintenance=False)))
+    for vm, intent in fact.stopped.items():
+        if fact.waiting and vm in fact.running:
+            continue  # stopped again for this reboot: its record is renewed then
+        on = vm in fact.running
+        restore = not on and vm not in fact.managed and intent.data.get("restore") == "poweredOn"
+        after = "poweredOn, record cleared" if restore else "record cleared" + ("" if on else " (vm.power sets its state)")
+        changes.append(Change(NAME, vm, "vm", "power", f"{'poweredOn' if on else 'poweredOff'} (interrupted {_by(intent)})",
+                              after, Disruption.NONE, RestorePower(host.name, restore)))
     return changes
 
 
+@dataclass
+class _HostWork:
+    reboot: RebootHost | None = None
+    leave: LeaveMaintenance | None = None
+    stops: list[tuple[str, StopForReboot]] = field(default_factory=list)
+    restores: list[tuple[str, RestorePower]] = field(default_factory=list)
+
+    @property
+    def vms(self) -> list[str]:
+        return [vm for vm, _ in self.stops] + [vm for vm, _ in self.restores]
+
+
 def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -> dict[str, Exception]:
-    """Reboot the hosts in batches of `max_unavailable`; a VM's failure is its host's."""
-    stops: dict[str, list[tuple[str, StopForReboot]]] = {h: [] for h in by_target if h in ctx.inventory.hosts}
-    for vm, changes in by_target.items():
+    """Finish what interrupted runs left (every host at once), then reboot the hosts in batches of
+    `max_unavailable`; a VM's failure is its host's."""
+    work: dict[str, _HostWork] = {}
+    for target, changes in by_target.items():
         for change in changes:
-            if isinstance(change.action, StopForReboot):
-                stops.setdefault(change.action.host, []).append((vm, change.action))
-    reboots = {h: c.action for h in stops for c in by_target.get(h, []) if isinstance(c.action, RebootHost)}
-    leave = {h: h for h, changes in by_target.items() if any(isinstance(c.action, LeaveMaintenance) for c in changes)}
-    hosts = list(reboots)
-    size = max(1, ctx.options.max_unavailable)
+            action = change.action
+            if isinstance(action, RebootHost):
+                work.setdefault(target, _HostWork()).reboot = action
+            elif isinstance(action, LeaveMaintenance):
+                work.setdefault(target, _HostWork()).leave = action
+            elif isinstance(action, StopForReboot):
+                work.setdefault(action.host, _HostWork()).stops.append((target, action))
+            elif isinstance(action, RestorePower):
+                work.setdefault(action.host, _HostWork()).restores.append((target, action))
     failed: dict[str, Exception] = {}
     try:
-        run_parallel(leave, lambda h: _maintenance(ctx, h, enter=False), parallel)
+        run_parallel({h: h for h, w in work.items() if w.reboot is None}, lambda h: _recover(ctx, h, work[h]), parallel)
     except TargetFailures as e:
         failed.update(e.failures)  # type: ignore[arg-type]
+    hosts = [h for h, w in work.items() if w.reboot is not None]
+    size = max(1, ctx.options.max_unavailable)
     left: dict[str, Exception] = {}  # hosts not rebooted because one failed before them
     for start in range(0, len(hosts), size):
         batch = {h: h for h in hosts[start:start + size]}
@@ -123,49 +176,141 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
                                   f"(hosts reboot {size} at a time)") for h in batch}
             continue
         try:
-            run_parallel(batch, lambda h: _reboot(ctx, h, stops[h], reboots[h].own_maintenance),
-                         min(parallel, size))
+            run_parallel(batch, lambda h: _reboot(ctx, h, work[h]), min(parallel, size))
         except TargetFailures as e:
             failed.update(e.failures)  # type: ignore[arg-type]
     failures = failed | left
-    for host, vms in stops.items():
-        for vm, _ in vms:
+    for host, w in work.items():
+        for vm in w.vms:
             if host in failures:
                 failures[vm] = failures[host]
     return failures
 
 
-def _reboot(ctx: Context, name: str, stops: list[tuple[str, StopForReboot]], own_maintenance: bool) -> None:
-    for vm, _ in stops:
-        power_off(ctx, vm)
-    host = ctx.session.ref("HostSystem", ctx.inventory.hosts[name].moid)
-    if own_maintenance and not ctx.inventory.hosts[name].in_maintenance:
-        _maintenance(ctx, name, enter=True)
-    booted = call("read boot time", lambda: host.runtime.bootTime)
+def _recover(ctx: Context, name: str, work: _HostWork) -> None:
+    """What interrupted runs left on a host that is not rebooted now: maintenance mode, then its VMs."""
+    if work.leave is not None:
+        _leave_interrupted(ctx, name, work.leave)
+    _restore_all(ctx, [(vm, restore.power_on) for vm, restore in work.restores])
+
+
+def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
+    assert work.reboot is not None
+    own = work.reboot.own_maintenance
+    stopped: list[str] = []  # VMs this run stopped (or found stopped by an earlier one): owed a power-on on failure
     try:
-        run_task("RebootHost", lambda: host.RebootHost_Task(force=False), ctx.options.task_timeout)
+        for vm, _ in work.stops:
+            _record(ctx, _vm(ctx, vm), POWER_OFF, name, f"stopped for the reboot of {name}", host=name,
+                    restore="poweredOn")
+            stopped.append(vm)
+            power_off(ctx, vm)
+        stopped += [vm for vm, restore in work.restores if restore.power_on]
+        host = _host(ctx, name)
+        if own:
+            own = _enter(ctx, name, f"reboot of {name} for pending changes")
+        booted = call("read boot time", lambda: host.runtime.bootTime)
+        _run("RebootHost", lambda: host.RebootHost_Task(force=False), ctx.options.task_timeout)
         _wait_rebooted(host, booted, ctx.options.task_timeout)
-    except GpuvmError:
-        if own_maintenance:  # the host runs as before: back into service; the next plan reboots again
-            with contextlib.suppress(GpuvmError):
-                _maintenance(ctx, name, enter=False)
+    except Exception:  # the host runs as before: undo what this run did; the next plan reboots again
+        _undo(ctx, name, own, stopped)
         raise
-    if own_maintenance:
-        _maintenance(ctx, name, enter=False)
-    for vm, stop in stops:
-        if stop.restore:
-            power_on(ctx, vm)
+    if own:
+        _leave(ctx, name)
+    _restore_all(ctx, [(vm, stop.restore) for vm, stop in work.stops] + [(vm, r.power_on) for vm, r in work.restores])
 
 
-def _maintenance(ctx: Context, name: str, enter: bool) -> None:
-    """Enter or exit the host's maintenance mode, and journal it (what gpuvm entered, it takes back)."""
-    host = ctx.session.ref("HostSystem", ctx.inventory.hosts[name].moid)
-    if enter:
-        run_task("EnterMaintenanceMode", lambda: host.EnterMaintenanceMode_Task(timeout=0), ctx.options.task_timeout)
-    else:
-        run_task("ExitMaintenanceMode", lambda: host.ExitMaintenanceMode_Task(timeout=0), ctx.options.task_timeout)
-    if ctx.journal is not None:
-        ctx.journal.record(MAINTENANCE, host=name, state="entered" if enter else "left")
+def _undo(ctx: Context, name: str, own: bool, stopped: list[str]) -> None:
+    """After a failure: the host out of the maintenance mode gpuvm holds, the VMs it stopped on again.
+    What cannot be undone now keeps its record for the next run."""
+    if own:
+        with contextlib.suppress(Exception):
+            host = _host(ctx, name)
+            if MAINTENANCE in ctx.intents.current(host):  # only maintenance mode gpuvm recorded, never an operator's
+                wait_for_other_tasks(ctx.session, host, CANCEL_GRACE_S)  # an enter task being canceled ends first
+                _leave(ctx, name)
+    for vm in stopped:
+        with contextlib.suppress(Exception):
+            _restore(ctx, vm, True)
+
+
+def _enter(ctx: Context, name: str, why: str) -> bool:
+    """Enter maintenance mode, recorded on the host first; whether gpuvm holds it (else it is left
+    as found). A task an interrupted run left entering ends first. A host in maintenance mode already
+    is gpuvm's if the plan saw gpuvm's record on it, else an operator's who entered since the plan:
+    the record is taken back and the mode left to them."""
+    host = _host(ctx, name)
+    ours = MAINTENANCE in ctx.inventory.hosts[name].intents
+    _record(ctx, host, MAINTENANCE, name, why)
+    wait_for_other_tasks(ctx.session, host, ctx.options.task_timeout)
+    if call("read maintenance mode", lambda: host.runtime.inMaintenanceMode) is True:
+        if not ours:
+            _clear(ctx, host, MAINTENANCE, name)
+        return ours
+    timeout = ctx.options.task_timeout  # vCenter gives up then too (the VMs on the host still running)
+    _run("EnterMaintenanceMode", lambda: host.EnterMaintenanceMode_Task(timeout=int(timeout)), timeout,
+         started=lambda: _journal(ctx, MAINTENANCE, host=name, state="entering"))
+    _journal(ctx, MAINTENANCE, host=name, state="entered")
+    return True
+
+
+def _leave(ctx: Context, name: str) -> None:
+    """Leave the maintenance mode gpuvm entered (if the host is in it), then clear its record."""
+    host = _host(ctx, name)
+    if call("read maintenance mode", lambda: host.runtime.inMaintenanceMode) is True:
+        _run("ExitMaintenanceMode", lambda: host.ExitMaintenanceMode_Task(timeout=0), ctx.options.task_timeout)
+        _journal(ctx, MAINTENANCE, host=name, state="left")
+    _clear(ctx, host, MAINTENANCE, name)
+
+
+def _leave_interrupted(ctx: Context, name: str, leave: LeaveMaintenance) -> None:
+    """Take the host out of the maintenance mode an interrupted run entered, and clear its record.
+    A task it left entering ends first; a host that was not in maintenance mode when planned is
+    taken out only if such a task put it there (never when an operator entered it since)."""
+    host = _host(ctx, name)
+    waited = wait_for_other_tasks(ctx.session, host, ctx.options.task_timeout)
+    if call("read maintenance mode", lambda: host.runtime.inMaintenanceMode) is True and (leave.in_maintenance or waited):
+        _run("ExitMaintenanceMode", lambda: host.ExitMaintenanceMode_Task(timeout=0), ctx.options.task_timeout)
+        _journal(ctx, MAINTENANCE, host=name, state="left")
+    _clear(ctx, host, MAINTENANCE, name)
+
+
+def _restore_all(ctx: Context, vms: list[tuple[str, bool]]) -> None:
+    """`_restore` every VM, each tried whatever happened to the one before; the first error raised after."""
+    errors = []
+    for vm, on in vms:
+        try:
+            _restore(ctx, vm, on)
+        except Exception as error:
+            errors.append(error)
+    if errors:
+        raise errors[0]
+
+
+def _restore(ctx: Context, vm: str, on: bool) -> None:
+    """Power on a VM gpuvm stopped (if `on`), then clear its record."""
+    if on:
+        power_on(ctx, vm)
+    _clear(ctx, _vm(ctx, vm), POWER_OFF, vm)
+
+
+def _run(action: str, start: Callable[[], Any], timeout: float, started: Callable[[], None] | None = None) -> None:
+    """Start a task and wait for it (`_finish`); `started` is told once vCenter has it."""
+    task = call(action, start)
+    if started is not None:
+        started()
+    _finish(task, action, timeout)
+
+
+def _finish(task: Any, action: str, timeout: float) -> None:
+    """Wait for the task; one still running after `timeout` is canceled, not left to finish unseen
+    (if it completes anyway, the record made before it covers it)."""
+    try:
+        tasks.wait(task, action, timeout)
+    except TaskError:
+        with contextlib.suppress(Exception):
+            if task.info.state in ("queued", "running"):
+                task.CancelTask()
+        raise
 
 
 def _wait_rebooted(host: Any, booted_before: Any, timeout: float) -> None:
@@ -181,6 +326,30 @@ def _wait_rebooted(host: Any, booted_before: Any, timeout: float) -> None:
         if time.monotonic() >= deadline:
             raise TaskError(f"host did not come back within {timeout:.0f} s after the reboot")
         time.sleep(5)
+
+
+def _host(ctx: Context, name: str) -> Any:
+    return ctx.session.ref("HostSystem", ctx.inventory.hosts[name].moid)
+
+
+def _vm(ctx: Context, name: str) -> Any:
+    return ctx.session.ref("VirtualMachine", ctx.inventory.vms[name].moid)
+
+
+def _record(ctx: Context, entity: Any, act: str, target: str, why: str, **data: Any) -> None:
+    ctx.intents.record(entity, act, why, **data)
+    _journal(ctx, "intent", target=target, act=act, state="recorded")
+
+
+def _clear(ctx: Context, entity: Any, act: str, target: str) -> None:
+    ctx.intents.clear(entity, act)
+    _journal(ctx, "intent", target=target, act=act, state="cleared")
+
+
+def _journal(ctx: Context, status: str, **extra: Any) -> None:
+    """History for the user (and for tests timing a signal); what recovery needs is on the objects."""
+    if ctx.journal is not None:
+        ctx.journal.record(status, **extra)
 
 
 def apply(ctx: Context, host: DesiredHost, changes: list[Change]) -> None:

@@ -4,33 +4,56 @@ a timeout), power on, and reconfigure."""
 from __future__ import annotations
 
 import time
+from http.client import HTTPException
 from typing import Any, Callable
 
 from gpuvm.errors import TaskError
 from gpuvm.steps.base import Context
 from gpuvm.plan import Change, Disruption
-from gpuvm.vsphere.tasks import call, run_task, wait_for_other_tasks
+from gpuvm.vsphere.tasks import call, fault_text, run_task, wait_for_other_tasks
+
+
+SHUTDOWN_ATTEMPTS = 3  # a transient answer to ShutdownGuest is asked again this often, never taken as "no tools"
+SHUTDOWN_RETRY_S = 2.0
 
 
 def power_off(ctx: Context, vm_name: str) -> None:
-    from pyVmomi import vim
-
+    """Shut the guest down cleanly through VMware Tools, and power off hard only when the guest has no
+    tools to ask or did not stop within --shutdown-timeout."""
     vm = _idle(ctx, vm_name)
     if _state(vm) == "poweredOff":
         return
-    try:
-        vm.ShutdownGuest()  # clean shutdown through VMware Tools
+    if _shutdown_guest(vm):
         deadline = time.monotonic() + ctx.options.shutdown_timeout
         while time.monotonic() < deadline:
             if _state(vm) == "poweredOff":
                 return
             time.sleep(2)
-    except (vim.fault.ToolsUnavailable, vim.fault.InvalidState, vim.fault.TaskInProgress):
-        pass  # no tools in the guest: fall through to a hard power-off
-    except Exception:  # the simulator and old hosts answer NotSupported and the like
-        pass
     if _state(vm) != "poweredOff":
         run_task("PowerOffVM", vm.PowerOffVM_Task, ctx.options.task_timeout)
+
+
+def _shutdown_guest(vm: Any) -> bool:
+    """Ask the guest to shut down: True once asked, False when it has no tools to ask (ToolsUnavailable,
+    or NotSupported from a host that cannot). Any other answer (a lost connection, a task in
+    progress) is asked again a few times, then raised: a guest that could shut down cleanly is
+    never powered off hard because vCenter hiccuped."""
+    from pyVmomi import vim, vmodl
+
+    for attempt in range(1, SHUTDOWN_ATTEMPTS + 1):
+        try:
+            vm.ShutdownGuest()
+            return True
+        except (vim.fault.ToolsUnavailable, vmodl.fault.NotSupported):
+            return False
+        except vim.fault.InvalidPowerState:
+            return True  # off already (someone else stopped it): the wait sees it
+        except (vmodl.MethodFault, OSError, HTTPException) as error:
+            if attempt == SHUTDOWN_ATTEMPTS:
+                text = fault_text(error) if isinstance(error, vmodl.MethodFault) else f"{type(error).__name__}: {error}"
+                raise TaskError(f"ShutdownGuest failed {attempt} times ({text}); not powered off hard") from None
+            time.sleep(SHUTDOWN_RETRY_S)
+    return False
 
 
 def power_on(ctx: Context, vm_name: str) -> None:

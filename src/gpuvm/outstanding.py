@@ -1,0 +1,32 @@
+"""Outstanding intent: what gpuvm runs recorded on the runbook's hosts and VMs (and the VMs on its
+hosts) before a disruptive act and never cleared — a run was killed, or could not undo what it did.
+
+`plan` lists each as a note, `verify` as drift: until an `apply` finishes or undoes the act, the
+world is not what the runbook says, even where every setting matches (a host still held in
+maintenance mode, a VM still owed its power-on). The records themselves live on the vCenter objects
+(`gpuvm.vsphere.intent`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpuvm.plan import Note
+from gpuvm.vsphere.facts import Inventory
+
+STEP = "intent"  # the notes' step
+MEMOS = frozenset({"reboot"})  # records kept on purpose once the act is done (the reboot a change had): not unfinished
+
+
+def outstanding(inventory: Inventory, hosts: Iterable[str], vms: Iterable[str]) -> list[Note]:
+    """One warning per unfinished act on `hosts`, `vms` and every VM on those hosts, naming the
+    object, the act, the run that began it, since when and why."""
+    host_names = [h for h in dict.fromkeys(hosts) if h in inventory.hosts]
+    objects = {h: inventory.hosts[h].intents for h in host_names}
+    vm_names = [v for v in vms if v in inventory.vms]
+    vm_names += [vm.name for h in host_names for vm in inventory.vms_on(h)]
+    objects |= {v: inventory.vms[v].intents for v in dict.fromkeys(vm_names)}
+    return [Note(name, STEP, f"gpuvm intent {act!r} outstanding: recorded by run {intent.run}"
+                             + (f" at {intent.since}" if intent.since else "") + (f" ({intent.why})" if intent.why else "")
+                             + "; `apply` finishes or undoes it")
+            for name, intents in objects.items() for act, intent in intents.items() if act not in MEMOS]
