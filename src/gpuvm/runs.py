@@ -28,6 +28,7 @@ from gpuvm.runbook.setups import select_setup
 from gpuvm.steps.base import Context, Options
 from gpuvm.targeting import Scope, select
 from gpuvm.vsphere.facts import Inventory
+from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.lock import HostLocks
 from gpuvm.vsphere.session import Session, Target, resolve_target
@@ -207,7 +208,8 @@ def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False
         options = Options(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
                           shutdown_timeout=shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
                           max_unavailable=max_unavailable)
-        context = Context(session, facts, options, cluster, down, journal=journal)
+        context = Context(session, facts, options, cluster, down, journal=journal,
+                          intents=IntentStore(session, journal.run_id))
         outcome = apply_plan(plan, desired, context, journal, parallel, progress, keep=scope)
     return Applied(plan, outcome, journal.path)
 

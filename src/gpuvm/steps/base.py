@@ -51,6 +51,7 @@ class Context:
     unreachable: dict[str, str] = field(default_factory=dict)  # guests that did not answer at plan time
     planned: list[Change] = field(default_factory=list)  # what earlier steps planned (while planning)
     journal: Any = None  # gpuvm.journal.Journal (apply only): steps record state they own (maintenance mode)
+    intents: Any = None  # gpuvm.vsphere.intent.IntentStore (apply only): intent recorded on the objects
     _planned_index: tuple[int, dict[str, list[Change]]] = field(default_factory=lambda: (0, {}), repr=False)
 
     def planned_on(self, target: str) -> list[Change]:
