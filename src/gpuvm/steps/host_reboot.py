@@ -27,6 +27,7 @@ from gpuvm.errors import GpuvmError, TargetFailures, TaskError, listed
 from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import DesiredHost
+from gpuvm.steps import reboot_memo
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.power import power_off, power_on
 from gpuvm.vsphere.tasks import call, run_task
@@ -155,6 +156,7 @@ def _reboot(ctx: Context, name: str, stops: list[tuple[str, StopForReboot]], own
     for vm, stop in stops:
         if stop.restore:
             power_on(ctx, vm)
+    reboot_memo.remember(ctx, name)  # what this reboot was for: not rebooted for again if still pending
 
 
 def _maintenance(ctx: Context, name: str, enter: bool) -> None:

@@ -1,0 +1,129 @@
+"""The reboot memo: what gpuvm rebooted a host for, kept on the host, so that a setting a reboot does
+not activate is not rebooted for again and again (issue 21, item 4).
+
+After `host.reboot` rebooted a host for the changes waiting on it (on the host, its ESXi shell, the
+guests of its VMs), the memo is recorded on the host as the intent act "rebooted": those changes'
+identities (step, target, resource, field, after) and the host's boot time after the reboot. A
+change still pending on the next plan, with the host not rebooted since (same boot time), is one
+that reboot did not activate (a ConnectX setting a warm reboot does not apply, a missing vGPU
+manager, a kernel option ESXi does not take; or a guest that lies): planning another reboot for it
+would power off every VM on the host on every apply. The plan says so (a note at error level) and
+`apply` refuses up front, exit 4, unless --allow-repeat-reboot; with it the host reboots again and
+the memo is replaced. An apply that finds nothing waiting on the host any more clears the memo.
+
+A pending change matches a memo entry of the same step, target and resource when the field or the
+wanted value is the same: the half a step configured before the reboot ("ATS_ENABLED", "configured")
+and the running half still pending after it ("ATS_ENABLED (current)", "runtime") are one setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gpuvm.errors import TaskError, listed
+from gpuvm.plan import Change, Disruption, Note
+from gpuvm.vsphere.facts import HostFacts, Inventory
+from gpuvm.vsphere.intent import Intent
+from gpuvm.vsphere.inventory import boot_time
+from gpuvm.vsphere.tasks import call
+
+ACT = "rebooted"
+REBOOT_STEP = "host.reboot"
+FLAG = "--allow-repeat-reboot"
+KEYS = ("step", "target", "resource", "field", "after")
+
+
+class RepeatedReboot(TaskError):
+    """A change is still pending after gpuvm rebooted its host for it: not rebooted for again without
+    --allow-repeat-reboot. Nothing was touched."""
+
+
+def identity(change: Change) -> dict[str, str]:
+    """What names a waiting change in the memo (values as text: JSON keeps them as they were shown)."""
+    return {key: str(getattr(change, key)) for key in KEYS}
+
+
+def waiting_on(host: str, changes: Iterable[Change], inventory: Inventory) -> list[Change]:
+    """The changes that wait for `host`'s reboot: on the host (or its ESXi shell), or on a VM on it
+    (or its guest, named after its VM), as `host.reboot` finds them."""
+    on_host = {host} | {vm.name for vm in inventory.vms_on(host)}
+    return [c for c in changes if c.disruption == Disruption.HOST_REBOOT and c.step != REBOOT_STEP
+            and c.target in on_host]
+
+
+def _same(entry: dict[str, Any], change: Change) -> bool:
+    mine = identity(change)
+    return (all(entry.get(k) == mine[k] for k in ("step", "target", "resource"))
+            and (entry.get("field") == mine["field"] or entry.get("after") == mine["after"]))
+
+
+def still_pending(facts: HostFacts, waiting: Iterable[Change]) -> list[Change]:
+    """The pending changes among `waiting` that gpuvm rebooted the host for, the host not rebooted since."""
+    memo = facts.intents.get(ACT)
+    if memo is None or not facts.booted or memo.data.get("booted") != facts.booted:
+        return []
+    entries = [e for e in memo.data.get("changes") or [] if isinstance(e, dict)]
+    return [c for c in waiting if c.pending and any(_same(e, c) for e in entries)]
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """A host whose planned reboot would be for changes its last gpuvm reboot did not activate."""
+
+    host: str
+    memo: Intent
+    changes: list[Change]
+
+    def message(self) -> str:
+        settings = "; ".join(f"{c.field} of {c.resource} on {c.target} ({c.step})" for c in self.changes[:3])
+        more = f" and {len(self.changes) - 3} more" if len(self.changes) > 3 else ""
+        return (f"host {self.host}: {settings}{more} still pending after gpuvm rebooted the host for it "
+                f"(run {self.memo.run} at {self.memo.since}): a reboot does not apply it (a warm reboot that does "
+                f"not reset the device? a missing driver?); pass {FLAG} to reboot again")
+
+
+def repeats(changes: list[Change], inventory: Inventory) -> list[Repeat]:
+    """Every host the plan reboots for a change still pending after gpuvm's last reboot of it."""
+    hosts = dict.fromkeys(c.target for c in changes if c.step == REBOOT_STEP
+                          and c.disruption == Disruption.HOST_REBOOT and c.target in inventory.hosts)
+    found = []
+    for host in hosts:
+        facts = inventory.hosts[host]
+        if again := still_pending(facts, waiting_on(host, changes, inventory)):
+            found.append(Repeat(host, facts.intents[ACT], again))
+    return found
+
+
+def notes(found: list[Repeat]) -> list[Note]:
+    """What `plan` and `verify` show: one error-level note per host."""
+    return [Note(r.host, REBOOT_STEP, r.message() + f" (apply refuses without {FLAG})", level="error") for r in found]
+
+
+def refuse(found: list[Repeat], allow: bool) -> None:
+    """Stop `apply` before anything is touched, unless the user allowed a repeated reboot."""
+    if found and not allow:
+        lines = [r.message() for r in found]
+        raise RepeatedReboot(f"refusing to reboot {listed(r.host for r in found)} again; nothing was changed:\n  "
+                             + "\n  ".join(lines))
+
+
+def remember(ctx: Any, host: str) -> None:
+    """Record, once the host is back from gpuvm's reboot, what it rebooted for and its new boot time."""
+    if ctx.intents is None:
+        return
+    ref = ctx.session.ref("HostSystem", ctx.inventory.hosts[host].moid)
+    booted = boot_time(call("read boot time", lambda: ref.runtime.bootTime))
+    changes = [identity(c) for c in waiting_on(host, ctx.planned, ctx.inventory)]
+    ctx.intents.record(ref, ACT, f"rebooted for {len(changes)} change(s)", booted=booted, changes=changes)
+
+
+def settle(store: Any, session: Any, changes: list[Change], inventory: Inventory, hosts: Iterable[str]) -> None:
+    """Clear the memo of the `hosts` (planned whole, every guest observed) on which nothing waits any more."""
+    for host in hosts:
+        facts = inventory.hosts.get(host)
+        if facts is not None and ACT in facts.intents and not waiting_on(host, changes, inventory):
+            store.clear(session.ref("HostSystem", facts.moid), ACT)
+
+
