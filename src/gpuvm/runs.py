@@ -207,7 +207,7 @@ def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False
         intents = IntentStore(session, journal.run_id)
         if not down:  # every guest observed: a host with nothing waiting has nothing left to reboot for
             reboot_memo.settle(intents, session, plan.changes, facts,
-                               [h for h in desired.hosts if scope is None or scope.covers(h)])
+                               [h.name for h in book.hosts if scope is None or scope.covers(h.name)])
         if plan.empty and not down:
             return Applied(plan)
         reboot_memo.refuse(reboot_memo.repeats(plan.changes, facts), allow_repeat_reboot)
