@@ -106,3 +106,50 @@ def test_vcenter_refuses_a_clone_to_a_name_the_folder_has_or_is_cloning(tmp_path
                 assert task.info.state == "error" and isinstance(task.info.error, vim.fault.DuplicateName)
                 assert task.info.error.msg == f"The name '{name}' already exists."
         assert vms_named(sim, "train-1") == 1
+
+
+def record_clone_intent(sim: Simulator, monkeypatch, **data) -> None:
+    """What a run killed inside a clone left on the template (see vm_lifecycle._start_clone)."""
+    from gpuvm.runbook.model import VCenter
+    from gpuvm.vsphere.intent import IntentStore
+    from gpuvm.vsphere.session import Session, resolve_target
+
+    with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+        template = session.content.searchIndex.FindByInventoryPath("DC0/vm/ubuntu-gpu")
+        IntentStore(session, "killed").record(template, "clone train-1", "clone to train-1", vm="train-1", **data)
+
+
+def test_killed_before_the_clone_task_was_recorded_the_template_tasks_are_awaited(tmp_path, monkeypatch):
+    """Killed between CloneVM_Task and recording its task: the clone runs, its intent has no task.
+    The re-run waits for what runs on the template and adopts the VM."""
+    book = clone_runbook(tmp_path, [{"name": "train-1", "host": "esx-01", "ip": 101}])
+    with Simulator(hosts=2, vms_per_host=1, rebind=True, templates=["ubuntu-gpu"],
+                   latency={"CloneVM_Task": "2s"}) as sim:
+        use_simulator(monkeypatch, sim, tmp_path / "state")
+        record_clone_intent(sim, monkeypatch)
+        with pyvmomi(sim) as si:
+            template = si.content.searchIndex.FindByInventoryPath("DC0/vm/ubuntu-gpu")
+            template.CloneVM_Task(folder=template.parent, name="train-1", spec=vim.vm.CloneSpec(
+                powerOn=False, template=False, location=vim.vm.RelocateSpec()))
+        planned = gpuvm("plan", str(book))
+        assert "began at" in planned.output and "awaited first" in planned.output, planned.output
+        again = gpuvm("apply", str(book), "--yes")
+        assert again.exit_code == 0, again.output
+        assert vms_named(sim, "train-1") == 1
+        assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0
+
+
+def test_a_clone_intent_left_after_the_clone_is_drift_and_cleared(tmp_path, monkeypatch):
+    """Killed after the clone ended, before its intent was cleared: the VM exists; plan and verify show
+    the intent, apply clears it."""
+    book = clone_runbook(tmp_path, [{"name": "train-1", "host": "esx-01", "ip": 101}])
+    with Simulator(hosts=2, vms_per_host=1, rebind=True, templates=["ubuntu-gpu"]) as sim:
+        use_simulator(monkeypatch, sim, tmp_path / "state")
+        assert gpuvm("apply", str(book), "--yes").exit_code == 0
+        record_clone_intent(sim, monkeypatch, task="task-1")
+        assert gpuvm("verify", str(book)).exit_code == 5
+        planned = gpuvm("plan", str(book))
+        assert "template ubuntu-gpu" in planned.output and "clone intent" in planned.output, planned.output
+        assert gpuvm("apply", str(book), "--yes").exit_code == 0
+        assert vms_named(sim, "train-1") == 1
+        assert gpuvm("verify", str(book)).exit_code == 0

@@ -14,7 +14,7 @@ clone of one name in a folder: DuplicateName). A destroy
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpuvm.clone_network import CloneNetwork
@@ -45,13 +45,35 @@ class DestroyVm:
     pass
 
 
-def observe(ctx: Context, vm: DesiredVm) -> VmFacts | None:
-    """The VM as vCenter has it (None: it does not exist); a clone the plan makes reads as missing."""
+@dataclass(frozen=True)
+class ClearCloneIntent:
+    template: str  # the template (or VM) whose record of this VM's clone a killed run left
+
+
+@dataclass(frozen=True)
+class LifecycleFact:
+    vm: VmFacts | None = None  # as vCenter has it (None: missing, or a clone the plan makes)
+    clones_begun: dict[str, Intent] = field(default_factory=dict)  # template → its record of a clone of this VM
+
+
+def observe(ctx: Context, vm: DesiredVm) -> LifecycleFact:
+    """The VM as vCenter has it, and the clones of it an earlier run began (recorded on the templates,
+    and on the VM the runbook clones it from)."""
     facts = ctx.inventory.vms.get(vm.name)
-    return None if facts is None or facts.clone_of is not None else facts
+    act = clone_act(vm.name)
+    sources = dict(ctx.inventory.templates)
+    if vm.clone is not None and vm.clone.template in ctx.inventory.vms:
+        sources[vm.clone.template] = ctx.inventory.vms[vm.clone.template]
+    begun = {name: source.intents[act] for name, source in sources.items() if act in source.intents}
+    return LifecycleFact(None if facts is None or facts.clone_of is not None else facts, begun)
 
 
-def plan(vm: DesiredVm, facts: VmFacts | None) -> list[Change]:
+def plan(vm: DesiredVm, fact: LifecycleFact) -> list[Change]:
+    facts = fact.vm
+    if facts is not None and vm.state == "present":  # made by a clone whose intent a killed run left behind
+        return [Change(NAME, vm.name, f"template {template}", "clone intent",
+                       f"clone begun by run {intent.run} at {intent.since}", "cleared (the VM exists)",
+                       Disruption.NONE, ClearCloneIntent(template)) for template, intent in fact.clones_begun.items()]
     if vm.state == "absent":
         if facts is None:
             return []
@@ -66,7 +88,9 @@ def plan(vm: DesiredVm, facts: VmFacts | None) -> list[Change]:
                        f"create: clone of {vm.clone.template} on {vm.host}, datastore {vm.clone.datastore}"
                        + (f", folder {vm.clone.folder}" if vm.clone.folder else "")
                        + (f", resource pool {vm.clone.pool}" if vm.clone.pool else "")
-                       + (f", network {vm.clone.network.name}" if vm.clone.network else ""),
+                       + (f", network {vm.clone.network.name}" if vm.clone.network else "")
+                       + "".join(f" (after the clone run {i.run} began at {i.since}, awaited first)"
+                                 for t, i in fact.clones_begun.items() if t == vm.clone.template),
                        Disruption.NONE, CloneVm(vm.clone))]
     return []
 
@@ -178,6 +202,9 @@ def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
         action = change.action
         if isinstance(action, CloneVm):
             _clone(ctx, vm, action.clone)
+        elif isinstance(action, ClearCloneIntent):
+            source = ctx.inventory.templates.get(action.template) or ctx.inventory.vms[action.template]
+            _intents(ctx).clear(ctx.session.ref("VirtualMachine", source.moid), clone_act(vm.name))
         elif isinstance(action, PowerOffForDestroy):
             power_off(ctx, vm.name)
         elif isinstance(action, DestroyVm):
