@@ -2,7 +2,8 @@
 `mlxconfig -e q` with ATS "Next Boot True, Current False" whatever happens made every
 `apply --allow-host-reboot --allow-power-off` reboot its host. Now the first apply reboots once and
 records why on the host; the second stops up front (exit 4) naming the setting and the host,
-rebooting nothing and powering nothing off; a third with --allow-repeat-reboot reboots again."""
+rebooting nothing and powering nothing off; a third with --allow-repeat-reboot reboots again. Once
+the card runs the setting, the next apply clears the memo."""
 
 from __future__ import annotations
 
@@ -89,3 +90,20 @@ def test_a_setting_a_reboot_does_not_activate_reboots_the_host_once_then_stops_w
         assert raw_state(sim)["esx-01"]["booted"] != after_first["esx-01"]["booted"], "no second reboot"
         assert raw_state(sim)["esx-01-vm1"]["power"] == "poweredOn"
         assert gpuvm("apply", str(book), *flags).exit_code == 4  # the new memo holds it again
+        assert memo(sim) is not None
+
+        testbed.set_state(GUEST, "mlx", {"ATS_ENABLED": dict(STUCK, current="True(1)")})  # the card is fixed
+        settled = gpuvm("apply", str(book), *flags)
+        assert settled.exit_code == 0, settled.output
+        assert memo(sim) is None, "nothing waits on esx-01 any more: its memo stays"
+        assert gpuvm("verify", str(book)).exit_code == 0
+
+
+def memo(sim: Simulator):
+    """The reboot memo on esx-01, read back with gpuvm's inventory read."""
+    from gpuvm.runbook.model import VCenter
+    from gpuvm.vsphere.inventory import read_inventory
+    from gpuvm.vsphere.session import Session, resolve_target
+
+    with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+        return read_inventory(session).hosts["esx-01"].intents.get("rebooted")
