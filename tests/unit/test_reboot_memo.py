@@ -70,8 +70,8 @@ def test_the_memo_records_what_waited_and_the_new_boot_time(mocker):
     ctx = Context(session=session, inventory=facts, planned=[SET_ATS, MIG_PENDING, REBOOT], intents=store)
     reboot_memo.remember(ctx, "esx-01")
     store.record.assert_called_once_with(session.ref.return_value, "rebooted", "rebooted for 2 change(s)",
-                                         booted=BOOTED, changes=[reboot_memo.identity(SET_ATS),
-                                                                 reboot_memo.identity(MIG_PENDING)])
+                                         booted=BOOTED, changes=[reboot_memo.identity(MIG_PENDING),  # the host's first
+                                                                 reboot_memo.identity(SET_ATS)])
 
 
 def test_the_memo_is_cleared_once_nothing_waits_on_the_host(mocker):

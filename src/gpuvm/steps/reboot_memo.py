@@ -45,12 +45,19 @@ def identity(change: Change) -> dict[str, str]:
     return {key: str(getattr(change, key)) for key in KEYS}
 
 
-def waiting_on(host: str, changes: Iterable[Change], inventory: Inventory) -> list[Change]:
-    """The changes that wait for `host`'s reboot: on the host (or its ESXi shell), or on a VM on it
-    (or its guest, named after its VM), as `host.reboot` finds them."""
-    on_host = {host} | {vm.name for vm in inventory.vms_on(host)}
-    return [c for c in changes if c.disruption == Disruption.HOST_REBOOT and c.step != REBOOT_STEP
-            and c.target in on_host]
+def by_target(changes: Iterable[Change]) -> dict[str, list[Change]]:
+    """The changes that wait for a host reboot, by target (indexed once: a plan may hold 100,000 changes)."""
+    index: dict[str, list[Change]] = {}
+    for change in changes:
+        if change.disruption == Disruption.HOST_REBOOT and change.step != REBOOT_STEP:
+            index.setdefault(change.target, []).append(change)
+    return index
+
+
+def waiting_on(host: str, index: dict[str, list[Change]], inventory: Inventory) -> list[Change]:
+    """The changes that wait for `host`'s reboot (`index`: `by_target`): on the host (or its ESXi
+    shell), or on a VM on it (or its guest, named after its VM), as `host.reboot` finds them."""
+    return [c for name in [host] + [vm.name for vm in inventory.vms_on(host)] for c in index.get(name, [])]
 
 
 def _same(entry: dict[str, Any], change: Change) -> bool:
@@ -89,9 +96,10 @@ def repeats(changes: list[Change], inventory: Inventory) -> list[Repeat]:
     hosts = dict.fromkeys(c.target for c in changes if c.step == REBOOT_STEP
                           and c.disruption == Disruption.HOST_REBOOT and c.target in inventory.hosts)
     found = []
+    index = by_target(changes) if hosts else {}
     for host in hosts:
         facts = inventory.hosts[host]
-        if again := still_pending(facts, waiting_on(host, changes, inventory)):
+        if again := still_pending(facts, waiting_on(host, index, inventory)):
             found.append(Repeat(host, facts.intents[ACT], again))
     return found
 
@@ -115,15 +123,18 @@ def remember(ctx: Any, host: str) -> None:
         return
     ref = ctx.session.ref("HostSystem", ctx.inventory.hosts[host].moid)
     booted = boot_time(call("read boot time", lambda: ref.runtime.bootTime))
-    changes = [identity(c) for c in waiting_on(host, ctx.planned, ctx.inventory)]
+    index = by_target(c for name in [host] + [vm.name for vm in ctx.inventory.vms_on(host)]
+                      for c in ctx.planned_on(name))  # the plan's own index: hosts reboot in parallel
+    changes = [identity(c) for c in waiting_on(host, index, ctx.inventory)]
     ctx.intents.record(ref, ACT, f"rebooted for {len(changes)} change(s)", booted=booted, changes=changes)
 
 
 def settle(store: Any, session: Any, changes: list[Change], inventory: Inventory, hosts: Iterable[str]) -> None:
     """Clear the memo of the `hosts` (planned whole, every guest observed) on which nothing waits any more."""
-    for host in hosts:
-        facts = inventory.hosts.get(host)
-        if facts is not None and ACT in facts.intents and not waiting_on(host, changes, inventory):
-            store.clear(session.ref("HostSystem", facts.moid), ACT)
+    remembered = [h for h in hosts if h in inventory.hosts and ACT in inventory.hosts[h].intents]
+    index = by_target(changes) if remembered else {}
+    for host in remembered:
+        if not waiting_on(host, index, inventory):
+            store.clear(session.ref("HostSystem", inventory.hosts[host].moid), ACT)
 
 
