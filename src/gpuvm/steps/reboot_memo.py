@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuvm.errors import TaskError, listed
+from gpuvm.errors import MAX_LINES, TaskError, listed
 from gpuvm.plan import Change, Disruption, Note
 from gpuvm.vsphere.facts import HostFacts, Inventory
 from gpuvm.vsphere.intent import Intent
@@ -93,8 +93,8 @@ class Repeat:
 
 def repeats(changes: list[Change], inventory: Inventory) -> list[Repeat]:
     """Every host the plan reboots for a change still pending after gpuvm's last reboot of it."""
-    hosts = dict.fromkeys(c.target for c in changes if c.step == REBOOT_STEP
-                          and c.disruption == Disruption.HOST_REBOOT and c.target in inventory.hosts)
+    hosts = dict.fromkeys(c.target for c in changes if c.step == REBOOT_STEP and c.disruption == Disruption.HOST_REBOOT
+                          and c.target in inventory.hosts and ACT in inventory.hosts[c.target].intents)
     found = []
     index = by_target(changes) if hosts else {}
     for host in hosts:
@@ -112,7 +112,9 @@ def notes(found: list[Repeat]) -> list[Note]:
 def refuse(found: list[Repeat], allow: bool) -> None:
     """Stop `apply` before anything is touched, unless the user allowed a repeated reboot."""
     if found and not allow:
-        lines = [r.message() for r in found]
+        lines = [r.message() for r in found[:MAX_LINES]]
+        if len(found) > MAX_LINES:
+            lines.append(f"… and {len(found) - MAX_LINES:,} more host(s) (plan lists every one)")
         raise RepeatedReboot(f"refusing to reboot {listed(r.host for r in found)} again; nothing was changed:\n  "
                              + "\n  ".join(lines))
 
