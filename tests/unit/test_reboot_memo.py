@@ -69,9 +69,9 @@ def test_the_memo_records_what_waited_and_the_new_boot_time(mocker):
     session.ref.return_value.runtime.bootTime.isoformat.return_value = BOOTED
     ctx = Context(session=session, inventory=facts, planned=[SET_ATS, MIG_PENDING, REBOOT], intents=store)
     reboot_memo.remember(ctx, "esx-01")
-    store.record.assert_called_once_with(session.ref.return_value, "rebooted", "rebooted for 2 change(s)",
-                                         booted=BOOTED, changes=[reboot_memo.identity(MIG_PENDING),  # the host's first
-                                                                 reboot_memo.identity(SET_ATS)])
+    store.record.assert_called_once_with(
+        session.ref.return_value, "rebooted", "rebooted for 2 change(s): mig.mode on esx-01, ATS_ENABLED on esx-01-vm1",
+        booted=BOOTED, changes=[reboot_memo.identity(MIG_PENDING), reboot_memo.identity(SET_ATS)])  # the host's first
 
 
 def test_the_memo_is_cleared_once_nothing_waits_on_the_host(mocker):
@@ -83,3 +83,13 @@ def test_the_memo_is_cleared_once_nothing_waits_on_the_host(mocker):
     reboot_memo.settle(store, session, [], inventory([ATS_PENDING]), ["esx-01"])
     store.clear.assert_called_once_with(session.ref.return_value, "rebooted")
     session.ref.assert_called_with("HostSystem", "host-1")
+
+
+def test_a_memo_of_many_changes_leaves_room_for_the_other_acts_on_the_host():
+    from gpuvm.vsphere.intent import MAX_VALUE, encode
+
+    many = [Change("host.passthrough", "esx-01", f"pci 0000:{i:02x}:00.0 (GA100 [A100 PCIe 80GB])", "passthrough",
+                   "enabled (reboot pending)", "active", Disruption.HOST_REBOOT) for i in range(500)]
+    memo = Intent(run="3f2a9c1d0e4b", why="rebooted for 500 change(s): …", since=BOOTED,
+                  data={"booted": BOOTED, "changes": [reboot_memo.identity(c) for c in many[:reboot_memo.MAX_REMEMBERED]]})
+    assert len(encode({reboot_memo.ACT: memo})) < MAX_VALUE / 2

@@ -3,7 +3,8 @@ not activate is not rebooted for again and again (issue 21, item 4).
 
 After `host.reboot` rebooted a host for the changes waiting on it (on the host, its ESXi shell, the
 guests of its VMs), the memo is recorded on the host as the intent act "rebooted": those changes'
-identities (step, target, resource, field, after) and the host's boot time after the reboot. A
+identities (digests of step, target, resource with field, and with the wanted value) and the host's
+boot time after the reboot; `why` names the first few for people reading the attribute. A
 change still pending on the next plan, with the host not rebooted since (same boot time), is one
 that reboot did not activate (a ConnectX setting a warm reboot does not apply, a missing vGPU
 manager, a kernel option ESXi does not take; or a guest that lies): planning another reboot for it
@@ -18,6 +19,8 @@ and the running half still pending after it ("ATS_ENABLED (current)", "runtime")
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +35,8 @@ from gpuvm.vsphere.tasks import call
 ACT = "rebooted"
 REBOOT_STEP = "host.reboot"
 FLAG = "--allow-repeat-reboot"
-KEYS = ("step", "target", "resource", "field", "after")
+DIGEST = 12  # hex characters of each key: 48 bits, no two settings of one host alike
+MAX_REMEMBERED = 200  # changes a memo names (~6,000 characters); those past it may be rebooted for once more
 
 
 class RepeatedReboot(TaskError):
@@ -40,9 +44,16 @@ class RepeatedReboot(TaskError):
     --allow-repeat-reboot. Nothing was touched."""
 
 
-def identity(change: Change) -> dict[str, str]:
-    """What names a waiting change in the memo (values as text: JSON keeps them as they were shown)."""
-    return {key: str(getattr(change, key)) for key in KEYS}
+def identity(change: Change) -> list[str]:
+    """What names a waiting change in the memo, compactly (a host's custom attribute holds every
+    act, at most intent.MAX_VALUE characters): digests of its setting with its field, and with the
+    value it wants; a change matches a memo entry when either digest is the same."""
+    setting = (change.step, change.target, change.resource)
+    return [_digest(*setting, "field", change.field), _digest(*setting, "after", change.after)]
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:DIGEST]
 
 
 def by_target(changes: Iterable[Change]) -> dict[str, list[Change]]:
@@ -60,19 +71,13 @@ def waiting_on(host: str, index: dict[str, list[Change]], inventory: Inventory) 
     return [c for name in [host] + [vm.name for vm in inventory.vms_on(host)] for c in index.get(name, [])]
 
 
-def _same(entry: dict[str, Any], change: Change) -> bool:
-    mine = identity(change)
-    return (all(entry.get(k) == mine[k] for k in ("step", "target", "resource"))
-            and (entry.get("field") == mine["field"] or entry.get("after") == mine["after"]))
-
-
 def still_pending(facts: HostFacts, waiting: Iterable[Change]) -> list[Change]:
     """The pending changes among `waiting` that gpuvm rebooted the host for, the host not rebooted since."""
     memo = facts.intents.get(ACT)
     if memo is None or not facts.booted or memo.data.get("booted") != facts.booted:
         return []
-    entries = [e for e in memo.data.get("changes") or [] if isinstance(e, dict)]
-    return [c for c in waiting if c.pending and any(_same(e, c) for e in entries)]
+    known = {key for entry in memo.data.get("changes") or [] if isinstance(entry, list) for key in entry}
+    return [c for c in waiting if c.pending and known.intersection(identity(c))]
 
 
 @dataclass(frozen=True)
@@ -127,8 +132,10 @@ def remember(ctx: Any, host: str) -> None:
     booted = boot_time(call("read boot time", lambda: ref.runtime.bootTime))
     index = by_target(c for name in [host] + [vm.name for vm in ctx.inventory.vms_on(host)]
                       for c in ctx.planned_on(name))  # the plan's own index: hosts reboot in parallel
-    changes = [identity(c) for c in waiting_on(host, index, ctx.inventory)]
-    ctx.intents.record(ref, ACT, f"rebooted for {len(changes)} change(s)", booted=booted, changes=changes)
+    waiting = waiting_on(host, index, ctx.inventory)
+    shown = ", ".join(f"{c.field} on {c.target}" for c in waiting[:3]) + (", …" if len(waiting) > 3 else "")
+    ctx.intents.record(ref, ACT, f"rebooted for {len(waiting)} change(s): {shown}"[:200], booted=booted,
+                       changes=[identity(c) for c in waiting[:MAX_REMEMBERED]])
 
 
 def settle(store: Any, session: Any, changes: list[Change], inventory: Inventory, hosts: Iterable[str]) -> None:
