@@ -6,10 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/methods"
+	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 )
@@ -19,13 +21,20 @@ import (
 // hardware version, firmware, CPUs, memory, reservation and extraConfig, plus the spec's
 // extraConfig (cloud-init's guestinfo.*), and the source's virtual NICs with the spec's edits of
 // them (cloneNICs: a network the target host lacks fails the clone). The datastore must have room for the clone's disk
-// (-clone-disk-gb of -datastore-gb), else NoDiskSpace as vSphere words it.
+// (-clone-disk-gb of -datastore-gb), else NoDiskSpace as vSphere words it. As vCenter, it refuses
+// (DuplicateName) a name the destination folder has, or is cloning into it (the stock simulator
+// made a second VM of that name).
 func (p *vmProxy) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) soap.HasFault {
 	src := p.vm()
 	if src == nil {
 		return &methods.CloneVM_TaskBody{Fault_: notFound(p.real)}
 	}
+	duplicate := !inFlight.claim(req.Folder, req.Name)
 	ref := p.g.startTask(src, "cloneVm", "CloneVM_Task", func() (types.AnyType, types.BaseMethodFault) {
+		if duplicate {
+			return nil, duplicateName(req.Name, req.Folder)
+		}
+		defer inFlight.release(req.Folder, req.Name)
 		if reason, fail := p.g.faults.takeCloneFault(req.Name); fail {
 			return nil, injectedFault(reason)
 		}
@@ -98,6 +107,52 @@ func (p *vmProxy) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) s
 		return clone.Self, nil
 	})
 	return &methods.CloneVM_TaskBody{Res: &types.CloneVM_TaskResponse{Returnval: ref}}
+}
+
+// inFlight holds the names being cloned into each folder, from the call until the task ends.
+var inFlight = clonesInFlight{names: map[string]bool{}}
+
+type clonesInFlight struct {
+	mu    sync.Mutex
+	names map[string]bool // folder moid + "/" + VM name
+}
+
+// claim reserves `name` in `folder` for a clone; false when the folder has a child of that name or
+// a clone to it runs.
+func (c *clonesInFlight) claim(folder types.ManagedObjectReference, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := folder.Value + "/" + name
+	if c.names[key] || childNamed(folder, name) {
+		return false
+	}
+	c.names[key] = true
+	return true
+}
+
+func (c *clonesInFlight) release(folder types.ManagedObjectReference, name string) {
+	c.mu.Lock()
+	delete(c.names, folder.Value+"/"+name)
+	c.mu.Unlock()
+}
+
+func childNamed(folder types.ManagedObjectReference, name string) bool {
+	f, ok := simulator.Map.Get(folder).(*simulator.Folder)
+	if !ok {
+		return false
+	}
+	for _, child := range f.ChildEntity {
+		if e, ok := simulator.Map.Get(child).(mo.Entity); ok && e.Entity().Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// duplicateName is vCenter's fault for a second object of one name in a folder.
+func duplicateName(name string, folder types.ManagedObjectReference) types.BaseMethodFault {
+	return &types.DuplicateName{VimFault: types.VimFault{MethodFault: methodFault(
+		fmt.Sprintf("The name '%s' already exists.", name))}, Name: name, Object: folder}
 }
 
 func cloneExtraConfig(req *types.CloneVM_Task) []types.BaseOptionValue {

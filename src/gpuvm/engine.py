@@ -26,7 +26,7 @@ from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, guest_docker, guest_driver, guest_mig, guest_nic,
                          guest_nic_ats, guest_rdma, guest_ssh_mesh, host_graphics, host_passthrough, host_reboot,
-                         vm_advanced, vm_hardware, vm_lifecycle, vm_power, vm_version)
+                         reboot_memo, vm_advanced, vm_hardware, vm_lifecycle, vm_power, vm_version)
 from gpuvm.steps.base import Context, Options, Step
 from gpuvm.vsphere.facts import Inventory
 
@@ -131,6 +131,7 @@ def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = 
     ctx = Context(inventory=inventory, cluster=cluster, planned=plan.changes)
     for step in STEPS:
         plan.changes.extend(plan_step(step, ctx, desired, facts or {}))
+    plan.notes.extend(reboot_memo.notes(reboot_memo.repeats(plan.changes, inventory)))  # a reboot that did not help
     return plan, desired
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuvm.plan import Note
+from gpuvm.steps import reboot_memo
 from gpuvm.vsphere.facts import Inventory
 
 STEP = "intent"  # the notes' step
-MEMOS = frozenset({"reboot"})  # records kept on purpose once the act is done (the reboot a change had): not unfinished
+MEMOS = frozenset({reboot_memo.ACT})  # records kept on purpose once the act is done (the reboot a change had): not unfinished
 
 
 def outstanding(inventory: Inventory, hosts: Iterable[str], vms: Iterable[str]) -> list[Note]:

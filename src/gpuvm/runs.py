@@ -26,9 +26,11 @@ from gpuvm.remote import Cluster, RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.model import Runbook
 from gpuvm.runbook.setups import select_setup
+from gpuvm.steps import reboot_memo
 from gpuvm.steps.base import Context, Options
 from gpuvm.targeting import Scope, select
 from gpuvm.vsphere.facts import Inventory
+from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.lock import HostLocks
 from gpuvm.vsphere.session import Session, Target, resolve_target
@@ -164,7 +166,7 @@ class Applied:
 
 
 def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
-                  allow_destroy: bool = False,
+                  allow_destroy: bool = False, allow_repeat_reboot: bool = False,
                   parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
                   show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
                   progress: Progress | None = None, setup: str | None = None, targets: Sequence[str] = ()) -> Applied:
@@ -173,16 +175,19 @@ def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = Fals
     `show_plan` sees the plan first. With nothing to do (no change, every guest answering) the run
     stops there. Disruptive changes not allowed raise InputError before anything is touched; then
     `confirm` (if given) is asked and raises to stop. Failed targets do not raise: see `Applied`.
-    `targets`: only those hosts, VMs and guests (see gpuvm.targeting).
+    `targets`: only those hosts, VMs and guests (see gpuvm.targeting). A host reboot for a change still
+    pending after gpuvm's last reboot of that host raises RepeatedReboot (exit 4) up front unless
+    `allow_repeat_reboot` (steps/reboot_memo.py).
     """
     return apply_loaded(select_setup(load_runbook(runbook), setup), access, allow_power_off=allow_power_off,
-                        allow_host_reboot=allow_host_reboot, allow_destroy=allow_destroy, parallel=parallel,
+                        allow_host_reboot=allow_host_reboot, allow_destroy=allow_destroy,
+                        allow_repeat_reboot=allow_repeat_reboot, parallel=parallel,
                         shutdown_timeout=shutdown_timeout, max_unavailable=max_unavailable, show_plan=show_plan,
                         confirm=confirm, progress=progress, targets=targets)
 
 
 def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
-                 allow_destroy: bool = False,
+                 allow_destroy: bool = False, allow_repeat_reboot: bool = False,
                  parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
                  show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
                  progress: Progress | None = None, targets: Sequence[str] = ()) -> Applied:
@@ -199,15 +204,21 @@ def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False
             down = {name: why for name, why in down.items() if scope.covers(name)}
         if show_plan is not None:
             show_plan(plan)
+        intents = IntentStore(session, journal.run_id)
+        if not down:  # every guest observed: a host with nothing waiting has nothing left to reboot for
+            reboot_memo.settle(intents, session, plan.changes, facts,
+                               [h.name for h in book.hosts if scope is None or scope.covers(h.name)])
         if plan.empty and not down:
             return Applied(plan)
+        reboot_memo.refuse(reboot_memo.repeats(plan.changes, facts), allow_repeat_reboot)
         check_allowed(plan, desired, allow_power_off, allow_host_reboot, allow_destroy)
         if confirm is not None:
             confirm(plan)
         options = Options(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
                           shutdown_timeout=shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
                           max_unavailable=max_unavailable)
-        context = Context(session, facts, options, cluster, down, journal=journal)
+        context = Context(session, facts, options, cluster, down, planned=plan.changes, journal=journal,
+                          intents=intents)
         outcome = apply_plan(plan, desired, context, journal, parallel, progress, keep=scope)
         locks.check("the end of the run")  # a lease lost during the last step: exit 8, not a list of refusals
     return Applied(plan, outcome, journal.path)

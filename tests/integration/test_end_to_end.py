@@ -75,16 +75,20 @@ def test_full_pipeline(lab, testbed):
     assert again.exit_code == 0, again.output
     assert gpuvm("verify", str(runbook)).exit_code == 0
 
-    # A card whose ATS is set for the next boot but not active (its host's reboot never came) is drift,
-    # and the next apply reboots that host, shutting its VMs down first
+    # A card whose ATS is set for the next boot but not active after gpuvm's reboot for it is drift; the
+    # next apply reboots that host again only with --allow-repeat-reboot (exit 4 without: issue 21, item
+    # 4), shutting its VMs down first
     mlx = testbed.state("gpu-vm-02")["mlx"]
     mlx["ATS_ENABLED"]["current"] = "False(0)"
     testbed.set_state("gpu-vm-02", "mlx", mlx)
     drift = gpuvm("verify", str(runbook))
     assert drift.exit_code == 5 and "ATS_ENABLED (current)" in drift.output and "pending" in drift.output, drift.output
-    refused = gpuvm("apply", str(runbook), "--yes", "--allow-host-reboot")
+    repeat = gpuvm("apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-power-off")
+    assert repeat.exit_code == 4 and "esx-01" in repeat.output and "--allow-repeat-reboot" in repeat.output, repeat.output
+    refused = gpuvm("apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-repeat-reboot")
     assert refused.exit_code == 2 and "--allow-power-off" in refused.output, refused.output
-    rebooted = gpuvm("apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-power-off")
+    rebooted = gpuvm("apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-power-off",
+                     "--allow-repeat-reboot")
     assert rebooted.exit_code == 0, rebooted.output
     assert testbed.state("gpu-vm-02")["mlx"]["ATS_ENABLED"]["current"] == "True(1)"
     assert gpuvm("verify", str(runbook)).exit_code == 0

@@ -12,6 +12,7 @@ import pytest
 from gpuvm import runs
 from gpuvm.errors import DriftError, InputError, TargetFailures
 from gpuvm.plan import Change, Plan
+from gpuvm.vsphere.facts import Inventory
 
 RUNBOOK = Path("lab.yaml")
 CHANGE = Change("vm.hardware", "train-01", "vm", "cpus", 4, 8)
@@ -26,7 +27,7 @@ def _book(mesh: bool = False):
 @pytest.fixture
 def world(mocker, monkeypatch, tmp_path):
     """A runbook, an inventory, and SSH targets whose cluster and reachability the test sets."""
-    state = SimpleNamespace(book=_book(), cluster=None, facts={}, down={}, inventory=object(), session=object(),
+    state = SimpleNamespace(book=_book(), cluster=None, facts={}, down={}, inventory=Inventory(), session=object(),
                             locked=None)
     monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
 

@@ -137,6 +137,8 @@ def apply(runbook: Path = RUNBOOK,
           allow_power_off: bool = typer.Option(False, help="Allow powering VMs off (guest shutdown first)"),
           allow_host_reboot: bool = typer.Option(False, help="Allow maintenance mode and host reboots"),
           allow_destroy: bool = typer.Option(False, help="Allow destroying the VMs the runbook marks state: absent"),
+          allow_repeat_reboot: bool = typer.Option(False, help="Allow rebooting a host again for a change still "
+                                                               "pending after gpuvm rebooted it for that change"),
           parallel: int = typer.Option(8, min=1, max=64, help="Targets changed at once"),
           max_unavailable: int = typer.Option(1, min=1, help="Hosts rebooted at once"),
           state_dir: Optional[Path] = STATE,
@@ -152,7 +154,7 @@ def apply(runbook: Path = RUNBOOK,
     shown = ApplyOutput(json_, form.value)
     applied = apply_runbook(runbook, access(insecure, accept_new_host_keys, state_dir),
                             allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
-                            allow_destroy=allow_destroy, parallel=parallel,
+                            allow_destroy=allow_destroy, allow_repeat_reboot=allow_repeat_reboot, parallel=parallel,
                             shutdown_timeout=shutdown_timeout, max_unavailable=max_unavailable, show_plan=shown.plan,
                             confirm=None if yes else _confirm, progress=shown.progress, setup=setup,
                             targets=target)

@@ -30,6 +30,7 @@ from gpuvm.errors import GpuvmError, TargetFailures, TaskError, listed
 from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import DesiredHost
+from gpuvm.steps import reboot_memo
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.power import power_off, power_on
 from gpuvm.vsphere import tasks
@@ -217,6 +218,7 @@ def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
     if own:
         _leave(ctx, name)
     _restore_all(ctx, [(vm, stop.restore) for vm, stop in work.stops] + [(vm, r.power_on) for vm, r in work.restores])
+    reboot_memo.remember(ctx, name)  # what this reboot was for: not rebooted for again if still pending
 
 
 def _undo(ctx: Context, name: str, own: bool, stopped: list[str]) -> None:

@@ -3,23 +3,29 @@
 and power it on in the same apply.
 
 A create is a clone of the runbook's template onto the VM's host and datastore (`CloneVM_Task`),
-powered off, with cloud-init's guestinfo in its extraConfig; the plan creates nothing. A destroy
+powered off, with cloud-init's guestinfo in its extraConfig; the plan creates nothing. Before the
+clone, its intent is recorded on the template (act "clone <VM>", with the task once started), and
+cleared once the clone ended: a run killed while the clone runs leaves it, and the next run waits
+for that task and adopts the VM it made instead of cloning again (vCenter would refuse the second
+clone of one name in a folder: DuplicateName). A destroy
 (`Destroy_Task`) is refused without --allow-destroy, and a running VM is powered off first
 (--allow-power-off); VMs the runbook does not name are never touched.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from gpuvm.clone_network import CloneNetwork
+from gpuvm.errors import TaskError
 from gpuvm.plan import Change, Disruption
 from gpuvm.resolve import Clone, DesiredVm
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.power import power_off
 from gpuvm.vsphere.facts import VmFacts
-from gpuvm.vsphere.tasks import call, run_task
+from gpuvm.vsphere.intent import Intent
+from gpuvm.vsphere.tasks import call, run_task, wait, wait_for_other_tasks
 
 NAME = "vm.lifecycle"
 
@@ -39,13 +45,35 @@ class DestroyVm:
     pass
 
 
-def observe(ctx: Context, vm: DesiredVm) -> VmFacts | None:
-    """The VM as vCenter has it (None: it does not exist); a clone the plan makes reads as missing."""
+@dataclass(frozen=True)
+class ClearCloneIntent:
+    template: str  # the template (or VM) whose record of this VM's clone a killed run left
+
+
+@dataclass(frozen=True)
+class LifecycleFact:
+    vm: VmFacts | None = None  # as vCenter has it (None: missing, or a clone the plan makes)
+    clones_begun: dict[str, Intent] = field(default_factory=dict)  # template → its record of a clone of this VM
+
+
+def observe(ctx: Context, vm: DesiredVm) -> LifecycleFact:
+    """The VM as vCenter has it, and the clones of it an earlier run began (recorded on the templates,
+    and on the VM the runbook clones it from)."""
     facts = ctx.inventory.vms.get(vm.name)
-    return None if facts is None or facts.clone_of is not None else facts
+    act = clone_act(vm.name)
+    sources = dict(ctx.inventory.templates)
+    if vm.clone is not None and vm.clone.template in ctx.inventory.vms:
+        sources[vm.clone.template] = ctx.inventory.vms[vm.clone.template]
+    begun = {name: source.intents[act] for name, source in sources.items() if act in source.intents}
+    return LifecycleFact(None if facts is None or facts.clone_of is not None else facts, begun)
 
 
-def plan(vm: DesiredVm, facts: VmFacts | None) -> list[Change]:
+def plan(vm: DesiredVm, fact: LifecycleFact) -> list[Change]:
+    facts = fact.vm
+    if facts is not None and vm.state == "present":  # made by a clone whose intent a killed run left behind
+        return [Change(NAME, vm.name, f"template {template}", "clone intent",
+                       f"clone begun by run {intent.run} at {intent.since}", "cleared (the VM exists)",
+                       Disruption.NONE, ClearCloneIntent(template)) for template, intent in fact.clones_begun.items()]
     if vm.state == "absent":
         if facts is None:
             return []
@@ -60,7 +88,9 @@ def plan(vm: DesiredVm, facts: VmFacts | None) -> list[Change]:
                        f"create: clone of {vm.clone.template} on {vm.host}, datastore {vm.clone.datastore}"
                        + (f", folder {vm.clone.folder}" if vm.clone.folder else "")
                        + (f", resource pool {vm.clone.pool}" if vm.clone.pool else "")
-                       + (f", network {vm.clone.network.name}" if vm.clone.network else ""),
+                       + (f", network {vm.clone.network.name}" if vm.clone.network else "")
+                       + "".join(f" (after the clone run {i.run} began at {i.since}, awaited first)"
+                                 for t, i in fact.clones_begun.items() if t == vm.clone.template),
                        Disruption.NONE, CloneVm(vm.clone))]
     return []
 
@@ -84,10 +114,67 @@ def _clone(ctx: Context, vm: DesiredVm, clone: Clone) -> None:
         spec.config = vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key=k, value=v) for k, v in clone.guestinfo])
     if clone.network:
         spec.config.deviceChange = [_nic_edit(ctx, template, clone.network)]
-    made = run_task(f"CloneVM_Task (clone of {clone.template})",
-                    lambda: template.CloneVM_Task(folder=folder, name=vm.name, spec=spec), ctx.options.task_timeout)
+    act = clone_act(vm.name)
+    made = _awaited(ctx, template, folder, vm.name, source.intents.get(act))
+    if made is None:
+        made = _start_clone(ctx, template, vm.name, lambda: template.CloneVM_Task(folder=folder, name=vm.name, spec=spec),
+                            f"CloneVM_Task (clone of {clone.template})")
+    _intents(ctx).clear(template, act)
     planned = inventory.vms[vm.name]  # the steps that follow find the new VM by its moid
     inventory.vms[vm.name] = planned.model_copy(update={"moid": made._moId, "clone_of": None})
+
+
+def clone_act(vm: str) -> str:
+    """The intent act on a template for its clone named `vm` (one per VM: clones of one template run at once)."""
+    return f"clone {vm}"
+
+
+def _intents(ctx: Context) -> Any:
+    if ctx.intents is None:
+        raise TaskError("internal: no intent store for this run")
+    return ctx.intents
+
+
+def _start_clone(ctx: Context, template: Any, vm: str, start: Callable[[], Any], action: str) -> Any:
+    """Record the clone's intent on the template, start it, record its task, wait. A clone that
+    failed is no longer under way (intent cleared); one gpuvm stopped waiting for still is (kept)."""
+    act = clone_act(vm)
+    _intents(ctx).record(template, act, f"clone to {vm}", vm=vm)
+    task = call(action, start)
+    _intents(ctx).record(template, act, f"clone to {vm}", vm=vm, task=task._moId)
+    try:
+        return wait(task, action, ctx.options.task_timeout)
+    except TaskError:
+        if _state(task) == "error":
+            _intents(ctx).clear(template, act)
+        raise
+
+
+def _state(task: Any) -> str | None:
+    """The task's state; None when vCenter no longer knows it."""
+    try:
+        return str(call("read clone task", lambda: task.info.state))
+    except TaskError:
+        return None
+
+
+def _awaited(ctx: Context, template: Any, folder: Any, name: str, intent: Intent | None) -> Any:
+    """The VM a clone begun by an earlier run made, once that clone ended; None when there was
+    none or it made nothing (then this run clones)."""
+    if intent is None:
+        return None
+    task = intent.data.get("task")
+    if isinstance(task, str) and task:
+        ref = ctx.session.ref("Task", task)
+        try:
+            wait(ref, f"the clone to {name} begun by run {intent.run}", ctx.options.task_timeout)
+        except TaskError:  # it failed, or vCenter no longer knows it: look for the VM itself; still running: stop
+            if _state(ref) in ("queued", "running"):
+                raise
+    else:  # killed before the task was recorded: whatever runs on the template may be it
+        wait_for_other_tasks(ctx.session, template, ctx.options.task_timeout)
+    index = ctx.session.content.searchIndex
+    return call("find the cloned VM", lambda: index.FindChild(entity=folder, name=name))
 
 
 def _nic_edit(ctx: Context, template: Any, network: CloneNetwork) -> Any:
@@ -115,6 +202,9 @@ def apply(ctx: Context, vm: DesiredVm, changes: list[Change]) -> None:
         action = change.action
         if isinstance(action, CloneVm):
             _clone(ctx, vm, action.clone)
+        elif isinstance(action, ClearCloneIntent):
+            source = ctx.inventory.templates.get(action.template) or ctx.inventory.vms[action.template]
+            _intents(ctx).clear(ctx.session.ref("VirtualMachine", source.moid), clone_act(vm.name))
         elif isinstance(action, PowerOffForDestroy):
             power_off(ctx, vm.name)
         elif isinstance(action, DestroyVm):

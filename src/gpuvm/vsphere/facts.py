@@ -80,6 +80,7 @@ class HostFacts(BaseModel):
     connection_state: str = "connected"
     in_maintenance: bool = False
     power_state: str = "poweredOn"
+    booted: str = ""  # runtime.bootTime (ISO 8601; "" not known): a reboot changes it
     rebind_without_reboot: bool = False
     graphics: Graphics = Graphics()
     vgpu_profiles: list[str] = []

@@ -9,9 +9,9 @@ finishes or undoes what an interrupted run began. History stays in the local jou
 recovery needs lives here.
 
 Acts in use: "maintenance" (gpuvm is entering, or holds, the host's maintenance mode),
-"power-off" (gpuvm stops this VM for a host reboot and owes it a power-on), "reboot" (the host
-rebooted for these changes: a change still pending after it is not rebooted for again), "clone"
-(on the template: a clone of that name is under way).
+"power-off" (gpuvm stops this VM for a host reboot and owes it a power-on), "clone <VM>" (on the
+template: a clone of that name is under way), and one memo kept once its act is done: "rebooted"
+(the host rebooted for these changes: a change still pending after it is not rebooted for again).
 
 Writes to one object are serialised within a run (the whole value is replaced by each SetField);
 across runs the host locks keep two runs off the same host's objects.

@@ -35,6 +35,7 @@ HOST_PROPERTIES = [
     "runtime.connectionState",
     "runtime.inMaintenanceMode",
     "runtime.powerState",
+    "runtime.bootTime",
     "configManager.pciPassthruSystem",
     "configManager.graphicsManager",
     "customValue",
@@ -139,6 +140,7 @@ def host_facts(moid: str, props: dict[str, Any], intent_key: int | None = None,
         connection_state=str(props.get("runtime.connectionState") or ""),
         in_maintenance=bool(props.get("runtime.inMaintenanceMode")),
         power_state=str(props.get("runtime.powerState") or ""),
+        booted=boot_time(props.get("runtime.bootTime")),
         rebind_without_reboot=bool(props.get("capability.deviceRebindWithoutRebootSupported")),
         graphics=_graphics(props.get("config.graphicsConfig"), props.get("config.graphicsInfo") or []),
         vgpu_profiles=list(props.get("config.sharedPassthruGpuTypes") or []),
@@ -151,6 +153,11 @@ def host_facts(moid: str, props: dict[str, Any], intent_key: int | None = None,
         owned=owned.owned_of(props.get("customValue"), owned_key),
         vm_moids=[ref._moId for ref in props.get("vm") or []],
     )
+
+
+def boot_time(value: Any) -> str:
+    """A host's `runtime.bootTime` as HostFacts and the reboot memo keep it (ISO 8601; "" unknown)."""
+    return value.isoformat() if value is not None else ""
 
 
 def _graphics(config: Any, info: list[Any]) -> Graphics:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import gc
 import io
+from datetime import datetime
 from typing import Any
 
 XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
 SOAP_BODY = "{http://schemas.xmlsoap.org/soap/envelope/}Body"
 NS_VIM = "urn:vim25"  # the namespace of vSphere's properties (vim25)
 DATA, ARRAY, STR, CONVERT, BOOL, ENUM, REFERENCE = "data object", "array", "string", "convert", "bool", "enum", "ref"
+TIME = "dateTime"
 
 
 class Unsupported(Exception):
@@ -100,6 +102,8 @@ class _Decoder:
             return _boolean(element.text or "")
         if how is ENUM:
             return getattr(kind, element.text or "")
+        if how is TIME:
+            return _time(element.text or "")
         return self._reference(element)
 
     def _kind(self, element: Any, declared: type, xsi: str | None) -> tuple[type, str]:
@@ -128,6 +132,8 @@ class _Decoder:
             return kind, REFERENCE
         if issubclass(kind, vmomi.Enum):
             return kind, ENUM
+        if issubclass(kind, datetime):  # a host's runtime.bootTime
+            return kind, TIME
         if kind in (type, vmomi.ManagedMethod, vmomi.binary) or not issubclass(kind, (int, float, str)):
             raise Unsupported(f"a {kind.__name__} value")
         return kind, CONVERT  # byte, short, int, long, float, double; str types (PropertyPath)
@@ -181,6 +187,16 @@ class _Decoder:
     def _split(element: Any, qualified: str) -> tuple[str, str]:
         prefix, _, name = qualified.rpartition(":")
         return element.nsmap.get(prefix or None, ""), name
+
+
+def _time(text: str) -> datetime:
+    """An xsd:dateTime as pyVmomi decodes it."""
+    from pyVmomi.Iso8601 import ParseISO8601
+
+    value = ParseISO8601(text)
+    if value is None:
+        raise Unsupported(f"not a dateTime: {text!r}")
+    return value
 
 
 def _boolean(text: str) -> bool:
