@@ -98,6 +98,6 @@ def test_the_create_line_names_the_network():
     net = CloneNetwork("gpu-net", "network-35", 4000, "VirtualVmxnet3")
     vm = DesiredVm(name="train-1", host="esx-02", cpus=8, memory_mb=65536, firmware="efi", reservation_locked=True,
                    devices=[], extra_config={}, power="on", clone=Clone("ubuntu-gpu", "LocalDS_0", network=net))
-    [change] = vm_lifecycle.plan(vm, None)
+    [change] = vm_lifecycle.plan(vm, vm_lifecycle.LifecycleFact(None, {}))
     assert change.after == "create: clone of ubuntu-gpu on esx-02, datastore LocalDS_0, network gpu-net"
     assert change.action.clone.network == net

@@ -157,7 +157,9 @@ def host_facts(moid: str, props: dict[str, Any], intent_key: int | None = None,
 
 def boot_time(value: Any) -> str:
     """A host's `runtime.bootTime` as HostFacts and the reboot memo keep it (ISO 8601; "" unknown)."""
-    return value.isoformat() if value is not None else ""
+    if value is None:
+        return ""
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def _graphics(config: Any, info: list[Any]) -> Graphics:
