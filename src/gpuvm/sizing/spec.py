@@ -10,6 +10,8 @@
       jobs: 1                  # trained at once, all reading from the same storage
       sample_kb: 110           # one sample on disk (ImageNet's mean JPEG)
       storage_latency_ms: 1    # one read's latency at the storage
+      epochs: 90               # with hours: the GPU count that trains them in time
+      hours: 12
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ class SizingSpec(Strict):
     storage_latency_ms: float = Field(default=1.0, gt=0)
     io_kb: float | None = Field(default=None, gt=0)  # one read; default: a whole sample
     checkpoint_minutes: float = Field(default=30, gt=0)
-    utilization: float = Field(default=0.2, gt=0, le=1)  # of the GPU's peak, for the throughput estimate
+    utilization: float | None = Field(default=None, gt=0, le=1)  # of the GPU's peak: replaces the tables' rate
+    scaling_efficiency: float | None = Field(default=None, gt=0, le=1)  # n GPUs' rate over n x one's
+    epochs: float | None = Field(default=None, gt=0)  # time to train: this many epochs ...
+    hours: float | None = Field(default=None, gt=0)  # ... within this many hours
 
     @field_validator("model")
     @classmethod
@@ -60,4 +65,6 @@ class SizingSpec(Strict):
     def _model_or_parameters(self) -> SizingSpec:
         if self.model is None and self.parameters is None:
             raise ValueError(f"give model ({', '.join(MODELS)}) or parameters (a count, such as 7e9)")
+        if (self.epochs is None) != (self.hours is None):
+            raise ValueError("give epochs and hours together (the time to train them in)")
         return self
