@@ -104,7 +104,8 @@ def test_a_model_by_parameter_count_needs_flops_for_an_estimate():
     ("NVIDIA L40S", "l40s"),
     ("h100-sxm", "h100-sxm"),
     ("NVIDIA A100", None),  # which memory size: ambiguous
-    ("NVIDIA H100 80GB HBM3", None),  # SXM or PCIe: ambiguous
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"),  # nvidia-smi on SXM5 (the PCIe card says "H100 PCIe")
+    ("NVIDIA H100", None),  # SXM or PCIe: ambiguous
     ("Radeon", None),
 ])
 def test_gpu_names(name, expected):

@@ -95,3 +95,9 @@ def test_gpus_to_train_in_time(epochs, hours, gpus):
 def test_epochs_and_hours_go_together():
     result = CliRunner().invoke(app, ["size", "--model", "resnet50", "--epochs", "90"])
     assert result.exit_code == 2 and "give epochs and hours together" in result.stderr
+
+
+@pytest.mark.parametrize(("given", "taken"), [("tf32", "fp32"), ("amp", "fp16"), ("bf16", "bf16")])
+def test_nvidia_precision_names(given, taken):
+    data = sized("--gpu", "NVIDIA H100 80GB HBM3", "--precision", given)
+    assert (data["inputs"]["precision"], data["gpu"]["name"]) == (taken, "h100-sxm")

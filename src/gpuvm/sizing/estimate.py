@@ -121,29 +121,7 @@ def size(spec: SizingSpec, measured: tuple[float, str] | None = None,
     notes.append(f"memory per GPU: the model's state and activations only; CUDA context, workspaces and "
                  f"fragmentation take part of the {gpu.memory_gib:g} GiB too")
 
-    forward = None
-    if spec.forward_gflops:
-        forward = spec.forward_gflops * 1e9
-    elif table is not None:
-        forward = 2 * table.forward_gmacs * 1e9
-    rate: Throughput | None = None
-    if measured is not None:
-        samples_per_s, source = measured
-        basis, low, high, rows = "measured", samples_per_s, samples_per_s, [source]
-        notes.append("throughput: measured (--results), in place of gpuvm's table of published runs")
-    elif forward is None:
-        from gpuvm.errors import InputError
-
-        raise InputError("no throughput to size storage with: give forward_gflops for this model, or --results")
-    elif spec.utilization is not None:
-        peak = gpu.tflops.get(spec.precision) or gpu.tflops["fp32"]
-        samples_per_s = spec.gpus * spec.utilization * peak * 1e12 / (TRAIN_TO_FORWARD * forward)
-        source = (f"utilization: {spec.gpus} x {spec.utilization:.0%} of {peak:g} TFLOPS / "
-                  f"({TRAIN_TO_FORWARD} x {forward / 1e9:.2f} GFLOP per sample)")
-        basis, low, high, rows = "utilization", samples_per_s, samples_per_s, [source]
-    else:
-        rate, basis, source, low, high, rows, samples_per_s = _from_tables(spec, gpu, table, forward, activation_fp32, notes)
-
+    rate, basis, source, low, high, rows, samples_per_s = _job_rate(spec, gpu, table, measured, activation_fp32, notes)
     gpus_for_target = None
     if spec.epochs is not None and spec.hours is not None:
         gpus_for_target = _gpus_for(spec, samples_per_s / spec.gpus if rate is None else rate.per_gpu,
@@ -170,6 +148,28 @@ def size(spec: SizingSpec, measured: tuple[float, str] | None = None,
     )
 
 
+def _job_rate(spec: SizingSpec, gpu, table, measured: tuple[float, str] | None, activation_fp32: float,
+              notes: list[str]):
+    """One job's samples/s and where from, first found of: the user's measurement (--results), the
+    old utilization rule (only when --utilization is given), the table of published runs."""
+    forward = spec.forward_gflops * 1e9 if spec.forward_gflops else 2 * table.forward_gmacs * 1e9 if table else None
+    if measured is not None:
+        rate, source = measured
+        notes.append("throughput: measured (--results), in place of gpuvm's table of published runs")
+        return None, "measured", source, rate, rate, [source], rate
+    if forward is None:
+        from gpuvm.errors import InputError
+
+        raise InputError("no throughput to size storage with: give forward_gflops for this model, or --results")
+    if spec.utilization is not None:
+        peak = gpu.tflops.get(spec.precision) or gpu.tflops["fp32"]
+        rate = spec.gpus * spec.utilization * peak * 1e12 / (TRAIN_TO_FORWARD * forward)
+        source = (f"utilization: {spec.gpus} x {spec.utilization:.0%} of {peak:g} TFLOPS / "
+                  f"({TRAIN_TO_FORWARD} x {forward / 1e9:.2f} GFLOP per sample)")
+        return None, "utilization", source, rate, rate, [source], rate
+    return _from_tables(spec, gpu, table, forward, activation_fp32, notes)
+
+
 def _from_tables(spec: SizingSpec, gpu, table, forward: float, activation_fp32: float, notes: list[str]):
     """The job's rate from published single-GPU runs (or the roofline over them) x GPUs x scaling."""
     activations = (table.activation_bytes_per_sample if table else
@@ -177,11 +177,13 @@ def _from_tables(spec: SizingSpec, gpu, table, forward: float, activation_fp32: 
     rate = throughput(gpu, spec.precision, table, TRAIN_TO_FORWARD * forward, activations, spec.gpus, GPUS, MODELS)
     scaling = spec.scaling_efficiency if spec.scaling_efficiency is not None else rate.scaling
     job = spec.gpus * scaling
-    math = ("TF32 tensor cores (PyTorch's default for convolutions)" if gpu.tf32 else "plain FP32 (no TF32)")
-    kind = "mixed precision (AMP; fp16 rows, bf16 taken at the same rate)" if spec.precision != "fp32" else math
+    unit = ("TF32 tensor cores (PyTorch's default for convolutions)" if gpu.tf32 else "plain FP32 (no TF32)")
+    kind = "mixed precision (AMP; fp16 rows, bf16 taken at the same rate)" if spec.precision != "fp32" else unit
     basis = "table" if rate.how == "measured" else "roofline"
     what = "published runs" if rate.how == "measured" else "roofline over the published runs"
-    source = f"{basis}: {rate.per_gpu:,.0f}/s per GPU from {what}" + (f" x {spec.gpus} x {scaling:.0%}" if spec.gpus > 1 else "")
+    source = f"{basis}: {rate.per_gpu:,.0f}/s per GPU from {what}"
+    if spec.gpus > 1:
+        source += f" x {spec.gpus} x {scaling:.0%}"
     notes.append(f"throughput: {spec.precision} on {gpu.name} is {kind}; the table's runs are ResNet-50 v1.5 "
                  f"at the source's batch (256 where it fits), taken for batch {spec.batch_per_gpu}")
     if spec.precision == "bf16" and "bf16" not in gpu.tflops:

@@ -2,7 +2,7 @@
 
     sizing:
       model: resnet50          # from gpuvm's table (gpuvm size --help lists it), or give parameters
-      precision: fp16          # fp32 | fp16 | bf16 (mixed precision)
+      precision: fp16          # fp32 (TF32 on A100/H100) | fp16 | bf16 (mixed precision); tf32, amp: aliases
       optimizer: sgd-momentum  # sgd | sgd-momentum | adam | adamw
       batch_per_gpu: 1024
       gpu: a100-80gb           # from the table, or a name as vSphere/nvidia-smi print it
@@ -44,6 +44,12 @@ class SizingSpec(Strict):
     scaling_efficiency: float | None = Field(default=None, gt=0, le=1)  # n GPUs' rate over n x one's
     epochs: float | None = Field(default=None, gt=0)  # time to train: this many epochs ...
     hours: float | None = Field(default=None, gt=0)  # ... within this many hours
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _precision_names(cls, value: object) -> object:
+        """NVIDIA's tables' names: TF32 is fp32 training on tensor cores, AMP is mixed precision (fp16)."""
+        return {"tf32": "fp32", "amp": "fp16", "mixed": "fp16"}.get(value, value) if isinstance(value, str) else value
 
     @field_validator("model")
     @classmethod

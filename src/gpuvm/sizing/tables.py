@@ -63,11 +63,14 @@ GPUS: dict[str, GpuSpec] = {g.name: g for g in (
 
 def find_gpu(text: str) -> GpuSpec | None:
     """A GPU of the table by its table name or by the names vSphere and nvidia-smi give it
-    ("GA100 [A100 PCIe 80GB]", "NVIDIA A100-SXM4-40GB", "GH100 [H100 PCIe]"); None if unknown
+    ("GA100 [A100 PCIe 80GB]", "NVIDIA A100-SXM4-40GB", "GH100 [H100 PCIe]", nvidia-smi's
+    "NVIDIA H100 80GB HBM3": HBM3 is the SXM5 part's, the PCIe card has HBM2e); None if unknown
     or ambiguous."""
     if text.strip().lower() in GPUS:
         return GPUS[text.strip().lower()]
     compact = re.sub(r"[^a-z0-9]", "", text.lower())
+    if "h100" in compact and "hbm3" in compact:
+        compact += "sxm"
     found = [g for g in GPUS.values() if g.name.split("-")[0] in compact]
     for narrower in (lambda g: f"{g.memory_gib:g}gb" in compact, lambda g: g.name.split("-")[-1] in compact):
         if len(found) > 1 and any(narrower(g) for g in found):

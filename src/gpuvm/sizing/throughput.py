@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from gpuvm.sizing.tables import GpuSpec, ModelSpec
 
-DLE = ("NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5/README.md, "
+DLE = ("NVIDIA DeepLearningExamples (github.com/NVIDIA/DeepLearningExamples), "
+       "PyTorch/Classification/ConvNets/resnet50v1.5/README.md, "
        "'Training performance results' (pytorch-21.03 NGC container, 1 GPU), table ")
 LAMBDA = ("Lambda deeplearning-benchmark, pytorch/pytorch-train-throughput-{}.csv (github.com/lambdal/"
           "deeplearning-benchmark, commit 0551cb7), row '{}', column resnet50 (DLE's script; batch per "
@@ -52,13 +53,19 @@ def _lambda(gpu: str, precision: str, rate: float, row: str) -> Measured:
     return Measured(gpu, precision, "resnet50", rate, None, None, LAMBDA.format(kind, row, kind))
 
 
+def _dle(gpu: str, precision: str, rate: float, batch: int, scaling_8: float, table: str) -> Measured:
+    """A row of DLE's tables: its 1-GPU throughput and 8-GPU strong scaling; the batch is the
+    platform's in configs.yml (DGX-1 FP32: 112, all else 256)."""
+    return Measured(gpu, precision, "resnet50", rate, batch, scaling_8, DLE + table, reference=True)
+
+
 MEASURED: list[Measured] = [
-    Measured("a100-80gb", "fp32", "resnet50", 938, 256, 7.72, DLE + "'NVIDIA DGX A100 (8x A100 80GB)', TF32", True),
-    Measured("a100-80gb", "mixed", "resnet50", 2470, 256, 6.72, DLE + "'NVIDIA DGX A100 (8x A100 80GB)', mixed precision", True),
-    Measured("v100-16gb", "fp32", "resnet50", 367, 112, 7.76, DLE + "'NVIDIA DGX-1 16GB (8x V100 16GB)', FP32", True),
-    Measured("v100-16gb", "mixed", "resnet50", 1200, 256, 6.93, DLE + "'NVIDIA DGX-1 16GB (8x V100 16GB)', mixed precision", True),
-    Measured("v100-32gb", "fp32", "resnet50", 356, 112, 7.75, DLE + "'NVIDIA DGX-1 32GB (8x V100 32GB)', FP32", True),
-    Measured("v100-32gb", "mixed", "resnet50", 1156, 256, 6.96, DLE + "'NVIDIA DGX-1 32GB (8x V100 32GB)', mixed precision", True),
+    _dle("a100-80gb", "fp32", 938, 256, 7.72, "'NVIDIA DGX A100 (8x A100 80GB)', TF32"),
+    _dle("a100-80gb", "mixed", 2470, 256, 6.72, "'NVIDIA DGX A100 (8x A100 80GB)', mixed precision"),
+    _dle("v100-16gb", "fp32", 367, 112, 7.76, "'NVIDIA DGX-1 16GB (8x V100 16GB)', FP32"),
+    _dle("v100-16gb", "mixed", 1200, 256, 6.93, "'NVIDIA DGX-1 16GB (8x V100 16GB)', mixed precision"),
+    _dle("v100-32gb", "fp32", 356, 112, 7.75, "'NVIDIA DGX-1 32GB (8x V100 32GB)', FP32"),
+    _dle("v100-32gb", "mixed", 1156, 256, 6.96, "'NVIDIA DGX-1 32GB (8x V100 32GB)', mixed precision"),
     _lambda("a100-80gb", "fp32", 1066, "A100 80GB SXM4"),
     _lambda("a100-80gb", "mixed", 1582, "A100 80GB SXM4"),
     _lambda("h100-sxm", "fp32", 1753, "H100 80GB SXM5"),
@@ -106,19 +113,20 @@ def roofline(gpu: GpuSpec, precision: str, flops: float, activation_bytes: float
     tensor = precision == "mixed" or gpu.tf32
     same_unit = [m for m in MEASURED if m.reference and m.precision == precision
                  and (precision == "mixed" or gpus[m.gpu].tf32 == tensor)]
-    utilization = max(m.samples_per_s * _flops(models[m.model]) / _peak(gpus[m.gpu], precision) for m in same_unit)
+    utilization = max(m.samples_per_s * _flops(models[m.model]) / _peak(gpus[m.gpu], precision)
+                      for m in same_unit)
     compute = utilization * _peak(gpu, precision) / flops
     notes = [f"compute roof: {utilization:.1%} of {_peak(gpu, precision) / 1e12:g} TFLOPS / {flops / 1e9:.1f} GFLOP "
              f"= {compute:,.0f}/s (the best fraction of peak of the {precision} reference rows)"]
     if activation_bytes is None:
         return compute, notes
     mixed = [m for m in MEASURED if m.reference and m.precision == "mixed"]
-    per_activation_byte = min(gpus[m.gpu].memory_gb_per_s * 1e9 / (m.samples_per_s * models[m.model].activation_bytes_per_sample)
-                              for m in mixed)
+    per_activation_byte = min(gpus[m.gpu].memory_gb_per_s * 1e9
+                              / (m.samples_per_s * models[m.model].activation_bytes_per_sample) for m in mixed)
     moved = per_activation_byte * activation_bytes * (2 if precision == "fp32" else 1)
     memory = gpu.memory_gb_per_s * 1e9 / moved
-    notes.append(f"memory roof: {gpu.memory_gb_per_s:g} GB/s / {moved / 1e9:.2f} GB moved per sample = {memory:,.0f}/s "
-                 "(bytes per sample: the fewest a mixed-precision reference row implies, x2 in fp32)")
+    notes.append(f"memory roof: {gpu.memory_gb_per_s:g} GB/s / {moved / 1e9:.2f} GB moved per sample = "
+                 f"{memory:,.0f}/s (bytes per sample: the fewest a mixed-precision reference row implies, x2 in fp32)")
     return min(compute, memory), notes
 
 
@@ -128,7 +136,8 @@ def throughput(gpu: GpuSpec, precision: str, model: ModelSpec | None, flops: flo
     """One GPU's rate for `model` (None: a model by its training FLOPs per sample alone) at `precision`; `scaling`: the
     efficiency of `gpus` of them in one data-parallel job."""
     klass = precision_class(precision)
-    rows = [m for m in MEASURED if model is not None and m.model == model.name and m.gpu == gpu.name and m.precision == klass]
+    rows = [m for m in MEASURED
+            if model is not None and (m.model, m.gpu, m.precision) == (model.name, gpu.name, klass)]
     reference = [m for m in rows if m.reference]
     if reference:
         point, how, notes = statistics.median(m.samples_per_s for m in reference), "measured", []
