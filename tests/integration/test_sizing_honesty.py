@@ -39,6 +39,37 @@ def test_weights_gradients_and_optimizer_state_are_what_pytorch_allocates(alloca
 
 
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_mixed_precision_state_is_what_pytorch_allocates_master_weights_included(allocated, name):
+    """Half weights and gradients, fp32 master weights and momentum (apex O2 / ZeRO's layout)."""
+    measured = allocated[name]
+    memory = model_memory(measured["parameters"], "bf16", "sgd-momentum", activation_bytes=0)
+    assert memory.weights * GIB == measured["mixed_weights_bytes"]
+    assert memory.gradients * GIB == measured["mixed_gradients_bytes"]
+    assert memory.optimizer_state * GIB == measured["mixed_master_bytes"] + measured["mixed_sgd_momentum_state_bytes"]
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_whole_estimate_is_within_15_percent_of_what_pytorch_allocates(allocated, name, precision):
+    """`size`'s memory per GPU at batch 32 (weights, gradients, optimizer state and the activations
+    autograd saves, halved by size for mixed precision) against the bytes PyTorch allocated for them."""
+    from gpuvm.sizing.estimate import size
+    from gpuvm.sizing.spec import SizingSpec
+
+    m, batch = allocated[name], 32
+    if precision == "fp32":
+        state = m["weights_bytes"] + m["gradients_bytes"] + m["sgd_momentum_state_bytes"]
+        activations = m["activation_bytes_per_sample"]
+    else:
+        state = (m["mixed_weights_bytes"] + m["mixed_gradients_bytes"] + m["mixed_master_bytes"]
+                 + m["mixed_sgd_momentum_state_bytes"])
+        activations = m["mixed_activation_bytes_per_sample"]
+    estimate = size(SizingSpec(model=name, precision=precision, batch_per_gpu=batch), measured=(1, "-")).memory
+    assert estimate.activations * GIB == pytest.approx(activations * batch, rel=0.15)
+    assert estimate.total * GIB == pytest.approx(state + activations * batch, rel=0.15)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
 def test_the_table_holds_the_models_own_counts_and_activations(allocated, name):
     measured, table = allocated[name], MODELS[name]
     assert table.parameters == measured["parameters"]

@@ -104,7 +104,8 @@ def test_a_model_by_parameter_count_needs_flops_for_an_estimate():
     ("NVIDIA L40S", "l40s"),
     ("h100-sxm", "h100-sxm"),
     ("NVIDIA A100", None),  # which memory size: ambiguous
-    ("NVIDIA H100 80GB HBM3", None),  # SXM or PCIe: ambiguous
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"),  # nvidia-smi on SXM5 (the PCIe card says "H100 PCIe")
+    ("NVIDIA H100", None),  # SXM or PCIe: ambiguous
     ("Radeon", None),
 ])
 def test_gpu_names(name, expected):
@@ -226,7 +227,8 @@ def test_inventory_gpus_by_model(tmp_path):
 def test_command_takes_the_gpu_model_and_count_from_the_inventory():
     data = json.loads(gpuvm("--model", "resnet50", "--inventory", LAB, "--json").stdout)
     assert (data["inputs"]["gpu"], data["inputs"]["gpus"], data["gpu"]["memory_gib"]) == ("a100-80gb", 8, 80)
-    assert data["samples_per_s"] == pytest.approx(8 * 0.2 * 156e12 / (3 * 2 * 4.09e9), rel=1e-4)
+    # one A100's published TF32 rate x 8 x its published 8-GPU scaling: DLE's measured 8-GPU 7,248 img/s
+    assert data["samples_per_s"] == pytest.approx(7248, rel=0.01)
     assert data["assumptions"][0] == (f"GPU: a100-80gb from the inventory {LAB} (8 on 2 host(s): esx-01, esx-02); "
                                       "the job uses all of them (--gpus for fewer)")
     table = gpuvm("--model", "resnet50", "--inventory", LAB)

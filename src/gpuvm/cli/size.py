@@ -20,6 +20,7 @@ FLAGS = {
     "batch_per_gpu": "batch_per_gpu", "gpu": "gpu", "gpus": "gpus", "jobs": "jobs", "sample_kb": "sample_kb",
     "dataset_samples": "dataset_samples", "latency_ms": "storage_latency_ms", "io_kb": "io_kb",
     "checkpoint_minutes": "checkpoint_minutes", "utilization": "utilization",
+    "scaling_efficiency": "scaling_efficiency", "epochs": "epochs", "hours": "hours",
 }
 
 
@@ -35,7 +36,8 @@ def size_command(
     parameters: Annotated[Optional[float], typer.Option(help="Parameter count, for a model not in the table (7e9)")] = None,
     forward_gflops: Annotated[Optional[float], typer.Option(help="Its forward pass per sample, GFLOP")] = None,
     activation_mb: Annotated[Optional[float], typer.Option(help="Its activations per sample, MB in fp32")] = None,
-    precision: Annotated[Optional[str], typer.Option(help="fp32, fp16 or bf16 (mixed)  [default: fp32]")] = None,
+    precision: Annotated[Optional[str], typer.Option(help="fp32 (TF32 math on A100/H100), fp16 or bf16 (mixed); tf32 "
+                                                         "and amp are taken as fp32 and fp16  [default: fp32]")] = None,
     optimizer: Annotated[Optional[str], typer.Option(help="sgd, sgd-momentum, adam, adamw  [default: sgd-momentum]")] = None,
     batch_per_gpu: Annotated[Optional[int], typer.Option(help="Samples per GPU per step  [default: 64]")] = None,
     gpu: Annotated[Optional[str], typer.Option(help="a100-80gb, a100-40gb, h100-sxm, h100-pcie, l40s, a30, "
@@ -48,7 +50,12 @@ def size_command(
     latency_ms: Annotated[Optional[float], typer.Option(help="One storage read's latency, ms  [default: 1]")] = None,
     io_kb: Annotated[Optional[float], typer.Option(help="One read's size, KB  [default: a whole sample]")] = None,
     checkpoint_minutes: Annotated[Optional[float], typer.Option(help="Minutes between checkpoints  [default: 30]")] = None,
-    utilization: Annotated[Optional[float], typer.Option(help="Fraction of peak FLOPS reached  [default: 0.2]")] = None,
+    utilization: Annotated[Optional[float], typer.Option(help="Fraction of peak FLOPS reached, in place of the table "
+                                                              "of published runs  [default: the table]")] = None,
+    scaling_efficiency: Annotated[Optional[float], typer.Option(help="n GPUs' rate over n x one GPU's  [default: "
+                                                                     "the table's 8-GPU measurement]")] = None,
+    epochs: Annotated[Optional[float], typer.Option(help="Time to train: epochs (with --hours)")] = None,
+    hours: Annotated[Optional[float], typer.Option(help="Time to train: within this many hours (with --epochs)")] = None,
     results: Annotated[Optional[Path], typer.Option(help="A results directory: use its measured images/s, and "
                                                          "show its storage benchmarks' read rates")] = None,
     benchmark: Annotated[Optional[str], typer.Option(help="The benchmark of --results to read")] = None,

@@ -16,10 +16,12 @@ from gpuvm.sizing.tables import (
     MASTER_BYTES,
     MODELS,
     OPTIMIZER_STATE_BYTES,
+    GPUS,
     TRAIN_TO_FORWARD,
     WEIGHT_BYTES,
     find_gpu,
 )
+from gpuvm.sizing.throughput import Throughput, throughput
 
 GIB = 2**30
 
@@ -50,6 +52,10 @@ class Sizing:
     min_gpus_sharded: int | None
     samples_per_s: float  # one job's, all its GPUs
     throughput_source: str
+    throughput_basis: str  # measured (--results) | table (published runs) | roofline | utilization
+    samples_per_s_range: tuple[float, float]  # one job's, from the rows below
+    throughput_rows: list[str]  # the published rows and roofs the rate came from
+    gpus_for_target: int | None  # the GPU count that trains `epochs` within `hours`, if asked
     storage_gb_per_s: float
     reads_per_s: float
     reads_in_flight: float
@@ -115,18 +121,11 @@ def size(spec: SizingSpec, measured: tuple[float, str] | None = None,
     notes.append(f"memory per GPU: the model's state and activations only; CUDA context, workspaces and "
                  f"fragmentation take part of the {gpu.memory_gib:g} GiB too")
 
-    if measured is not None:
-        samples_per_s, source = measured
-    else:
-        if table is None and spec.forward_gflops is None:
-            from gpuvm.errors import InputError
-
-            raise InputError("no throughput to size storage with: give forward_gflops for this model, or --results")
-        forward = spec.forward_gflops * 1e9 if spec.forward_gflops else 2 * table.forward_gmacs * 1e9
-        peak = gpu.tflops.get(spec.precision) or gpu.tflops["fp32"]
-        samples_per_s = spec.gpus * spec.utilization * peak * 1e12 / (TRAIN_TO_FORWARD * forward)
-        source = (f"estimate: {spec.gpus} x {spec.utilization:.0%} of {peak:g} TFLOPS / "
-                  f"({TRAIN_TO_FORWARD} x {forward / 1e9:.2f} GFLOP per sample)")
+    rate, basis, source, low, high, rows, samples_per_s = _job_rate(spec, gpu, table, measured, activation_fp32, notes)
+    gpus_for_target = None
+    if spec.epochs is not None and spec.hours is not None:
+        gpus_for_target = _gpus_for(spec, samples_per_s / spec.gpus if rate is None else rate.per_gpu,
+                                    rate.scaling_many if rate else None, notes)
 
     reads_per_sample = math.ceil(spec.sample_kb / spec.io_kb) if spec.io_kb else 1
     reads_per_s = samples_per_s * spec.jobs * reads_per_sample
@@ -136,7 +135,8 @@ def size(spec: SizingSpec, measured: tuple[float, str] | None = None,
     return Sizing(
         spec=spec, gpu=gpu.name, gpu_memory_gib=gpu.memory_gib, parameters=parameters,
         memory=plain, memory_sharded=sharded, min_gpus=min_plain, min_gpus_sharded=min_sharded,
-        samples_per_s=samples_per_s, throughput_source=source,
+        samples_per_s=samples_per_s, throughput_source=source, throughput_basis=basis,
+        samples_per_s_range=(low, high), throughput_rows=rows, gpus_for_target=gpus_for_target,
         storage_gb_per_s=samples_per_s * spec.sample_kb * 1e3 * spec.jobs / 1e9,
         reads_per_s=reads_per_s,
         reads_in_flight=reads_per_s * spec.storage_latency_ms / 1e3,  # Little's law: L = λ W
@@ -146,3 +146,60 @@ def size(spec: SizingSpec, measured: tuple[float, str] | None = None,
         assumptions=notes,
         storage_measured=list(storage or []),
     )
+
+
+def _job_rate(spec: SizingSpec, gpu, table, measured: tuple[float, str] | None, activation_fp32: float,
+              notes: list[str]):
+    """One job's samples/s and where from, first found of: the user's measurement (--results), the
+    old utilization rule (only when --utilization is given), the table of published runs."""
+    forward = spec.forward_gflops * 1e9 if spec.forward_gflops else 2 * table.forward_gmacs * 1e9 if table else None
+    if measured is not None:
+        rate, source = measured
+        notes.append("throughput: measured (--results), in place of gpuvm's table of published runs")
+        return None, "measured", source, rate, rate, [source], rate
+    if forward is None:
+        from gpuvm.errors import InputError
+
+        raise InputError("no throughput to size storage with: give forward_gflops for this model, or --results")
+    if spec.utilization is not None:
+        peak = gpu.tflops.get(spec.precision) or gpu.tflops["fp32"]
+        rate = spec.gpus * spec.utilization * peak * 1e12 / (TRAIN_TO_FORWARD * forward)
+        source = (f"utilization: {spec.gpus} x {spec.utilization:.0%} of {peak:g} TFLOPS / "
+                  f"({TRAIN_TO_FORWARD} x {forward / 1e9:.2f} GFLOP per sample)")
+        return None, "utilization", source, rate, rate, [source], rate
+    return _from_tables(spec, gpu, table, forward, activation_fp32, notes)
+
+
+def _from_tables(spec: SizingSpec, gpu, table, forward: float, activation_fp32: float, notes: list[str]):
+    """The job's rate from published single-GPU runs (or the roofline over them) x GPUs x scaling."""
+    activations = (table.activation_bytes_per_sample if table else
+                   activation_fp32 if spec.activation_mb_per_sample is not None else None)
+    rate = throughput(gpu, spec.precision, table, TRAIN_TO_FORWARD * forward, activations, spec.gpus, GPUS, MODELS)
+    scaling = spec.scaling_efficiency if spec.scaling_efficiency is not None else rate.scaling
+    job = spec.gpus * scaling
+    unit = ("TF32 tensor cores (PyTorch's default for convolutions)" if gpu.tf32 else "plain FP32 (no TF32)")
+    kind = "mixed precision (AMP; fp16 rows, bf16 taken at the same rate)" if spec.precision != "fp32" else unit
+    basis = "table" if rate.how == "measured" else "roofline"
+    what = "published runs" if rate.how == "measured" else "a bound calibrated on published runs"
+    source = f"{basis}: {rate.per_gpu:,.0f}/s per GPU from {what}"
+    if spec.gpus > 1:
+        source += f" x {spec.gpus} x {scaling:.0%}"
+    notes.append(f"throughput: {spec.precision} on {gpu.name} is {kind}; the table's runs are ResNet-50 v1.5 "
+                 f"at the source's batch (256 where it fits), taken for batch {spec.batch_per_gpu}")
+    if spec.precision == "bf16" and "bf16" not in gpu.tflops:
+        notes.append(f"{gpu.name} has no bf16 tensor cores: its fp16 rate is shown")
+    if spec.gpus > 1:
+        notes.append("scaling: " + (f"{scaling:.0%} of linear (--scaling-efficiency)" if spec.scaling_efficiency
+                                    is not None else rate.scaling_source))
+    return (rate, basis, source, rate.low * job, rate.high * job, rate.rows, rate.per_gpu * job)
+
+
+def _gpus_for(spec: SizingSpec, per_gpu: float, scaling: float | None, notes: list[str]) -> int:
+    """The fewest GPUs whose rate trains `epochs` of the dataset within `hours`: n x per_gpu x
+    efficiency(n) >= epochs x samples / seconds, efficiency 1 for one GPU."""
+    efficiency = spec.scaling_efficiency or scaling or 1.0
+    needed = spec.epochs * spec.dataset_samples / (spec.hours * 3600)
+    count = 1 if per_gpu >= needed else max(2, math.ceil(needed / (per_gpu * efficiency) - 1e-9))
+    notes.append(f"time to train: {spec.epochs:g} epochs in {spec.hours:g} h need {needed:,.0f} samples/s: "
+                 f"{count} GPU(s) at {per_gpu:,.0f}/s each" + (f", {efficiency:.0%} scaling" if count > 1 else ""))
+    return count

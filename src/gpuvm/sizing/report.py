@@ -33,6 +33,10 @@ def rate_rows(s: Sizing) -> list[tuple[str, str, str]]:
     jobs = f" x {spec.jobs} jobs" if spec.jobs > 1 else ""
     return [
         ("throughput (one job)", f"{s.samples_per_s:,.0f} samples/s", s.throughput_source),
+        *((("throughput range", f"{low:,.0f}-{high:,.0f} samples/s", "the rows below"),)
+          if (low := s.samples_per_s_range[0]) != (high := s.samples_per_s_range[1]) else ()),
+        *((("GPUs for the target", str(s.gpus_for_target),
+            f"{spec.epochs:g} epochs in {spec.hours:g} h"),) if s.gpus_for_target is not None else ()),
         ("storage must deliver", f"{s.storage_gb_per_s:,.2f} GB/s",
          f"{s.samples_per_s:,.0f}/s x {spec.sample_kb:g} KB{jobs}"),
         *(("storage measured", f"{m.gb_per_s:,.2f} GB/s", f"{m.source}: {_of_needed(m.gb_per_s, s)}")
@@ -66,6 +70,10 @@ def print_sizing(console: Any, s: Sizing) -> None:
     console.print(table("Memory per GPU", ("", "data parallel", f"optimizer sharded over {s.spec.gpus}"),
                         memory_rows(s), numbers_from=1))
     console.print(table("Rates", ("", "value", "from"), rate_rows(s)))
+    if s.throughput_basis not in ("measured", "utilization"):
+        console.print("Throughput from:")
+        for row in s.throughput_rows:
+            console.print(f"  - {row}", soft_wrap=True)
     console.print("Assumptions:")
     for note in s.assumptions:
         console.print(f"  - {note}", soft_wrap=True)
@@ -85,6 +93,10 @@ def sizing_json(s: Sizing) -> dict[str, Any]:
         "min_gpus": {"data_parallel": s.min_gpus, "optimizer_sharded": s.min_gpus_sharded},
         "samples_per_s": round(s.samples_per_s, 2),
         "throughput_source": s.throughput_source,
+        "throughput_basis": s.throughput_basis,
+        "samples_per_s_range": [round(v, 2) for v in s.samples_per_s_range],
+        "throughput_rows": s.throughput_rows,
+        "gpus_for_target": s.gpus_for_target,
         "storage_gb_per_s": round(s.storage_gb_per_s, 4),
         "storage_measured": [{"benchmark": m.benchmark, "gb_per_s": round(m.gb_per_s, 4), "source": m.source,
                               "of_needed": round(m.gb_per_s / s.storage_gb_per_s, 4)} for m in s.storage_measured],

@@ -2,7 +2,7 @@
 
     sizing:
       model: resnet50          # from gpuvm's table (gpuvm size --help lists it), or give parameters
-      precision: fp16          # fp32 | fp16 | bf16 (mixed precision)
+      precision: fp16          # fp32 (TF32 on A100/H100) | fp16 | bf16 (mixed precision); tf32, amp: aliases
       optimizer: sgd-momentum  # sgd | sgd-momentum | adam | adamw
       batch_per_gpu: 1024
       gpu: a100-80gb           # from the table, or a name as vSphere/nvidia-smi print it
@@ -10,6 +10,8 @@
       jobs: 1                  # trained at once, all reading from the same storage
       sample_kb: 110           # one sample on disk (ImageNet's mean JPEG)
       storage_latency_ms: 1    # one read's latency at the storage
+      epochs: 90               # with hours: the GPU count that trains them in time
+      hours: 12
 """
 
 from __future__ import annotations
@@ -38,7 +40,16 @@ class SizingSpec(Strict):
     storage_latency_ms: float = Field(default=1.0, gt=0)
     io_kb: float | None = Field(default=None, gt=0)  # one read; default: a whole sample
     checkpoint_minutes: float = Field(default=30, gt=0)
-    utilization: float = Field(default=0.2, gt=0, le=1)  # of the GPU's peak, for the throughput estimate
+    utilization: float | None = Field(default=None, gt=0, le=1)  # of the GPU's peak: replaces the tables' rate
+    scaling_efficiency: float | None = Field(default=None, gt=0, le=1)  # n GPUs' rate over n x one's
+    epochs: float | None = Field(default=None, gt=0)  # time to train: this many epochs ...
+    hours: float | None = Field(default=None, gt=0)  # ... within this many hours
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _precision_names(cls, value: object) -> object:
+        """NVIDIA's tables' names: TF32 is fp32 training on tensor cores, AMP is mixed precision (fp16)."""
+        return {"tf32": "fp32", "amp": "fp16", "mixed": "fp16"}.get(value, value) if isinstance(value, str) else value
 
     @field_validator("model")
     @classmethod
@@ -60,4 +71,6 @@ class SizingSpec(Strict):
     def _model_or_parameters(self) -> SizingSpec:
         if self.model is None and self.parameters is None:
             raise ValueError(f"give model ({', '.join(MODELS)}) or parameters (a count, such as 7e9)")
+        if (self.epochs is None) != (self.hours is None):
+            raise ValueError("give epochs and hours together (the time to train them in)")
         return self

@@ -7,10 +7,10 @@ Table 1), so gpuvm doubles them to get floating-point operations. Activation byt
 measured: what autograd saves for backward in one fp32 training step, per image
 (`src/gpuvm/sizing/measure_torch.py`, PyTorch 1.13 CPU, 224 px; unique storages, input excluded).
 
-GPUs: memory and dense (no sparsity) peak tensor throughput from NVIDIA's datasheets (A100:
+GPUs: memory, memory bandwidth and dense (no sparsity) peak tensor throughput from NVIDIA's datasheets (A100:
 nvidia-a100-datasheet-us-nvidia-1758950-r4; H100: H100 datasheet; L40S, A30, V100 and T4: their
 datasheets). fp32 training uses TF32 tensor cores where the GPU has them (cuDNN's default for
-convolutions in PyTorch), plain FP32 otherwise.
+convolutions in PyTorch), plain FP32 otherwise. Measured training rates: throughput.py.
 """
 
 from __future__ import annotations
@@ -42,29 +42,35 @@ class GpuSpec:
     name: str
     memory_gib: float
     tflops: dict[str, float]  # dense peak per training precision: fp32 (TF32 where there is), fp16, bf16
+    memory_gb_per_s: float  # memory bandwidth, the convnets' other roof
+    tf32: bool  # fp32 training runs on TF32 tensor cores (Ampere and later)
     source: str
 
 
 GPUS: dict[str, GpuSpec] = {g.name: g for g in (
-    GpuSpec("a100-80gb", 80, {"fp32": 156, "fp16": 312, "bf16": 312}, "NVIDIA A100 datasheet (PCIe and SXM4)"),
-    GpuSpec("a100-40gb", 40, {"fp32": 156, "fp16": 312, "bf16": 312}, "NVIDIA A100 datasheet (PCIe and SXM4)"),
-    GpuSpec("h100-sxm", 80, {"fp32": 494.7, "fp16": 989.4, "bf16": 989.4}, "NVIDIA H100 datasheet (SXM5)"),
-    GpuSpec("h100-pcie", 80, {"fp32": 378, "fp16": 756, "bf16": 756}, "NVIDIA H100 datasheet (PCIe)"),
-    GpuSpec("l40s", 48, {"fp32": 183, "fp16": 362, "bf16": 362}, "NVIDIA L40S datasheet"),
-    GpuSpec("a30", 24, {"fp32": 82, "fp16": 165, "bf16": 165}, "NVIDIA A30 datasheet"),
-    GpuSpec("v100-32gb", 32, {"fp32": 15.7, "fp16": 125}, "NVIDIA V100 datasheet (SXM2)"),
-    GpuSpec("v100-16gb", 16, {"fp32": 15.7, "fp16": 125}, "NVIDIA V100 datasheet (SXM2)"),
-    GpuSpec("t4", 16, {"fp32": 8.1, "fp16": 65}, "NVIDIA T4 datasheet"),
+    GpuSpec("a100-80gb", 80, {"fp32": 156, "fp16": 312, "bf16": 312}, 2039, True,
+            "NVIDIA A100 datasheet (SXM4; PCIe: 1,935 GB/s)"),
+    GpuSpec("a100-40gb", 40, {"fp32": 156, "fp16": 312, "bf16": 312}, 1555, True, "NVIDIA A100 datasheet (PCIe and SXM4)"),
+    GpuSpec("h100-sxm", 80, {"fp32": 494.7, "fp16": 989.4, "bf16": 989.4}, 3350, True, "NVIDIA H100 datasheet (SXM5)"),
+    GpuSpec("h100-pcie", 80, {"fp32": 378, "fp16": 756, "bf16": 756}, 2000, True, "NVIDIA H100 datasheet (PCIe)"),
+    GpuSpec("l40s", 48, {"fp32": 183, "fp16": 362, "bf16": 362}, 864, True, "NVIDIA L40S datasheet"),
+    GpuSpec("a30", 24, {"fp32": 82, "fp16": 165, "bf16": 165}, 933, True, "NVIDIA A30 datasheet"),
+    GpuSpec("v100-32gb", 32, {"fp32": 15.7, "fp16": 125}, 900, False, "NVIDIA V100 datasheet (SXM2)"),
+    GpuSpec("v100-16gb", 16, {"fp32": 15.7, "fp16": 125}, 900, False, "NVIDIA V100 datasheet (SXM2)"),
+    GpuSpec("t4", 16, {"fp32": 8.1, "fp16": 65}, 320, False, "NVIDIA T4 datasheet"),
 )}
 
 
 def find_gpu(text: str) -> GpuSpec | None:
     """A GPU of the table by its table name or by the names vSphere and nvidia-smi give it
-    ("GA100 [A100 PCIe 80GB]", "NVIDIA A100-SXM4-40GB", "GH100 [H100 PCIe]"); None if unknown
+    ("GA100 [A100 PCIe 80GB]", "NVIDIA A100-SXM4-40GB", "GH100 [H100 PCIe]", nvidia-smi's
+    "NVIDIA H100 80GB HBM3": HBM3 is the SXM5 part's, the PCIe card has HBM2e); None if unknown
     or ambiguous."""
     if text.strip().lower() in GPUS:
         return GPUS[text.strip().lower()]
     compact = re.sub(r"[^a-z0-9]", "", text.lower())
+    if "h100" in compact and "hbm3" in compact:
+        compact += "sxm"
     found = [g for g in GPUS.values() if g.name.split("-")[0] in compact]
     for narrower in (lambda g: f"{g.memory_gib:g}gb" in compact, lambda g: g.name.split("-")[-1] in compact):
         if len(found) > 1 and any(narrower(g) for g in found):
@@ -85,6 +91,3 @@ IMAGENET_MEAN_KB = 110  # its ~138 GB of JPEGs / 1.28 M images; REFERENCE §7 an
 # Training costs ~3 forward passes: backward computes gradients for activations and for weights,
 # each about a forward's cost (Kaplan et al. 2020, "Scaling Laws", §2.1: 6N per token vs 2N forward).
 TRAIN_TO_FORWARD = 3
-# Fraction of peak a ResNet-50 training step reaches: the study's 2,757 img/s on one A100 80GB
-# (seed 004, tf_cnn_benchmarks, batch 1024) x 3 x 2 x 4.09 GFLOP / 312 TFLOPS = 0.217.
-DEFAULT_UTILIZATION = 0.2
