@@ -64,12 +64,7 @@ def test_the_boundaries_are_the_steps_with_changes(lab, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
 @pytest.mark.parametrize("step, status", BOUNDARIES, ids=[f"{s}-{w}" for s, w in BOUNDARIES])
-def test_apply_stopped_at_a_step_boundary_converges_on_one_rerun(lab, tmp_path, monkeypatch, step, status, sig,
-                                                                 request):
-    if (step, status, sig) == ("host.reboot", "started", signal.SIGKILL):
-        # The re-run now waits out the killed run's lease (expiry-only liveness), so the maintenance
-        # entry it left in flight has finished and is classed as someone else's: issue 21 item 1.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="issue 21 item 1: maintenance entered in flight"))
+def test_apply_stopped_at_a_step_boundary_converges_on_one_rerun(lab, tmp_path, monkeypatch, step, status, sig):
     journal = tmp_path / "state" / "journal.jsonl"
     with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG, latency=LATENCY) as sim:
         use_simulator(monkeypatch, sim, tmp_path / "state")

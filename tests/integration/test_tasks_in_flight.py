@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from gpusim import Simulator
 from gpuvm.cli.main import app
 from tests.integration.test_vm_lifecycle import runbook as clone_runbook
-from tests.integration.vcenter import env_for, pyvmomi, raw_state, use_simulator
+from tests.integration.vcenter import KILLED_RUN_LEASE, env_for, once_unlocked, pyvmomi, raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def running_tasks(sim: Simulator, name: str) -> list[vim.Task]:
 
 def killed_mid_task(sim: Simulator, runbook: Path, state: Path, task: str, *flags: str) -> None:
     """Start `apply`, SIGKILL it once vCenter runs its `task`, and leave that task running."""
-    env = dict(os.environ, **env_for(sim), GPUVM_STATE_DIR=str(state))
+    env = dict(os.environ, **env_for(sim), GPUVM_STATE_DIR=str(state), **KILLED_RUN_LEASE)  # its locks hold until its lease expires
     run = subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(runbook), "--yes", *flags], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
@@ -63,10 +63,11 @@ def test_an_upgrade_a_killed_run_left_running_is_awaited_not_planned_again(tmp_p
     book.write_text("vcenter: {user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}\n"
                     "hosts: [{name: esx-01}]\n"
                     "vms: [{name: esx-01-vm1, host: esx-01, firmware: bios, hardware_version: vmx-19}]\n")
-    with Simulator(hosts=1, vms_per_host=1, vm_version="vmx-15", latency={"UpgradeVM_Task": "3s"}) as sim:
+    with Simulator(hosts=1, vms_per_host=1, vm_version="vmx-15", latency={"UpgradeVM_Task": "6s"}) as sim:
         use_simulator(monkeypatch, sim, tmp_path / "state")
         killed_mid_task(sim, book, tmp_path / "state", "VirtualMachine.upgradeVm")
-        again = gpuvm("apply", str(book), "--yes")
+        assert running_tasks(sim, "VirtualMachine.upgradeVm")  # still under way when the killed run's lease ends
+        again = once_unlocked(lambda: gpuvm("apply", str(book), "--yes"), lambda r: r.exit_code)
         assert again.exit_code == 0, again.output
         assert "AlreadyUpgraded" not in again.output
         assert raw_state(sim)["esx-01-vm1"]["version"] == "vmx-19"
@@ -76,10 +77,10 @@ def test_an_upgrade_a_killed_run_left_running_is_awaited_not_planned_again(tmp_p
 def test_a_clone_a_killed_run_left_running_is_awaited_and_adopted_not_started_again(tmp_path, monkeypatch):
     book = clone_runbook(tmp_path, [{"name": "train-1", "host": "esx-01", "ip": 101}])
     with Simulator(hosts=2, vms_per_host=1, rebind=True, templates=["ubuntu-gpu"],
-                   latency={"CloneVM_Task": "3s"}) as sim:
+                   latency={"CloneVM_Task": "6s"}) as sim:
         use_simulator(monkeypatch, sim, tmp_path / "state")
         killed_mid_task(sim, book, tmp_path / "state", "VirtualMachine.cloneVm")
-        again = gpuvm("apply", str(book), "--yes")
+        again = once_unlocked(lambda: gpuvm("apply", str(book), "--yes"), lambda r: r.exit_code)
         assert again.exit_code == 0, again.output
         assert vms_named(sim, "train-1") == 1
         assert raw_state(sim)["train-1"]["power"] == "poweredOn"
@@ -133,7 +134,7 @@ def test_killed_before_the_clone_task_was_recorded_the_template_tasks_are_awaite
                 powerOn=False, template=False, location=vim.vm.RelocateSpec()))
         planned = gpuvm("plan", str(book))
         assert "began at" in planned.output and "awaited first" in planned.output, planned.output
-        again = gpuvm("apply", str(book), "--yes")
+        again = once_unlocked(lambda: gpuvm("apply", str(book), "--yes"), lambda r: r.exit_code)
         assert again.exit_code == 0, again.output
         assert vms_named(sim, "train-1") == 1
         assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0
