@@ -284,8 +284,9 @@ def _nesting(text: str) -> int:
                 deepest = max(deepest, depth)
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
-    except yaml.YAMLError:
-        pass
+    except yaml.YAMLError as e:
+        if "nesting depth" in str(e):  # libyaml's own limit (1,000 levels), met before ours in flow style
+            return MAX_DEPTH + 1
     return deepest
 
 
