@@ -172,3 +172,92 @@ def test_deep_and_aliased_baselines_are_refused(tmp_path):
     deep_yaml.write_text("environment: vm\nbenchmarks: " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(InputError):
         load_results(deep_yaml)
+
+
+# ------------------------------------------------------------------------------- the commands
+
+
+@pytest.fixture
+def cli():
+    import typer
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.bench_report import register
+
+    app, bench = typer.Typer(), typer.Typer()
+    register(bench)
+    app.add_typer(bench, name="bench")
+    return lambda *args: CliRunner().invoke(app, ["bench", *map(str, args)])
+
+
+@pytest.mark.parametrize("factor, outcome, code", [(0.99, "pass", 0), (0.96, "fail", 9), (None, "inconclusive", 10)])
+def test_compare_exit_code_and_json_tell_the_verdict(cli, tmp_path, factor, outcome, code):
+    from tests.schema_check import check
+
+    vm_values = scaled(TIGHT_BM, factor) if factor else [98.0, 88.0, 107.0, 95.0, 101.0]
+    bm_values = TIGHT_BM if factor else [100.0, 92.0, 108.0, 97.0, 104.0]
+    save_results(tmp_path / "vm", results({1: vm_values}))
+    save_results(tmp_path / "bm", bare_metal({1: bm_values}))
+    result = cli("compare", tmp_path / "vm", "--baseline", tmp_path / "bm", "--max-overhead", "2%", "--json")
+    assert result.exit_code == code, result.output
+    document = json.loads(result.stdout[:result.stdout.rindex("}") + 1])
+    assert check(document) == "bench-compare" and document["schema"] == "gpuvm.bench-compare/2"
+    assert document["verdict"] == outcome and document["verdicts"][0]["outcome"] == outcome
+    low, high = document["verdicts"][0]["overhead_ci"]
+    assert low < document["verdicts"][0]["overhead"] < high
+    assert document["benchmarks"][0]["points"][0]["spread"]["ci"] is not None
+    text = cli("compare", tmp_path / "vm", "--baseline", tmp_path / "bm", "--max-overhead", "2%")
+    assert text.exit_code == code
+    answer = {"pass": "yes", "fail": "no", "inconclusive": "inconclusive"}[outcome]
+    assert f"b at 1 node: VM within 2.0 % of bare metal: {answer} — overhead" in " ".join(text.output.split())
+
+
+def test_nan_in_results_and_benchmark_output_is_a_named_failure_not_a_traceback(cli, tmp_path):
+    path = save_results(tmp_path / "vm", results({1: [1.0, 2.0, 3.0]}))
+    path.write_text(path.read_text().replace("1.0,", "NaN,").replace("2.0,", "Infinity,").replace("3.0,", "1e308,"))
+    save_results(tmp_path / "bm", bare_metal({1: TIGHT_BM}))
+    for command in ("compare", "report"):
+        result = cli(command, tmp_path / "vm", "--baseline", tmp_path / "bm", "--max-overhead", "2%")
+        assert result.exit_code == 9, result.output
+        assert "Traceback" not in result.output and "b at 1 node" in result.output
+        assert "no valid figure: all 3 runs failed (invalid figure nan" in " ".join(result.output.split())
+    from gpuvm.bench.parsers import parse_output
+    from gpuvm.errors import BenchmarkError
+
+    with pytest.raises(BenchmarkError, match="not a finite number"):
+        parse_output("command", "throughput: nan\n", pattern=r"throughput: (\S+)", unit="u", higher_is_better=True)
+
+
+# ---------------------------------------------------------------------------------- the plots
+
+
+def test_plots_have_error_bars_from_the_intervals(tmp_path, mocker):
+    from matplotlib.axes import Axes
+
+    from gpuvm.bench.report import write_plots
+
+    errorbar, bar = mocker.spy(Axes, "errorbar"), mocker.spy(Axes, "bar")
+    vm = results({1: scaled(TIGHT_BM, 0.99), 2: scaled(TIGHT_BM, 1.9)})
+    comparison = compare(vm, bare_metal({1: TIGHT_BM, 2: scaled(TIGHT_BM, 2)}))
+    write_plots(comparison, tmp_path)
+    one, two = comparison.benchmarks[0].points
+    throughput, efficiency = (c.kwargs["yerr"] for c in errorbar.call_args_list[:2])  # then bar()'s own
+    assert throughput == [[one.spread.median - one.spread.ci[0], two.spread.median - two.spread.ci[0]],
+                          [one.spread.ci[1] - one.spread.median, two.spread.ci[1] - two.spread.median]]
+    assert efficiency[0][0] == 0 and efficiency[0][1] == pytest.approx((two.efficiency - two.efficiency_ci[0]) * 100)
+    vm_bars, bm_bars = (c.kwargs["yerr"] for c in bar.call_args_list)
+    assert vm_bars[1][0] == pytest.approx(one.spread.ci[1] - one.spread.median) and vm_bars[1][0] > 0
+    assert bm_bars[1][1] == pytest.approx(two.baseline_ci[1] - two.baseline)
+
+
+def test_plot_names_are_unique_and_bounded(tmp_path):
+    from gpuvm.bench.report import plot_stem, write_plots
+
+    names = ["a b", "a/b", "a-b", "x" * 10_000]
+    stems = [plot_stem(n) for n in names]
+    assert len(set(stems)) == 4 and stems[2] == "a-b" and all(len(s) <= 80 for s in stems)
+    sets = Results(environment="vm", benchmarks=[
+        Benchmark(name=n, kind="command", points=[Point(nodes=k, repeats=[Repeat(value=1.0 * k)]) for k in (1, 2)])
+        for n in names[:2]])
+    plots = write_plots(compare(sets), tmp_path)
+    assert len({path for _, path in plots}) == len(plots) == 4
