@@ -114,6 +114,10 @@ class Recorder:
                         error=outcome.error)
         self._recorded.setdefault(_key(point), []).append(repeat)
 
+    def values(self, point: PlannedPoint) -> list[float]:
+        """The figures the point's recorded repeats gave, in the order they ran."""
+        return [r.value for r in self._recorded.get(_key(point), []) if r.value is not None]
+
     def results(self, started: datetime, finished: datetime, software: dict, note: str | None) -> Results:
         """Every benchmark with at least one recorded repeat, in runbook order, and where it ran."""
         benchmarks = []
