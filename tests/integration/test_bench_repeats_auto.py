@@ -33,6 +33,7 @@ def test_auto_repeats_stop_early_on_steady_figures_and_run_to_the_cap_on_noisy_o
       nodes: [1]
       repeats: auto
       repeats_max: 5
+      repeats_target: 0.001  # ±0.1 %: random bytes never settle by chance
       timeout: 30
 """ for name, command in (("steady", "echo throughput: 100"), ("noisy", NOISY)))
     runbook = bed_runbook(testbed, tmp_path / "auto.yaml", runs)
