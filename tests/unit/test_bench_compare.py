@@ -61,6 +61,8 @@ def test_study_concurrent_scenario():
 def test_study_files_say_they_are_published_figures():
     vm, bm = load_results(STUDY_VM), load_results(STUDY_BM)
     assert "not a gpuvm run" in vm.note and "not a gpuvm run" in bm.note
+    assert "no point has a confidence interval" in vm.note and "no confidence interval" in bm.note
+    assert all(p.spread.ci is None for b in compare(vm, bm).benchmarks for p in b.points)  # the digits stay
     assert bm.environment == "bare-metal" and vm.environment == "vm"
     assert [(p.nodes, p.repeats[0].value) for p in bm.benchmarks[0].points] == [(4, 10818.0)]
 
