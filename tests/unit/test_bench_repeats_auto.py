@@ -51,3 +51,16 @@ def test_repeats_option_overrides_every_benchmark(tmp_path):
 def test_bad_auto_settings_are_refused(tmp_path, fields):
     with pytest.raises(InputError):
         book(tmp_path, one_run(kind="horovod_synthetic", **fields))
+
+
+def test_warm_up_runs_are_recorded_apart_and_excluded_from_every_figure(tmp_path):
+    from gpuvm.bench.compare import compare
+
+    answers = iter([ok(horovod_output(10.0)), *(ok(horovod_output(100.0)) for _ in range(3))])
+    done, _ = campaign(tmp_path, one_run(kind="horovod_synthetic", repeats="auto", repeats_max=5, warmup=1),
+                       {"vm1": fake("vm1", lambda call: next(answers)), "vm2": fake("vm2")})
+    point = load_results(done.results_file).benchmarks[0].points[0]
+    assert [r.value for r in point.warmups] == [10.0] and point.warmups[0].log == "logs/b/nodes-1/warmup-1.log"
+    assert [r.value for r in point.repeats] == [100.0] * 3
+    spread = compare(load_results(done.results_file)).benchmarks[0].points[0].spread
+    assert (spread.min, spread.warmups) == (100.0, 1)

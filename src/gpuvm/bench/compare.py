@@ -43,9 +43,10 @@ class Spread:
     outliers: list[int] = field(default_factory=list)  # 1-based repeats flagged (modified z-score)
     drift: float | None = None  # last half of the repeats against the first half, when they drift apart
     failed: int = 0  # runs of the point that gave no figure
+    warmups: int = 0  # warm-up runs before the repeats, excluded
 
     @classmethod
-    def of(cls, values: list[float], failed: int = 0) -> Spread:
+    def of(cls, values: list[float], failed: int = 0, warmups: int = 0) -> Spread:
         return cls(
             median=median(values),
             min=min(values),
@@ -56,6 +57,7 @@ class Spread:
             outliers=stats.outliers(values),
             drift=stats.drift(values),
             failed=failed,
+            warmups=warmups,
         )
 
 
@@ -261,7 +263,8 @@ def _compare_benchmark(bench: Benchmark, base: Benchmark | None) -> BenchmarkCom
                                    p.data or "", p.nodes, p.gpus_per_node, p.vms))
     failed = [FailedPoint(_label(bench, p), len(p.repeats), next((r.error for r in p.repeats if r.error), "no figure"))
               for p in bench.points if not _values(p)]
-    spreads = [Spread.of(_values(p), failed=sum(1 for r in p.repeats if not r.ok)) for p in points]
+    spreads = [Spread.of(_values(p), failed=sum(1 for r in p.repeats if not r.ok), warmups=len(p.warmups))
+               for p in points]
     # speedup within each setup, mapping and data: against its smallest point
     references: dict[tuple, tuple[Point, Spread]] = {}
     for point, spread in zip(points, spreads, strict=True):

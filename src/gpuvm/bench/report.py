@@ -175,6 +175,8 @@ def uncertainty(comparison: Comparison) -> list[str]:
                 parts.append(f"drift {s.drift * 100:+.1f}% from the first to the last half of the repeats")
             if s.failed:
                 parts.append(f"{s.failed} of {s.failed + s.repeats} runs failed")
+            if s.warmups and parts:
+                parts.append(f"after {s.warmups} warm-up run{'s' if s.warmups > 1 else ''} (excluded)")
             if parts:
                 lines.append(f"{bench.name} at {p.label}: " + "; ".join(parts) + ".")
         lines.extend(f"{bench.name} at {f.label}: no figure: {'the' if f.runs == 1 else f'all {f.runs}'} "

@@ -99,7 +99,8 @@ class Point(_Model):
     """One configuration: `nodes` hosts, `gpus_per_node` GPUs used on each, `vms` VMs in all; in a
     campaign with setups, the `setup` it ran in; `network_mapping` on/off when the run measured both,
     and `network` the settings gpuvm derived for it (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, btl_tcp_if_include);
-    `data` files/synthetic when the run measured both (compare_synthetic)."""
+    `data` files/synthetic when the run measured both (compare_synthetic); `warmups` the warm-up runs
+    before the repeats (excluded from every figure, recorded so a reader sees what was left out)."""
 
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(default=1, ge=1)
@@ -109,6 +110,7 @@ class Point(_Model):
     network: dict[str, str] = Field(default_factory=dict)
     data: Literal["files", "synthetic"] | None = None
     repeats: list[Repeat] = Field(min_length=1)
+    warmups: list[Repeat] = Field(default_factory=list)  # whole warm-up runs: kept for the record, never compared
 
     @property
     def gpus(self) -> int:

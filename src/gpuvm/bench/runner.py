@@ -231,6 +231,7 @@ class CampaignRunner:
                 self.observer.finished(index, len(schedule), point.run.name, shown, label,
                                        outcome.value, outcome.unit, outcome.error)
                 if warm:
+                    self.recorder.record(point, outcome, log, warmup=True)
                     continue
                 campaign.runs_done += 1
                 self.recorder.record(point, outcome, log)
