@@ -147,7 +147,7 @@ class Verdict:
     def _interval(self) -> str:
         runs = (f"{self.repeats} repeat{'s' if self.repeats != 1 else ''} each"
                 if self.repeats == self.baseline_repeats
-                else f"{self.repeats} and {self.baseline_repeats} repeats")
+                else f"{self.repeats} {self.subject} and {self.baseline_repeats} {self.against} repeats")
         if self.overhead_ci is None:
             return f"no interval: {runs}, {stats.MIN_REPEATS} needed"
         low, high = self.overhead_ci

@@ -112,7 +112,8 @@ def repeats_to_settle(repeats: int, interval: Interval | None, estimate: float, 
     if interval is None:
         return max(MIN_REPEATS, repeats + 1)
     distance = abs(estimate - limit)
-    width = max(estimate - interval[0], interval[1] - estimate)
+    # the side of the interval that reaches across the limit is the one that must shrink
+    width = interval[1] - estimate if estimate < limit else estimate - interval[0]
     if distance < 1e-9:  # a float's last bits: the estimate is the limit
         return None
     if width == 0:
