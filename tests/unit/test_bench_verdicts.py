@@ -261,3 +261,10 @@ def test_plot_names_are_unique_and_bounded(tmp_path):
         for n in names[:2]])
     plots = write_plots(compare(sets), tmp_path)
     assert len({path for _, path in plots}) == len(plots) == 4
+
+
+def test_a_huge_benchmark_name_is_refused_at_once(tmp_path):
+    path = save_results(tmp_path / "long", results({1: TIGHT_BM}))
+    path.write_text(path.read_text().replace('"name": "b"', '"name": "' + "x" * 1_000_000 + '"'))
+    with pytest.raises(InputError, match=r"benchmarks\[0\]\.name: String should have at most 200 characters"):
+        load_results(tmp_path / "long")

@@ -27,6 +27,7 @@ from gpuvm.runbook.loader import MAX_BYTES, MAX_NODES, Locator, _expanded_size, 
 from gpuvm.secrets import scrub
 
 FORMAT = "gpuvm-results/1"
+MAX_NAME = 200  # characters of a benchmark's, a setup's or a unit's name (a runbook allows 80)
 MAX_DEPTH = 64  # a results document nests 6 levels; a deeper one is not one
 MAX_FIGURE = 1e15  # larger figures are garbage (and their sums overflow to Infinity)
 RESULTS_FILE = "results.json"
@@ -105,7 +106,7 @@ class Point(_Model):
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(default=1, ge=1)
     vms: int = Field(default=1, ge=1)
-    setup: str | None = None
+    setup: str | None = Field(default=None, max_length=MAX_NAME)
     network_mapping: Literal["on", "off"] | None = None
     network: dict[str, str] = Field(default_factory=dict)
     data: Literal["files", "synthetic"] | None = None
@@ -118,9 +119,9 @@ class Point(_Model):
 
 
 class Benchmark(_Model):
-    name: str = Field(min_length=1)
-    kind: str
-    unit: str = ""
+    name: str = Field(min_length=1, max_length=MAX_NAME)
+    kind: str = Field(max_length=MAX_NAME)
+    unit: str = Field(default="", max_length=MAX_NAME)
     higher_is_better: bool = True
     scenario: Literal["concurrent", "scaling"] = "scaling"
     scaling: Literal["weak", "strong"] | None = None
@@ -149,7 +150,7 @@ class SetupInfo(_Model):
 class Results(_Model):
     format: Literal["gpuvm-results/1"] = FORMAT
     environment: Literal["vm", "bare-metal"]
-    note: str | None = None
+    note: str | None = Field(default=None, max_length=10_000)
     runbook: RunbookRef | None = None
     started: datetime | None = None
     finished: datetime | None = None
