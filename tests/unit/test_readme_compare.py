@@ -18,6 +18,6 @@ def test_readme_compare_example_rows_are_the_real_output(monkeypatch):
     shown = readme.split(f"$ gpuvm {COMMAND}\n", 1)[1].split("```", 1)[0].splitlines()
     monkeypatch.chdir(REPO)
     result = CliRunner().invoke(app, COMMAND.split(), env={"COLUMNS": "160"})
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 10, result.output  # inconclusive: one published mean per point, no interval
     printed = [line.rstrip() for line in result.output.splitlines()]
     assert len(shown) == 5 and all(row in printed for row in shown), "\n".join(printed)

@@ -296,7 +296,7 @@ def describe(points: Sequence[PlannedPoint], workdir: str) -> list[str]:
     lines = [dataset.describe() for dataset in planned_datasets(points)]
     for point in points:
         where = f" in setup {point.setup}" if point.setup else ""
-        lines.append(f"{point.run.name} {point.label}{where}: {point.run.repeats} repeat(s)"
+        lines.append(f"{point.run.name} {point.label}{where}: {_repeats(point.run)} repeat(s)"
                      + (f" after {point.run.warmup} warm-up(s)" if point.run.warmup else ""))
         if point.network:
             lines.append("  network (derived from ibdev2netdev): "
@@ -306,3 +306,9 @@ def describe(points: Sequence[PlannedPoint], workdir: str) -> list[str]:
             lines.append(f"  on {job.launcher} (hostfile {job.hostfile}: {hosts})")
             lines.append(f"    {redact(launch_script(workdir, job.command))}")
     return lines
+
+
+def _repeats(run: BenchmarkRun) -> str:
+    if run.repeats == "auto":
+        return f"3 to {run.repeats_max} (auto: until the 95 % interval is within ±{run.repeats_target * 100:g}%)"
+    return str(run.repeats)

@@ -89,6 +89,7 @@ class Recorder:
         self.points = list(points)
         self.local = local
         self._recorded: dict[tuple[str, str | None, str], list[Repeat]] = {}
+        self._warmups: dict[tuple[str, str | None, str], list[Repeat]] = {}
         self._units: dict[str, tuple[str, bool]] = {}
         self._setups: dict[str, tuple[Runbook, list[PlannedPoint]]] = {}
 
@@ -109,10 +110,15 @@ class Recorder:
             return run.unit, run.higher_is_better
         return UNITS.get(run.kind, ""), run.kind != "mlperf_log"
 
-    def record(self, point: PlannedPoint, outcome: Outcome, log: str) -> None:
+    def record(self, point: PlannedPoint, outcome: Outcome, log: str, warmup: bool = False) -> None:
+        """A repeat of the point, or (`warmup`) a warm-up run: recorded apart, never compared."""
         repeat = Repeat(value=outcome.value, per_vm=outcome.per_vm, metrics=outcome.metrics or None, log=log,
                         error=outcome.error)
-        self._recorded.setdefault(_key(point), []).append(repeat)
+        (self._warmups if warmup else self._recorded).setdefault(_key(point), []).append(repeat)
+
+    def values(self, point: PlannedPoint) -> list[float]:
+        """The figures the point's recorded repeats gave, in the order they ran."""
+        return [r.value for r in self._recorded.get(_key(point), []) if r.value is not None]
 
     def results(self, started: datetime, finished: datetime, software: dict, note: str | None) -> Results:
         """Every benchmark with at least one recorded repeat, in runbook order, and where it ran."""
@@ -129,7 +135,8 @@ class Recorder:
                 points=[Point(nodes=p.nodes, gpus_per_node=p.gpus_per_node, vms=p.vms, setup=p.setup,
                               network_mapping=p.mapping, network=dict(p.network),  # type: ignore[arg-type]
                               data=p.data,  # type: ignore[arg-type]
-                              repeats=self._recorded[_key(p)]) for p in mine],
+                              repeats=self._recorded[_key(p)], warmups=self._warmups.get(_key(p), []))
+                        for p in mine],
             ))
         return Results(
             environment="bare-metal" if self.local else "vm",

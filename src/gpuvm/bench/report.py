@@ -7,13 +7,15 @@ the same cells. Speedups print with 3 decimals, percentages with 1.
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuvm.bench.compare import BenchmarkComparison, Comparison, PointComparison, exceeds
+from gpuvm.bench import stats
+from gpuvm.bench.compare import BenchmarkComparison, Comparison, PointComparison
 from gpuvm.secrets import redact
 from gpuvm.templating import environment
 
@@ -75,7 +77,7 @@ def _benchmark_cell(bench: BenchmarkComparison) -> str:
 
 def table_rows(comparison: Comparison) -> list[Row]:
     """The cells of the comparison table, one row per point (and per VM for concurrent points)."""
-    limit = comparison.max_overhead
+    failing = {(v.benchmark, v.point) for v in comparison.violations}
     setups = has_setups(comparison)
     rows: list[Row] = []
     for bench in comparison.benchmarks:
@@ -99,7 +101,7 @@ def table_rows(comparison: Comparison) -> list[Row]:
                         fmt_percent(point.ratio),
                         fmt_percent(point.overhead),
                     ),
-                    violation=exceeds(point.overhead, limit),
+                    violation=(bench.name, point.label) in failing,
                     first=i == 0,
                 )
             )
@@ -138,6 +140,47 @@ def notes(comparison: Comparison) -> list[str]:
             lines.append(f"{bench.name}: data path overhead (files against synthetic data): " + ", ".join(
                 f"{p.label.removesuffix(', files')}{f' ({p.setup})' if p.setup else ''} "
                 f"{fmt_percent(p.data_overhead)}" for p in reads) + ".")
+    return lines + uncertainty(comparison)
+
+
+def fmt_interval(interval: tuple[float, float] | None, fmt=fmt_value) -> str:
+    return "" if interval is None else f"{fmt(interval[0])}–{fmt(interval[1])}"
+
+
+def uncertainty(comparison: Comparison) -> list[str]:
+    """What the repeats say about each figure: its 95 % interval (or why there is none), the
+    intervals of speedup, efficiency and overhead, outliers, drift, runs that failed."""
+    level = f"{stats.LEVEL * 100:.0f} % CI"
+    lines = []
+    for bench in comparison.benchmarks:
+        if bench.points and all(p.spread.ci is None for p in bench.points):
+            most = max(p.spread.repeats for p in bench.points)
+            lines.append(f"{bench.name}: no intervals ({'1 repeat' if most == 1 else f'at most {most} repeats'} "
+                         f"per point; {stats.MIN_REPEATS} needed).")
+        for p in bench.points:
+            s = p.spread
+            parts = []
+            if s.ci is not None:
+                parts.append(f"median {fmt_value(s.median)} ({level} {fmt_interval(s.ci)}, {s.repeats} repeats)")
+            if p.speedup_ci is not None:
+                parts.append(f"speedup {fmt_speedup(p.speedup)} ({fmt_interval(p.speedup_ci, fmt_speedup)})")
+            if p.efficiency_ci is not None:
+                parts.append(f"efficiency {fmt_percent(p.efficiency)} ({fmt_interval(p.efficiency_ci, fmt_percent)})")
+            if p.overhead_ci is not None:
+                parts.append(f"overhead {fmt_percent(p.overhead)} ({fmt_interval(p.overhead_ci, fmt_percent)})")
+            if s.outliers:
+                parts.append(f"outlier repeat{'s' if len(s.outliers) > 1 else ''} {', '.join(map(str, s.outliers))} "
+                             "(modified z-score above 3.5; kept)")
+            if s.drift is not None:
+                parts.append(f"drift {s.drift * 100:+.1f}% from the first to the last half of the repeats")
+            if s.failed:
+                parts.append(f"{s.failed} of {s.failed + s.repeats} runs failed")
+            if s.warmups and parts:
+                parts.append(f"after {s.warmups} warm-up run{'s' if s.warmups > 1 else ''} (excluded)")
+            if parts:
+                lines.append(f"{bench.name} at {p.label}: " + "; ".join(parts) + ".")
+        lines.extend(f"{bench.name} at {f.label}: no figure: {'the' if f.runs == 1 else f'all {f.runs}'} "
+                     f"run{'s' if f.runs != 1 else ''} failed ({f.error})." for f in bench.failed_points)
     return lines
 
 
@@ -175,6 +218,8 @@ def write_report(comparison: Comparison, out_dir: Path | str) -> list[Path]:
         "rows": table_rows(comparison),
         "notes": notes(comparison),
         "violations": [str(v) for v in comparison.violations],
+        "verdict": comparison.verdict,
+        "verdicts": [{"outcome": v.outcome, "text": str(v)} for v in comparison.verdicts],
         "max_overhead": fmt_percent(comparison.max_overhead)
         if comparison.max_overhead is not None
         else None,
@@ -215,7 +260,7 @@ def write_plots(comparison: Comparison, out: Path) -> list[tuple[str, Path]]:
     """PNG plots (matplotlib, Agg): throughput and efficiency against nodes, VM vs bare metal."""
     plots: list[tuple[str, Path]] = []
     for bench in comparison.benchmarks:
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", bench.name).strip("-") or "benchmark"
+        slug = plot_stem(bench.name)
         if bench.scenario == "scaling" and len(bench.points) >= 2:
             plots.append((f"{bench.name}: {_quantity(bench)} vs nodes",
                           _throughput_plot(bench, out / f"{slug}-throughput.png")))  # fmt: skip
@@ -233,6 +278,25 @@ def write_plots(comparison: Comparison, out: Path) -> list[tuple[str, Path]]:
             plots.append((f"{bench.name}: {label}",
                           _baseline_plot(comparison, bench, out / f"{slug}-vs-baseline.png")))  # fmt: skip
     return plots
+
+
+MAX_STEM = 60  # characters of a benchmark's name a plot's file name keeps
+
+
+def plot_stem(name: str) -> str:
+    """A file name stem for a benchmark's plots: its name when that is a short plain name, else its
+    plain characters cut to MAX_STEM and a digest of the whole name ("a b" and "a/b" differ)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:MAX_STEM] or "benchmark"
+    if slug == name:
+        return slug
+    return f"{slug}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
+
+
+def _errors(centres: list[float], intervals: list[tuple[float, float] | None]) -> list[list[float]]:
+    """matplotlib's asymmetric `yerr` (below, above) for each centre; 0 where there is no interval."""
+    below = [c - i[0] if i else 0.0 for c, i in zip(centres, intervals, strict=True)]
+    above = [i[1] - c if i else 0.0 for c, i in zip(centres, intervals, strict=True)]
+    return [[max(b, 0.0) for b in below], [max(a, 0.0) for a in above]]
 
 
 def _quantity(bench: BenchmarkComparison) -> str:
@@ -269,14 +333,12 @@ def _throughput_plot(bench: BenchmarkComparison, path: Path) -> Path:
     for name, points in groups.items():
         nodes = [p.nodes for p in points]
         medians = [p.spread.median for p in points]
-        low = [m - p.spread.min for m, p in zip(medians, points, strict=True)]
-        high = [p.spread.max - m for m, p in zip(medians, points, strict=True)]
         ref, ref_gpus = points[0].spread.median, points[0].nodes * points[0].gpus_per_node
         scale = [(p.nodes * p.gpus_per_node) / ref_gpus for p in points]
         ideal = [ref * s if bench.higher_is_better else ref / s for s in scale]
         ax.plot(nodes, ideal, "--", color="grey", label="ideal (linear)" if len(groups) == 1 else None)
-        ax.errorbar(nodes, medians, yerr=[low, high], marker="o", capsize=4,
-                    label=f"{name + ': ' if name else ''}median (min–max)")
+        ax.errorbar(nodes, medians, yerr=_errors(medians, [p.spread.ci for p in points]), marker="o", capsize=4,
+                    label=f"{name + ': ' if name else ''}median (95 % CI)")
     ax.set_xlabel("nodes")
     ax.set_ylabel(bench.unit or "value")
     ax.set_xticks(sorted({p.nodes for p in bench.points}))
@@ -295,7 +357,11 @@ def _efficiency_plot(bench: BenchmarkComparison, path: Path) -> Path:
         efficiency = [(p.efficiency or 0) * 100 for p in points]
         every += efficiency
         label = f"{bench.scaling or ''} scaling efficiency".strip()
-        ax.plot(nodes, efficiency, marker="o", label=f"{name}: {label}" if name else label)
+        errors = _errors(efficiency, [(p.efficiency_ci[0] * 100, p.efficiency_ci[1] * 100) if p.efficiency_ci
+                                      else None for p in points])
+        every += [e + above for e, above in zip(efficiency, errors[1], strict=True)]
+        ax.errorbar(nodes, efficiency, yerr=errors, marker="o", capsize=4,
+                    label=f"{name}: {label} (95 % CI)" if name else f"{label} (95 % CI)")
         for x, y in zip(nodes, efficiency, strict=True):
             ax.annotate(f"{y:.1f}%", (x, y), textcoords="offset points", xytext=(0, -14), ha="center")
     ax.set_xlabel("nodes")
@@ -340,14 +406,12 @@ def _baseline_plot(comparison: Comparison, bench: BenchmarkComparison, path: Pat
     points = [p for p in bench.points if p.baseline is not None]
     xs = range(len(points))
     width = 0.38
-    ax.bar(
-        [x - width / 2 for x in xs],
-        [p.spread.median for p in points],
-        width,
-        label=comparison.environment,
-    )
-    ax.bar([x + width / 2 for x in xs], [p.baseline for p in points], width,
-           label=comparison.baseline_environment or "baseline")  # fmt: skip
+    medians = [p.spread.median for p in points]
+    ax.bar([x - width / 2 for x in xs], medians, width, yerr=_errors(medians, [p.spread.ci for p in points]),
+           capsize=4, label=f"{comparison.environment} (95 % CI)")
+    baselines = [p.baseline or 0.0 for p in points]
+    ax.bar([x + width / 2 for x in xs], baselines, width, yerr=_errors(baselines, [p.baseline_ci for p in points]),
+           capsize=4, label=comparison.baseline_environment or "baseline")  # fmt: skip
     for x, p in zip(xs, points, strict=True):
         top = max(p.spread.median, p.baseline or 0)
         ax.annotate(
@@ -360,6 +424,8 @@ def _baseline_plot(comparison: Comparison, bench: BenchmarkComparison, path: Pat
     ax.set_xticks(list(xs), [p.label for p in points])
     ax.set_ylabel(bench.unit or "value")
     ax.set_title(f"{bench.name}: {comparison.environment} vs {comparison.baseline_environment}")
-    ax.set_ylim(0, max(max(p.spread.median, p.baseline or 0) for p in points) * 1.2)
+    tops = [max(p.spread.ci[1] if p.spread.ci else p.spread.median, p.baseline_ci[1] if p.baseline_ci else p.baseline or 0)
+            for p in points]
+    ax.set_ylim(0, max(tops) * 1.2 or 1)
     ax.legend(loc="upper right", ncol=2)
     return _save(figure, path)

@@ -14,6 +14,7 @@ written or read.
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -22,10 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpuvm.errors import InputError
 from gpuvm.runbook.benchmarks import Launch
-from gpuvm.runbook.loader import Locator, field_path
+from gpuvm.runbook.loader import MAX_BYTES, MAX_NODES, Locator, _expanded_size, _TooLarge, field_path
 from gpuvm.secrets import scrub
 
 FORMAT = "gpuvm-results/1"
+MAX_NAME = 200  # characters of a benchmark's, a setup's or a unit's name (a runbook allows 80)
+MAX_DEPTH = 64  # a results document nests 6 levels; a deeper one is not one
+MAX_FIGURE = 1e15  # larger figures are garbage (and their sums overflow to Infinity)
 RESULTS_FILE = "results.json"
 LOGS_DIR = "logs"
 
@@ -61,6 +65,26 @@ class Repeat(_Model):
     log: str | None = None
     error: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _invalid_figure_is_an_error(cls, data: Any) -> Any:
+        """A figure that is not a finite number of sane size (NaN, Infinity, 1e308: a benchmark
+        printed it, or a file was edited) makes the run a failure that says so, not a number that
+        poisons every median and sum; metrics that are not are left out."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if isinstance(data.get("metrics"), dict):
+            data["metrics"] = {k: v for k, v in data["metrics"].items() if not _is_number(v) or valid_figure(v)}
+        bad = [v for v in [data.get("value"), *(data.get("per_vm") or {}).values()]
+               if _is_number(v) and not valid_figure(v)]
+        if bad and data.get("error") is None:
+            data.update(value=None, per_vm=None, error=f"invalid figure {bad[0]!r} (expected a finite number "
+                                                       f"of magnitude at most {MAX_FIGURE:g})")
+        elif bad:
+            data.update(value=None, per_vm=None)
+        return data
+
     @model_validator(mode="after")
     def _value_or_error(self) -> Repeat:
         if (self.value is None) == (self.error is None):
@@ -76,16 +100,18 @@ class Point(_Model):
     """One configuration: `nodes` hosts, `gpus_per_node` GPUs used on each, `vms` VMs in all; in a
     campaign with setups, the `setup` it ran in; `network_mapping` on/off when the run measured both,
     and `network` the settings gpuvm derived for it (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, btl_tcp_if_include);
-    `data` files/synthetic when the run measured both (compare_synthetic)."""
+    `data` files/synthetic when the run measured both (compare_synthetic); `warmups` the warm-up runs
+    before the repeats (excluded from every figure, recorded so a reader sees what was left out)."""
 
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(default=1, ge=1)
     vms: int = Field(default=1, ge=1)
-    setup: str | None = None
+    setup: str | None = Field(default=None, max_length=MAX_NAME)
     network_mapping: Literal["on", "off"] | None = None
     network: dict[str, str] = Field(default_factory=dict)
     data: Literal["files", "synthetic"] | None = None
     repeats: list[Repeat] = Field(min_length=1)
+    warmups: list[Repeat] = Field(default_factory=list)  # whole warm-up runs: kept for the record, never compared
 
     @property
     def gpus(self) -> int:
@@ -93,9 +119,9 @@ class Point(_Model):
 
 
 class Benchmark(_Model):
-    name: str = Field(min_length=1)
-    kind: str
-    unit: str = ""
+    name: str = Field(min_length=1, max_length=MAX_NAME)
+    kind: str = Field(max_length=MAX_NAME)
+    unit: str = Field(default="", max_length=MAX_NAME)
     higher_is_better: bool = True
     scenario: Literal["concurrent", "scaling"] = "scaling"
     scaling: Literal["weak", "strong"] | None = None
@@ -124,7 +150,7 @@ class SetupInfo(_Model):
 class Results(_Model):
     format: Literal["gpuvm-results/1"] = FORMAT
     environment: Literal["vm", "bare-metal"]
-    note: str | None = None
+    note: str | None = Field(default=None, max_length=10_000)
     runbook: RunbookRef | None = None
     started: datetime | None = None
     finished: datetime | None = None
@@ -185,7 +211,11 @@ def load_results(path: Path | str) -> Results:
     elif not path.is_file():
         raise InputError(f"{path}: no such file or directory (expected results or a baseline)")
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:  # the runbook loader's limit: results of a campaign are far smaller
+            raise InputError(f"{path}: larger than {MAX_BYTES >> 20} MB; results are far smaller")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read: {e}") from None
     if path.suffix.lower() in (".yaml", ".yml"):
@@ -198,6 +228,8 @@ def _load_json(path: Path, text: str) -> Results:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply (not a results file)") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object with format {FORMAT!r}")
     if data.get("format") != FORMAT:
@@ -209,12 +241,21 @@ def _load_yaml(path: Path, text: str) -> Results:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
+    if _nesting(text) > MAX_DEPTH:  # checked first: ruamel takes seconds to fail on a deep document
+        raise InputError(f"{path}: nested too deeply (more than {MAX_DEPTH} levels; not a baseline)")
     try:
         data = YAML(typ="rt").load(text)
+        # the runbook loader's limits: an alias bomb expands to billions of values, a value may hold itself
+        if _expanded_size(data, {}) > MAX_NODES:
+            raise InputError(f"{path}: the document expands to more than {MAX_NODES:,} values (YAML aliases?)")
     except YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         raise InputError(f"{path}{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
+    except _TooLarge as e:
+        raise InputError(f"{path}: {e}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply (not a baseline)") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping with `environment` and `benchmarks`")
     source = data
@@ -227,6 +268,29 @@ def _load_yaml(path: Path, text: str) -> Results:
     data = dict(data)
     data.setdefault("format", FORMAT)
     return _validate(path, _plain(data), source=source)
+
+
+def _nesting(text: str) -> int:
+    """How deeply the YAML document nests (as far as libyaml read it before any refusal, which
+    ruamel then words), read from libyaml's events: no recursion, no values built."""
+    try:
+        import yaml
+
+        events = yaml.parse(text, Loader=yaml.CSafeLoader)
+    except (ImportError, AttributeError):
+        return 0
+    depth = deepest = 0
+    try:
+        for event in events:
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                deepest = max(deepest, depth)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError as e:
+        if "nesting depth" in str(e):  # libyaml's own limit (1,000 levels), met before ours in flow style
+            return MAX_DEPTH + 1
+    return deepest
 
 
 def _short_benchmark(path: Path, parent: Any, name: Any, spec: Any) -> dict:
@@ -277,6 +341,11 @@ def _line(path: Path, mapping: Any, key: Any) -> str:
         return f"{path}:{mapping.lc.key(key)[0] + 1}"
     except (AttributeError, KeyError, TypeError):
         return str(path)
+
+
+def valid_figure(value: float) -> bool:
+    """A figure gpuvm can compute with: finite and at most MAX_FIGURE in magnitude."""
+    return math.isfinite(value) and abs(value) <= MAX_FIGURE
 
 
 def _is_number(value: Any) -> bool:

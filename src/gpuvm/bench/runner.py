@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import getpass
 import shlex
+from statistics import median
 import socket
 import threading
 import uuid
@@ -37,6 +38,7 @@ from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import save_results
 from gpuvm.bench.software import software_versions
+from gpuvm.bench.stats import half_width, median_ci
 from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailures
 from gpuvm.executors.base import Executor, last_line
 from gpuvm.runbook.benchmarks import BenchmarkRun, BenchmarkSpec
@@ -210,14 +212,18 @@ class CampaignRunner:
 
     def measure(self, campaign: Campaign, software: dict[str, dict[str, str]]) -> None:
         """Every point's warm-ups and repeats, recorded; `software` gets the guests' versions.
+        A point with `repeats: auto` stops once its interval is narrow enough (`settled`).
         Ctrl-C marks the campaign interrupted and returns."""
         schedule = [(p, k, warm) for p in self.points
-                    for warm, count in ((True, p.run.warmup), (False, p.run.repeats)) for k in range(1, count + 1)]
+                    for warm, count in ((True, p.run.warmup), (False, p.run.most_repeats)) for k in range(1, count + 1)]
         campaign.runs_total += sum(1 for _, _, warm in schedule if not warm)
         try:
             software.update(self.software())
             self.start_workers()
-            for index, (point, k, warm) in enumerate(schedule, 1):
+            index = 0
+            while index < len(schedule):
+                point, k, warm = schedule[index]
+                index += 1
                 label = f"warm-up {k}" if warm else f"repeat {k}"
                 shown = f"{point.setup}/{point.label}" if point.setup else point.label
                 self.observer.started(index, len(schedule), point.run.name, shown, label)
@@ -225,12 +231,17 @@ class CampaignRunner:
                 self.observer.finished(index, len(schedule), point.run.name, shown, label,
                                        outcome.value, outcome.unit, outcome.error)
                 if warm:
+                    self.recorder.record(point, outcome, log, warmup=True)
                     continue
                 campaign.runs_done += 1
                 self.recorder.record(point, outcome, log)
                 if outcome.error is not None:
                     where = f"{point.setup}: {point.label}" if point.setup else point.label
                     campaign.failures.append(Failure(point.run.name, where, k, log, outcome.error))
+                if settled(point.run, self.recorder.values(point)):
+                    rest = [entry for entry in schedule[index:] if entry[0] is not point]
+                    campaign.runs_total -= len(schedule) - index - len(rest)
+                    schedule[index:] = rest
         except KeyboardInterrupt:
             campaign.interrupted = True
         finally:
@@ -334,6 +345,15 @@ class CampaignRunner:
             return str(Path(path).relative_to(self.directory))
         except ValueError:
             return str(path)
+
+
+def settled(run: BenchmarkRun, values: Sequence[float]) -> bool:
+    """`repeats: auto`: the figures so far have a 95 % interval within ± `repeats_target` of their
+    median (so at least 3 of them). Runs that failed give no figure and do not count."""
+    if run.repeats != "auto":
+        return False
+    width = half_width(median_ci(values), median(values)) if values else None
+    return width is not None and width <= run.repeats_target
 
 
 def _programs(run: BenchmarkRun, containerised: bool) -> list[str]:

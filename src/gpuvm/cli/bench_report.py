@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from gpuvm.cli.common import fail, handle_errors, out
-from gpuvm.errors import InputError
+from gpuvm.cli.common import escape, fail, handle_errors, out
+from gpuvm.errors import InputError, listed
 
 ResultsArg = Annotated[
     list[Path],
@@ -18,6 +18,16 @@ ResultsArg = Annotated[
 BaselineOpt = Annotated[
     Path | None,
     typer.Option("--baseline", "-b", help="Results to compare against (e.g. bare metal)."),
+]
+
+
+MaxOverheadOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Check the overhead against the baseline: 2% or 0.02. Each point's verdict is pass (its whole "
+             "95 % interval is within), fail (wholly beyond; exit 9) or inconclusive (the interval straddles "
+             "it, or fewer than 3 repeats; exit 10). A point without a valid figure fails."
+    ),
 ]
 
 
@@ -31,30 +41,62 @@ def register(app: typer.Typer) -> None:
 def compare_command(
     results: ResultsArg,
     baseline: BaselineOpt = None,
-    max_overhead: Annotated[
-        str | None,
-        typer.Option(
-            help="Fail (exit 1) when overhead against the baseline exceeds this: 2% or 0.02."
-        ),
-    ] = None,
-    json_: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON (schema gpuvm.bench-compare/1).")] = False,
+    max_overhead: MaxOverheadOpt = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON (schema gpuvm.bench-compare/2).")] = False,
 ) -> None:
-    """Print medians, spread, scaling and VM-vs-baseline overhead for results (several: side by side)."""
+    """Print medians with 95 % intervals, spread, scaling and VM-vs-baseline overhead for results
+    (several: side by side); with --max-overhead, a verdict per point and an exit code that tells it."""
     from dataclasses import asdict
 
     from gpuvm.bench.compare import compare
     from gpuvm.bench.report import render_terminal
     from gpuvm.documents import document, dumps
 
-    limit = parse_fraction(max_overhead) if max_overhead is not None else None
+    limit = _limit(max_overhead, baseline)
     comparison = compare(*_load(results, baseline), max_overhead=limit)
     if json_:
-        print(dumps(document("bench-compare", **asdict(comparison))))
+        print(dumps(document("bench-compare", **asdict(comparison), verdict=comparison.verdict,
+                             violations=[asdict(v) for v in comparison.violations])))
     else:
         out.print(render_terminal(comparison))
-    if comparison.violations:
-        lines = "\n  ".join(str(v) for v in comparison.violations)
-        raise fail(f"overhead above {max_overhead}:\n  {lines}", 1)
+        _print_verdicts(comparison)
+    _exit_for_verdict(comparison, max_overhead)
+
+
+def _limit(max_overhead: str | None, baseline: Path | None) -> float | None:
+    if max_overhead is None:
+        return None
+    limit = parse_fraction(max_overhead)
+    if baseline is None:
+        raise InputError("--max-overhead needs --baseline: the figures to measure the overhead against")
+    return limit
+
+
+def _print_verdicts(comparison: Any) -> None:
+    if comparison.max_overhead is None:
+        return
+    for verdict in comparison.verdicts:
+        colour = {"pass": "green", "fail": "red"}.get(verdict.outcome, "yellow")
+        out.print(f"[{colour}]{escape(str(verdict))}[/]", highlight=False, markup=True, soft_wrap=True)
+
+
+def _exit_for_verdict(comparison: Any, max_overhead: str | None) -> None:
+    """Exit 9 when a point fails the limit, 10 when one is inconclusive (or none could be checked)."""
+    from gpuvm.bench.compare import VERDICT_EXIT_CODES
+
+    verdict = comparison.verdict
+    if verdict in (None, "pass"):
+        return
+    if not comparison.verdicts:
+        raise fail(f"inconclusive: no point has both a figure and a baseline figure to check against "
+                   f"{max_overhead}", VERDICT_EXIT_CODES["inconclusive"])
+    if verdict == "fail":
+        names = [f"{v.benchmark} at {v.point}" for v in comparison.violations]
+        raise fail(f"fail: {listed(names)} beyond {max_overhead} (or without a valid figure)", VERDICT_EXIT_CODES["fail"])
+    names = [f"{v.benchmark} at {v.point}" for v in comparison.verdicts if v.outcome == "inconclusive"]
+    raise fail(f"inconclusive: the data cannot tell whether {listed(names)} "
+               f"{'is' if len(names) == 1 else 'are'} within {max_overhead}; run more repeats "
+               "(repeats: auto)", VERDICT_EXIT_CODES["inconclusive"])
 
 
 @handle_errors
@@ -69,12 +111,14 @@ def report_command(
             help="Directory for report.md, report.html and plots. [default: the first RESULTS/report]",
         ),
     ] = None,
+    max_overhead: MaxOverheadOpt = None,
 ) -> None:
-    """Write a Markdown and a self-contained HTML report with plots, and print the table."""
+    """Write a Markdown and a self-contained HTML report with plots (error bars: 95 % intervals), and
+    print the table; with --max-overhead, the verdicts too (and the exit code of `compare`)."""
     from gpuvm.bench.compare import compare
     from gpuvm.bench.report import render_terminal, write_report
 
-    comparison = compare(*_load(results, baseline))
+    comparison = compare(*_load(results, baseline), max_overhead=_limit(max_overhead, baseline))
     first = results[0]
     out_dir = out_dir or (first if first.is_dir() else first.parent) / "report"
     try:
@@ -85,6 +129,8 @@ def report_command(
     out.print("wrote:", highlight=False, markup=False)
     for path in written:
         out.print(f"  {path}", highlight=False, markup=False, soft_wrap=True)
+    _print_verdicts(comparison)
+    _exit_for_verdict(comparison, max_overhead)
 
 
 def parse_fraction(text: str) -> float:

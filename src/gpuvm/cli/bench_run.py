@@ -34,6 +34,10 @@ def run_command(
     insecure: Annotated[bool, typer.Option("--insecure", help="Setups: turn TLS verification of vCenter OFF.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="At the end, print what ran and where its results are as "
                                                        "JSON (schema gpuvm.bench-run/1); progress stays on stderr.")] = False,
+    repeats: Annotated[str | None, typer.Option(
+        "--repeats", help="Repeats of every point, for every benchmark: a number, or auto (until the median's 95 % "
+                          "interval is within each benchmark's repeats_target, default ±1 %, or repeats_max runs).",
+        show_default=False)] = None,
 ) -> None:
     """Run the runbook's benchmarks: every point, warm-ups, repeats; logs and results.json under --out.
     With `benchmarks.setups`, each setup's layout is planned and applied (as `gpuvm apply`) before its runs."""
@@ -44,6 +48,8 @@ def run_command(
     from gpuvm.journal import state_dir as make_state_dir, state_path
 
     book = load(runbook)
+    if repeats is not None:
+        book = with_repeats(book, repeats)
     stages = plan_stages(book, local=local, only=only or (), setups=setup or ())
     keys = state_path(state_dir) if local else make_state_dir(state_dir)  # --local uses no SSH keys: creates nothing
 
@@ -74,6 +80,20 @@ def run_command(
     campaign.raise_for_failures()
     if not json_:
         out.print(f"compare: gpuvm bench compare {campaign.directory}", highlight=False, markup=False, soft_wrap=True)
+
+
+def with_repeats(book: Any, text: str) -> Any:
+    """The runbook with `--repeats` (a number from 1 to 100, or auto) in place of every benchmark's."""
+    from gpuvm.errors import InputError
+
+    raw = text.strip().lower()
+    value: int | str = raw if raw == "auto" else int(raw) if raw.isdigit() else 0
+    if value != "auto" and not 1 <= int(value) <= 100:
+        raise InputError(f"--repeats {text!r}: expected a number from 1 to 100, or auto")
+    if book.benchmarks is None:
+        return book
+    runs = [run.model_copy(update={"repeats": value}) for run in book.benchmarks.runs]
+    return book.model_copy(update={"benchmarks": book.benchmarks.model_copy(update={"runs": runs})})
 
 
 def campaign_json(campaign: Any) -> str:

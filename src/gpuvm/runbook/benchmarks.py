@@ -81,7 +81,11 @@ class BenchmarkRun(Strict):
     nodes: list[Annotated[int, Field(ge=1, le=1024)]] | None = None  # scaling: default [1]
     groups: list[list[str]] | None = None  # concurrent: VMs each running their own job at once
     gpus_per_vm: int | None = Field(default=None, ge=1, le=16)  # default: each guest's `slots`
-    repeats: int = Field(default=3, ge=1, le=100)
+    # auto: repeat until the median's 95 % interval is within ± repeats_target of it (3 at least),
+    # or repeats_max runs (bench/stats.py says how the interval is computed)
+    repeats: Annotated[int, Field(ge=1, le=100)] | Literal["auto"] = 3
+    repeats_target: float = Field(default=0.01, gt=0, lt=1)  # auto: half-width of the interval, a fraction
+    repeats_max: int = Field(default=20, ge=3, le=100)  # auto: the cap
     warmup: int = Field(default=0, ge=0, le=10)  # whole runs first, discarded
     timeout: float = Field(default=3600, gt=0)  # seconds, per run
     env: dict[str, str] = {}  # exported to every rank (mpirun -x NAME=VALUE)
@@ -113,6 +117,11 @@ class BenchmarkRun(Strict):
     @classmethod
     def _name(cls, value: str) -> str:
         return checked_name(value)
+
+    @property
+    def most_repeats(self) -> int:
+        """The repeats each point runs at most: `repeats`, or `repeats_max` with auto."""
+        return self.repeats_max if self.repeats == "auto" else self.repeats
 
     @field_validator("env", mode="before")
     @classmethod

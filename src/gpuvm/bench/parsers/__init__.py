@@ -16,7 +16,8 @@ from gpuvm.bench.parsers.horovod_synthetic import parse_horovod_synthetic
 from gpuvm.bench.parsers.mlperf_log import parse_mlperf_log
 from gpuvm.bench.parsers.nccl_allreduce import parse_nccl_allreduce
 from gpuvm.bench.parsers.tf_cnn_benchmarks import parse_tf_cnn_benchmarks
-from gpuvm.errors import InputError
+from gpuvm.bench.results import valid_figure
+from gpuvm.errors import BenchmarkError, InputError
 
 PARSERS: dict[str, Callable[..., Figure]] = {
     "tf_cnn_benchmarks": parse_tf_cnn_benchmarks,
@@ -39,7 +40,10 @@ def parse_output(kind: str, text: str, log: str = "<output>", **options: Any) ->
         raise InputError(
             f"unknown benchmark kind {kind!r} (expected one of: {', '.join(PARSERS)})"
         ) from None
-    return parser(text, log, **options)
+    figure = parser(text, log, **options)
+    if not valid_figure(figure.value):  # "nan" or "inf" printed by a benchmark must not become a median
+        raise BenchmarkError(f"{log}: the figure {figure.value!r} is not a finite number of sane size")
+    return figure
 
 
 __all__ = [

@@ -5,6 +5,8 @@ fio prints its report as one JSON object; warnings (`fio: ...`) may come before 
 holds stdout and stderr. `jobs` has one entry per job, or one for all with `--group_reporting`:
 bandwidth and IOPS are summed over the entries, the mean latency weighted by their I/O counts, and
 each completion-latency percentile is the worst entry's. A job with a non-zero `error` fails the run.
+A job that took no latency samples (`gtod_reduce=1`, `disable_lat=1`: fio reports N 0 and a mean of 0)
+has no latency: the metrics leave it out (unknown), never 0 ms.
 """
 
 from __future__ import annotations
@@ -55,13 +57,23 @@ def _figure(report: dict[str, Any], log: str) -> Figure:
     metrics = {
         "read_gb_s": bandwidth / 1e9,
         "read_iops": sum(r["iops"] for r in reads),
-        "lat_mean_ms": sum(r["lat_ns"]["mean"] * r["total_ios"] for r in reads) / ios / 1e6,
     }
+    timed = [r for r in reads if _sampled(r["lat_ns"])]
+    if timed_ios := sum(r["total_ios"] for r in timed):
+        metrics["lat_mean_ms"] = sum(r["lat_ns"]["mean"] * r["total_ios"] for r in timed) / timed_ios / 1e6
     for key, name in PERCENTILES.items():
-        found = [r["clat_ns"]["percentile"][key] for r in reads if key in r["clat_ns"].get("percentile", {})]
+        found = [r["clat_ns"]["percentile"][key] for r in reads
+                 if _sampled(r["clat_ns"]) and key in r["clat_ns"].get("percentile", {})]
         if found:
             metrics[name] = max(found) / 1e6
     options = jobs[0].get("job options", {})
     detail = {"fio": report.get("fio version"), "jobs": len(jobs),
               **{k: options[k] for k in ("rw", "bs", "numjobs", "iodepth", "direct", "ioengine") if k in options}}
+    if not timed:
+        detail["latency"] = "not measured (fio took no latency samples: gtod_reduce or disable_lat)"
     return Figure(value=metrics["read_gb_s"], unit="GB/s", detail=detail, metrics=metrics)
+
+
+def _sampled(latency: dict[str, Any]) -> bool:
+    """fio measured this latency: its sample count `N` is not 0 (fio 3 reports N; older ones did not)."""
+    return latency.get("N", 1) != 0

@@ -4,6 +4,10 @@ Two table layouts exist. Current builds:
     #       size         count      type   redop    root     time   algbw   busbw #wrong ...
 older builds have no `root` column and `error` instead of `#wrong`. Columns are read from the
 header, so both work; each data row holds the out-of-place then the in-place half.
+
+The other nccl-tests (alltoall_perf, all_gather_perf, ...) print the same table: their output is
+refused, not read as all-reduce bandwidth. Newer builds name the test (`# Collective test starting:
+alltoall_perf`); in any build a table whose `redop` is `none` holds no reduction.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from gpuvm.errors import BenchmarkError
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>\d+(?:\.\d*)?)")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<count>\d+)\s*(?P<status>\w+)")
 _CHECK_COLUMNS = ("#wrong", "error")
+_COLLECTIVE = re.compile(r"^#\s*Collective test starting:\s*(?P<name>\S+)")
 
 
 def _header(line: str) -> list[str] | None:
@@ -33,7 +38,8 @@ def _row(columns: list[str], words: list[str]) -> dict | None:
     half = columns.index("time")  # out-of-place half starts at the first `time`
     width = (len(columns) - half) // 2
     try:
-        row = {"size": int(words[0]), "type": words[columns.index("type")]}
+        row = {"size": int(words[0]), "type": words[columns.index("type")],
+               "redop": words[columns.index("redop")] if "redop" in columns else None}
         for prefix, start in (("out_of_place", half), ("in_place", half + width)):
             named = dict(
                 zip(columns[start : start + width], words[start : start + width], strict=True)
@@ -67,6 +73,9 @@ def parse_nccl_allreduce(text: str, log: str = "<output>") -> Figure:
     for _rank, line in tagged_lines(text):
         if line.startswith("#"):
             columns = _header(line) or columns
+            if (match := _COLLECTIVE.match(line)) and not match.group("name").startswith("all_reduce"):
+                raise BenchmarkError(f"{log}: this is {match.group('name')}'s output, not all_reduce_perf's "
+                                     "(its bandwidth is another collective's)")
             if match := _AVG.match(line):
                 average = float(match.group("value"))
             elif match := _OOB.match(line):
@@ -77,6 +86,9 @@ def parse_nccl_allreduce(text: str, log: str = "<output>") -> Figure:
         raise BenchmarkError(
             f"{log}: no '# Avg bus bandwidth' line found (expected nccl-tests all_reduce_perf output)"
         )
+    if any(r["redop"] == "none" for r in rows):
+        raise BenchmarkError(f"{log}: the table's redop is 'none': a collective without a reduction (alltoall_perf, "
+                             "all_gather_perf, ...), not all_reduce_perf")
     wrong = [
         r["size"] for r in rows if any(_wrong(r[h]["check"]) for h in ("out_of_place", "in_place"))
     ]
