@@ -242,14 +242,6 @@ def _outcome(interval: Interval | None, limit: float) -> str:
     return "inconclusive"
 
 
-def _outcome(interval: Interval | None, limit: float) -> str:
-    if interval is not None and interval[1] <= limit + 1e-9:
-        return "pass"
-    if interval is not None and interval[0] > limit + 1e-9:
-        return "fail"
-    return "inconclusive"
-
-
 def exceeds(overhead: float | None, limit: float | None) -> bool:
     """True when `overhead` is above `limit`; a float's last bit does not count (0.98 → 2 %)."""
     return overhead is not None and limit is not None and overhead > limit + 1e-9
