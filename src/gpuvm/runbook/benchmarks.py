@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gpuvm.errors import listed
-from gpuvm.runbook.strict import Strict, checked_name, shown
+from gpuvm.runbook.strict import Seconds, Strict, checked_name, shown
 
 if TYPE_CHECKING:
     from gpuvm.runbook.model import Guest, Runbook
@@ -83,7 +83,7 @@ class BenchmarkRun(Strict):
     gpus_per_vm: int | None = Field(default=None, ge=1, le=16)  # default: each guest's `slots`
     repeats: int = Field(default=3, ge=1, le=100)
     warmup: int = Field(default=0, ge=0, le=10)  # whole runs first, discarded
-    timeout: float = Field(default=3600, gt=0)  # seconds, per run
+    timeout: Seconds = 3600  # seconds, per run
     env: dict[str, str] = {}  # exported to every rank (mpirun -x NAME=VALUE)
     program: str | None = None  # the script or binary (default per kind)
     python: str = "python3"  # interpreter for Python programs
