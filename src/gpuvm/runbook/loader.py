@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,16 @@ from gpuvm.secrets import remember_runbook_secrets
 Path_ = tuple[str | int, ...]
 
 
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+def field_name(key: object) -> str:
+    """A key as an error shows it: a name as written, anything else only by its length (an unknown
+    key may be a line of a file that is no runbook, a password hash in /etc/shadow say)."""
+    text = str(key)
+    return text if FIELD_NAME.fullmatch(text) else f"<a key of {len(text)} characters>"
+
+
 def field_path(loc: Path_) -> str:
     """('vms', 0, 'gpus', 'count') → 'vms[0].gpus.count'."""
     out = ""
@@ -33,7 +44,7 @@ def field_path(loc: Path_) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            out += f".{field_name(part)}" if out else field_name(part)
     return out or "(top level)"
 
 
@@ -124,7 +135,7 @@ class Locator:
         loc = tuple(loc)
         shown = self._shown.get(loc[:2])
         path = field_path(loc) if shown is None else shown + "".join(
-            f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[2:])
+            f"[{part}]" if isinstance(part, int) else f".{field_name(part)}" for part in loc[2:])
         return f"{self.file}:{self.line(loc)}: {path}"
 
     def error(self, loc: Path_, message: str) -> InputError:
@@ -157,6 +168,12 @@ def document_path(loc: tuple[Any, ...], data: Any, kind: str = "") -> Path_:
     return tuple(path)
 
 
+def _without_values(problem: str | None) -> str:
+    """A YAML error without the values it quotes (a duplicate key's: maybe a secret file's lines)."""
+    problem = re.sub(r' with value ".*', "", problem or "", flags=re.S)
+    return re.sub(r'key "([^"]*)"', lambda m: f'key "{field_name(m.group(1))}"', problem)
+
+
 def _parse(file: Path, text: str) -> tuple[Any, Locator]:
     """The document and where each of its fields is: read by libyaml when it can (fast_yaml), else by
     ruamel's round-trip loader (anchors, tags, merge keys, and every YAML error's message)."""
@@ -170,7 +187,7 @@ def _parse(file: Path, text: str) -> tuple[Any, Locator]:
     except MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else 1
-        raise InputError(f"{file}:{line}: YAML syntax error: {e.problem or e.context}") from None
+        raise InputError(f"{file}:{line}: YAML syntax error: {_without_values(e.problem or e.context)}") from None
     except Exception as e:  # ruamel raises a few unmarked errors (e.g. a control character)
         position = getattr(e, "position", None)
         line = text[:position].count("\n") + 1 if isinstance(position, int) else 1
