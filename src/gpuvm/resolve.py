@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuvm.capacity import check_capacity
 from gpuvm.clone_network import CloneNetwork, clone_network
-from gpuvm.cloud_init import guestinfo, public_key_problem
+from gpuvm.cloud_init import guestinfo, public_key_problem, read_public_key
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
 from gpuvm.errors import InputError, listed
 from gpuvm.plan import Note
@@ -308,9 +308,9 @@ def _guestinfo(rb: Runbook, i: int, vm: Vm) -> dict[str, str]:
     path = ci.ssh_public_key_file if ci.ssh_public_key_file.is_absolute() else rb.file.parent / ci.ssh_public_key_file
     loc = ("vms", i, "cloud_init", "ssh_public_key_file")
     try:
-        key = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise rb.error(loc, f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+        key = read_public_key(path)
+    except InputError as e:
+        raise rb.error(loc, str(e)) from None
     if problem := public_key_problem(key):
         raise rb.error(loc, f"{path} {problem}")
     return guestinfo(vm.name, ci, key)

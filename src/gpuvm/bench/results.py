@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpuvm.errors import InputError
 from gpuvm.runbook.benchmarks import Launch
+from gpuvm.files import RESULTS_BYTES, read_text_capped
 from gpuvm.runbook.loader import Locator, field_path
 from gpuvm.secrets import scrub
 
@@ -184,10 +185,7 @@ def load_results(path: Path | str) -> Results:
             )
     elif not path.is_file():
         raise InputError(f"{path}: no such file or directory (expected results or a baseline)")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read: {e}") from None
+    text = read_text_capped(path, RESULTS_BYTES, "results")
     if path.suffix.lower() in (".yaml", ".yml"):
         return _load_yaml(path, text)
     return _load_json(path, text)

@@ -39,6 +39,7 @@ from gpuvm.bench.results import save_results
 from gpuvm.bench.software import software_versions
 from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailures
 from gpuvm.executors.base import Executor, last_line
+from gpuvm.files import UPLOAD_BYTES, read_capped
 from gpuvm.runbook.benchmarks import BenchmarkRun, BenchmarkSpec
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
@@ -115,7 +116,7 @@ class CampaignRunner:
             path = str(PurePosixPath(self.workdir) / upload.destination)
             executor = self.executors[upload.target]
             executor.run(["mkdir", "-p", str(PurePosixPath(path).parent)], timeout=60)
-            executor.put(upload.source.read_bytes(), path, mode=upload.mode)
+            executor.put(read_capped(upload.source, UPLOAD_BYTES, "upload"), path, mode=upload.mode)
         for point in self.points:
             for job in point.jobs:
                 self.executors[job.launcher].put(render_hostfile(job.hosts).encode(),

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuvm.errors import listed
+from gpuvm.errors import InputError, listed
+from gpuvm.files import UPLOAD_BYTES, check_capped
 from gpuvm.runbook.strict import Seconds, Strict, checked_name, shown
 
 if TYPE_CHECKING:
@@ -354,9 +355,10 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
                                 f"benchmark '{run.name}' is declared twice (also runs[{seen[run.name]}])")
         seen[run.name] = i
         for source in run.upload:
-            path = upload_source(runbook, source)
-            if not path.is_file():
-                raise runbook.error(("benchmarks", "runs", i, "upload", source), f"{path}: no such file to upload")
+            try:
+                check_capped(upload_source(runbook, source), UPLOAD_BYTES, "upload")
+            except InputError as e:
+                raise runbook.error(("benchmarks", "runs", i, "upload", source), str(e)) from None
     _check_datasets(runbook, spec)
     _check_setup_names(runbook, spec)
     if local:

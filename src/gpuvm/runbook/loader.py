@@ -7,9 +7,7 @@ locations are looked up in that map, so every message reads `file:line: field.pa
 from __future__ import annotations
 
 import codecs
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
 from gpuvm.errors import InputError
+from gpuvm.files import RUNBOOK_BYTES, read_capped
 from gpuvm.runbook import fast_yaml
 from gpuvm.runbook.groups import expand_vm_groups
 from gpuvm.runbook.model import Runbook
@@ -48,7 +47,7 @@ def field_path(loc: Path_) -> str:
     return out or "(top level)"
 
 
-MAX_BYTES = 16 << 20  # a runbook of 4,096 VMs is well under 1 MB
+MAX_BYTES = RUNBOOK_BYTES
 MAX_NODES = 1_000_000  # values once YAML aliases are expanded (an alias bomb expands to billions)
 
 
@@ -90,16 +89,7 @@ def _index_lines(node: Any, path: Path_, lines: dict[Path_, int]) -> None:
 
 def _read_text(file: Path) -> str:
     """The runbook's text: a regular file of at most MAX_BYTES, in UTF-8 (or UTF-16 with its BOM)."""
-    try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
-        with os.fdopen(fd, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise InputError(f"{file}: not a regular file (a runbook is a YAML file)")
-            raw = stream.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise InputError(f"{file}: cannot read runbook: {e.strerror}") from None
-    if len(raw) > MAX_BYTES:
-        raise InputError(f"{file}: larger than {MAX_BYTES >> 20} MB; a runbook is far smaller")
+    raw = read_capped(file, MAX_BYTES, "runbook")
     encoding = "utf-16" if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8-sig"
     try:
         return raw.decode(encoding)

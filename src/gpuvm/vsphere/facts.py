@@ -205,10 +205,10 @@ class Inventory(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> "Inventory":
+        from gpuvm.files import SNAPSHOT_BYTES, read_capped
+
         try:
-            return cls.model_validate_json(path.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise InputError(f"{path}: cannot read snapshot: {e.strerror}") from None
+            return cls.model_validate_json(read_capped(path, SNAPSHOT_BYTES, "snapshot"))
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
