@@ -98,7 +98,7 @@ class Desired:
 
 
 def _select(rb: Runbook, index: int, host: Host, facts: HostFacts) -> list[str]:
-    chosen: list[str] = []
+    chosen: dict[str, None] = {}  # in order, each once (a host may list thousands of devices)
     for j, selector in enumerate(host.passthrough):
         loc = ("hosts", index, "passthrough", j)
         if selector.address:
@@ -115,9 +115,8 @@ def _select(rb: Runbook, index: int, host: Host, facts: HostFacts) -> list[str]:
             if not device.passthru_capable:
                 raise rb.error(loc, f"device {device.id} ({device.device_name}) on {host.name} "
                                     "is not passthrough capable")
-            if device.id not in chosen:
-                chosen.append(device.id)
-    return chosen
+            chosen.setdefault(device.id)
+    return list(chosen)
 
 
 def _device_summary(facts: HostFacts) -> str:
@@ -335,9 +334,9 @@ def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, e
     facts = inventory.hosts[host.name]
     users = _Users(elsewhere.held.copy(), elsewhere.dynamic.copy())
     users.add([d for name in host.vms for d in desired.vms[name].devices])
-    mine, released = set(facts.owned.passthrough), set(facts.owned.released)
+    mine, released, selected = set(facts.owned.passthrough), set(facts.owned.released), set(host.passthrough)
     for device in facts.pci:
-        if device.id in host.passthrough:
+        if device.id in selected:
             continue
         if device.id in mine and not device.passthru_enabled:
             host.forget.append(device.id)  # turned off by someone else, or reset: no longer gpuvm's
