@@ -33,6 +33,7 @@ from gpuvm.bench.commands import (
     worker_stop_script,
 )
 from gpuvm.bench.datasets import planned_datasets, write_datasets
+from gpuvm.bench.network import rank_script
 from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import save_results
@@ -121,6 +122,10 @@ class CampaignRunner:
             for job in point.jobs:
                 self.executors[job.launcher].put(render_hostfile(job.hosts).encode(),
                                                  str(PurePosixPath(self.workdir) / job.hostfile))
+            script = next((job.network_script for job in point.jobs if job.network_script), None)
+            for vm, settings in point.guest_network if script else ():  # each guest its own values
+                self.executors[vm].put(rank_script(dict(settings)).encode(),
+                                       str(PurePosixPath(self.workdir) / script), mode=0o755)
         self.check_programs()
         write_datasets(self.executors, planned_datasets(self.points), self.workdir, self.local,
                        self.observer.note)
