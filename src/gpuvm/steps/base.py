@@ -40,6 +40,13 @@ class Options:
     max_unavailable: int = 1  # hosts rebooted at once
 
 
+Say = Callable[[str, str], None]  # a long step's progress: (target, status line)
+
+
+def quiet(target: str, status: str) -> None:
+    """The progress of a step run without a listener (plan, tests)."""
+
+
 @dataclass
 class Context:
     """What steps observe and apply through."""
@@ -51,6 +58,7 @@ class Context:
     unreachable: dict[str, str] = field(default_factory=dict)  # guests that did not answer at plan time
     planned: list[Change] = field(default_factory=list)  # what earlier steps planned (while planning)
     journal: Any = None  # gpuvm.journal.Journal (apply only): steps record state they own (maintenance mode)
+    say: Say = quiet  # progress of a step that runs long (image build and ship): the engine's listener
     _planned_index: tuple[int, dict[str, list[Change]]] = field(default_factory=lambda: (0, {}), repr=False)
 
     def planned_on(self, target: str) -> list[Change]:
