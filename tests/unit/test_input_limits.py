@@ -122,3 +122,23 @@ def test_a_benchmark_upload_is_a_bounded_regular_file(tmp_path, make, message):
     result = outcome["value"]
     assert result.exit_code == 2, result.output
     assert re.search(r"rb\.yaml:7: benchmarks\.runs\[0\]\.upload\.data\.bin: .*" + message, " ".join(result.output.split())), result.output
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.symlink_to("/dev/zero"), r"not a regular file \(a character device"),
+    (lambda p: os.mkfifo(p), r"not a regular file \(a FIFO"),
+    (lambda p: _sparse(p, 1 << 20), r"larger than 64 KB"),
+])
+def test_a_guest_ssh_key_file_is_a_small_regular_file(tmp_path, make, message):
+    from gpuvm.errors import InputError
+    from gpuvm.remote import RemoteOptions, build_cluster
+    from gpuvm.runbook.loader import load_runbook
+
+    make(tmp_path / "id_ed25519")
+    runbook = tmp_path / "rb.yaml"
+    runbook.write_text("hosts: [{name: esx-01}]\nvms: [{name: vm1, host: esx-01}]\nguests:\n  hosts:\n"
+                       "    - vm: vm1\n      ssh: {address: 10.0.0.1, key_file: id_ed25519}\n")
+    rb = load_runbook(runbook)
+    error = _in_thread(lambda: build_cluster(rb, tmp_path / "state", RemoteOptions())).get("error")
+    assert isinstance(error, InputError), error  # found before any connection tries to load the key
+    assert re.search(r"rb\.yaml:6: guests\.hosts\[0\]\.ssh\.key_file: .*" + message, str(error)), str(error)
