@@ -78,7 +78,8 @@ def best_set(candidates: Sequence[PciDevice], count: int, numa_node: int | None,
         return list(candidates)
     free = {d.id for d in candidates}
     costs = {d.id: cost(d) for d in candidates}
-    partners = {d.id: nvlink.partner(d.id) if nvlink.knows(d.id) else None for d in candidates}
+    pair_of = {a: b for x, y in nvlink.pairs or () for a, b in ((x, y), (y, x))}
+    partners = {d.id: pair_of.get(d.id) if nvlink.knows(d.id) else None for d in candidates}
 
     def score(chosen: Sequence[PciDevice]) -> tuple[int, ...]:
         ids = {d.id for d in chosen}

@@ -81,3 +81,15 @@ def test_the_chosen_gpus_are_those_an_exhaustive_search_picks(gpus):
 
                 best = min(itertools.combinations(devices, count), key=score)
                 assert score(got) == score(best), (count, numa, nvlink)
+
+
+def test_a_host_of_gpus_all_unlike_is_planned_without_an_exhaustive_search(monkeypatch):
+    """200 GPUs, each on a NUMA node of its own: nothing to merge, so past MAX_SETS a few good sets
+    are scored instead of C(200, 4) = 64 million."""
+    from gpuvm.topology import Nvlink, best_set
+
+    monkeypatch.setattr(gpuvm.topology, "combinations", lambda *a: pytest.fail("exhaustive search"))
+    devices = [PciDevice(id=f"0000:{i >> 8:02x}:{i & 0xff:02x}.0", vendor_id=0x10DE, device_id=0x20B5,
+                         class_id=0x0302, numa_node=i, passthru_capable=True) for i in range(200)]
+    chosen = best_set(devices, 4, 7, Nvlink(), lambda d: 0)
+    assert len({d.id for d in chosen}) == 4 and chosen[0].numa_node == 7  # the node asked for comes first
