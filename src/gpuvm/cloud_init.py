@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
+from gpuvm.files import KEY_BYTES, read_text_capped
 from gpuvm.runbook.model import CloudInit
 
 PUBLIC_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-")
@@ -25,6 +27,11 @@ def public_key_problem(text: str) -> str | None:
     if len(lines) != 1 or not lines[0].startswith(PUBLIC_KEY_TYPES):
         return "is not one OpenSSH public key line (ssh-ed25519 AAAA... comment)"
     return None
+
+
+def read_public_key(path: Path) -> str:
+    """The key file's text: a regular file of at most KEY_BYTES (FileRefused otherwise)."""
+    return read_text_capped(path, KEY_BYTES, "SSH public key")
 
 
 def metadata(vm: str, ci: CloudInit) -> dict:

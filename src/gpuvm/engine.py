@@ -182,6 +182,7 @@ class _Runner:
 
     def __init__(self, step: Step, ctx: Context, journal: Journal, progress: Progress | None, targets: dict[str, Any]):
         self.step, self.ctx, self.journal, self.progress, self.targets = step, ctx, journal, progress, targets
+        ctx.say = self._say  # a long step's own progress lines (guest.docker's build and ship)
 
     def __call__(self, item: tuple[str, list[Change]]) -> None:
         target, changes = item

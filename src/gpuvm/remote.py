@@ -13,6 +13,7 @@ from typing import Any, Callable, Literal
 
 from gpuvm.errors import InputError
 from gpuvm.executors.base import Executor
+from gpuvm.files import KEY_BYTES, check_capped
 from gpuvm.runbook.model import Guest, Host, Runbook, SshAccess
 from gpuvm.secrets import secret_from_env
 
@@ -87,8 +88,14 @@ def ssh_executor(runbook: Runbook, state_dir: Path, options: RemoteOptions, name
         if access.passphrase_env else None
     own = _relative(runbook, runbook.ssh.known_hosts)
     known = [Path("~/.ssh/known_hosts").expanduser(), state_dir / "known_hosts"] + ([own] if own else [])
+    key_file = _relative(runbook, access.key_file)
+    if key_file is not None and key_file.exists():  # a FIFO or /dev/zero would hang or fill the key loader
+        try:
+            check_capped(key_file, KEY_BYTES, "SSH key")
+        except InputError as e:
+            raise runbook.error(where + ("key_file",), str(e)) from None
     return SshExecutor(name, access.address, access.user, port=access.port,
-                       key_file=_relative(runbook, access.key_file), password=password, passphrase=passphrase,
+                       key_file=key_file, password=password, passphrase=passphrase,
                        known_hosts=[p for p in known if p.exists()], accept_new_host_keys=options.accept_new_host_keys,
                        record_to=own or state_dir / "known_hosts", connect_timeout=runbook.ssh.connect_timeout)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuvm.capacity import check_capacity
 from gpuvm.clone_network import CloneNetwork, clone_network
-from gpuvm.cloud_init import guestinfo, public_key_problem
+from gpuvm.cloud_init import guestinfo, public_key_problem, read_public_key
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
 from gpuvm.errors import InputError, listed
 from gpuvm.plan import Note
@@ -97,7 +97,7 @@ class Desired:
 
 
 def _select(rb: Runbook, index: int, host: Host, facts: HostFacts) -> list[str]:
-    chosen: list[str] = []
+    chosen: dict[str, None] = {}  # in order, each once (a host may list thousands of devices)
     for j, selector in enumerate(host.passthrough):
         loc = ("hosts", index, "passthrough", j)
         if selector.address:
@@ -114,9 +114,8 @@ def _select(rb: Runbook, index: int, host: Host, facts: HostFacts) -> list[str]:
             if not device.passthru_capable:
                 raise rb.error(loc, f"device {device.id} ({device.device_name}) on {host.name} "
                                     "is not passthrough capable")
-            if device.id not in chosen:
-                chosen.append(device.id)
-    return chosen
+            chosen.setdefault(device.id)
+    return list(chosen)
 
 
 def _device_summary(facts: HostFacts) -> str:
@@ -307,9 +306,9 @@ def _guestinfo(rb: Runbook, i: int, vm: Vm) -> dict[str, str]:
     path = ci.ssh_public_key_file if ci.ssh_public_key_file.is_absolute() else rb.file.parent / ci.ssh_public_key_file
     loc = ("vms", i, "cloud_init", "ssh_public_key_file")
     try:
-        key = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise rb.error(loc, f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+        key = read_public_key(path)
+    except InputError as e:
+        raise rb.error(loc, str(e)) from None
     if problem := public_key_problem(key):
         raise rb.error(loc, f"{path} {problem}")
     return guestinfo(vm.name, ci, key)
@@ -334,9 +333,9 @@ def _release_unused(inventory: Inventory, desired: Desired, host: DesiredHost, e
     facts = inventory.hosts[host.name]
     users = _Users(elsewhere.held.copy(), elsewhere.dynamic.copy())
     users.add([d for name in host.vms for d in desired.vms[name].devices])
-    mine, released = set(facts.owned.passthrough), set(facts.owned.released)
+    mine, released, selected = set(facts.owned.passthrough), set(facts.owned.released), set(host.passthrough)
     for device in facts.pci:
-        if device.id in host.passthrough:
+        if device.id in selected:
             continue
         if device.id in mine and not device.passthru_enabled:
             host.forget.append(device.id)  # turned off by someone else, or reset: no longer gpuvm's

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from math import comb
 
 from gpuvm.pci import NVLINK_PAIRED
 from gpuvm.runbook.model import Runbook
@@ -76,16 +77,76 @@ def best_set(candidates: Sequence[PciDevice], count: int, numa_node: int | None,
     if len(candidates) <= count:
         return list(candidates)
     free = {d.id for d in candidates}
+    costs = {d.id: cost(d) for d in candidates}
+    pair_of = {a: b for x, y in nvlink.pairs or () for a, b in ((x, y), (y, x))}
+    partners = {d.id: pair_of.get(d.id) if nvlink.knows(d.id) else None for d in candidates}
 
-    def score(chosen: tuple[PciDevice, ...]) -> tuple[int, ...]:
-        alone = _unpaired(chosen, nvlink)
+    def score(chosen: Sequence[PciDevice]) -> tuple[int, ...]:
+        ids = {d.id for d in chosen}
+        alone = [d for d in chosen if nvlink.knows(d.id) and partners[d.id] not in ids]
         return (sum(numa_node is not None and d.numa_node != numa_node for d in chosen),
                 len(alone) if count > 1 else 0,
                 len({d.numa_node for d in chosen}),
-                sum(nvlink.partner(d.id) in free for d in alone),
-                sum(cost(d) for d in chosen))
+                sum(partners[d.id] in free for d in alone),
+                sum(costs[d.id] for d in chosen))
 
-    return list(min(combinations(candidates, count), key=score))
+    reduced = _distinct(candidates, count, free, costs, partners, nvlink)
+    if comb(len(reduced), count) > MAX_SETS:
+        return list(min(_greedy_sets(reduced, count, costs, partners), key=score))
+    return list(min(combinations(reduced, count), key=score))
+
+
+MAX_SETS = 20_000  # sets scored exhaustively (8 of 16 GPUs: 12,870); past it, a few good ones
+
+
+def _distinct(candidates: Sequence[PciDevice], count: int, free: set[str], costs: Mapping[str, int],
+              partners: Mapping[str, str | None], nvlink: Nvlink) -> list[PciDevice]:
+    """The candidates with all but the first `count` of each kind left out: GPUs (or bridged pairs)
+    of one NUMA node, cost and NVLink standing score alike, so a set never needs a later one. A
+    host with thousands of GPUs (an inventory snapshot says so) is then no slower to plan than a
+    real one: `combinations` over all of them grows with the square of their number, or worse."""
+    by_id = {d.id: d for d in candidates}
+    kept: dict[tuple[object, ...], int] = {}
+    done: set[str] = set()
+    out: list[PciDevice] = []
+    for d in candidates:
+        if d.id in done:
+            continue
+        partner = partners[d.id]
+        if partner in free and partners[partner] == d.id:  # a bridged pair: kept or left out whole
+            other = by_id[partner]
+            key: tuple[object, ...] = ("pair", *sorted([(_node(d), costs[d.id]), (_node(other), costs[partner])]))
+            members = [d, other]
+        else:
+            key = ("one", _node(d), costs[d.id], nvlink.knows(d.id))
+            members = [d]
+        done.update(m.id for m in members)
+        if kept.get(key, 0) < count:
+            kept[key] = kept.get(key, 0) + 1
+            out.extend(members)
+    order = {d.id: i for i, d in enumerate(candidates)}
+    return sorted(out, key=lambda d: order[d.id])
+
+
+def _node(device: PciDevice) -> int:
+    return -1 if device.numa_node is None else device.numa_node
+
+
+def _greedy_sets(candidates: Sequence[PciDevice], count: int, costs: Mapping[str, int],
+                 partners: Mapping[str, str | None]) -> list[list[PciDevice]]:
+    """A few good sets, for hosts with more GPUs than any server: per NUMA node, its whole pairs
+    then its single GPUs, cheapest first, topped up from the other nodes."""
+    ids = {d.id for d in candidates}
+
+    def rank(d: PciDevice) -> tuple[int, int]:
+        return (0 if partners[d.id] in ids else 1, costs[d.id])
+
+    sets = []
+    for node in dict.fromkeys(d.numa_node for d in candidates):
+        here = sorted((d for d in candidates if d.numa_node == node), key=rank)
+        rest = sorted((d for d in candidates if d.numa_node != node), key=lambda d: costs[d.id])
+        sets.append((here + rest)[:count])
+    return sets
 
 
 def _unpaired(chosen: Sequence[PciDevice], nvlink: Nvlink) -> list[PciDevice]:

@@ -83,8 +83,9 @@ def test_network_mapping_on_and_off_across_two_guests(fabric, tmp_path):
     state = ["--state-dir", tmp_path / "state"]
     dry = gpuvm("bench", "run", runbook, "--dry-run", *state)
     assert dry.exit_code == 0, dry.output
-    assert "network (derived from ibdev2netdev): NCCL_IB_HCA==mlx5_0:1 NCCL_SOCKET_IFNAME==ens64np1 " \
-           "btl_tcp_if_include=ens64np1" in dry.output
+    for name in ("gpu-vm-01", "gpu-vm-02"):
+        assert f"network on {name} (derived from ibdev2netdev): NCCL_IB_HCA==mlx5_0:1 NCCL_SOCKET_IFNAME==ens64np1 " \
+               "btl_tcp_if_include=ens64np1" in " ".join(dry.output.split())
 
     directories = []
     for out in ("first", "second"):
@@ -104,8 +105,8 @@ def test_network_mapping_on_and_off_across_two_guests(fabric, tmp_path):
     assert off.network == {}
     assert on.repeats[0].value > 0 and off.repeats[0].value > 0
     command = (directories[0] / "logs/train/nodes-2-mapping-on/command.sh").read_text()
-    assert "-x NCCL_IB_HCA==mlx5_0:1" in command and "-mca btl_tcp_if_include ens64np1" in command
-    assert "btl_tcp_if_include" not in (directories[0] / "logs/train/nodes-2-mapping-off/command.sh").read_text()
+    assert " ./gpuvm-net-train-nodes-2-mapping-on.sh " in command  # each guest's values, from its workdir
+    assert "gpuvm-net" not in (directories[0] / "logs/train/nodes-2-mapping-off/command.sh").read_text()
     # the derived values reach the remote rank (gpu-vm-02)
     assert results.benchmark("env-on-rank-1").points[0].repeats[0].value == 1.0
 
@@ -123,3 +124,50 @@ def test_network_mapping_on_and_off_across_two_guests(fabric, tmp_path):
     report = gpuvm("bench", "report", *directories, "--out", tmp_path / "report")
     assert report.exit_code == 0, report.output
     assert "mapping on" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_each_guest_gets_the_network_settings_of_its_own_ports(mesh, tmp_path):
+    """Issue 22, item 7: gpu-vm-01 (mlx5_0 port 1), gpu-vm-02 (mlx5_1 port 1) and gpu-vm-03 (no
+    rdma_ports) in one 3-rank job under the bed's real Open MPI: each rank sees its own guest's
+    values, the guest without ports none (NCCL's default interface list, no HCA, no BTL limit)."""
+    names = ("gpu-vm-01", "gpu-vm-02", "gpu-vm-03")
+    ports = {"gpu-vm-01": "\n      rdma_ports: [{device: mlx5_0, port: 1}]",
+             "gpu-vm-02": "\n      rdma_ports: [{device: mlx5_1, port: 1}]", "gpu-vm-03": ""}
+    guests = "".join(f"""\
+    - vm: {name}
+      ssh: {{address: {mesh.host(name).address}, user: {mesh.host(name).user}, key_file: {mesh.host(name).key_file}}}\
+{ports[name]}
+""" for name in names)
+    runbook = tmp_path / "bed.yaml"
+    runbook.write_text(f"""\
+ssh: {{known_hosts: {mesh.known_hosts_file}}}
+hosts: [{{name: esx-01}}]
+vms:
+{"".join(f"  - {{name: {n}, host: esx-01}}{chr(10)}" for n in names)}
+guests:
+  hosts:
+{guests}
+benchmarks:
+  launcher: gpu-vm-01
+  runs:
+    - name: env
+      kind: command
+      command: "sh -c 'echo rank=$OMPI_COMM_WORLD_RANK hca=$NCCL_IB_HCA ifname=$NCCL_SOCKET_IFNAME btl=$OMPI_MCA_btl_tcp_if_include value=1'"
+      pattern: "rank=0 .* value=([0-9])"
+      nodes: [3]
+      repeats: 1
+      timeout: 60
+      mpirun_args: {OOB}
+""")
+    result = gpuvm("bench", "run", runbook, "--out", tmp_path / "out", "--state-dir", tmp_path / "state")
+    [directory] = list((tmp_path / "out").iterdir())
+    log = "\n".join(p.read_text(errors="replace") for p in directory.rglob("*.log"))
+    assert result.exit_code == 0, result.output + log
+    seen = {int(m[0]): m[1:] for m in
+            __import__("re").findall(r"rank=(\d) hca=(\S*) ifname=(\S*) btl=(\S*) value=1", log)}
+    assert seen == {0: ("=mlx5_0:1", "=ens64np1", "ens64np1"),
+                    1: ("=mlx5_1:1", "=ens64np2", "ens64np2"),
+                    2: ("", "^lo,docker0", "")}, log
+    command = (directory / "logs/env/nodes-3/command.sh").read_text()
+    assert "-x NCCL_IB_HCA" not in command and "-mca btl_tcp_if_include" not in command  # nothing global
+    assert " ./gpuvm-net-env-nodes-3.sh sh -c " in command

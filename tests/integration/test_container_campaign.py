@@ -100,6 +100,12 @@ def test_containerised_campaign_on_real_docker(docker_bed, tmp_path, monkeypatch
         applied = gpuvm("apply", runbook, "--yes")
         assert applied.exit_code == 0, applied.output
         assert "guest.docker" in applied.output
+        # the long build and ship say how far they got (issue 22, item 6): time, bytes and rate
+        shown = " ".join(applied.output.split())
+        assert re.search(rf"guest.docker {VMS[0]}: image {re.escape(ref)} built in \d+ s", shown), shown
+        assert re.search(rf"saved {re.escape(ref)} from the builder: [\d.]+ [KMG]?B in \d+ s \([\d.]+ [KMG]?B/s\)", shown)
+        for vm in VMS[1:]:
+            assert re.search(rf"{vm}: image shipped and loaded: [\d.]+ [KMG]?B in \d+ s", shown), (vm, shown)
 
     # built once, on the builder, from gpuvm's Dockerfile; the same id on every guest
     ids = {g: bed.docker(g, "image", "inspect", "--format", "{{.Id}}", ref).stdout.strip() for g in GUESTS}

@@ -4,6 +4,7 @@ real shell, and the data path's overhead in `bench compare`."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 
@@ -131,3 +132,16 @@ def test_compare_gives_the_data_path_overhead_per_point():
     assert by_label["2 nodes, synthetic"].data_overhead is None
     assert notes(comparison)[0] == ("rn50: data path overhead (files against synthetic data): 1 node 10.0%, "
                                     "2 nodes 25.0%.")  # then each point's interval (bench/stats.py)
+
+
+def test_a_long_write_says_how_long_it_has_been_going(tmp_path, monkeypatch):
+    """Issue 22, item 6: writing a dataset (minutes for 100,000 files) is not silent."""
+    import gpuvm.ticker
+
+    monkeypatch.setattr(gpuvm.ticker, "EVERY", 0.05)
+    monkeypatch.setattr(sys.modules[__name__], "WRITER", "import time; time.sleep(0.3)\n" + WRITER)
+    data = tmp_path / "data"
+    lines = write(tmp_path, data, targets=("vm1",))
+    assert any(re.fullmatch(rf"dataset {re.escape(str(data))}: checking or writing on vm1: \d+ s", line)
+               for line in lines[:-1]), lines
+    assert lines[-1] == f"dataset {data}: written on vm1"

@@ -323,7 +323,7 @@ def test_uploads_go_to_every_participant_once(tmp_path):
      r"groups\[1\]: same configuration as group 1"),
     (one_run(kind="nccl_allreduce", env={"BAD-NAME": "1"}), r"'BAD-NAME' is not an environment variable name"),
     (one_run(kind="nccl_allreduce", upload={"missing.py": "x.py"}),
-     r"benchmarks\.runs\[0\]\.upload\.missing\.py: .*missing\.py: no such file to upload"),
+     r"benchmarks\.runs\[0\]\.upload\.missing\.py: .*missing\.py: cannot read upload: No such file"),
     (one_run(kind="command", command="run {{ nope }}", pattern="(x)"),
      r"benchmarks\.runs\[0\]\.command: cannot render: 'nope' is undefined \(variables: .*batch_size"),
     (one_run(kind="nccl_allreduce", color="red"), r"benchmarks\.runs\[0\]\.color: unknown field"),

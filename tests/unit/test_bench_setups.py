@@ -130,14 +130,37 @@ def test_points_with_the_mapping_on_and_off_render_it_and_say_so(tmp_path):
     assert dict(on.network) == {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_SOCKET_IFNAME": "=ens64np1,ens64np2",
                                 "btl_tcp_if_include": "ens64np1,ens64np2"}
     assert off.network == ()
+    # each guest's ranks get its own ports' values (issue 22, item 7): through a wrapper in its workdir
+    assert dict((vm, dict(s)) for vm, s in on.guest_network) == {
+        "vm1": {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "=ens64np1", "btl_tcp_if_include": "ens64np1"},
+        "vm2": {"NCCL_IB_HCA": "=mlx5_1:1", "NCCL_SOCKET_IFNAME": "=ens64np2", "btl_tcp_if_include": "ens64np2"}}
     command = on.jobs[0].command
-    assert "-x NCCL_IB_HCA==mlx5_0:1,mlx5_1:1" in command and "-x NCCL_SOCKET_IFNAME==ens64np1,ens64np2" in command
-    assert "-mca btl_tcp_if_include ens64np1,ens64np2" in command
-    assert "btl_tcp_if_include" not in off.jobs[0].command and "^lo,docker0" in off.jobs[0].command
-    assert "  network (derived from ibdev2netdev): NCCL_IB_HCA==mlx5_0:1,mlx5_1:1" in "\n".join(describe([on], "w"))
+    assert on.jobs[0].network_script == "./gpuvm-net-c-nodes-2-mapping-on.sh"
+    assert command.endswith(" ./gpuvm-net-c-nodes-2-mapping-on.sh all_reduce_perf -b 8 -e 8G -f 2 -g 1"), command
+    assert "NCCL_IB_HCA" not in command and "btl_tcp_if_include" not in command  # -x and -mca are global
+    assert "gpuvm-net" not in off.jobs[0].command and "^lo,docker0" in off.jobs[0].command
+    assert off.guest_network == ()
+    shown = "\n".join(describe([on], "w"))
+    assert "  network on vm1 (derived from ibdev2netdev): NCCL_IB_HCA==mlx5_0:1 NCCL_SOCKET_IFNAME==ens64np1" in shown
+    assert "  network on vm2 (derived from ibdev2netdev): NCCL_IB_HCA==mlx5_1:1 NCCL_SOCKET_IFNAME==ens64np2" in shown
     # without port maps (not read yet) nothing is derived; --local runs each point once
     assert plan_campaign(runbook)[0].network == ()
     assert [p.label for p in plan_campaign(runbook, local=True)] == ["nodes-2"]
+
+
+def test_a_guest_without_rdma_ports_gets_no_network_settings(tmp_path):
+    runbook = book(tmp_path, RUN.replace("scenario: concurrent}", "nodes: [2], network_mapping: [on]}")
+                   , base=BASE.replace(", rdma_ports: [{interface: ens64np2}]", ""))
+    ports = {"vm1": [PortMap("mlx5_0", 1, "ens64np1", True)]}
+    [on] = plan_campaign(runbook, ports=ports)
+    assert dict((vm, dict(s)) for vm, s in on.guest_network) == {
+        "vm1": {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "=ens64np1", "btl_tcp_if_include": "ens64np1"},
+        "vm2": {}}
+    from gpuvm.bench.network import rank_script
+
+    assert rank_script({}) == '#!/bin/sh\n# gpuvm: this guest\'s network settings (bench/network.py)\nexec "$@"\n'
+    assert "export OMPI_MCA_btl_tcp_if_include=ens64np1\n" in rank_script(dict(on.guest_network[0][1]))
+    assert "network on vm2 (derived from ibdev2netdev): none (no rdma_ports)" in "\n".join(describe([on], "w"))
 
 
 def test_port_maps_are_read_on_the_guests_with_ports_and_errors_name_the_guest(tmp_path):

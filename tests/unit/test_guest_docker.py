@@ -457,3 +457,33 @@ def test_step_shape():
     assert callable(step.STEP.apply_all)
     assert recipes.container_run_args(Image())[:1] == ["--network=host"]
     assert textwrap.dedent(step.__doc__ or "").startswith("guest.docker:")
+
+
+def test_image_build_and_ship_say_how_far_they_got(tmp_path, monkeypatch):
+    """Issue 22, item 6: the build names its elapsed time, the save and every load bytes and rate,
+    every few seconds (here every 0.05 s, each call taking 0.2 s) and when done."""
+    import time
+
+    import gpuvm.ticker
+
+    monkeypatch.setattr(gpuvm.ticker, "EVERY", 0.05)
+    world = DockerWorld()
+    for executor in world.executors.values():
+        for pattern, answer in list(executor.responses.items()):
+            if isinstance(pattern, re.Pattern) and pattern.pattern.startswith(("^docker build", "^docker save",
+                                                                               "^docker load")):
+                executor.responses[pattern] = lambda call, answer=answer: (time.sleep(0.2), answer(call))[1]
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    planned = observe_and_plan(cluster)
+    said: list[tuple[str, str]] = []
+    assert step.STEP.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))), planned) == {}
+    lines = {target: [s for t, s in said if t == target] for target in GUESTS}
+    assert any(re.fullmatch(r"building image gpuvm/dl:\w{12}: \d+ s", s) for s in lines["gpu-vm-01"]), said
+    assert any(re.fullmatch(r"image gpuvm/dl:\w{12} built in \d+ s", s) for s in lines["gpu-vm-01"]), said
+    assert any(re.fullmatch(r"saving gpuvm/dl:\w{12} from the builder: \d+ B in \d+ s \([\d.]+ [KMG]?B/s\)", s)
+               for s in lines["gpu-vm-01"]), said
+    for guest in GUESTS[1:]:
+        assert any(re.fullmatch(r"shipping image: \d+ B in \d+ s \([\d.]+ [KMG]?B/s\) of \d+ B sent", s)
+                   for s in lines[guest]), (guest, said)
+        assert any(re.fullmatch(r"image shipped and loaded: \d+ B in \d+ s \([\d.]+ [KMG]?B/s\)", s)
+                   for s in lines[guest]), (guest, said)

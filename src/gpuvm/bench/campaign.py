@@ -30,7 +30,7 @@ from gpuvm.bench.commands import (
     render_words,
 )
 from gpuvm.errors import InputError
-from gpuvm.bench.network import PortMaps, derive, split
+from gpuvm.bench.network import PortMaps, derive, per_guest, script_name
 from gpuvm.runbook.benchmarks import (
     BenchmarkRun,
     BenchmarkSpec,
@@ -59,6 +59,7 @@ class Job:
     command: Shell
     vm: str | None = None  # concurrent: the VM this job's figure belongs to
     container: str | None = None  # docker container name, when containerised
+    network_script: str | None = None  # the per-guest wrapper its ranks start through (bench/network.py)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ class PlannedPoint:
     guests: tuple[str, ...]  # every guest taking part (uploads go to each)
     setup: str | None = None  # the campaign's setup it is measured in
     mapping: str | None = None  # "on" / "off" when the run measures both (network_mapping)
-    network: tuple[tuple[str, str], ...] = ()  # the derived network settings its jobs use
+    network: tuple[tuple[str, str], ...] = ()  # the derived network settings its jobs use (all guests' ports)
+    guest_network: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # each guest's own, when any
     data: str | None = None  # "files" / "synthetic" when the run compares both (compare_synthetic)
 
     @property
@@ -151,13 +153,20 @@ def plan_campaign(runbook: Runbook, *, local: bool = False, only: Sequence[str] 
     return [replace(p, setup=setup) for p in points] if setup else points
 
 
+Network = tuple[tuple[str, str], ...]
+
+
 def _network(run: BenchmarkRun, guests: Sequence[Guest], mapping: str | None,
-             ports: PortMaps | None) -> dict[str, str]:
-    """The network settings of a point's jobs: derived unless the point is "mapping off"."""
+             ports: PortMaps | None) -> tuple[dict[str, str], tuple[tuple[str, Network], ...]]:
+    """The network settings of a point: those of all its guests' ports (recorded with its results)
+    and each guest's own (what its ranks get); none when the point is "mapping off"."""
     if mapping == "off" or ports is None:
-        return {}
+        return {}, ()
     found = derive(guests, ports)
-    return found.settings(run) if found else {}
+    mine = per_guest(run, guests, ports)
+    if not any(mine.values()):
+        return {}, ()
+    return (found.settings(run) if found else {}), tuple((vm, tuple(s.items())) for vm, s in mine.items())
 
 
 def _variants(run: BenchmarkRun, local: bool) -> list[tuple[str | None, str | None, str]]:
@@ -190,11 +199,11 @@ def _scaling_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: Benc
             launcher, root, guests = chosen[0].vm, chosen[0].ssh.user == "root", tuple(g.vm for g in chosen)
         for mapping, data, suffix in _variants(run, local):
             label = f"nodes-{nodes}{suffix}"
-            network = _network(run, chosen, mapping, ports)
+            network, own = _network(run, chosen, mapping, ports)
             job = _job(runbook, spec, index, run, label, launcher, hosts, nodes, per_vm, root, local,
-                       network=network, data=data)
-            points.append(PlannedPoint(run, index, label, nodes, per_vm, nodes, (job,), guests,
-                                       mapping=mapping, network=tuple(network.items()), data=data))
+                       wrapped=bool(own), data=data)
+            points.append(PlannedPoint(run, index, label, nodes, per_vm, nodes, (job,), guests, mapping=mapping,
+                                       network=tuple(network.items()), guest_network=own, data=data))
     return points
 
 
@@ -219,20 +228,21 @@ def _concurrent_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: B
         keys[key] = j
         for mapping, data, suffix in _variants(run, False):
             label = f"group-{j}-" + "+".join(group) + suffix
-            network = _network(run, members, mapping, ports)
+            network, own = _network(run, members, mapping, ports)
             jobs = tuple(
                 _job(runbook, spec, index, run, label, g.vm, (("localhost", per_vm),), 1, per_vm,
-                     g.ssh.user == "root", False, vm=g.vm, network=network, data=data)
+                     g.ssh.user == "root", False, vm=g.vm, wrapped=bool(own), data=data)
                 for g in members
             )
             points.append(PlannedPoint(run, index, label, nodes, total // nodes, len(members), jobs, tuple(group),
-                                       mapping=mapping, network=tuple(network.items()), data=data))
+                                       mapping=mapping, network=tuple(network.items()), guest_network=own,
+                                       data=data))
     return points
 
 
 def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, label: str, launcher: str,
          hosts: tuple[tuple[str, int], ...], nodes: int, per_vm: int, root: bool, local: bool,
-         vm: str | None = None, network: dict[str, str] | None = None, data: str | None = None) -> Job:
+         vm: str | None = None, wrapped: bool = False, data: str | None = None) -> Job:
     np = sum(slots for _, slots in hosts)
     if data == "synthetic":  # compare_synthetic's other half: the same run on synthetic tensors
         run = run.model_copy(update={"data": "synthetic"})
@@ -247,14 +257,14 @@ def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, l
         program = render_words(f"{run.kind}.j2", **context)
     image = runbook.guests.image if runbook.guests else None
     rsh_port = container_sshd_port(runbook) if container else None
-    env, mpi_words = split(network or {})
+    wrapper = script_name(run.name, label) if wrapped else None
     command = launcher_command(run, np=np, hosts=hosts, hostfile=hostfile, allow_run_as_root=root or container,
-                               rsh_port=rsh_port, program=program, env=env, mpirun_args=mpi_words)
+                               rsh_port=rsh_port, program=program, wrapper=wrapper)
     name = None
     if container and image is not None:
         name = container_name(run.name, label)
         command = docker_command(name, image, spec.docker_args, inner=command, rdma=has_rdma(runbook, launcher))
-    return Job(launcher, hosts, hostfile, np, batch, command, vm=vm, container=name)
+    return Job(launcher, hosts, hostfile, np, batch, command, vm=vm, container=name, network_script=wrapper)
 
 
 def container_sshd_port(runbook: Runbook) -> int | None:
@@ -298,9 +308,9 @@ def describe(points: Sequence[PlannedPoint], workdir: str) -> list[str]:
         where = f" in setup {point.setup}" if point.setup else ""
         lines.append(f"{point.run.name} {point.label}{where}: {_repeats(point.run)} repeat(s)"
                      + (f" after {point.run.warmup} warm-up(s)" if point.run.warmup else ""))
-        if point.network:
-            lines.append("  network (derived from ibdev2netdev): "
-                         + " ".join(f"{k}={v}" for k, v in point.network))
+        for vm, settings in point.guest_network:
+            lines.append(f"  network on {vm} (derived from ibdev2netdev): "
+                         + (" ".join(f"{k}={v}" for k, v in settings) or "none (no rdma_ports)"))
         for job in point.jobs:
             hosts = ", ".join(f"{a} slots={s}" for a, s in job.hosts)
             lines.append(f"  on {job.launcher} (hostfile {job.hostfile}: {hosts})")

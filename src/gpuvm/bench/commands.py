@@ -145,9 +145,12 @@ def program_context(run: BenchmarkRun, *, np: int, nodes: int, per_vm: int, batc
 
 def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, int]], hostfile: str,
                      allow_run_as_root: bool, rsh_port: int | None, program: Shell,
-                     env: Mapping[str, str] | None = None, mpirun_args: Sequence[str] = ()) -> Shell:
+                     env: Mapping[str, str] | None = None, mpirun_args: Sequence[str] = (),
+                     wrapper: str | None = None) -> Shell:
     """The program under the run's launcher (`templates/bench/<launch>.j2`). `env` and
-    `mpirun_args` are gpuvm's own additions (the derived network); the run's own win.
+    `mpirun_args` are gpuvm's own additions; the run's own win. `wrapper`: a script in the workdir
+    that every rank (torchrun: every node's torchrun) starts through (the guest's own network
+    settings, bench/network.py).
 
     mpirun and horovodrun start every rank (and tell gpuvm's PyTorch workloads where rank 0 is:
     MASTER_ADDR, the first host). torchrun runs once per node (`--nproc_per_node` workers each,
@@ -155,17 +158,22 @@ def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, i
     program alone, one process."""
     first = "127.0.0.1" if hosts[0][0] == "localhost" else hosts[0][0]
     env = {**DEFAULT_ENV, **(env or {}), **run.env}
+    def wrapped(program: Shell) -> Shell:
+        return Shell(f"{_quote(wrapper)} {program}") if wrapper else program
+
     if run.launch == "none":
-        return render_words("none.j2", env=env, program=program)
+        return render_words("none.j2", env=env, program=wrapped(program))
     if run.launch == "torchrun":
-        program = render_words("torchrun.j2", env=env, python=run.python, nnodes=len(hosts),
-                               nproc_per_node=hosts[0][1], endpoint=f"{first}:{RDZV_PORT}", rdzv_id=run.name,
-                               torchrun_args=list(run.torchrun_args), program=program)
+        program = wrapped(render_words("torchrun.j2", env=env, python=run.python, nnodes=len(hosts),
+                                       nproc_per_node=hosts[0][1], endpoint=f"{first}:{RDZV_PORT}",
+                                       rdzv_id=run.name, torchrun_args=list(run.torchrun_args), program=program))
         if len(hosts) == 1:
             return program
         np, env = len(hosts), {}
-    elif run.kind in BUNDLED:
-        env = {"MASTER_ADDR": first, "MASTER_PORT": str(MASTER_PORT), **env}
+    else:
+        program = wrapped(program)
+        if run.kind in BUNDLED:
+            env = {"MASTER_ADDR": first, "MASTER_PORT": str(MASTER_PORT), **env}
     if run.launch == "horovodrun":
         return render_words("horovodrun.j2", np=np, hosts=[f"{a}:{n}" for a, n in hosts],
                             env=env, rsh_port=rsh_port, program=program)

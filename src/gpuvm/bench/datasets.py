@@ -22,6 +22,7 @@ from gpuvm.bench.commands import BUNDLED
 from gpuvm.errors import GpuvmError, RemoteCommandError, TargetFailures
 from gpuvm.executors.base import Executor, last_line
 from gpuvm.runbook.benchmarks import Dataset
+from gpuvm.ticker import Ticker
 
 MARKER = ".gpuvm-dataset"
 TIMEOUT = 3600  # seconds for one machine to write one dataset
@@ -94,12 +95,14 @@ def write_datasets(executors: Mapping[str, Executor], datasets: Sequence[Dataset
         first, rest = dataset.targets[0], dataset.targets[1:]
         outcomes: dict[str, str] = {}
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-dataset") as pool:
-            for wave in ((first,), rest):
-                for target, future in [(t, pool.submit(write, t)) for t in wave]:
-                    try:
-                        outcomes[target] = future.result()
-                    except GpuvmError as e:
-                        failures[target] = e
+            for wave in ((first,), rest) if rest else ((first,),):
+                with Ticker(note, lambda s, wave=wave: f"dataset {dataset.path}: checking or writing on "
+                                                       f"{', '.join(wave)}: {s:.0f} s"):
+                    for target, future in [(t, pool.submit(write, t)) for t in wave]:
+                        try:
+                            outcomes[target] = future.result()
+                        except GpuvmError as e:
+                            failures[target] = e
         by_outcome: dict[str, list[str]] = {}
         for target, outcome in outcomes.items():
             by_outcome.setdefault(outcome, []).append(target)

@@ -1,18 +1,22 @@
 """The network the study tuned: NCCL and Open MPI pointed at the ConnectX ports the runbook sets up.
 
-From the `rdma_ports` of the guests in a point and each guest's `ibdev2netdev` port map (read over
-SSH when the campaign, or its setup, starts), gpuvm derives
+From each guest's `rdma_ports` and its `ibdev2netdev` port map (read over SSH when the campaign,
+or its setup, starts), gpuvm derives, per guest,
 
 * `NCCL_IB_HCA=<=mlx5_0:1,...>`: the RDMA devices with their ports (`=`: exact names, not prefixes),
 * `NCCL_SOCKET_IFNAME=<=ens64np1,...>`: their network interfaces,
-* `-mca btl_tcp_if_include ens64np1,...`: Open MPI's TCP traffic on those interfaces (mpirun only),
+* `btl_tcp_if_include ens64np1,...`: Open MPI's TCP traffic on those interfaces (mpirun only),
 
-each unless the run's `env` or `mpirun_args` sets it. A run's `network_mapping: [on, off]`
+each unless the run's `env` or `mpirun_args` sets it. Guests differ (another port, or none), and
+Open MPI's `-x` and `-mca` are the same for every rank, so the values go into a small script in each
+guest's workdir (`rank_script`): every rank starts through it and takes its own guest's values; a
+guest without `rdma_ports` gets a script that sets nothing. A run's `network_mapping: [on, off]`
 measures every point with and without them, as the study did.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -44,10 +48,30 @@ class NetworkMapping:
         return out
 
 
-def split(settings: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """Settings as (environment for every rank, extra mpirun words)."""
-    env = {k: v for k, v in settings.items() if k != BTL}
-    return env, (["-mca", BTL, settings[BTL]] if BTL in settings else [])
+def rank_env(settings: Mapping[str, str]) -> dict[str, str]:
+    """Settings as a rank's environment (an MCA parameter as its OMPI_MCA_ variable)."""
+    return {(f"OMPI_MCA_{k}" if k == BTL else k): v for k, v in settings.items()}
+
+
+def rank_script(settings: Mapping[str, str]) -> str:
+    """The per-guest wrapper every rank of a point starts through: exports its guest's settings
+    (shell-quoted: they come from the guest), then runs the rank's command."""
+    exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in rank_env(settings).items())
+    return f"#!/bin/sh\n# gpuvm: this guest's network settings (bench/network.py)\n{exports}exec \"$@\"\n"
+
+
+def script_name(run: str, label: str) -> str:
+    """The wrapper's file in the workdir, one per point (`./` so that ranks run it from there)."""
+    return f"./gpuvm-net-{run}-{label}.sh"
+
+
+def per_guest(run: BenchmarkRun, guests: Sequence[Guest], ports: PortMaps) -> dict[str, dict[str, str]]:
+    """Each guest's settings for `run`: from its own ports; empty for a guest without rdma_ports."""
+    out = {}
+    for guest in guests:
+        found = derive([guest], ports)
+        out[guest.vm] = found.settings(run) if found else {}
+    return out
 
 
 def guests_with_ports(guests: Sequence[Guest]) -> list[Guest]:

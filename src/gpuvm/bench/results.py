@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpuvm.errors import InputError
 from gpuvm.runbook.benchmarks import Launch
-from gpuvm.runbook.loader import MAX_BYTES, MAX_NODES, Locator, _expanded_size, _TooLarge, field_path
+from gpuvm.files import RESULTS_BYTES, read_text_capped
+from gpuvm.runbook.loader import MAX_NODES, Locator, _expanded_size, _TooLarge, field_path
 from gpuvm.secrets import scrub
 
 FORMAT = "gpuvm-results/1"
@@ -210,14 +211,7 @@ def load_results(path: Path | str) -> Results:
             )
     elif not path.is_file():
         raise InputError(f"{path}: no such file or directory (expected results or a baseline)")
-    try:
-        with path.open("rb") as stream:
-            raw = stream.read(MAX_BYTES + 1)
-        if len(raw) > MAX_BYTES:  # the runbook loader's limit: results of a campaign are far smaller
-            raise InputError(f"{path}: larger than {MAX_BYTES >> 20} MB; results are far smaller")
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read: {e}") from None
+    text = read_text_capped(path, RESULTS_BYTES, "results")
     if path.suffix.lower() in (".yaml", ".yml"):
         return _load_yaml(path, text)
     return _load_json(path, text)

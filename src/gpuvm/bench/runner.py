@@ -34,6 +34,7 @@ from gpuvm.bench.commands import (
     worker_stop_script,
 )
 from gpuvm.bench.datasets import planned_datasets, write_datasets
+from gpuvm.bench.network import rank_script
 from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import save_results
@@ -41,6 +42,8 @@ from gpuvm.bench.software import software_versions
 from gpuvm.bench.stats import half_width, median_ci
 from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailures
 from gpuvm.executors.base import Executor, last_line
+from gpuvm.files import UPLOAD_BYTES, read_capped
+from gpuvm.image import image_ref
 from gpuvm.runbook.benchmarks import BenchmarkRun, BenchmarkSpec
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
@@ -117,37 +120,57 @@ class CampaignRunner:
             path = str(PurePosixPath(self.workdir) / upload.destination)
             executor = self.executors[upload.target]
             executor.run(["mkdir", "-p", str(PurePosixPath(path).parent)], timeout=60)
-            executor.put(upload.source.read_bytes(), path, mode=upload.mode)
+            executor.put(read_capped(upload.source, UPLOAD_BYTES, "upload"), path, mode=upload.mode)
         for point in self.points:
             for job in point.jobs:
                 self.executors[job.launcher].put(render_hostfile(job.hosts).encode(),
                                                  str(PurePosixPath(self.workdir) / job.hostfile))
+            script = next((job.network_script for job in point.jobs if job.network_script), None)
+            for vm, settings in point.guest_network if script else ():  # each guest its own values
+                self.executors[vm].put(rank_script(dict(settings)).encode(),
+                                       str(PurePosixPath(self.workdir) / script), mode=0o755)
         self.check_programs()
         write_datasets(self.executors, planned_datasets(self.points), self.workdir, self.local,
                        self.observer.note)
 
     def check_programs(self) -> None:
-        """Every run's program and interpreter, looked for on every machine that runs it: one
-        `test -e` (a file) or `command -v` (a name on PATH) per path, one script per machine, all
-        machines at once. Raises one error naming every machine and path that is missing."""
-        wanted: dict[str, dict[str, str]] = {}  # target → {path: what needs it}
+        """What every run needs, looked for on every machine that runs it before anything runs:
+        its program and interpreter (`test -e` for a file, `command -v` for a name on PATH), its
+        data directory (unless gpuvm writes a dataset there), and in a containerised campaign the
+        training image. One script per machine, all machines at once; raises one error naming each
+        machine and what it lacks (InputError, exit 2: nothing was measured; `gpuvm apply` or the
+        runbook fixes it)."""
+        wanted: dict[str, dict[str, tuple[str, str]]] = {}  # target → {token: (probe, what is missing)}
         for point in self.points:
             for target in [LOCAL] if self.local else point.guests:
+                needs = wanted.setdefault(target, {})
                 for path in _programs(point.run, containerised=self.spec.container and not self.local):
-                    wanted.setdefault(target, {}).setdefault(path, point.run.name)
+                    needs.setdefault(path, (_probe(path), f"{_where(path, self.workdir)} (benchmark "
+                                                          f"'{point.run.name}')"))
+                if (data := _data_directory(point.run, self.containerised)) is not None:
+                    needs.setdefault("data:" + data, (f"test -d {shlex.quote(data)}", f"the data directory {data} "
+                                                      f"does not exist on {_guest(target)} (benchmark "
+                                                      f"'{point.run.name}')"))
+        if self.containerised:
+            ref = image_ref(self.runbook.guests.image)  # type: ignore[union-attr]
+            for target in self._targets():
+                wanted.setdefault(target, {})["image:" + ref] = (
+                    f"docker image inspect {shlex.quote(ref)}",
+                    f"image {ref} is not on {_guest(target)}: build it first with `gpuvm apply`")
 
         def missing(target: str) -> list[str]:
-            tests = "; ".join(f"{_probe(p)} >/dev/null 2>&1 || echo {shlex.quote(p)}" for p in wanted[target])
+            tests = "; ".join(f"{probe} >/dev/null 2>&1 || echo {shlex.quote(token)}"
+                              for token, (probe, _) in wanted[target].items())
             script = f"cd {shlex.quote(self.workdir)} && {{ {tests}; }}"
             result = self.executors[target].run_script(script, timeout=60)
             return [line for line in result.stdout.splitlines() if line in wanted[target]]
 
+        wanted = {target: needs for target, needs in wanted.items() if needs}
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-check") as pool:
             absent = dict(zip(wanted, pool.map(missing, wanted), strict=True))
         failures: dict[str, GpuvmError | Exception] = {
-            target: InputError("; ".join(f"{_where(path, self.workdir)} (benchmark '{wanted[target][path]}')"
-                                         for path in paths))
-            for target, paths in absent.items() if paths
+            target: InputError("; ".join(wanted[target][token][1] for token in tokens))
+            for target, tokens in absent.items() if tokens
         }
         if failures:
             raise TargetFailures(failures)
@@ -372,6 +395,18 @@ def _programs(run: BenchmarkRun, containerised: bool) -> list[str]:
     if containerised:
         paths = [p for p in paths if "/" in p and not p.startswith("/")]
     return paths
+
+
+def _data_directory(run: BenchmarkRun, containerised: bool) -> str | None:
+    """The directory a run reads its files in, where it must exist already: not when gpuvm writes a
+    dataset there, nor inside a container (where the guest's paths are what docker_args mount)."""
+    if run.data == "synthetic" or run.dataset is not None or containerised:
+        return None
+    return run.data
+
+
+def _guest(target: str) -> str:
+    return "this machine" if target == LOCAL else f"guest {target}"
 
 
 def _probe(path: str) -> str:

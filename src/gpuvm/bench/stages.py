@@ -12,10 +12,12 @@ written after every stage, so a campaign stopped halfway keeps what it measured.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuvm.bench.campaign import PlannedPoint, Stage, plan_campaign, taking_part
+from gpuvm.bench.guest_lock import GuestLocks
 from gpuvm.bench.network import read_port_maps
 from gpuvm.bench.recording import Campaign, Recorder
 from gpuvm.bench.results import save_results
@@ -101,8 +103,9 @@ def _run_stage(stage: Stage, directory: Path, connect: Connect, local: bool, rec
             recorder.points.extend(points)
         runner = CampaignRunner(book, points, executors, directory, local=local, observer=observer,
                                 recorder=recorder)
-        runner.prepare()
-        runner.measure(campaign, software)
+        with nullcontext() if local else GuestLocks(executors, directory.name):  # one campaign per guest
+            runner.prepare()
+            runner.measure(campaign, software)
     finally:
         for executor in executors.values():
             executor.close()

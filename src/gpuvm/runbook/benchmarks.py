@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuvm.errors import listed
-from gpuvm.runbook.strict import Strict, checked_name, shown
+from gpuvm.errors import InputError, listed
+from gpuvm.files import UPLOAD_BYTES, check_capped
+from gpuvm.runbook.strict import Seconds, Strict, checked_name, shown
 
 if TYPE_CHECKING:
     from gpuvm.runbook.model import Guest, Runbook
@@ -87,7 +88,7 @@ class BenchmarkRun(Strict):
     repeats_target: float = Field(default=0.01, gt=0, lt=1)  # auto: half-width of the interval, a fraction
     repeats_max: int = Field(default=20, ge=3, le=100)  # auto: the cap
     warmup: int = Field(default=0, ge=0, le=10)  # whole runs first, discarded
-    timeout: float = Field(default=3600, gt=0)  # seconds, per run
+    timeout: Seconds = 3600  # seconds, per run
     env: dict[str, str] = {}  # exported to every rank (mpirun -x NAME=VALUE)
     program: str | None = None  # the script or binary (default per kind)
     python: str = "python3"  # interpreter for Python programs
@@ -363,9 +364,10 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
                                 f"benchmark '{run.name}' is declared twice (also runs[{seen[run.name]}])")
         seen[run.name] = i
         for source in run.upload:
-            path = upload_source(runbook, source)
-            if not path.is_file():
-                raise runbook.error(("benchmarks", "runs", i, "upload", source), f"{path}: no such file to upload")
+            try:
+                check_capped(upload_source(runbook, source), UPLOAD_BYTES, "upload")
+            except InputError as e:
+                raise runbook.error(("benchmarks", "runs", i, "upload", source), str(e)) from None
     _check_datasets(runbook, spec)
     _check_setup_names(runbook, spec)
     if local:

@@ -7,8 +7,7 @@ locations are looked up in that map, so every message reads `file:line: field.pa
 from __future__ import annotations
 
 import codecs
-import os
-import stat
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,23 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
 from gpuvm.errors import InputError
+from gpuvm.files import RUNBOOK_BYTES, read_capped
 from gpuvm.runbook import fast_yaml
 from gpuvm.runbook.groups import expand_vm_groups
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import remember_runbook_secrets
 
 Path_ = tuple[str | int, ...]
+
+
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+def field_name(key: object) -> str:
+    """A key as an error shows it: a name as written, anything else only by its length (an unknown
+    key may be a line of a file that is no runbook, a password hash in /etc/shadow say)."""
+    text = str(key)
+    return text if FIELD_NAME.fullmatch(text) else f"<a key of {len(text)} characters>"
 
 
 def field_path(loc: Path_) -> str:
@@ -33,11 +43,11 @@ def field_path(loc: Path_) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            out += f".{field_name(part)}" if out else field_name(part)
     return out or "(top level)"
 
 
-MAX_BYTES = 16 << 20  # a runbook of 4,096 VMs is well under 1 MB
+MAX_BYTES = RUNBOOK_BYTES
 MAX_NODES = 1_000_000  # values once YAML aliases are expanded (an alias bomb expands to billions)
 
 
@@ -79,16 +89,7 @@ def _index_lines(node: Any, path: Path_, lines: dict[Path_, int]) -> None:
 
 def _read_text(file: Path) -> str:
     """The runbook's text: a regular file of at most MAX_BYTES, in UTF-8 (or UTF-16 with its BOM)."""
-    try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
-        with os.fdopen(fd, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise InputError(f"{file}: not a regular file (a runbook is a YAML file)")
-            raw = stream.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise InputError(f"{file}: cannot read runbook: {e.strerror}") from None
-    if len(raw) > MAX_BYTES:
-        raise InputError(f"{file}: larger than {MAX_BYTES >> 20} MB; a runbook is far smaller")
+    raw = read_capped(file, MAX_BYTES, "runbook")
     encoding = "utf-16" if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8-sig"
     try:
         return raw.decode(encoding)
@@ -124,7 +125,7 @@ class Locator:
         loc = tuple(loc)
         shown = self._shown.get(loc[:2])
         path = field_path(loc) if shown is None else shown + "".join(
-            f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[2:])
+            f"[{part}]" if isinstance(part, int) else f".{field_name(part)}" for part in loc[2:])
         return f"{self.file}:{self.line(loc)}: {path}"
 
     def error(self, loc: Path_, message: str) -> InputError:
@@ -157,6 +158,12 @@ def document_path(loc: tuple[Any, ...], data: Any, kind: str = "") -> Path_:
     return tuple(path)
 
 
+def _without_values(problem: str | None) -> str:
+    """A YAML error without the values it quotes (a duplicate key's: maybe a secret file's lines)."""
+    problem = re.sub(r' with value ".*', "", problem or "", flags=re.S)
+    return re.sub(r'key "([^"]*)"', lambda m: f'key "{field_name(m.group(1))}"', problem)
+
+
 def _parse(file: Path, text: str) -> tuple[Any, Locator]:
     """The document and where each of its fields is: read by libyaml when it can (fast_yaml), else by
     ruamel's round-trip loader (anchors, tags, merge keys, and every YAML error's message)."""
@@ -170,7 +177,7 @@ def _parse(file: Path, text: str) -> tuple[Any, Locator]:
     except MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else 1
-        raise InputError(f"{file}:{line}: YAML syntax error: {e.problem or e.context}") from None
+        raise InputError(f"{file}:{line}: YAML syntax error: {_without_values(e.problem or e.context)}") from None
     except Exception as e:  # ruamel raises a few unmarked errors (e.g. a control character)
         position = getattr(e, "position", None)
         line = text[:position].count("\n") + 1 if isinstance(position, int) else 1

@@ -14,7 +14,7 @@ from pydantic_core import PydanticCustomError
 
 from gpuvm.errors import InputError, listed
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
-from gpuvm.runbook.strict import Strict, checked_name, shown
+from gpuvm.runbook.strict import Seconds, Strict, checked_name, shown
 from gpuvm.secrets import without_password
 from gpuvm.sizing.spec import SizingSpec
 
@@ -172,9 +172,9 @@ class SshAccess(Strict):
 
 class SshSettings(Strict):
     known_hosts: Path | None = None  # trusted host keys besides ~/.ssh/known_hosts; new keys are recorded here
-    connect_timeout: float = Field(default=10, gt=0)
-    command_timeout: float = Field(default=600, gt=0)
-    boot_timeout: float = Field(default=600, gt=0)  # how long apply waits for a guest's SSH after its VM starts
+    connect_timeout: Seconds = 10
+    command_timeout: Seconds = 600
+    boot_timeout: Seconds = 600  # how long apply waits for a guest's SSH after its VM starts
 
 
 class Host(Strict):
@@ -434,7 +434,7 @@ class Image(Strict):
     builder: str | None = None  # the guest (VM name) that builds; default the first guest
     ofed_os: str = Field(default="ubuntu20.04", pattern=r"^[a-z]+[0-9][0-9.]*$")  # OFED tarball's OS (the base's)
     build_network: Literal["default", "host"] = "default"  # docker build --network (host: the guest's own)
-    build_timeout: float = Field(default=10800, gt=0)  # seconds for a build, save, load or pull (OFED + MPI + Horovod)
+    build_timeout: Seconds = 10800  # seconds for a build, save, load or pull (OFED + MPI + Horovod)
 
     @field_validator("name", "base", "registry")
     @classmethod

@@ -6,11 +6,15 @@ from __future__ import annotations
 import re
 import types
 import typing
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+MAX_SECONDS = 7 * 24 * 3600  # a week: longer than any build, boot or benchmark; sleep() and timers take it
+# Every runbook number that becomes a timeout: finite (`.inf` / `.nan` would overflow the timers or
+# wait for ever), positive, at most a week.
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
 
 
 def shown(value: object, limit: int = 60) -> str:

@@ -40,6 +40,13 @@ class Options:
     max_unavailable: int = 1  # hosts rebooted at once
 
 
+Say = Callable[[str, str], None]  # a long step's progress: (target, status line)
+
+
+def quiet(target: str, status: str) -> None:
+    """The progress of a step run without a listener (plan, tests)."""
+
+
 @dataclass
 class Context:
     """What steps observe and apply through."""
@@ -52,6 +59,7 @@ class Context:
     planned: list[Change] = field(default_factory=list)  # what earlier steps planned (while planning)
     journal: Any = None  # gpuvm.journal.Journal (apply only): the history of what steps did
     intents: Any = None  # gpuvm.vsphere.intent.IntentStore (apply only): what steps are about to do, on the objects
+    say: Say = quiet  # progress of a step that runs long (image build and ship): the engine's listener
     _planned_index: tuple[int, dict[str, list[Change]]] = field(default_factory=lambda: (0, {}), repr=False)
 
     def __post_init__(self) -> None:

@@ -24,7 +24,8 @@ from gpuvm.plan import Change
 from gpuvm.remote import Cluster, RemoteTarget, run
 from gpuvm.image import Recipe, image_ref, recipe
 from gpuvm.runbook.model import Image, Runbook
-from gpuvm.steps.base import Context, Step
+from gpuvm.steps.base import Context, Say, Step, quiet
+from gpuvm.ticker import Counted, Ticker, amount, rate
 
 NAME = "guest.docker"
 STDIN_LIMIT = 256 << 20  # larger saved images go to the guest in chunks, then `docker load -i`
@@ -207,43 +208,62 @@ def _check_recipe(target: RemoteTarget, place: PlaceImage, cluster: Cluster) -> 
     return current
 
 
-def _build(target: RemoteTarget, cluster: Cluster, current: Recipe) -> None:
+def _build(target: RemoteTarget, cluster: Cluster, current: Recipe, say: Say = quiet) -> None:
     image = _image(cluster.runbook)
     network = ["--network=host"] if image.build_network == "host" else []
-    run(target, cluster, ["docker", "build", *network, "-t", current.ref, "-"],
-        stdin=current.dockerfile.encode(), timeout=max(cluster.command_timeout, image.build_timeout))
+    with Ticker(lambda line: say(target.name, line), lambda s: f"building image {current.ref}: {s:.0f} s") as tick:
+        run(target, cluster, ["docker", "build", *network, "-t", current.ref, "-"],
+            stdin=current.dockerfile.encode(), timeout=max(cluster.command_timeout, image.build_timeout))
+    say(target.name, f"image {current.ref} built in {tick.elapsed:.0f} s")
 
 
-def _pull(target: RemoteTarget, cluster: Cluster, current: Recipe) -> None:
+def _pull(target: RemoteTarget, cluster: Cluster, current: Recipe, say: Say = quiet) -> None:
     image = _image(cluster.runbook)
     remote = f"{image.registry.rstrip('/')}/{current.ref}"  # type: ignore[union-attr]
-    run(target, cluster, ["docker", "pull", remote], timeout=max(cluster.command_timeout, image.build_timeout))
+    with Ticker(lambda line: say(target.name, line), lambda s: f"pulling {remote}: {s:.0f} s"):
+        run(target, cluster, ["docker", "pull", remote], timeout=max(cluster.command_timeout, image.build_timeout))
     run(target, cluster, ["docker", "tag", remote, current.ref])
 
 
-def _save(builder: RemoteTarget, cluster: Cluster, ref: str, sink: BinaryIO) -> None:
-    run(builder, cluster, ["docker", "save", ref], stdout_to=sink,
-        timeout=max(cluster.command_timeout, _image(cluster.runbook).build_timeout))
+def _save(builder: RemoteTarget, cluster: Cluster, ref: str, sink: BinaryIO, say: Say = quiet) -> None:
+    counted = Counted(sink)
+    with Ticker(lambda line: say(builder.name, line),
+                lambda s: f"saving {ref} from the builder: {rate(counted.bytes, s)}") as tick:
+        run(builder, cluster, ["docker", "save", ref], stdout_to=counted,  # type: ignore[arg-type]
+            timeout=max(cluster.command_timeout, _image(cluster.runbook).build_timeout))
+    say(builder.name, f"saved {ref} from the builder: {rate(counted.bytes, tick.elapsed)}")
 
 
-def _load(target: RemoteTarget, cluster: Cluster, saved: Path, stdin_limit: int = STDIN_LIMIT) -> None:
-    """`docker load` the saved image: on stdin when small, else sent in chunks to a temp file first."""
+def _load(target: RemoteTarget, cluster: Cluster, saved: Path, stdin_limit: int = STDIN_LIMIT,
+          say: Say = quiet) -> None:
+    """`docker load` the saved image: on stdin when small, else sent in chunks to a temp file first.
+    Progress: bytes sent and rate, every few seconds and at the end."""
     timeout = max(cluster.command_timeout, _image(cluster.runbook).build_timeout)
-    if saved.stat().st_size <= stdin_limit:
-        run(target, cluster, ["docker", "load"], stdin=saved.read_bytes(), timeout=timeout)
-        return
+    size, sent = saved.stat().st_size, Counted()
+    with Ticker(lambda line: say(target.name, line),
+                lambda s: f"shipping image: {rate(sent.bytes, s)} of {amount(size)} sent") as tick:
+        if size <= stdin_limit:
+            run(target, cluster, ["docker", "load"], stdin=saved.read_bytes(), timeout=timeout)
+            sent.add(size)
+        else:
+            _load_in_chunks(target, cluster, saved, timeout, sent)
+    say(target.name, f"image shipped and loaded: {rate(size, tick.elapsed)}")
+
+
+def _load_in_chunks(target: RemoteTarget, cluster: Cluster, saved: Path, timeout: float, sent: Counted) -> None:
     remote = run(target, cluster, ["mktemp", "/tmp/gpuvm-image.XXXXXX"], sudo=False).stdout.strip()
     try:
         with open(saved, "rb") as f:
             for chunk in iter(lambda: f.read(CHUNK), b""):
                 run(target, cluster, ["sh", "-c", 'cat >> "$1"', "gpuvm-load", remote], sudo=False, stdin=chunk)
+                sent.add(len(chunk))
         run(target, cluster, ["docker", "load", "-i", remote], timeout=timeout)
     finally:
         run(target, cluster, ["rm", "-f", remote], sudo=False, check=False)
 
 
 def _ship(builder: RemoteTarget, cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget],
-          parallel: int = 4) -> dict[str, Exception]:
+          parallel: int = 4, say: Say = quiet) -> dict[str, Exception]:
     """Save once on the builder into a local temp file, then load it on every receiver (bounded)."""
     if not receivers:
         return {}
@@ -252,12 +272,12 @@ def _ship(builder: RemoteTarget, cluster: Cluster, ref: str, receivers: dict[str
         saved = Path(tmp) / "image.tar"
         with open(saved, "wb") as sink:
             try:
-                _save(builder, cluster, ref, sink)
+                _save(builder, cluster, ref, sink, say)
             except Exception as e:
                 return {name: RemoteCommandError(f"cannot fetch {ref} from the builder: {e}")
                         for name in receivers}
         os.chmod(saved, 0o600)
-        return _parallel(receivers, lambda t: _load(t, cluster, saved), parallel)
+        return _parallel(receivers, lambda t: _load(t, cluster, saved, say=say), parallel)
 
 
 def _parallel(targets: dict[str, RemoteTarget], fn, parallel: int = 8) -> dict[str, Exception]:
@@ -284,7 +304,8 @@ def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dic
     return {n: e for n, e in failures.items() if n in names}
 
 
-def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], parallel: int) -> dict[str, Exception]:
+def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], parallel: int,
+             say: Say = quiet) -> dict[str, Exception]:
     """Ship the builder's image to the receivers whose copy differs from it."""
     builder = builder_name(cluster.runbook)
     try:
@@ -303,7 +324,7 @@ def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], par
     except TargetFailures as e:
         have, failures = dict(e.results), dict(e.failures)
     send = {n: t for n, t in receivers.items() if n not in failures and have.get(n) != want}
-    return failures | _ship(cluster.targets[builder], cluster, ref, send, parallel)
+    return failures | _ship(cluster.targets[builder], cluster, ref, send, parallel, say)
 
 
 def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel: int = 8) -> dict[str, Exception]:
@@ -329,11 +350,11 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
         by_how[place.how][name] = targets[name]
     for name, target in by_how["build"].items():  # the builder: at most one, before any copy
         try:
-            _build(target, cluster, current)
+            _build(target, cluster, current, ctx.say)
         except Exception as e:
             failures[name] = e
-    failures.update(_parallel(by_how["pull"], lambda t: _pull(t, cluster, current), parallel))
-    failures.update(_copy_to(cluster, current.ref, by_how["copy"], min(parallel, 4)))
+    failures.update(_parallel(by_how["pull"], lambda t: _pull(t, cluster, current, ctx.say), parallel))
+    failures.update(_copy_to(cluster, current.ref, by_how["copy"], min(parallel, 4), ctx.say))
     checked = [n for n in placements if n not in failures]
     failures.update(_verify(cluster, current.ref, checked, builder_name(cluster.runbook)))
     return failures

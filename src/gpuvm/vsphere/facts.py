@@ -92,8 +92,20 @@ class HostFacts(BaseModel):
     owned: Owned = Owned()  # the passthrough gpuvm enabled on it (vsphere/owned.py)
     vm_moids: list[str] | None = None  # every VM and template registered on it (HostSystem.vm); None: not read
 
+    _pci_index: tuple[int, int, dict[str, PciDevice]] = PrivateAttr(default=(0, -1, {}))
+
     def device(self, address: str) -> PciDevice | None:
-        return next((d for d in self.pci if d.id == address), None)
+        """The device at `address` (indexed once, not searched per call: planning looks up every
+        selected device, and a snapshot may list thousands; indexed again if `pci` changed)."""
+        key = (id(self.pci), len(self.pci))
+        found = self._pci_index[2].get(address) if self._pci_index[:2] == key else None
+        if found is None or found.id != address:  # not indexed yet, or a device changed: index again
+            index: dict[str, PciDevice] = {}
+            for d in self.pci:
+                index.setdefault(d.id, d)  # the first, as a search would find
+            self._pci_index = (*key, index)
+            found = index.get(address)
+        return found
 
     @property
     def gpus(self) -> list[PciDevice]:
@@ -206,10 +218,10 @@ class Inventory(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> "Inventory":
+        from gpuvm.files import SNAPSHOT_BYTES, read_capped
+
         try:
-            return cls.model_validate_json(path.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise InputError(f"{path}: cannot read snapshot: {e.strerror}") from None
+            return cls.model_validate_json(read_capped(path, SNAPSHOT_BYTES, "snapshot"))
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(p) for p in first["loc"])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuvm.errors import InputError
+from gpuvm.files import KEY_BYTES, read_capped
 from gpuvm.ssh_keys import line_fingerprint
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class MeshKey:
         return line_fingerprint(self.public_line)
 
     def private_bytes(self) -> bytes:
-        return self.private_path.read_bytes()
+        return read_capped(self.private_path, KEY_BYTES, "mesh key")
 
 
 def key_path(state_dir: Path) -> Path:
@@ -55,7 +56,7 @@ def load_cluster_key(state_dir: Path) -> MeshKey | None:
         return None
     from cryptography.hazmat.primitives import serialization
 
-    data = path.read_bytes()
+    data = read_capped(path, KEY_BYTES, "mesh key")
     try:
         private = serialization.load_ssh_private_key(data, password=None)
     except (ValueError, TypeError) as e:
