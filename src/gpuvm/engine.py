@@ -4,8 +4,11 @@ Steps run in a fixed order: ESXi shells, hosts, the guest steps that a host rebo
 reboot, VMs, then guest OSes. vSphere steps observe through one bulk inventory read; SSH steps
 observe every target in parallel. Within a step targets run in parallel, bounded by `parallel`. A
 failing target does not stop the others; later steps skip the targets that depend on it (the same
-VM or host, or VMs on a failed host). Once VMs have changed, guests are observed and planned again;
-a change planned then that needs a flag not given is refused on its guest, as `check_allowed` would.
+VM or host, or VMs on a failed host). An SSH target that does not answer at plan time is set aside
+(not observed, with why) rather than failing the plan; apply leaves a host whose ESXi shell was not
+observed alone, with its VMs and guests. Once VMs have changed, guests are observed and planned
+again, after waiting only for the guests whose VM this run (re)started; a change planned then that
+needs a flag not given is refused on its guest, as `check_allowed` would.
 """
 
 from __future__ import annotations
@@ -346,7 +349,7 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, journal: Journal,
     if cluster is None or not cluster.of_role("guest"):
         return set()
     rebooted = {t for t, changes in outcome.done.items() if any(c.step in restarting for c in changes)}
-    if not rebooted and not ctx.unreachable:
+    if not rebooted and not set(ctx.unreachable) & set(cluster.of_role("guest")):
         return set()
     # Waiting is per target: only a guest whose VM this run (re)started is given boot_timeout to answer.
     # One that did not answer although its VM ran untouched is tried once more, below, not waited for.

@@ -136,7 +136,7 @@ def test_disk_full_while_writing_results(tmp_path):
 
 def test_first_deployment_with_a_guest_not_up_yet(testbed, tmp_path):
     """A guest that does not answer at plan time (its VM is off) is planned once its VM runs: apply
-    waits for its SSH, then configures it. `verify` calls an unreachable guest drift."""
+    waits for its SSH, then configures it. `verify` calls an unreachable guest not observed (exit 3)."""
     import threading
 
     testbed.up()  # new test hosts: nothing configured on any guest yet
