@@ -341,9 +341,10 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, journal: Journal,
                    progress: Progress | None, keep: Keep | None) -> set[str]:
     """Guests are observed again once a step that restarts them changed their VM (a host reboot stops
     its VMs), or if some did not answer at plan time. gpuvm first waits for the SSH of the guests whose
-    VM it (re)started; a guest that still does not answer fails alone (`name (observe)`). Guest steps that ran before the VM steps are planned again only for the
-    guests that did not answer then. A change planned now that needs a flag the user did not give is
-    not applied: its guest fails (returned), its other changes are skipped."""
+    VM it (re)started; a guest that still does not answer fails alone (`name (observe)`). Guest steps
+    that ran before the VM steps are planned again only for the guests that did not answer then. A
+    change planned now that needs a flag the user did not give is not applied: its guest fails
+    (returned), its other changes are skipped."""
     cluster = ctx.cluster
     restarting = {s.name for s in STEPS if s.restarts_guest}
     if cluster is None or not cluster.of_role("guest"):

@@ -106,7 +106,8 @@ def build_cluster(runbook: Runbook, state_dir: Path, options: RemoteOptions | No
     cluster = Cluster(runbook, state_dir, command_timeout=runbook.ssh.command_timeout)
     logins: list[tuple[str, SshAccess, tuple[str | int, ...]]] = \
         [(h.name, h.ssh, ("hosts", i, "ssh")) for i, h in enumerate(runbook.hosts) if h.ssh is not None]
-    logins += [(g.vm, g.ssh, ("guests", "hosts", i, "ssh")) for i, g in enumerate(runbook.guests.hosts if runbook.guests else [])]
+    logins += [(g.vm, g.ssh, ("guests", "hosts", i, "ssh"))
+               for i, g in enumerate(runbook.guests.hosts if runbook.guests else [])]
     if options.executor_factory is None:
         check_key_files(runbook, logins)
     for i, host in enumerate(runbook.hosts):

@@ -172,7 +172,8 @@ def test_first_deployment_with_a_guest_not_up_yet(testbed, tmp_path):
             assert unobserved.returncode == 3, unobserved.stdout + unobserved.stderr
             assert "Infrastructure matches the runbook" not in unobserved.stdout
             assert "guest.ssh_mesh" not in unobserved.stdout
-            assert "No changes planned on the targets observed; 1 target(s) not observed: esx-02-vm2" in unobserved.stdout
+            assert "No changes planned on the targets observed; 1 target(s) not observed: esx-02-vm2" \
+                in unobserved.stdout
             assert "warning: esx-02-vm2: guest not observed although its VM runs" in unobserved.stdout
             started = time.monotonic()  # the silent guest delays nothing: its VM runs, untouched
             rest = gpuvm(env, "apply", str(runbook), "--yes")
@@ -222,7 +223,8 @@ def test_an_esxi_shell_down_is_set_aside_and_the_rest_is_planned_applied_and_ver
             applied = gpuvm(env, "apply", str(runbook), "--yes", "--allow-host-reboot")
             assert applied.returncode == 3, applied.stdout + applied.stderr
             assert "esx-01 (not observed): " in applied.stderr and "Traceback" not in applied.stderr
-            assert "skipped esx-01-vm1 (vm.hardware): the ESXi shell of its host esx-01 was not observed" in applied.stderr
+            assert "skipped esx-01-vm1 (vm.hardware): the ESXi shell of its host esx-01 was not observed" \
+                in applied.stderr
             done = {(e["target"], e["step"]) for e in journal(state) if e["status"] == "done"}
             assert ("esx-02", "esxi.ats") in done and ("esx-02-vm1", "vm.hardware") in done
             assert not any(target.startswith("esx-01") for target, _ in done)
