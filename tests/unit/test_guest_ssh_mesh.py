@@ -440,6 +440,18 @@ def test_apply_all_writes_in_parallel_then_verifies_once_failures_by_target(tmp_
     assert "10.0.0.13" not in next(c.command for c in fakes["gpu-vm-01"].calls if VERIFY.search(c.command))
 
 
+def test_apply_all_does_not_blame_the_others_for_a_guest_that_does_not_answer(tmp_path):
+    """Issue 22: one guest away (here, gpuvm cannot log in to it) failed the mesh of three others."""
+    away = verify_answer({"10.0.0.13": "timed out"})
+    responses = {g: {READ: read_response(EMPTY), WRITE: ok("write"), VERIFY: away} for g in ADDRESSES}
+    cluster, fakes = make_cluster(tmp_path, responses=responses)
+    plans = {n: mesh.plan(t, mesh.observe(Context(cluster=cluster), t)) for n, t in cluster.targets.items()}
+    del plans["gpu-vm-03"]
+    fakes["gpu-vm-03"].reachable = False
+    assert mesh.apply_all(Context(cluster=cluster), plans) == {}
+    assert "10.0.0.13" not in next(c.command for c in fakes["gpu-vm-01"].calls if VERIFY.search(c.command))
+
+
 def test_step_shape(tmp_path):
     step = mesh.STEP
     assert (step.name, step.role) == ("guest.ssh_mesh", "guest")
