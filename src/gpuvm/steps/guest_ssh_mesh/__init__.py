@@ -21,7 +21,7 @@ NAME = "guest.ssh_mesh"  # first: the parts below name their errors with it
 
 from dataclasses import dataclass  # noqa: E402
 
-from gpuvm.errors import TargetFailures
+from gpuvm.errors import ConnectError, TargetFailures
 from gpuvm.executors.group import run_parallel
 from gpuvm.steps.guest_ssh_mesh import verify
 from gpuvm.steps.guest_ssh_mesh.files import (IDENTITY, MeshFiles, Peer, config_block, has_key, known_host_lines,
@@ -149,7 +149,8 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]],
         run_parallel(items, lambda item: apply(ctx, item[0], item[1]), workers)
     except TargetFailures as e:
         failures.update(e.failures)
-    _, away = peer_host_keys(cluster)  # a guest that does not answer is its own failure, not its peers'
+    _, silent = peer_host_keys(cluster)  # a guest that does not answer is its own failure, not its peers'
+    away = {n for n, error in silent.items() if isinstance(error, ConnectError)}
     healthy = [n for n in mesh_guests(cluster) if n not in failures and n not in away]
     by_origin: dict[str, list[verify.FailedPair]] = {}
     # called through the module, so that bench/ssh_mesh.py can time it

@@ -13,7 +13,7 @@ import shlex
 
 import paramiko
 
-from gpuvm.errors import ConnectError, GpuvmError, RemoteCommandError
+from gpuvm.errors import GpuvmError, RemoteCommandError
 from gpuvm.executors.known_hosts import read_known_hosts
 from gpuvm.ssh_keys import known_hosts_name
 from gpuvm.steps.guest_ssh_mesh import NAME
@@ -62,8 +62,8 @@ def peer_host_keys(cluster: Cluster) -> tuple[tuple[Peer, ...], dict[str, Except
     for name, target in mesh_guests(cluster).items():
         line = getattr(target.executor, "host_key_line", None)
         try:
-            if line is None:
-                raise ConnectError(f"{name}: {NAME}: the executor cannot tell the host key")
+            if line is None:  # not a connection (a local or scripted executor): no "does not answer"
+                raise GpuvmError(f"{name}: {NAME}: the executor cannot tell the host key")
             _, key_type, key = line().split()[:3]
         except GpuvmError as e:
             unreachable[name] = e
