@@ -39,8 +39,10 @@ def dumps(data: dict[str, Any], indent: int | None = 2) -> str:
 
 
 def plan_fields(plan: Plan) -> dict[str, Any]:
-    """A plan's changes, notes, summary, and the targets not observed (with why)."""
-    return {**plan.to_dict(), "not_observed": dict(plan.unobserved)}
+    """A plan's changes, notes, summary, the targets not observed (with why), and with `--target` the
+    targets with changes left out (with why) and those changes."""
+    return {**plan.to_dict(), "not_observed": dict(plan.unobserved), "left_out": plan.left_out_by_target(),
+            "left_out_changes": [{**entry.change.to_dict(), "why": entry.why} for entry in plan.left_out]}
 
 
 def plan_json(plan: Plan) -> str:
@@ -63,12 +65,12 @@ def inventory_json(inventory: Inventory) -> str:
 
 
 def verify_json(verified: Any = None, drift: Any = None) -> str:
-    """`verify`'s verdict: no drift (`verified`, a runs.Verified), or the drift (a DriftError: its plan,
-    or the guests it could not reach)."""
+    """`verify`'s verdict: no drift (`verified`, a runs.Verified), or the drift (a DriftError with its
+    plan, or a runs.NotObserved: the targets it could not reach, and the drift on the others)."""
     if drift is None:
         return dumps(document("verify", drift=False, changes=[], notes=[], unreachable={},
                               mesh_guests=verified.mesh_guests, message="No drift: infrastructure matches the runbook."))
     plan = getattr(drift, "plan", None) or Plan()
     return dumps(document("verify", drift=True, changes=[c.to_dict() for c in plan.changes],
                           notes=plan.to_dict()["notes"], unreachable=getattr(drift, "down", {}), mesh_guests=None,
-                          message=str(drift)))
+                          message=str(drift), exit_code=drift.exit_code))

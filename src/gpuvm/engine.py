@@ -4,8 +4,11 @@ Steps run in a fixed order: ESXi shells, hosts, the guest steps that a host rebo
 reboot, VMs, then guest OSes. vSphere steps observe through one bulk inventory read; SSH steps
 observe every target in parallel. Within a step targets run in parallel, bounded by `parallel`. A
 failing target does not stop the others; later steps skip the targets that depend on it (the same
-VM or host, or VMs on a failed host). Once VMs have changed, guests are observed and planned again;
-a change planned then that needs a flag not given is refused on its guest, as `check_allowed` would.
+VM or host, or VMs on a failed host). An SSH target that does not answer at plan time is set aside
+(not observed, with why) rather than failing the plan; apply leaves a host whose ESXi shell was not
+observed alone, with its VMs and guests. Once VMs have changed, guests are observed and planned
+again, after waiting only for the guests whose VM this run (re)started; a change planned then that
+needs a flag not given is refused on its guest, as `check_allowed` would.
 """
 
 from __future__ import annotations
@@ -85,14 +88,14 @@ def observe_remote(cluster: Cluster, role: str | None = None, parallel: int = 8)
 
 
 def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[str, str]]:
-    """`observe_remote`, but a guest that does not answer SSH yet (its VM may be off, or booting) is
-    set aside — its steps are planned once its VM runs — instead of failing the run."""
+    """`observe_remote`, but an SSH target that does not answer (a guest whose VM is off or booting,
+    an ESXi shell that is down) is set aside with why, instead of failing the run: the others are
+    planned. A wrong host key is no "not up": it stays an error."""
     try:
         return observe_remote(cluster, parallel=parallel), {}
     except TargetFailures as e:
-        down = {n: str(error) for n, error in e.failures.items()  # a wrong host key is no "not up yet"
-                if isinstance(error, ConnectError) and not isinstance(error, HostKeyError)
-                and cluster.targets[n].role == "guest"}
+        down = {n: str(error) for n, error in e.failures.items()
+                if isinstance(error, ConnectError) and not isinstance(error, HostKeyError)}
         others = {n: error for n, error in e.failures.items() if n not in down}
         if others:
             raise TargetFailures(others, results=e.results) from None
@@ -118,13 +121,11 @@ def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[
 
 def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = None,
               facts: Facts | None = None, unreachable: dict[str, str] | None = None) -> tuple[Plan, Desired]:
-    """The plan reads no history: what gpuvm owns is on the objects (`HostFacts.owned`, intents)."""
+    """The plan reads no history: what gpuvm owns is on the objects (`HostFacts.owned`, intents).
+    SSH targets in `unreachable` (→ why) are not observed: the plan lists them and is incomplete."""
     desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}))
     plan = Plan(notes=list(desired.notes) + outstanding(inventory, desired.hosts, desired.vms),
                 unobserved=dict(unreachable or {}))
-    for guest, reason in (unreachable or {}).items():
-        plan.notes.append(Note(guest, "observe", f"not reachable over SSH yet ({reason}); its guest steps are "
-                                                 "planned when `apply` has its VM running", level="info"))
     if cluster is None and (runbook.guests or any(h.ssh for h in runbook.hosts)):
         plan.notes.append(Note("-", "plan", "SSH steps (ESXi shell, guests) are not planned from a snapshot",
                                level="info"))
@@ -132,7 +133,30 @@ def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = 
     for step in STEPS:
         plan.changes.extend(plan_step(step, ctx, desired, facts or {}))
     plan.notes.extend(reboot_memo.notes(reboot_memo.repeats(plan.changes, inventory)))  # a reboot that did not help
+    roles = {n: t.role for n, t in cluster.targets.items()} if cluster is not None else {}
+    plan.notes += [unobserved_note(name, roles.get(name, "guest"), why, plan, inventory)
+                   for name, why in (unreachable or {}).items()]
     return plan, desired
+
+
+def unobserved_note(name: str, role: str, why: str, plan: Plan, inventory: Inventory) -> Note:
+    """Why an SSH target is not in the plan, and what apply does about it. Only a guest whose VM is
+    off, or that this plan starts, is expected to be away (info); anything else is a warning."""
+    if role == "esxi":
+        return Note(name, "observe", f"ESXi shell not observed ({why}): its ESXi steps are not planned, and "
+                                     f"apply leaves host {name} and its VMs alone until it answers")
+    vm = inventory.vms.get(name)
+    if vm is None or not vm.powered_on:
+        return Note(name, "observe", f"not reachable over SSH yet ({why}); its guest steps are planned when "
+                                     "`apply` has its VM running", level="info")
+    restarts = {s.name for s in STEPS if s.restarts_guest}
+    changing = [c for c in plan.changes if c.target == name and c.step in restarts]
+    if changing:
+        return Note(name, "observe", f"guest not observed although its VM runs ({why}), and its VM is planned "
+                                     f"to change ({len(changing)} change(s)): apply changes the VM, waits for "
+                                     "its SSH, then plans its guest steps")
+    return Note(name, "observe", f"guest not observed although its VM runs ({why}): its guest steps are not "
+                                 "planned, and apply does not wait for it")
 
 
 def check_allowed(plan: Plan, desired: Desired, allow_power_off: bool, allow_host_reboot: bool,
@@ -165,16 +189,29 @@ class Outcome:
     done: dict[str, list[Change]] = field(default_factory=dict)  # target → changes done
     failed: dict[str, GpuvmError | Exception] = field(default_factory=dict)  # "target (step)" → error
     skipped: dict[str, str] = field(default_factory=dict)
+    observed: set[str] = field(default_factory=set)  # guests observed again during the run
     seconds: float = 0.0
 
 
-def _blocked(target: str, failed_targets: set[str], desired: Desired) -> str | None:
+def _blocked(target: str, failed_targets: set[str], desired: Desired, unseen_hosts: set[str]) -> str | None:
     if target in failed_targets:
         return f"an earlier step failed on {target}"
     host = desired.vms[target].host if target in desired.vms else None
     if host in failed_targets:
         return f"its host {host} failed"
+    if target in unseen_hosts:
+        return f"the ESXi shell of {target} was not observed (its ESXi steps could not be planned)"
+    if host in unseen_hosts:
+        return f"the ESXi shell of its host {host} was not observed"
     return None
+
+
+def _unseen_hosts(ctx: Context) -> set[str]:
+    """Hosts whose ESXi shell did not answer at plan time: what they need there is unknown, so none
+    of their changes (nor their VMs' and guests') are made; the other hosts go on."""
+    if ctx.cluster is None:
+        return set()
+    return {name for name in ctx.unreachable if name in ctx.cluster.of_role("esxi")}
 
 
 class _Runner:
@@ -273,6 +310,7 @@ def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, par
 def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int,
                  progress: Progress | None, outcome: Outcome, keep: Keep | None) -> None:
     failed_targets: set[str] = set()
+    unseen_hosts = _unseen_hosts(ctx)
     attempted: set[int] = set()  # ids of the changes carried out (or tried): each at most once
     for step in _run_order():
         check_lease(ctx, f"step {step.name}" if step else "observing the guests again")
@@ -286,7 +324,7 @@ def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, p
                 by_target.setdefault(change.target, []).append(change)
         runnable = {}
         for target, changes in by_target.items():
-            reason = _blocked(target, failed_targets, desired)
+            reason = _blocked(target, failed_targets, desired, unseen_hosts)
             if reason:
                 outcome.skipped[f"{target} ({step.name})"] = reason
                 journal.record_all("skipped", list(changes), reason=reason)
@@ -316,19 +354,21 @@ def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, p
 def _replan_guests(plan: Plan, desired: Desired, ctx: Context, journal: Journal, outcome: Outcome, parallel: int,
                    progress: Progress | None, keep: Keep | None) -> set[str]:
     """Guests are observed again once a step that restarts them changed their VM (a host reboot stops
-    its VMs), or if some did not answer at plan time: they may just have booted, so gpuvm first waits
-    for their SSH to come up. Guest steps that ran before the VM steps are planned again only for the
-    guests that did not answer then. A change planned now that needs a flag the user did not give is
-    not applied: its guest fails (returned), its other changes are skipped."""
+    its VMs), or if some did not answer at plan time. gpuvm first waits for the SSH of the guests whose
+    VM it (re)started; a guest that still does not answer fails alone (`name (observe)`). Guest steps
+    that ran before the VM steps are planned again only for the guests that did not answer then. A
+    change planned now that needs a flag the user did not give is not applied: its guest fails
+    (returned), its other changes are skipped."""
     cluster = ctx.cluster
     restarting = {s.name for s in STEPS if s.restarts_guest}
     if cluster is None or not cluster.of_role("guest"):
         return set()
     rebooted = {t for t, changes in outcome.done.items() if any(c.step in restarting for c in changes)}
-    if not rebooted and not ctx.unreachable:
+    if not rebooted and not set(ctx.unreachable) & set(cluster.of_role("guest")):
         return set()
-    booting = (set(ctx.unreachable) | rebooted) & set(cluster.of_role("guest"))
-    _wait_for_ssh(cluster, booting, ctx.options.guest_boot_timeout, progress)
+    # Waiting is per target: only a guest whose VM this run (re)started is given boot_timeout to answer.
+    # One that did not answer although its VM ran untouched is tried once more, below, not waited for.
+    _wait_for_ssh(cluster, rebooted & set(cluster.of_role("guest")), ctx.options.guest_boot_timeout, progress)
     early = {s.name for s in _early_guest_steps()}
     guest_steps = [s for s in STEPS if s.role == "guest"]
     late = {s.name for s in guest_steps} - early
@@ -340,6 +380,7 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, journal: Journal,
             if keep is None or keep.covers(name):
                 outcome.failed[f"{name} (observe)"] = error
         facts = _facts_of(e.results)
+    outcome.observed |= {target for _, target in facts}
     again = [c for step in guest_steps for c in plan_step(step, ctx, desired, facts)
              if step.name in late or c.target in ctx.unreachable]
     again = keep.keep(again) if keep else again

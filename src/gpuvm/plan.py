@@ -63,15 +63,41 @@ class Note:
     level: str = "warning"
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """A change on a target given with `--target` that is not carried out now, and why (it waits on
+    a target not given). It is still drift: it counts, and is listed."""
+
+    change: Change
+    why: str
+
+
 @dataclass
 class Plan:
     changes: list[Change] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
     unobserved: dict[str, str] = field(default_factory=dict)  # targets that could not be read → why
+    left_out: list[LeftOut] = field(default_factory=list)  # `--target`: changes in scope not carried out now
 
     @property
     def empty(self) -> bool:
+        """Nothing to carry out (there may still be changes left out, or targets not observed)."""
         return not self.changes
+
+    @property
+    def complete(self) -> bool:
+        """Every target in scope observed, and nothing in scope left out: only then can "no changes"
+        mean the infrastructure matches the runbook."""
+        return not self.unobserved and not self.left_out
+
+    def left_out_by_target(self) -> dict[str, str]:
+        """Targets with changes left out → why (their reasons joined)."""
+        why: dict[str, list[str]] = {}
+        for left in self.left_out:
+            reasons = why.setdefault(left.change.target, [])
+            if left.why not in reasons:
+                reasons.append(left.why)
+        return {target: "; ".join(reasons) for target, reasons in why.items()}
 
     def for_step(self, step: str) -> list[Change]:
         return [c for c in self.changes if c.step == step]
@@ -94,5 +120,6 @@ class Plan:
                 "vm_destroy": len(self.disruptive(Disruption.VM_DESTROY)),
                 "pending": sum(1 for c in self.changes if c.pending),
                 "not_observed": len(self.unobserved),
+                "left_out": len(self.left_out),
             },
         }

@@ -82,12 +82,26 @@ def grouped_lines(changes: Sequence[Change]) -> list[str]:
     return lines
 
 
+def _incomplete(plan: Plan) -> str:
+    """What keeps a plan from being the whole truth: changes left out, targets not observed."""
+    parts = []
+    if plan.left_out:
+        by_target = plan.left_out_by_target()
+        parts.append(f"{len(plan.left_out)} change(s) left out on {len(by_target)} target(s): {listed(by_target)}")
+    if plan.unobserved:
+        parts.append(f"{len(plan.unobserved)} target(s) not observed: {listed(plan.unobserved)}")
+    return "; ".join(parts)
+
+
 def plan_summary(plan: Plan) -> str:
-    """One line. A plan that could not observe every target never reads as "no changes"."""
-    unseen = f"{len(plan.unobserved)} target(s) not observed: {listed(plan.unobserved)}"
+    """One line. A plan that left changes out (`--target`) or could not observe every target never
+    reads as "no changes"."""
+    missing = _incomplete(plan)
     if plan.empty:
-        return f"No changes planned on the targets observed; {unseen}. The plan is incomplete." \
-            if plan.unobserved else NO_CHANGES
+        if not missing:
+            return NO_CHANGES
+        nothing = "No changes to carry out" if plan.left_out else "No changes planned on the targets observed"
+        return f"{nothing}; {missing}. The plan is incomplete."
     power = len(plan.disruptive(Disruption.VM_POWER_OFF))
     reboot = len(plan.disruptive(Disruption.HOST_REBOOT))
     pending = sum(1 for c in plan.changes if c.pending)
@@ -97,18 +111,30 @@ def plan_summary(plan: Plan) -> str:
     marked = ", ".join(m for m in marks if m)
     summary = f"Plan: {len(plan.changes)} change(s) on {len(plan.targets())} target(s)" + \
         (f" ({marked})." if marked else ".")
-    return summary + (f" {unseen}." if plan.unobserved else "")
+    return summary + (f" {missing}." if missing else "")
+
+
+def left_out_lines(plan: Plan) -> list[str]:
+    """The changes left out (`--target`), grouped by target, each target with why."""
+    why = plan.left_out_by_target()
+    lines = ["Left out (not carried out with this --target; still drift):"]
+    for line in grouped_lines([entry.change for entry in plan.left_out]):
+        lines.append(f"{line} — {why[line]}" if line in why else line)
+    return lines
 
 
 def print_plan(console: Console, plan: Plan, form: str = "text") -> None:
     """The plan grouped by target, one line per change (`form` "text"), or as one table ("table");
-    then its notes and the summary. Plain text, so that 10,000 changes print in a blink."""
+    then what was left out, the notes (a target not observed has one, saying why) and the summary. Plain text, so that
+    10,000 changes print in a blink."""
     if not plan.empty and form == "table":
         rows = [(c.step, c.target, c.resource, c.field, _value(c.before), _value(c.after),
                  ("! " + c.disruption_label) if c.disruption != Disruption.NONE else "") for c in plan.changes]
         console.print(table(None, ["step", "target", "resource", "field", "before", "after", "disruption"], rows))
     elif not plan.empty:
         _write(console, redact("\n".join(grouped_lines(plan.changes))))
+    if plan.left_out:
+        _write(console, redact("\n".join(left_out_lines(plan))))
     for note in plan.notes:
         console.print(f"[yellow]{note.level}[/]: {escape(note.target)}: {escape(redact(note.message))}",
                       highlight=False, markup=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_reachable, raise_failures
-from gpuvm.errors import ConnectError, DriftError
+from gpuvm.errors import ConnectError, DriftError, TargetFailures
 from gpuvm.journal import Journal, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.outstanding import STEP as OUTSTANDING
@@ -164,6 +164,26 @@ class Applied:
         if self.outcome is not None:
             raise_failures(self.outcome)
 
+    @property
+    def unobserved(self) -> dict[str, str]:
+        """Targets in scope not observed to the end (→ why), other than those that failed: ESXi shells
+        that did not answer, guests whose observation failed at plan time and never ran again."""
+        observed = self.outcome.observed if self.outcome else set()
+        failed = self.failed
+        return {name: why for name, why in self.plan.unobserved.items()
+                if name not in observed and f"{name} (observe)" not in failed}
+
+    def raise_for_outcome(self) -> None:
+        """`apply`'s verdict, the worst outcome first: targets failed or not observed (TargetFailures:
+        the failures' exit code, 3 when all are connections), then changes left out by `--target`
+        (LeftOutDrift, 5: the targets do not match the runbook yet). Nothing raised: they match."""
+        problems: dict[str, Exception] = {**self.failed, **{f"{name} (not observed)": ConnectError(why)
+                                                              for name, why in self.unobserved.items()}}
+        if problems:
+            raise TargetFailures(problems)
+        if self.plan.left_out:
+            raise LeftOutDrift(self.plan)
+
 
 def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
                   allow_destroy: bool = False, allow_repeat_reboot: bool = False,
@@ -238,13 +258,27 @@ class PlanDrift(DriftError):
         self.plan = plan
 
 
-class GuestsDown(DriftError):
-    """`verify` could not reach some guests over SSH: `down` names them, with why."""
+class LeftOutDrift(DriftError):
+    """`apply --target` left changes out (they wait on targets not given): the targets given do not
+    match the runbook yet."""
 
-    def __init__(self, down: dict[str, str]):
-        super().__init__("drift: guest(s) not reachable over SSH:\n  " +
-                         "\n  ".join(f"{name}: {reason}" for name, reason in down.items()))
-        self.down = dict(down)
+    def __init__(self, plan: Plan):
+        by_target = plan.left_out_by_target()
+        super().__init__(f"drift remains: {len(plan.left_out)} change(s) left out on {len(by_target)} target(s):\n  "
+                         + "\n  ".join(f"{name}: {why}" for name, why in by_target.items())
+                         + "\ntarget those too (or run without --target) to apply them")
+        self.plan = plan
+
+
+class NotObserved(ConnectError):
+    """`verify` could not observe some targets in scope (an SSH target did not answer): its verdict is
+    incomplete, exit 3. `plan` holds the drift found on the others, `down` the targets, with why."""
+
+    def __init__(self, plan: Plan):
+        self.plan, self.down = plan, dict(plan.unobserved)
+        drift = f"; drift on the targets observed: {len(plan.changes)} change(s)" if plan.changes else ""
+        super().__init__(f"{len(self.down)} target(s) not observed{drift}:\n  "
+                         + "\n  ".join(f"{name}: {reason}" for name, reason in self.down.items()))
 
 
 @dataclass(frozen=True)
@@ -263,8 +297,9 @@ def _drift_message(plan: Plan, held: list[Note], runbook: Path) -> str:
 
 
 def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targets: Sequence[str] = ()) -> Verified:
-    """Raise DriftError when the world differs from the runbook: a guest that does not answer SSH,
-    or changes to make (PlanDrift, with the plan). With an SSH mesh, every ordered pair of guests
+    """Raise when the world differs from the runbook, or cannot be told: NotObserved (exit 3) when an
+    SSH target in scope did not answer (with the drift found on the others), else PlanDrift (exit 5,
+    with the plan) when there are changes to make. With an SSH mesh, every ordered pair of guests
     must log in with the mesh key (else RemoteCommandError naming the pairs). `targets`: only those
     hosts, VMs and guests (the mesh's pairs are checked when every guest is targeted)."""
     book = select_setup(load_runbook(runbook), setup)
@@ -272,12 +307,12 @@ def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targ
     inventory = observe_inventory(book, access)
     chosen = selection.targets(inventory) if selection else None
     with remote(book, access) as (cluster, facts, down):
-        if down := {name: why for name, why in down.items() if chosen is None or name in chosen}:
-            raise GuestsDown(down)
-        plan, _ = make_plan(book, inventory, cluster, facts)
+        plan, _ = make_plan(book, inventory, cluster, facts, down)
         if selection is not None:
             plan = selection.drift(plan, inventory)
         held = [note for note in plan.notes if note.step == OUTSTANDING]  # an interrupted run's unfinished acts
+        if plan.unobserved:
+            raise NotObserved(plan)
         if not plan.empty or held:
             raise PlanDrift(_drift_message(plan, held, runbook), plan)
         mesh = book.guests and book.guests.ssh_mesh and book.guests.ssh_mesh.enabled

@@ -2,7 +2,8 @@
 
 A host implies its VMs and their guests (and its ESXi shell); a VM implies its guest (guests are
 named after their VM). What the targets left out would have to do first is never half-done: a
-change that depends on one is left out with it, and a note says what was left out and why.
+change that depends on one is left out with it. What is left out is listed in the plan with why
+(`Plan.left_out`) and counts: such a plan never reads "No changes" (see `gpuvm.render`).
 
 A change depends on a target outside the selection when:
 
@@ -26,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuvm.errors import InputError
-from gpuvm.plan import Change, Disruption, Note, Plan
+from gpuvm.errors import InputError, listed
+from gpuvm.plan import Change, Disruption, LeftOut, Note, Plan
 from gpuvm.runbook.model import Runbook
 from gpuvm.vsphere.facts import Inventory
 
@@ -115,16 +116,17 @@ def _whole_target_reasons(by_target: dict[str, list[Change]], inside: set[str], 
         if host is None or host in inside:
             continue
         if host in by_target and _needs_host(changes):
-            reasons[name] = f"its changes need the {len(by_target[host])} change(s) planned on its host {host}"
+            reasons[name] = f"waits on host {host} ({len(by_target[host])} change(s) planned there), not targeted"
             continue
         others = sorted(vm for vm in on_hosts.get(host, ()) if vm != name and vm not in inside)
         removing = [o for o in others if _removes_devices(by_target.get(o, []))]
         if _adds_devices(changes) and removing:
-            reasons[name] = f"its new devices need devices removed from {', '.join(removing)} first"
+            reasons[name] = f"its new devices wait on devices removed from {', '.join(removing)}, not targeted"
             continue
         holders = [c.target for o in others for c in by_target.get(o, []) if _frees_gpu_for(c) == name]
         if holders:
-            reasons[name] = f"its power-on needs {', '.join(holders)} powered off (its dynamic DirectPath holds a GPU {name} names)"
+            reasons[name] = (f"its power-on waits on {', '.join(holders)} powered off (its dynamic DirectPath holds "
+                             f"a GPU {name} names), not targeted")
     return reasons
 
 
@@ -171,9 +173,9 @@ class Scope:
         """The selection's targets on this inventory (`Selection.targets`)."""
         return self._indexed()[0]
 
-    def narrow_changes(self, changes: Sequence[Change]) -> tuple[list[Change], list[Note]]:
-        """The changes on the selected targets that depend on nothing outside them, and notes saying
-        what was left out."""
+    def narrow_changes(self, changes: Sequence[Change]) -> tuple[list[Change], list[Note], list[LeftOut]]:
+        """The changes on the selected targets that depend on nothing outside them; a note about the
+        changes outside the selection; and the changes inside left out, each with why."""
         by_target: dict[str, list[Change]] = {}
         for change in changes:
             by_target.setdefault(change.target, []).append(change)
@@ -185,23 +187,17 @@ class Scope:
             inside -= reasons.keys()
             whole |= reasons
         self.left_out |= whole.keys()
-        notes = [Note(name, NOTE_STEP, f"left out ({len(by_target[name])} change(s)): {why}; "
-                                       "target that too to include them") for name, why in whole.items()]
-        left = _change_reasons(by_target, inside)
-        grouped: dict[tuple[str, str, str], int] = {}
-        for change, why in left:
-            key = (change.target, change.step, why)
-            grouped[key] = grouped.get(key, 0) + 1
-        notes += [Note(target, NOTE_STEP, f"{step} left out ({count} change(s)): {why}")
-                  for (target, step, why), count in grouped.items()]
-        dropped = {id(c) for c, _ in left}
+        left = [LeftOut(c, why) for name, why in whole.items() for c in by_target[name]]
+        left += [LeftOut(c, why) for c, why in _change_reasons(by_target, inside)]
+        dropped = {id(entry.change) for entry in left}
         kept = [c for c in changes if c.target in inside and id(c) not in dropped]
-        outside = sorted(t for t in by_target if t not in inside and t not in whole)
+        notes = []
+        outside = sorted(t for t in by_target if t not in inside and t not in whole and t not in targets)
         if outside:
             count = sum(len(by_target[t]) for t in outside)
-            notes.append(Note("-", NOTE_STEP, f"not targeted: {count} change(s) on {', '.join(outside)}",
+            notes.append(Note("-", NOTE_STEP, f"not targeted: {count} change(s) on {listed(outside)}",
                               level="info"))
-        return kept, notes
+        return kept, notes, left
 
     def keep(self, changes: Sequence[Change]) -> list[Change]:
         """What apply plans again (guests observed after their VM changed), narrowed the same way."""
@@ -211,8 +207,11 @@ class Scope:
         return target in self.targets() and target not in self.left_out
 
     def narrow(self, plan: Plan) -> Plan:
-        kept, notes = self.narrow_changes(plan.changes)
+        """The plan on the selection: what is left out of it is listed (`Plan.left_out`) and counts;
+        a target in the selection that could not be observed counts, left out or not."""
+        kept, notes, left = self.narrow_changes(plan.changes)
         inside = self.targets()
         return replace(plan, changes=kept, notes=[n for n in plan.notes if n.target in inside or n.target == "-"]
-                       + notes, unobserved={n: why for n, why in plan.unobserved.items() if self.covers(n)})
+                       + notes, left_out=[*plan.left_out, *left],
+                       unobserved={n: why for n, why in plan.unobserved.items() if n in inside})
 

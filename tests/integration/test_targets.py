@@ -1,5 +1,6 @@
-"""`--target` against the simulator: a VM whose devices wait for its host is left out whole, saying
-so; a host brings its VMs; apply on one host leaves the other untouched; an unknown name is exit 2."""
+"""`--target` against the simulator: a VM whose devices wait for its host is left out whole, its
+changes listed and counted by plan, apply and verify alike; a host brings its VMs; apply on one
+host leaves the other untouched; an unknown name is exit 2."""
 
 from __future__ import annotations
 
@@ -32,12 +33,22 @@ def test_targets_narrow_plan_apply_and_verify(monkeypatch, tmp_path):
         unknown = gpuvm("plan", lab, "--target", "esx-01", "--target", "esx-07")
         assert unknown.exit_code == 2 and "--target esx-07: no host, VM or guest of that name" in unknown.stderr
 
-        alone = gpuvm("plan", lab, "--target", "esx-01-vm1", "--json")  # its GPUs wait for esx-01's reboot
-        assert alone.exit_code == 0, alone.stderr
+        # its GPUs wait for esx-01's reboot: nothing to carry out, but its changes are listed, and count
+        alone = gpuvm("plan", lab, "--target", "esx-01-vm1", "--json", "--detailed-exitcode")
+        assert alone.exit_code == 2, alone.stderr
         plan = json.loads(alone.stdout)
-        assert plan["changes"] == []
-        [left] = [n for n in plan["notes"] if n["step"] == "target" and n["target"] == "esx-01-vm1"]
-        assert left["message"].startswith("left out (") and "planned on its host esx-01" in left["message"]
+        assert plan["changes"] == [] and plan["summary"]["left_out"] == len(plan["left_out_changes"]) > 0
+        assert {c["target"] for c in plan["left_out_changes"]} == {"esx-01-vm1"}
+        assert plan["left_out"]["esx-01-vm1"].startswith("waits on host esx-01 (")
+        shown = gpuvm("plan", lab, "--target", "esx-01-vm1", "--detailed-exitcode")
+        assert shown.exit_code == 2 and "Infrastructure matches" not in shown.stdout
+        assert "esx-01-vm1 — waits on host esx-01 (" in shown.stdout and "), not targeted" in shown.stdout
+        assert f"{plan['summary']['left_out']} change(s) left out on 1 target(s): esx-01-vm1" in shown.stdout
+        nothing = gpuvm("apply", lab, "--target", "esx-01-vm1", "--yes")  # applies nothing: drift remains
+        assert nothing.exit_code == 5, nothing.stdout + nothing.stderr
+        assert "Infrastructure matches" not in nothing.stdout and "waits on host esx-01" in nothing.stdout
+        assert "drift remains" in nothing.stderr and "esx-01-vm1: waits on host esx-01" in nothing.stderr
+        assert gpuvm("verify", lab, "--target", "esx-01-vm1").exit_code == 5  # the three agree
 
         host = gpuvm("plan", lab, "--target", "esx-01", "--json")
         assert targets(host) == {"esx-01", "esx-01-vm1", "esx-01-vm2"}

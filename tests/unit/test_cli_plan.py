@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from gpuvm import runs
 from gpuvm.cli.main import app
-from gpuvm.plan import Change, Plan
+from gpuvm.plan import Change, LeftOut, Plan
 
 CHANGE = Change("vm.hardware", "train-01", "vm", "cpus", 4, 8)
 DOWN = {"gpu-vm-02": "cannot connect to 10.0.0.12:22"}
@@ -19,7 +19,9 @@ DOWN = {"gpu-vm-02": "cannot connect to 10.0.0.12:22"}
     (Plan(), 0, "No changes. Infrastructure matches the runbook."),
     (Plan(changes=[CHANGE]), 2, "Plan: 1 change(s) on 1 target(s)."),
     (Plan(unobserved=DOWN), 3, "1 target(s) not observed: gpu-vm-02. The plan is incomplete."),
-    (Plan(changes=[CHANGE], unobserved=DOWN), 2, "1 target(s) not observed: gpu-vm-02."),
+    (Plan(changes=[CHANGE], unobserved=DOWN), 3, "1 target(s) not observed: gpu-vm-02."),  # worst first
+    (Plan(left_out=[LeftOut(CHANGE, "waits on host esx-01 (1 change(s) planned there), not targeted")]), 2,
+     "No changes to carry out; 1 change(s) left out on 1 target(s): train-01. The plan is incomplete."),
 ])
 def test_detailed_exitcode(mocker, plan, code, says):
     mocker.patch.object(runs, "plan_runbook", return_value=plan)
@@ -33,12 +35,14 @@ def test_detailed_exitcode(mocker, plan, code, says):
     (Plan(changes=[CHANGE]), 0),
     (Plan(unobserved=DOWN), 3),
     (Plan(changes=[CHANGE], unobserved=DOWN), 3),
+    (Plan(left_out=[LeftOut(CHANGE, "waits on host esx-01, not targeted")]), 0),
 ])
 def test_an_incomplete_plan_is_not_a_success(mocker, plan, code):
     mocker.patch.object(runs, "plan_runbook", return_value=plan)
     result = CliRunner().invoke(app, ["plan", "lab.yaml"])
     assert result.exit_code == code, result.output
-    assert ("The plan is incomplete" in result.output or "not observed: gpu-vm-02" in result.output) == (code == 3)
+    assert ("not observed: gpu-vm-02" in result.output) == (code == 3)
+    assert ("No changes. Infrastructure matches" in result.output) == (plan.complete and not plan.changes)
 
 
 def test_target_names_reach_the_library(mocker):

@@ -328,6 +328,23 @@ def test_observe_skips_an_unreachable_peer_and_names_a_missing_user(tmp_path):
         mesh.observe(Context(cluster=cluster), cluster.targets["gpu-vm-01"])
 
 
+def test_a_peer_briefly_away_stays_in_the_peer_sets_with_the_key_gpuvm_last_verified(tmp_path):
+    """Issue 22: one guest down must not rewrite every other guest's mesh to the peers that answer.
+    A guest gpuvm never verified has no key to give the others: it is left out until it answers."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    public = ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    cluster, _ = make_cluster(tmp_path, responses={g: {READ: read_response(EMPTY)} for g in ADDRESSES},
+                              unreachable=("gpu-vm-03",))
+    context, target = Context(cluster=cluster), cluster.targets["gpu-vm-01"]
+    assert mesh.observe(context, target).peers == ALL[:2]  # never verified: nothing to trust yet
+    (cluster.state_dir / "known_hosts").write_text(f"{ADDRESSES['gpu-vm-03']} {public}\n")
+    key_type, blob = public.split()
+    assert mesh.observe(context, target).peers == (*ALL[:2], Peer("gpu-vm-03", "10.0.0.13", 22, key_type, blob))
+
+
 def _written(call) -> dict[str, tuple[bytes, int]]:
     with tarfile.open(fileobj=io.BytesIO(call.stdin)) as tar:
         return {m.name: (tar.extractfile(m).read(), m.mode) for m in tar.getmembers()}
@@ -420,6 +437,18 @@ def test_apply_all_writes_in_parallel_then_verifies_once_failures_by_target(tmp_
     # gpu-vm-03 failed to write: it is left out of the verification, on both sides
     assert [c.command.split("\n")[0] for c in fakes["gpu-vm-03"].calls].count("set -e") == 1
     assert not any(VERIFY.search(c.command) for c in fakes["gpu-vm-03"].calls)
+    assert "10.0.0.13" not in next(c.command for c in fakes["gpu-vm-01"].calls if VERIFY.search(c.command))
+
+
+def test_apply_all_does_not_blame_the_others_for_a_guest_that_does_not_answer(tmp_path):
+    """Issue 22: one guest away (here, gpuvm cannot log in to it) failed the mesh of three others."""
+    away = verify_answer({"10.0.0.13": "timed out"})
+    responses = {g: {READ: read_response(EMPTY), WRITE: ok("write"), VERIFY: away} for g in ADDRESSES}
+    cluster, fakes = make_cluster(tmp_path, responses=responses)
+    plans = {n: mesh.plan(t, mesh.observe(Context(cluster=cluster), t)) for n, t in cluster.targets.items()}
+    del plans["gpu-vm-03"]
+    fakes["gpu-vm-03"].reachable = False
+    assert mesh.apply_all(Context(cluster=cluster), plans) == {}
     assert "10.0.0.13" not in next(c.command for c in fakes["gpu-vm-01"].calls if VERIFY.search(c.command))
 
 

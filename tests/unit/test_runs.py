@@ -50,15 +50,16 @@ def world(mocker, monkeypatch, tmp_path):
     return state
 
 
-def test_verify_calls_unreachable_guests_drift_without_planning(world, mocker):
-    world.down = {"train-01": "connection refused", "train-02": "timed out"}
-    make_plan = mocker.patch.object(runs, "make_plan")
-    with pytest.raises(DriftError) as caught:
+def test_verify_with_targets_not_observed_is_incomplete_and_still_reports_the_drift_found(world, mocker):
+    world.down = {"train-01": "connection refused", "esx-01": "Error reading SSH protocol banner"}
+    plan = Plan(changes=[CHANGE], unobserved=dict(world.down))
+    make_plan = mocker.patch.object(runs, "make_plan", return_value=(plan, None))
+    with pytest.raises(runs.NotObserved) as caught:
         runs.verify_runbook(RUNBOOK, runs.Access())
-    assert str(caught.value) == ("drift: guest(s) not reachable over SSH:\n"
-                                 "  train-01: connection refused\n  train-02: timed out")
-    assert caught.value.exit_code == 5
-    make_plan.assert_not_called()
+    assert str(caught.value) == ("2 target(s) not observed; drift on the targets observed: 1 change(s):\n"
+                                 "  train-01: connection refused\n  esx-01: Error reading SSH protocol banner")
+    assert caught.value.exit_code == 3 and caught.value.plan is plan
+    assert make_plan.call_args.args[4] == world.down  # what answered is planned: the rest is not lost
 
 
 def test_verify_calls_changes_drift_and_carries_the_plan(world, mocker):

@@ -3,6 +3,7 @@ dependencies on targets left out (gpuvm.targeting)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,12 @@ def notes(plan: Plan) -> dict[str, str]:
     return {n.target: n.message for n in plan.notes if n.step == "target"}
 
 
+def left(plan: Plan) -> dict[str, str]:
+    """Targets with changes left out → why, and how many: `why (N)`."""
+    counts = Counter(entry.change.target for entry in plan.left_out)
+    return {target: f"{why} ({counts[target]})" for target, why in plan.left_out_by_target().items()}
+
+
 def test_no_target_is_the_whole_plan_and_unknown_names_are_refused_naming_them():
     assert select(load_runbook(LAB), []) is None
     with pytest.raises(InputError) as refused:
@@ -46,23 +53,26 @@ def test_a_host_brings_its_vms_and_guests_but_not_the_mesh_the_other_guests_need
     on_host = [c for c in whole.changes if c.target in plan.targets() and c.step != "guest.ssh_mesh"]
     assert plan.changes == on_host  # the host's reboot waits for exactly the changes it waited for
     assert not plan.for_step("guest.ssh_mesh")
-    said = notes(plan)
-    assert said["esx-01-vm1"].startswith("guest.ssh_mesh left out (4 change(s)): the SSH mesh is one key")
+    said = left(plan)
+    assert said["esx-01-vm1"].startswith("the SSH mesh is one key") and said["esx-01-vm1"].endswith("(4)")
     assert "esx-02-vm1, esx-02-vm2 (not targeted) need mesh changes too" in said["esx-01-vm1"]
-    assert said["-"].startswith("not targeted: ") and "on esx-02, esx-02-vm1, esx-02-vm2" in said["-"]
+    assert [e.change for e in plan.left_out] == [c for c in whole.changes if c.step == "guest.ssh_mesh"
+                                                 and c.target in ("esx-01-vm1", "esx-01-vm2")]
+    assert notes(plan)["-"].startswith("not targeted: ") and "on esx-02, esx-02-vm1, esx-02-vm2" in notes(plan)["-"]
     assert [n.target for n in plan.notes if n.step == "resolve"] == ["esx-01-vm2"]  # its topology warning kept
 
 
 def test_every_guest_targeted_keeps_the_mesh():
     plan = narrowed(demo_plan(), "esx-01", "esx-02")
-    assert plan.changes == demo_plan().changes and not notes(plan)
+    assert plan.changes == demo_plan().changes and not notes(plan) and plan.complete
 
 
 def test_a_vm_whose_devices_wait_for_its_host_is_left_out_whole_and_says_why():
     plan = narrowed(demo_plan(), "esx-01-vm1")
     assert plan.empty  # its GPUs are not passthrough-active until esx-01 reboots: nothing half-done
-    assert notes(plan)["esx-01-vm1"].startswith("left out (22 change(s)): its changes need the 8 change(s) "
-                                                "planned on its host esx-01")
+    assert not plan.complete  # ... and the plan says so: its changes are listed, left out, and count
+    assert left(plan) == {"esx-01-vm1": "waits on host esx-01 (8 change(s) planned there), not targeted (22)"}
+    assert [e.change for e in plan.left_out] == [c for c in demo_plan().changes if c.target == "esx-01-vm1"]
 
 
 def test_a_vm_whose_host_has_nothing_to_do_is_planned_alone():
@@ -83,8 +93,7 @@ def test_an_image_copied_from_a_builder_left_out_that_builds_it_now_is_left_out(
     copy = _change("guest.docker", "esx-02-vm2", PlaceImage("dl:1", "copy", "esx-01-vm1"), resource="image")
     plan = narrowed(Plan(changes=[build, copy]), "esx-02-vm2")
     assert plan.empty
-    assert notes(plan)["esx-02-vm2"] == ("guest.docker left out (1 change(s)): its image is copied from "
-                                         "esx-01-vm1, which builds it in this run")
+    assert left(plan) == {"esx-02-vm2": "its image is copied from esx-01-vm1, which builds it in this run (1)"}
     built = narrowed(Plan(changes=[copy]), "esx-02-vm2")  # the builder has the image already
     assert built.changes == [copy]
 
@@ -95,8 +104,7 @@ def test_a_gpu_moving_from_a_vm_left_out_leaves_the_vm_that_gets_it_out():
     add = _change("vm.hardware", "esx-01-vm1", AddDevice(None, "uuid"))  # type: ignore[arg-type]
     plan = narrowed(Plan(changes=[remove, add]), "esx-01-vm1")
     assert plan.empty
-    assert notes(plan)["esx-01-vm1"].startswith("left out (1 change(s)): its new devices need devices removed "
-                                                "from esx-01-vm2 first")
+    assert left(plan) == {"esx-01-vm1": "its new devices wait on devices removed from esx-01-vm2, not targeted (1)"}
     both = narrowed(Plan(changes=[remove, add]), "esx-01-vm1", "esx-01-vm2")
     assert both.changes == [remove, add]
 
@@ -106,19 +114,21 @@ def test_a_gpu_held_by_a_dynamic_vm_both_ways():
                    disruption=Disruption.VM_POWER_OFF)
     power = _change("vm.power", "esx-02-vm1", SetPower("on"), resource="vm")
     named = narrowed(Plan(changes=[free, power]), "esx-02-vm1")  # its power-on needs the holder off
-    assert named.empty and "needs esx-02-vm2 powered off" in notes(named)["esx-02-vm1"]
+    assert named.empty and "waits on esx-02-vm2 powered off" in left(named)["esx-02-vm1"]
     holder = narrowed(Plan(changes=[free, power]), "esx-02-vm2")  # no power-off for a VM left out
     assert holder.empty
-    assert notes(holder)["esx-02-vm2"] == ("vm.power left out (1 change(s)): it powers esx-02-vm2 off to free "
-                                           "a GPU for esx-02-vm1, which is not targeted")
+    assert left(holder) == {"esx-02-vm2": "it powers esx-02-vm2 off to free a GPU for esx-02-vm1, which is not "
+                                          "targeted (1)"}
 
 
 def test_what_apply_plans_again_stays_narrowed_and_unobserved_guests_outside_do_not_count():
     whole = demo_plan()
-    whole.unobserved = {"esx-02-vm1": "connection refused", "esx-01-vm2": "connection refused"}
+    whole.unobserved = {"esx-02-vm1": "connection refused", "esx-01-vm2": "connection refused",
+                        "esx-01": "banner timeout"}
     scope = Scope(select(load_runbook(LAB), ["esx-01-vm1", "esx-01-vm2", "esx-02"]), DEMO)
     plan = scope.narrow(whole)
-    assert plan.unobserved == {"esx-02-vm1": "connection refused"}  # esx-01-vm2 is left out whole
+    # esx-01-vm2 is left out whole, but it is targeted: not observed, it counts; esx-01 is not targeted
+    assert plan.unobserved == {"esx-02-vm1": "connection refused", "esx-01-vm2": "connection refused"}
     assert set(plan.targets()) == {"esx-02", "esx-02-vm1", "esx-02-vm2"}  # esx-01's VMs wait for esx-01
     again = [c for c in whole.changes if c.step.startswith("guest.") and c.step != "guest.nic_ats"]
     assert {c.target for c in scope.keep(again)} == {"esx-02-vm1", "esx-02-vm2"}
@@ -140,4 +150,4 @@ def test_a_host_brings_the_vms_it_will_have_and_a_vm_destroyed_frees_nothing_for
                      Disruption.VM_DESTROY)
     add = _change("vm.hardware", "esx-01-vm1", AddDevice(None, "uuid"))  # type: ignore[arg-type]
     plan = narrowed(Plan(changes=[destroy, add]), "esx-01-vm1")
-    assert plan.empty and "devices removed from esx-01-vm2" in notes(plan)["esx-01-vm1"]
+    assert plan.empty and "devices removed from esx-01-vm2" in left(plan)["esx-01-vm1"]

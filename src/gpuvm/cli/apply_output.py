@@ -36,11 +36,13 @@ class ApplyOutput:
             self._emit("summary", applied=applied.ran, changes_done=applied.changes_done,
                        changes_planned=len(applied.plan.changes), seconds=round(applied.seconds, 3),
                        failed={target: str(error) for target, error in applied.failed.items()},
-                       skipped=applied.skipped, journal=None if applied.journal is None else str(applied.journal))
+                       skipped=applied.skipped, journal=None if applied.journal is None else str(applied.journal),
+                       not_observed=applied.unobserved, left_out=applied.plan.left_out_by_target())
             return
         if not applied.ran:
             return
         out.print(f"Applied {applied.changes_done} of {len(applied.plan.changes)} change(s) in {applied.seconds:.1f} s; "
-                  f"{len(applied.failed)} target(s) failed, {len(applied.skipped)} skipped. Journal: {applied.journal}")
+                  f"{len(applied.failed)} target(s) failed, {len(applied.skipped)} skipped, "
+                  f"{len(applied.unobserved)} not observed. Journal: {applied.journal}")
         for target, reason in applied.skipped.items():
             err.print(f"skipped {target}: {reason}", highlight=False)

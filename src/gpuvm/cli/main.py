@@ -106,8 +106,9 @@ def plan(runbook: Path = RUNBOOK,
          snapshot: Optional[Path] = typer.Option(None, help="Plan from an inventory snapshot, without vCenter"),
          json_: bool = JSON, form: Form = FORMAT,
          detailed_exitcode: bool = typer.Option(False, "--detailed-exitcode",
-                                                help="Exit 0: no changes, 2: changes, 3: no changes on the "
-                                                     "targets observed but some could not be observed, 1: error"),
+                                                help="Exit 0: no changes, 2: changes (to carry out, or left "
+                                                     "out by --target), 3: some target in scope not "
+                                                     "observed (worst first), 1: error"),
          accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
          insecure: bool = INSECURE, setup: Optional[str] = SETUP, target: list[str] = TARGET) -> None:
     """Dry run: every change on every host and VM, disruptive ones marked. Changes nothing."""
@@ -124,10 +125,16 @@ def plan(runbook: Path = RUNBOOK,
         print(plan_json(the_plan))
     else:
         print_plan(out, the_plan, form.value)
-    if detailed_exitcode and not the_plan.empty:
-        raise typer.Exit(2)
-    if the_plan.unobserved:  # an incomplete plan is never a success: 3, as for any target not reached
-        raise typer.Exit(3)
+    raise typer.Exit(plan_exit_code(the_plan, detailed_exitcode))
+
+
+def plan_exit_code(plan: Any, detailed: bool) -> int:
+    """The worst outcome first: 3 when a target in scope was not observed (the plan is incomplete, with
+    or without --detailed-exitcode); with it, 2 when there are changes, to carry out or left out by
+    --target; else 0."""
+    if plan.unobserved:
+        return 3
+    return 2 if detailed and (plan.changes or plan.left_out) else 0
 
 
 @app.command()
@@ -159,7 +166,7 @@ def apply(runbook: Path = RUNBOOK,
                             confirm=None if yes else _confirm, progress=shown.progress, setup=setup,
                             targets=target)
     shown.summary(applied)
-    applied.raise_for_failures()
+    applied.raise_for_outcome()  # failed or not observed: their code (3 for connections); left out: 5
 
 
 def _confirm(plan: Any) -> None:
@@ -175,18 +182,19 @@ def _confirm(plan: Any) -> None:
 def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
            insecure: bool = INSECURE, setup: Optional[str] = SETUP, json_: bool = JSON, form: Form = FORMAT,
            target: list[str] = TARGET) -> None:
-    """Exit non-zero (5) if the world drifted from the runbook, listing the drift."""
+    """Exit 5 if the world drifted from the runbook, listing the drift; 3 if a target could not be
+    observed (the drift found on the others listed too)."""
     from gpuvm.documents import verify_json
     from gpuvm.errors import DriftError
     from gpuvm.render import print_plan
-    from gpuvm.runs import PlanDrift, verify_runbook
+    from gpuvm.runs import NotObserved, PlanDrift, verify_runbook
 
     try:
         verified = verify_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), setup, target)
-    except DriftError as drift:
+    except (DriftError, NotObserved) as drift:
         if json_:
             print(verify_json(drift=drift))
-        elif isinstance(drift, PlanDrift):
+        elif isinstance(drift, (PlanDrift, NotObserved)):
             print_plan(out, drift.plan, form.value)
         raise
     if json_:

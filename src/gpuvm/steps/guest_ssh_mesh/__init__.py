@@ -21,7 +21,7 @@ NAME = "guest.ssh_mesh"  # first: the parts below name their errors with it
 
 from dataclasses import dataclass  # noqa: E402
 
-from gpuvm.errors import TargetFailures
+from gpuvm.errors import ConnectError, TargetFailures
 from gpuvm.executors.group import run_parallel
 from gpuvm.steps.guest_ssh_mesh import verify
 from gpuvm.steps.guest_ssh_mesh.files import (IDENTITY, MeshFiles, Peer, config_block, has_key, known_host_lines,
@@ -136,7 +136,8 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]],
               parallel: int | None = None) -> dict[str, Exception]:
     """Write every guest's files in parallel, then verify the whole mesh once. Failures by target.
 
-    A pair that fails verification is charged to the guest that could not log in (`from`).
+    A pair that fails verification is charged to the guest that could not log in (`from`). Pairs with
+    a guest that does not answer gpuvm are not checked: the others are not blamed for it.
     """
     cluster = ctx.cluster
     workers = parallel or min(32, max(1, len(mesh_guests(cluster))))
@@ -148,7 +149,9 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]],
         run_parallel(items, lambda item: apply(ctx, item[0], item[1]), workers)
     except TargetFailures as e:
         failures.update(e.failures)
-    healthy = [n for n in mesh_guests(cluster) if n not in failures]
+    _, silent = peer_host_keys(cluster)  # a guest that does not answer is its own failure, not its peers'
+    away = {n for n, error in silent.items() if isinstance(error, ConnectError)}
+    healthy = [n for n in mesh_guests(cluster) if n not in failures and n not in away]
     by_origin: dict[str, list[verify.FailedPair]] = {}
     # called through the module, so that bench/ssh_mesh.py can time it
     for pair in verify.verify_mesh(cluster, workers, among=healthy):

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import shlex
 
-from gpuvm.errors import ConnectError, GpuvmError, RemoteCommandError
+import paramiko
+
+from gpuvm.errors import GpuvmError, RemoteCommandError
+from gpuvm.executors.known_hosts import read_known_hosts
+from gpuvm.ssh_keys import known_hosts_name
 from gpuvm.steps.guest_ssh_mesh import NAME
 from gpuvm.steps.guest_ssh_mesh.files import Peer
-from gpuvm.remote import Cluster, RemoteTarget
+from gpuvm.remote import Cluster, RemoteTarget, known_hosts_files
 from gpuvm.secrets import redact
 
 
@@ -46,23 +50,46 @@ def container_port(cluster: Cluster) -> int | None:
 
 
 def peer_host_keys(cluster: Cluster) -> tuple[tuple[Peer, ...], dict[str, Exception]]:
-    """Every guest's verified host key (from gpuvm's own connection), and the guests unreachable.
+    """Every guest's verified host key, and the guests that did not answer.
 
-    An unreachable guest fails its own observe; the others plan a mesh over the reachable ones.
+    The key comes from gpuvm's own connection; for a guest that does not answer, from gpuvm's
+    known_hosts (the key it verified last). A peer briefly away thus stays in the others' peer sets
+    and their mesh files are not rewritten: a peer set changes when the runbook adds or removes a
+    guest, or for a guest gpuvm has never verified (no key to give the others yet).
     """
     peers, unreachable = [], {}
+    known: paramiko.HostKeys | None = None
     for name, target in mesh_guests(cluster).items():
         line = getattr(target.executor, "host_key_line", None)
-        if line is None:
-            unreachable[name] = ConnectError(f"{name}: {NAME}: the executor cannot tell the host key")
-            continue
         try:
+            if line is None:  # not a connection (a local or scripted executor): no "does not answer"
+                raise GpuvmError(f"{name}: {NAME}: the executor cannot tell the host key")
             _, key_type, key = line().split()[:3]
         except GpuvmError as e:
             unreachable[name] = e
-            continue
+            if known is None:
+                known = _known_keys(cluster)
+            if (last := _last_key(known, target)) is None:
+                continue
+            key_type, key = last
         peers.append(Peer(name, target.access.address, target.access.port, key_type, key))
     return tuple(peers), unreachable
+
+
+def _known_keys(cluster: Cluster) -> paramiko.HostKeys:
+    keys = paramiko.HostKeys()
+    read_known_hosts(known_hosts_files(cluster.runbook, cluster.state_dir)).add_to(keys)
+    return keys
+
+
+def _last_key(known: paramiko.HostKeys, target: RemoteTarget) -> tuple[str, str] | None:
+    """(type, base64) of the host key gpuvm trusts for the target's address: the first one known, the
+    type paramiko asks a known host for first, so the one its connections verified."""
+    found = known.lookup(known_hosts_name(target.access.address, target.access.port))
+    if not found:
+        return None
+    key_type = next(iter(found.keys()))
+    return key_type, found[key_type].get_base64()
 
 
 def script_error(target: RemoteTarget, what: str, result) -> RemoteCommandError:
