@@ -27,11 +27,11 @@ PCI_ADDRESS = re.compile(r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.
 MST_DEVICE = re.compile(r"(?:/dev/mst/)?[A-Za-z0-9_.:][A-Za-z0-9_.:-]{0,63}")  # /dev/mst/mt4123_pciconf0
 DEVICE_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # ConnectX6, BlueField2
 VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+~:_-]{0,63}")  # 24.0.7, 535.129.03, 5.8-1.0.1.1
-MIG_PROFILE = re.compile(r"[0-9]+g\.[0-9]+gb(?:\+[a-z0-9]+)*|[0-9]+c\.[0-9]+g\.[0-9]+gb")  # 1g.10gb+me
+MIG_PROFILE = re.compile(r"[0-9][0-9a-z.+]{0,31}")  # 3g.40gb, 1g.10gb+me, 1c.3g.20gb
 GPU_UUID = re.compile(r"(?:GPU|MIG)-[0-9A-Za-z/-]{1,80}")
 PRODUCT_NAME = re.compile(r"[\x20-\x7e]{1,200}")  # "NVIDIA A100 80GB PCIe": printable ASCII
 MLX_PARAMETER = re.compile(r"[A-Z0-9_]{1,64}(?:\[\d{1,4}\])?")
-MLX_VALUE = re.compile(r"[A-Za-z0-9_.:()+-]{1,64}")  # True(1), False(0), 8, ETH(2)
+MLX_VALUE = re.compile(r"[\x21-\x7e]{1,64}")  # True(1), False(0), 8, ETH(2), Array[0..7]: one printable word
 
 GRAMMARS = {
     "an interface name": (INTERFACE, "at most 15 characters of A-Za-z0-9_.:- (not '.' or '..')"),
@@ -45,7 +45,8 @@ GRAMMARS = {
     "a GPU UUID": (GPU_UUID, "like GPU-5c9e1a2b-…"),
     "a product name": (PRODUCT_NAME, "printable ASCII, at most 200 characters"),
     "an mlxconfig parameter": (MLX_PARAMETER, "like ATS_ENABLED"),
-    "an mlxconfig value": (MLX_VALUE, "like True(1)"),
+    "an mlxconfig value": (MLX_VALUE, "one printable word, like True(1)"),
+    "a MIG mode": (re.compile(r"Enabled|Disabled|\[N/A\]|N/A"), "Enabled, Disabled or [N/A]"),
 }
 
 
@@ -59,9 +60,9 @@ def printable(text: str) -> str:
 
 
 def shown(value: str) -> str:
-    """A value for an error message: quoted, escaped, cut to SHOWN characters."""
-    cut = value if len(value) <= SHOWN else value[:SHOWN] + "…"
-    return ascii(cut)
+    """A value for an error message: quoted and escaped, cut to about SHOWN characters."""
+    quoted = ascii(value)
+    return quoted if len(quoted) <= SHOWN else quoted[:SHOWN] + "…"
 
 
 def checked(value: str, what: str, source: str) -> str:
