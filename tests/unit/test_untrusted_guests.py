@@ -101,3 +101,31 @@ def test_an_error_quotes_a_long_value_cut_and_escaped():
     with pytest.raises(UntrustedValueError) as info:
         checked("\x1b" * 500, "an interface name", "ip")
     assert len(str(info.value)) < 400 and "\\x1b" in str(info.value)
+
+
+TITLE, CLEAR = "\x1b]0;owned\x07", "\x1b[2J"
+
+
+@pytest.mark.parametrize("form", ["text", "table"])
+def test_a_plan_holding_a_guests_control_characters_prints_them_escaped(form):
+    import io
+
+    from gpuvm.cli.common import _safe_console
+    from gpuvm.plan import Change, Note, Plan
+    from gpuvm.render import print_plan
+
+    plan = Plan(changes=[Change("guest.docker", "vm1", "image gpuvm/train:abc", "id", f"sha256:x{TITLE}", "sha256:y")],
+                notes=[Note("vm1", "observe", f"said {CLEAR}")])
+    sink = io.StringIO()
+    print_plan(_safe_console(file=sink, width=200, force_terminal=form == "table"), plan, form)
+    shown = sink.getvalue()
+    assert "\\x1b]0;owned\\x07" in shown and "\\x1b[2J" in shown
+    assert TITLE not in shown and CLEAR not in shown and "\x07" not in shown
+
+
+def test_an_error_holding_control_characters_prints_them_escaped(capsys):
+    from gpuvm.cli.common import fail
+
+    fail(f"guest vm2: `nvidia-smi -L` failed: {TITLE}{CLEAR}", 4)
+    printed = capsys.readouterr().err
+    assert "\\x1b]0;owned\\x07\\x1b[2J" in printed and "\x07" not in printed and "\x1b]" not in printed

@@ -30,9 +30,7 @@ class _Console:
     def rich(self) -> Any:
         """The Console itself (for rich's own widgets, e.g. a Progress)."""
         if self._console is None:
-            from rich.console import Console
-
-            console = Console(stderr=self._stderr, highlight=False, markup=False)  # text from runbooks and hosts is text
+            console = _safe_console(stderr=self._stderr, highlight=False, markup=False)  # text from runbooks and hosts is text
             if not console.is_terminal and "COLUMNS" not in os.environ:
                 console.width = 160  # logs and pipes: no terminal to fit, keep rows on one line
             self._console = console
@@ -40,6 +38,22 @@ class _Console:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.rich, name)
+
+
+def _safe_console(**options: Any) -> Any:
+    """A rich Console whose every string (printed, a table cell, a progress line) has its control
+    characters escaped before rich reads it: what guests answer reaches errors and plans, and an
+    `ESC ]0;…BEL` there would retitle the operator's terminal, `ESC [2J` clear it. rich's own
+    styles are added after, so colours still work."""
+    from rich.console import Console
+
+    from gpuvm.untrusted import printable
+
+    class SafeConsole(Console):
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            return super().render_str(printable(text), **kwargs)
+
+    return SafeConsole(**options)
 
 
 out = _Console(stderr=False)
