@@ -73,6 +73,13 @@ def fail(message: str, code: int) -> typer.Exit:
 
 
 def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM and SIGINT: stop every command under way (the remote side signalled) from a thread
+    of its own (the main thread may hold the locks that takes), then unwind like Ctrl-C, so the
+    run journals its end within seconds instead of after each command's timeout."""
+    from gpuvm.executors.base import UNDER_WAY
+
+    UNDER_WAY.interrupted.set()  # no worker thread starts a command from now on
+    threading.Thread(target=UNDER_WAY.stop_all, name="gpuvm-interrupt", daemon=True).start()
     raise KeyboardInterrupt
 
 
@@ -81,8 +88,11 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from gpuvm.executors.base import UNDER_WAY
+
         main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupt) if main else None  # stopped like Ctrl-C
+        previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+        UNDER_WAY.reset()
         try:
             return fn(*args, **kwargs)
         except GpuvmError as e:
@@ -90,8 +100,8 @@ def handle_errors(fn: F) -> F:
         except KeyboardInterrupt:
             raise fail("interrupted", 130) from None
         finally:
-            if main:
-                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
     return wrapper  # type: ignore[return-value]
 

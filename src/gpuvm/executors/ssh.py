@@ -24,7 +24,8 @@ from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.message import Message
 
 from gpuvm.errors import ConnectError, HostKeyError, RemoteCommandError
-from gpuvm.executors.base import CommandResult, Executor, check_result, timeout_message
+from gpuvm.executors.base import (MAX_OUTPUT, UNDER_WAY, CommandResult, Executor, OutputOverflow, check_result,
+                                  interrupted_message, overflow_message, timeout_message)
 from gpuvm.executors.known_hosts import KnownHosts, read_known_hosts
 from gpuvm.secrets import redact, remember
 from gpuvm.ssh_keys import blob_fingerprint, known_hosts_name
@@ -95,6 +96,7 @@ class SshExecutor(Executor):
         self.accept_new_host_keys = accept_new_host_keys
         self.record_to = Path(record_to) if record_to else None
         self.connect_timeout = connect_timeout
+        self.max_output = MAX_OUTPUT
         self._lock = threading.Lock()
         self._connection: Connection | None = None
         self._known = KnownHosts()
@@ -196,6 +198,8 @@ class SshExecutor(Executor):
     def _execute(
         self, command: str, timeout: float, check: bool, stdin: bytes | None, stdout_to: BinaryIO | None
     ) -> CommandResult:
+        if UNDER_WAY.refuses():
+            raise RemoteCommandError(interrupted_message(self.name, command))
         transport = self._transport()
         try:
             channel = transport.open_session(timeout=self.connect_timeout)
@@ -210,15 +214,24 @@ class SshExecutor(Executor):
             except (paramiko.SSHException, OSError, EOFError):
                 raise ConnectError(redact(f"{self.name}: lost the connection to {self.host}:{self.port}: {e}")) from None
         out, err = bytearray(), bytearray()
+        overflow = OutputOverflow(self.max_output, lambda: _stop_remote(channel))
         threads = [
-            threading.Thread(target=_pump, args=(channel.recv, stdout_to, out), daemon=True),
-            threading.Thread(target=_pump, args=(channel.recv_stderr, None, err), daemon=True),
+            threading.Thread(target=_pump, args=(channel.recv, stdout_to, out, overflow), daemon=True),
+            threading.Thread(target=_pump, args=(channel.recv_stderr, None, err, overflow), daemon=True),
             threading.Thread(target=_feed, args=(channel, stdin), daemon=True),
         ]
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + timeout
-        finished = channel.status_event.wait(timeout)
+        under_way = UNDER_WAY.add(lambda: _stop_remote(channel))
+        try:
+            finished = channel.status_event.wait(timeout)  # also set when the channel is closed
+        finally:
+            UNDER_WAY.remove(under_way)
+        if UNDER_WAY.interrupted.is_set() and channel.closed:
+            raise RemoteCommandError(interrupted_message(self.name, command))
+        if overflow.over.is_set():
+            raise RemoteCommandError(overflow_message(self.name, command, self.max_output))
         if finished:
             for thread in threads[:2]:
                 thread.join(max(0.1, deadline - time.monotonic()) + 5)
@@ -233,13 +246,13 @@ class SshExecutor(Executor):
         return check_result(self.name, result) if check else result
 
 
-def _pump(recv, sink: BinaryIO | None, buffer: bytearray) -> None:
+def _pump(recv, sink: BinaryIO | None, buffer: bytearray, overflow: OutputOverflow) -> None:
     try:
         for chunk in iter(lambda: recv(65536), b""):
             if sink is not None:
                 sink.write(chunk)
-            else:
-                buffer.extend(chunk)
+            elif not overflow.keep(buffer, chunk):
+                return
     except (OSError, EOFError, paramiko.SSHException):
         pass
 
