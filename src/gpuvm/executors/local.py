@@ -66,7 +66,13 @@ class LocalExecutor(Executor):
             threads.append(threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True))
         for thread in threads:
             thread.start()
-        under_way = UNDER_WAY.add(lambda: _kill_group(proc, wait=False))
+        interrupted = threading.Event()
+
+        def interrupt() -> None:
+            interrupted.set()
+            _kill_group(proc, wait=False)
+
+        under_way = UNDER_WAY.add(interrupt)
         try:
             exit_code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -74,7 +80,7 @@ class LocalExecutor(Executor):
             raise RemoteCommandError(timeout_message(self.name, command, timeout)) from None
         finally:
             UNDER_WAY.remove(under_way)
-        if UNDER_WAY.interrupted.is_set() and exit_code < 0:
+        if interrupted.is_set():
             raise RemoteCommandError(interrupted_message(self.name, command))
         if overflow.over.is_set():
             raise RemoteCommandError(overflow_message(self.name, command, self.max_output))

@@ -223,12 +223,18 @@ class SshExecutor(Executor):
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + timeout
-        under_way = UNDER_WAY.add(lambda: _stop_remote(channel))
+        interrupted = threading.Event()
+
+        def interrupt() -> None:
+            interrupted.set()
+            _stop_remote(channel)
+
+        under_way = UNDER_WAY.add(interrupt)
         try:
             finished = channel.status_event.wait(timeout)  # also set when the channel is closed
         finally:
             UNDER_WAY.remove(under_way)
-        if UNDER_WAY.interrupted.is_set() and channel.closed:
+        if interrupted.is_set():
             raise RemoteCommandError(interrupted_message(self.name, command))
         if overflow.over.is_set():
             raise RemoteCommandError(overflow_message(self.name, command, self.max_output))
@@ -268,24 +274,35 @@ def _feed(channel: paramiko.Channel, data: bytes | None) -> None:
         pass
 
 
+STOP_GRACE = 1.0  # seconds a remote command has to end on TERM before it gets KILL
+
+
 def _stop_remote(channel: paramiko.Channel) -> None:
-    """Kill the remote command's process group, then drop the channel.
+    """End the remote command: TERM to its process group, KILL if it is still there a moment later,
+    then drop the channel.
 
     Closing a channel alone leaves a non-pty command running on the server. OpenSSH (7.9+)
     honours the RFC 4254 "signal" request by signalling the session's process group; paramiko
-    has no public call for it, so the message is built by hand. sshd refuses the signal for
-    root logins ("session signalling requires privilege separation": root sessions run in the
-    monitor), and processes under sudo belong to root, so those may outlive the timeout; the
+    has no public call for it, so the message is built by hand. TERM first because sudo relays
+    it to the command it runs as root (which the user's session may not signal itself), where a
+    KILL would only end sudo and orphan the command. sshd refuses signals for root logins
+    ("session signalling requires privilege separation"), so those may outlive the stop; the
     executor is freed either way.
     """
+    _signal(channel, "TERM")
+    if not channel.status_event.wait(STOP_GRACE):
+        _signal(channel, "KILL")
+    channel.close()
+
+
+def _signal(channel: paramiko.Channel, name: str) -> None:
     try:
         message = Message()
         message.add_byte(cMSG_CHANNEL_REQUEST)
         message.add_int(channel.remote_chanid)
         message.add_string("signal")
         message.add_boolean(False)
-        message.add_string("KILL")
+        message.add_string(name)
         channel.transport._send_user_message(message)
     except Exception:  # best effort: the channel may already be gone
         log.debug("could not signal the remote command", exc_info=True)
-    channel.close()
