@@ -129,3 +129,19 @@ def test_an_error_holding_control_characters_prints_them_escaped(capsys):
     fail(f"guest vm2: `nvidia-smi -L` failed: {TITLE}{CLEAR}", 4)
     printed = capsys.readouterr().err
     assert "\\x1b]0;owned\\x07\\x1b[2J" in printed and "\x07" not in printed and "\x1b]" not in printed
+
+
+@pytest.mark.parametrize("line, error", [
+    ("@@gpuvm home /home/u\x1b[2J", UntrustedValueError),
+    ("@@gpuvm home relative/home", UntrustedValueError),
+    ("@@gpuvm stat authorized_keys;reboot gpuadmin 600", UntrustedValueError),
+    ("@@gpuvm stat authorized_keys gpuadmin", RemoteCommandError),  # was a ValueError traceback
+    ("@@gpuvm stat authorized_keys gpuadmin rw", RemoteCommandError),
+    ("@@gpuvm digest $(id)", UntrustedValueError),
+    ("@@gpuvm file config not-base64!", RemoteCommandError),
+])
+def test_the_mesh_readers_answer_is_held_to_its_grammar(line, error):
+    from gpuvm.steps.guest_ssh_mesh.ssh_dir import parse_mesh_files
+
+    with pytest.raises(error):
+        parse_mesh_files("gpuadmin", f"@@gpuvm home /home/gpuadmin\n{line}\n")
