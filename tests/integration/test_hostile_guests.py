@@ -104,10 +104,10 @@ def test_a_guest_tool_printing_without_end_fails_quickly(testbed):
 
 
 def test_sigterm_stops_a_hung_guest_command_within_seconds(testbed, tmp_path):
-    """nvidia-smi hangs on one guest (under sudo, as the lab's guests run it): plan is stopped with
-    SIGTERM while it waits; it exits 130 within seconds, not after the 600 s command timeout, and
-    the hung process on the guest is gone."""
-    testbed.set_state("gpu-vm-01", "hang", ["nvidia-smi"])
+    """nvidia-smi hangs on esx-01-vm2's guest, the one with a MIG layout (run under sudo, as the
+    lab's guests do): plan is stopped with SIGTERM while it waits; it exits 130 within seconds, not
+    after the 600 s command timeout, and the hung process on the guest is gone."""
+    testbed.set_state("gpu-vm-02", "hang", ["nvidia-smi"])
     runbook = lab_for_bed(testbed, tmp_path / "lab.yaml")
     state = tmp_path / "state"
     with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG) as sim:
@@ -115,7 +115,7 @@ def test_sigterm_stops_a_hung_guest_command_within_seconds(testbed, tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "plan", str(runbook)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
-        while not remote_processes(testbed, "gpu-vm-01", "nvidia-smi"):
+        while not remote_processes(testbed, "gpu-vm-02", "nvidia-smi"):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         time.sleep(0.5)
@@ -126,6 +126,6 @@ def test_sigterm_stops_a_hung_guest_command_within_seconds(testbed, tmp_path):
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, out + err
     assert took < 10, f"stopped after {took:.1f}s"
     deadline = time.monotonic() + 5
-    while remote_processes(testbed, "gpu-vm-01", "nvidia-smi") and time.monotonic() < deadline:
+    while remote_processes(testbed, "gpu-vm-02", "nvidia-smi") and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert remote_processes(testbed, "gpu-vm-01", "nvidia-smi") == []
+    assert remote_processes(testbed, "gpu-vm-02", "nvidia-smi") == []
