@@ -1,7 +1,8 @@
 """MIG layouts: the profiles each GPU model offers, and a runbook layout expanded to one per GPU.
 
 A layout is a name — `all-disabled`, `all-enabled`, `all-<profile>` (as many of that profile as
-fit one GPU) — or NVIDIA mig-parted entries (`devices`, `mig-enabled`, `mig-devices`). As in
+fit one GPU) — or NVIDIA mig-parted entries (`device-filter`, `devices`, `mig-enabled`,
+`mig-devices`), given inline or as one config of a mig-parted file (runbook/mig_parted.py). As in
 mig-parted, a GPU with MIG enabled gets exactly the instances listed (none for `all-enabled`):
 instances made by hand are replaced. GPUs no entry names are left as they are.
 
@@ -48,6 +49,19 @@ A100_40GB = _model("A100 40GB", 7, 8, ("1g.5gb", 1, 1, 7), ("1g.10gb", 1, 2, 4),
                    ("3g.20gb", 3, 4, 2), ("4g.20gb", 4, 4, 1), ("7g.40gb", 7, 8, 1))
 H100_80GB = GpuModel("H100 80GB", 7, 8, A100_80GB.profiles)  # the same profiles as the A100 80GB
 A30_24GB = _model("A30 24GB", 4, 4, ("1g.6gb", 1, 1, 4), ("2g.12gb", 2, 2, 2), ("4g.24gb", 4, 4, 1))
+
+
+# mig-parted's `device-filter` names GPUs by PCI id (`0x20B510DE`: device 20b5, vendor 10de NVIDIA);
+# the MIG model each denotes (pci.ids). An id not listed here matches no GPU.
+DEVICE_MODELS = {0x20B0: A100_40GB, 0x20B1: A100_40GB, 0x20F1: A100_40GB, 0x20B2: A100_80GB, 0x20B5: A100_80GB,
+                 0x2330: H100_80GB, 0x2331: H100_80GB, 0x20B7: A30_24GB}
+
+
+def filtered(device_filter: Sequence[str], gpu_name: str) -> bool:
+    """Whether a GPU (by its nvidia-smi name) is one of the models a mig-parted device-filter names."""
+    model = gpu_model(gpu_name)
+    named = [DEVICE_MODELS.get(int(pci_id[2:6], 16)) for pci_id in device_filter if pci_id[6:].lower() == "10de"]
+    return model is not None and any(m is model for m in named)
 
 
 def gpu_model(gpu_name: str) -> GpuModel | None:
@@ -103,7 +117,10 @@ def expand(layout: str | Sequence[MigDevices], gpus: dict[int, str]) -> dict[int
         return {index: _named(layout, index, name) for index, name in sorted(gpus.items())}
     wanted: dict[int, GpuLayout] = {}
     for entry in layout:
-        for index in select(entry.devices, sorted(gpus)):
+        indices = select(entry.devices, sorted(gpus))
+        if entry.device_filter is not None:  # mig-parted: the entry is for GPUs of these models only
+            indices = [i for i in indices if filtered(entry.device_filter, gpus[i])]
+        for index in indices:
             if index in wanted:
                 raise MigLayoutError(f"GPU {index} is named by two entries")
             if not entry.mig_enabled and entry.mig_devices:

@@ -12,6 +12,7 @@ from rich.table import Table
 from gpuvm.errors import listed
 from gpuvm.plan import Change, Disruption, Plan
 from gpuvm.secrets import redact
+from gpuvm.untrusted import printable
 from gpuvm.vsphere.facts import Inventory
 
 NO_CHANGES = "No changes. Infrastructure matches the runbook."
@@ -143,6 +144,7 @@ def print_plan(console: Console, plan: Plan, form: str = "text") -> None:
 
 def _write(console: Console, text: str) -> None:
     """Plain text as it is: rich's line splitting would take seconds for 10,000 lines."""
+    text = printable(text)  # what guests answered is in it: no control character reaches the terminal
     if console.record:  # kept for export_text
         console.out(text, highlight=False)
     else:

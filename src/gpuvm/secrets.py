@@ -163,7 +163,9 @@ class _RedactingFormatter(logging.Formatter):
         self.inner = inner or logging.Formatter()
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(self.inner.format(record))
+        from gpuvm.untrusted import printable  # a host's text in a log line: no terminal control
+
+        return printable(redact(self.inner.format(record)))
 
 
 def guard_output() -> None:

@@ -91,11 +91,24 @@ def read_state() -> dict:
 
 
 def enter(tool: str, allowed_roles: tuple[str, ...] = ("esxi", "guest")) -> dict:
-    """Common start of every tool: honour the `hang` knob and the host's role."""
+    """Common start of every tool: honour the `hang`, `answer` and `flood` knobs and the host's role.
+
+    `answer`: {tool: text} prints that text instead (a hostile or broken guest); `flood`: [tool]
+    prints without end (a runaway tool)."""
     state = read_state()
     if tool in state.get("hang", []):
         while True:  # a hung tool, for timeout tests
             time.sleep(3600)
+    if tool in state.get("answer", {}):
+        sys.stdout.write(state["answer"][tool])
+        sys.exit(0)
+    if tool in state.get("flood", []):
+        line = (tool + " " * 63 + "\n").encode() * 1024
+        try:
+            while True:
+                sys.stdout.buffer.write(line)
+        except (BrokenPipeError, OSError):
+            os._exit(1)
     if state.get("role") not in allowed_roles:
         sys.stderr.write(f"sh: {tool}: not found\n")
         sys.exit(127)

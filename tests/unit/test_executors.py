@@ -73,6 +73,49 @@ def test_timeout_kills_the_process_group():
     assert time.monotonic() - start < 5
 
 
+@pytest.mark.parametrize("stream", ["yes", "yes >&2"])
+def test_a_command_printing_without_end_is_stopped_past_the_cap(stream):
+    """Issue 22: a tool that prints forever fails quickly with a clear error, not at its timeout
+    with everything it printed held in memory; its process group is gone."""
+    start = time.monotonic()
+    with pytest.raises(RemoteCommandError, match=r"output over 8 MiB; the command was stopped"):
+        LocalExecutor().run(["sh", "-c", stream], timeout=60)
+    assert time.monotonic() - start < 10
+    small = LocalExecutor()
+    small.max_output = 1000
+    with pytest.raises(RemoteCommandError, match=r"output over 0.000953674 MiB"):
+        small.run(["sh", "-c", "head -c 2000 /dev/zero"])
+    assert small.run(["sh", "-c", "head -c 1000 /dev/zero"]).stdout == "\0" * 1000  # at the cap: kept
+
+
+def test_an_interrupt_stops_the_commands_under_way_and_workers_start_no_other():
+    from gpuvm.executors.base import UNDER_WAY
+
+    errors: list[Exception] = []
+
+    def worker() -> None:
+        for _ in range(2):
+            try:
+                LocalExecutor().run(["sleep", "600"], timeout=600)
+            except RemoteCommandError as e:
+                errors.append(e)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not UNDER_WAY._stoppers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    start = time.monotonic()
+    try:
+        UNDER_WAY.stop_all()
+        thread.join(10)
+        assert not thread.is_alive() and time.monotonic() - start < 5
+        assert [str(e) for e in errors] == ["local: `sleep 600` stopped: gpuvm was interrupted"] * 2
+        assert LocalExecutor().run(["true"]).ok  # the main thread may still clean up
+    finally:
+        UNDER_WAY.reset()
+
+
 def test_stdin_and_stdout_to():
     sink = io.BytesIO()
     data = bytes(range(256)) * 1000

@@ -158,6 +158,19 @@ def test_mst_status(file, expected):
     assert [(d.mst, d.pci, d.rdma, d.net) for d in got] == expected
 
 
+@pytest.mark.parametrize("file, expected", [
+    # `mst cable add` was run: the device table is followed by a "Cable devices:" section
+    ("mst_status_v_cables.txt", [("/dev/mst/mt4123_pciconf0.1", "ca:00.1", "mlx5_1", "ens64np2"),
+                                 ("/dev/mst/mt4123_pciconf0", "ca:00.0", "mlx5_0", "ens64np1")]),
+    # MFT 4.2x with the pci_cr0 device: cables, then LinkX chips
+    ("mst_status_v_cables_linkx.txt", [("/dev/mst/mt4129_pciconf0", "17:00.0", "mlx5_0", "ibp23s0"),
+                                       ("/dev/mst/mt4129_pci_cr0", "17:00.0", "mlx5_0", "ibp23s0")]),
+])
+def test_mst_status_reads_only_the_device_table(file, expected):
+    got = mst.parse_mst_status(fixture(file))
+    assert [(d.mst, d.pci, d.rdma, d.net) for d in got] == expected
+
+
 def test_mst_status_device_type():
     assert {d.device_type for d in mst.parse_mst_status(fixture("mst_status_v_connectx7.txt"))} == {"ConnectX7", "ConnectX6DX"}
 

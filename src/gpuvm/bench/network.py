@@ -25,6 +25,7 @@ from gpuvm.executors.base import Executor
 from gpuvm.parsers.ibdev2netdev import PortMap, parse_ibdev2netdev
 from gpuvm.runbook.benchmarks import BenchmarkRun
 from gpuvm.runbook.model import Guest
+from gpuvm.untrusted import interface, rdma_device
 
 BTL = "btl_tcp_if_include"
 PortMaps = Mapping[str, Sequence[PortMap]]  # guest VM name → its ibdev2netdev lines
@@ -93,8 +94,10 @@ def derive(guests: Sequence[Guest], ports: PortMaps) -> NetworkMapping | None:
                 known = ", ".join(f"{p.ibdev} port {p.port} ==> {p.netdev}" for p in seen) or "none"
                 raise InputError(f"guest {guest.vm}: rdma port {port.describe()} not found by ibdev2netdev "
                                  f"(ports: {known})")
-            hcas[f"{found.ibdev}:{found.port}"] = None
-            netdevs[found.netdev] = None
+            # checked again here, whoever built the map: Open MPI forwards these values to the other
+            # nodes' daemons through ssh inside double quotes, where `$(…)` would run
+            hcas[f"{rdma_device(found.ibdev, 'ibdev2netdev')}:{int(found.port)}"] = None
+            netdevs[interface(found.netdev, "ibdev2netdev")] = None
     if not hcas:
         return None
     return NetworkMapping(tuple(hcas), tuple(netdevs))

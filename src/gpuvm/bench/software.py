@@ -13,6 +13,7 @@ from typing import Any
 from gpuvm.errors import GpuvmError
 from gpuvm.executors.base import Executor
 from gpuvm.secrets import redact
+from gpuvm.untrusted import printable
 
 PROBES: list[tuple[str, list[str]]] = [
     ("mpirun", ["mpirun", "--version"]),
@@ -41,7 +42,7 @@ def software_versions(executors: Mapping[str, Executor], targets: Sequence[str],
                 continue
             text = (result.stdout.strip() or result.stderr.strip()).splitlines()
             if result.exit_code == 0 and text:
-                found[key] = redact(text[0].strip())[:200]
+                found[key] = printable(redact(text[0].strip())[:200])  # a guest's text, into the report
         return found
 
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-versions") as pool:

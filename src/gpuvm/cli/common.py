@@ -30,9 +30,7 @@ class _Console:
     def rich(self) -> Any:
         """The Console itself (for rich's own widgets, e.g. a Progress)."""
         if self._console is None:
-            from rich.console import Console
-
-            console = Console(stderr=self._stderr, highlight=False, markup=False)  # text from runbooks and hosts is text
+            console = _safe_console(stderr=self._stderr, highlight=False, markup=False)  # text from runbooks and hosts is text
             if not console.is_terminal and "COLUMNS" not in os.environ:
                 console.width = 160  # logs and pipes: no terminal to fit, keep rows on one line
             self._console = console
@@ -40,6 +38,22 @@ class _Console:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.rich, name)
+
+
+def _safe_console(**options: Any) -> Any:
+    """A rich Console whose every string (printed, a table cell, a progress line) has its control
+    characters escaped before rich reads it: what guests answer reaches errors and plans, and an
+    `ESC ]0;…BEL` there would retitle the operator's terminal, `ESC [2J` clear it. rich's own
+    styles are added after, so colours still work."""
+    from rich.console import Console
+
+    from gpuvm.untrusted import printable
+
+    class SafeConsole(Console):
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            return super().render_str(printable(text), **kwargs)
+
+    return SafeConsole(**options)
 
 
 out = _Console(stderr=False)
@@ -59,6 +73,13 @@ def fail(message: str, code: int) -> typer.Exit:
 
 
 def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM and SIGINT: stop every command under way (the remote side signalled) from a thread
+    of its own (the main thread may hold the locks that takes), then unwind like Ctrl-C, so the
+    run journals its end within seconds instead of after each command's timeout."""
+    from gpuvm.executors.base import UNDER_WAY
+
+    UNDER_WAY.interrupted.set()  # no worker thread starts a command from now on
+    threading.Thread(target=UNDER_WAY.stop_all, name="gpuvm-interrupt", daemon=True).start()
     raise KeyboardInterrupt
 
 
@@ -67,8 +88,11 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from gpuvm.executors.base import UNDER_WAY
+
         main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupt) if main else None  # stopped like Ctrl-C
+        previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+        UNDER_WAY.reset()
         try:
             return fn(*args, **kwargs)
         except GpuvmError as e:
@@ -76,8 +100,8 @@ def handle_errors(fn: F) -> F:
         except KeyboardInterrupt:
             raise fail("interrupted", 130) from None
         finally:
-            if main:
-                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
     return wrapper  # type: ignore[return-value]
 

@@ -6,9 +6,11 @@ Commands are argv lists, quoted with `shlex.join` so that no value is ever re-re
 
 from __future__ import annotations
 
+import itertools
 import shlex
+import threading
 from dataclasses import dataclass
-from typing import BinaryIO, Sequence, TypedDict, Unpack
+from typing import BinaryIO, Callable, Sequence, TypedDict, Unpack
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.secrets import redact
@@ -29,6 +31,83 @@ class CommandResult:
     def last_line(self) -> str:
         """What a failed command said last: the last non-blank line of stderr, else of stdout."""
         return last_line(self.stderr) or last_line(self.stdout)
+
+
+# What one command's output may hold in gpuvm's memory, per stream (stdout streamed to a file with
+# `stdout_to` is not held). A tool that prints without end (~200 MB/s) is stopped past it instead of
+# filling this machine's memory until its timeout.
+MAX_OUTPUT = 8 * 1024 * 1024
+
+
+class OutputOverflow:
+    """Set by a reader thread when a stream passed the cap; the command is then stopped."""
+
+    def __init__(self, limit: int, on_over: Callable[[], None]):
+        self.limit, self._on_over = limit, on_over
+        self.over = threading.Event()
+
+    def keep(self, buffer: bytearray, chunk: bytes) -> bool:
+        """Add `chunk` to `buffer`; False (and the command stopped, once) when past the cap."""
+        if len(buffer) + len(chunk) > self.limit:
+            if not self.over.is_set():
+                self.over.set()
+                self._on_over()
+            return False
+        buffer.extend(chunk)
+        return True
+
+
+class _UnderWay:
+    """The commands under way in this process, each with how to stop it: an interrupt (Ctrl-C,
+    SIGTERM) stops them all at once, the remote side signalled, instead of waiting for each to end
+    or time out (run_parallel lets the targets under way finish). After it, worker threads start no
+    command (`refuses`); the main thread, which unwinds the interrupt, may still clean up (stop a
+    benchmark's ranks, its containers). A CLI command clears the flag when it starts (`reset`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # re-entrant: a signal handler may land while it is held
+        self._stoppers: dict[int, Callable[[], None]] = {}
+        self._ids = itertools.count()
+        self.interrupted = threading.Event()
+
+    def add(self, stop: Callable[[], None]) -> int:
+        with self._lock:
+            key = next(self._ids)
+            self._stoppers[key] = stop
+            return key
+
+    def remove(self, key: int) -> None:
+        with self._lock:
+            self._stoppers.pop(key, None)
+
+    def stop_all(self) -> None:
+        self.interrupted.set()
+        with self._lock:
+            stoppers = list(self._stoppers.values())
+        for stop in stoppers:
+            try:
+                stop()
+            except Exception:  # best effort: the command may have ended meanwhile
+                pass
+
+    def refuses(self) -> bool:
+        """Whether a command starting now, in this thread, is refused."""
+        return self.interrupted.is_set() and threading.current_thread() is not threading.main_thread()
+
+    def reset(self) -> None:
+        self.interrupted.clear()
+
+
+UNDER_WAY = _UnderWay()
+
+
+def interrupted_message(name: str, command: str) -> str:
+    return redact(f"{name}: `{command}` stopped: gpuvm was interrupted")
+
+
+def overflow_message(name: str, command: str, limit: int) -> str:
+    return redact(f"{name}: `{command}` printed more than gpuvm keeps: output over {limit / 2**20:g} MiB; "
+                  "the command was stopped")
 
 
 class RunOptions(TypedDict, total=False):

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from typing import BinaryIO
 
 from gpuvm.errors import RemoteCommandError
-from gpuvm.executors.base import CommandResult, Executor, check_result, timeout_message
+from gpuvm.executors.base import (MAX_OUTPUT, UNDER_WAY, CommandResult, Executor, OutputOverflow, check_result,
+                                  interrupted_message, overflow_message, timeout_message)
 
 
 # What a job needs of this machine's environment: where programs and libraries are, who and where
@@ -40,10 +41,13 @@ class LocalExecutor(Executor):
     def __init__(self, name: str = "local", env: Mapping[str, str] | None = None):
         self.name = name
         self.env = dict(env) if env is not None else None  # None: job_environment() at each command
+        self.max_output = MAX_OUTPUT
 
     def _execute(
         self, command: str, timeout: float, check: bool, stdin: bytes | None, stdout_to: BinaryIO | None
     ) -> CommandResult:
+        if UNDER_WAY.refuses():
+            raise RemoteCommandError(interrupted_message(self.name, command))
         proc = subprocess.Popen(
             ["sh", "-c", command],
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -53,31 +57,45 @@ class LocalExecutor(Executor):
             env=self.env if self.env is not None else job_environment(),
         )
         out, err = bytearray(), bytearray()
+        overflow = OutputOverflow(self.max_output, lambda: _kill_group(proc, wait=False))
         threads = [
-            threading.Thread(target=_pump, args=(proc.stdout, stdout_to, out), daemon=True),
-            threading.Thread(target=_pump, args=(proc.stderr, None, err), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stdout, stdout_to, out, overflow), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, None, err, overflow), daemon=True),
         ]
         if stdin is not None:
             threads.append(threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True))
         for thread in threads:
             thread.start()
+        interrupted = threading.Event()
+
+        def interrupt() -> None:
+            interrupted.set()
+            _kill_group(proc, wait=False)
+
+        under_way = UNDER_WAY.add(interrupt)
         try:
             exit_code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             raise RemoteCommandError(timeout_message(self.name, command, timeout)) from None
+        finally:
+            UNDER_WAY.remove(under_way)
+        if interrupted.is_set():
+            raise RemoteCommandError(interrupted_message(self.name, command))
+        if overflow.over.is_set():
+            raise RemoteCommandError(overflow_message(self.name, command, self.max_output))
         for thread in threads:
             thread.join(timeout=5)
         result = CommandResult(command, exit_code, out.decode(errors="replace"), err.decode(errors="replace"))
         return check_result(self.name, result) if check else result
 
 
-def _pump(stream, sink: BinaryIO | None, buffer: bytearray) -> None:
+def _pump(stream, sink: BinaryIO | None, buffer: bytearray, overflow: OutputOverflow) -> None:
     for chunk in iter(lambda: stream.read1(65536), b""):
         if sink is not None:
             sink.write(chunk)
-        else:
-            buffer.extend(chunk)
+        elif not overflow.keep(buffer, chunk):
+            break
     stream.close()
 
 
@@ -93,9 +111,10 @@ def _feed(stream, data: bytes) -> None:
             pass
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen, wait: bool = True) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait()
+    if wait:
+        proc.wait()

@@ -24,7 +24,8 @@ from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.message import Message
 
 from gpuvm.errors import ConnectError, HostKeyError, RemoteCommandError
-from gpuvm.executors.base import CommandResult, Executor, check_result, timeout_message
+from gpuvm.executors.base import (MAX_OUTPUT, UNDER_WAY, CommandResult, Executor, OutputOverflow, check_result,
+                                  interrupted_message, overflow_message, timeout_message)
 from gpuvm.executors.known_hosts import KnownHosts, read_known_hosts
 from gpuvm.secrets import redact, remember
 from gpuvm.ssh_keys import blob_fingerprint, known_hosts_name
@@ -95,6 +96,7 @@ class SshExecutor(Executor):
         self.accept_new_host_keys = accept_new_host_keys
         self.record_to = Path(record_to) if record_to else None
         self.connect_timeout = connect_timeout
+        self.max_output = MAX_OUTPUT
         self._lock = threading.Lock()
         self._connection: Connection | None = None
         self._known = KnownHosts()
@@ -196,6 +198,8 @@ class SshExecutor(Executor):
     def _execute(
         self, command: str, timeout: float, check: bool, stdin: bytes | None, stdout_to: BinaryIO | None
     ) -> CommandResult:
+        if UNDER_WAY.refuses():
+            raise RemoteCommandError(interrupted_message(self.name, command))
         transport = self._transport()
         try:
             channel = transport.open_session(timeout=self.connect_timeout)
@@ -210,15 +214,30 @@ class SshExecutor(Executor):
             except (paramiko.SSHException, OSError, EOFError):
                 raise ConnectError(redact(f"{self.name}: lost the connection to {self.host}:{self.port}: {e}")) from None
         out, err = bytearray(), bytearray()
+        overflow = OutputOverflow(self.max_output, lambda: _stop_remote(channel))
         threads = [
-            threading.Thread(target=_pump, args=(channel.recv, stdout_to, out), daemon=True),
-            threading.Thread(target=_pump, args=(channel.recv_stderr, None, err), daemon=True),
+            threading.Thread(target=_pump, args=(channel.recv, stdout_to, out, overflow), daemon=True),
+            threading.Thread(target=_pump, args=(channel.recv_stderr, None, err, overflow), daemon=True),
             threading.Thread(target=_feed, args=(channel, stdin), daemon=True),
         ]
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + timeout
-        finished = channel.status_event.wait(timeout)
+        interrupted = threading.Event()
+
+        def interrupt() -> None:
+            interrupted.set()
+            _stop_remote(channel)
+
+        under_way = UNDER_WAY.add(interrupt)
+        try:
+            finished = channel.status_event.wait(timeout)  # also set when the channel is closed
+        finally:
+            UNDER_WAY.remove(under_way)
+        if interrupted.is_set():
+            raise RemoteCommandError(interrupted_message(self.name, command))
+        if overflow.over.is_set():
+            raise RemoteCommandError(overflow_message(self.name, command, self.max_output))
         if finished:
             for thread in threads[:2]:
                 thread.join(max(0.1, deadline - time.monotonic()) + 5)
@@ -233,13 +252,13 @@ class SshExecutor(Executor):
         return check_result(self.name, result) if check else result
 
 
-def _pump(recv, sink: BinaryIO | None, buffer: bytearray) -> None:
+def _pump(recv, sink: BinaryIO | None, buffer: bytearray, overflow: OutputOverflow) -> None:
     try:
         for chunk in iter(lambda: recv(65536), b""):
             if sink is not None:
                 sink.write(chunk)
-            else:
-                buffer.extend(chunk)
+            elif not overflow.keep(buffer, chunk):
+                return
     except (OSError, EOFError, paramiko.SSHException):
         pass
 
@@ -255,24 +274,35 @@ def _feed(channel: paramiko.Channel, data: bytes | None) -> None:
         pass
 
 
+STOP_GRACE = 1.0  # seconds a remote command has to end on TERM before it gets KILL
+
+
 def _stop_remote(channel: paramiko.Channel) -> None:
-    """Kill the remote command's process group, then drop the channel.
+    """End the remote command: TERM to its process group, KILL if it is still there a moment later,
+    then drop the channel.
 
     Closing a channel alone leaves a non-pty command running on the server. OpenSSH (7.9+)
     honours the RFC 4254 "signal" request by signalling the session's process group; paramiko
-    has no public call for it, so the message is built by hand. sshd refuses the signal for
-    root logins ("session signalling requires privilege separation": root sessions run in the
-    monitor), and processes under sudo belong to root, so those may outlive the timeout; the
+    has no public call for it, so the message is built by hand. TERM first because sudo relays
+    it to the command it runs as root (which the user's session may not signal itself), where a
+    KILL would only end sudo and orphan the command. sshd refuses signals for root logins
+    ("session signalling requires privilege separation"), so those may outlive the stop; the
     executor is freed either way.
     """
+    _signal(channel, "TERM")
+    if not channel.status_event.wait(STOP_GRACE):
+        _signal(channel, "KILL")
+    channel.close()
+
+
+def _signal(channel: paramiko.Channel, name: str) -> None:
     try:
         message = Message()
         message.add_byte(cMSG_CHANNEL_REQUEST)
         message.add_int(channel.remote_chanid)
         message.add_string("signal")
         message.add_boolean(False)
-        message.add_string("KILL")
+        message.add_string(name)
         channel.transport._send_user_message(message)
     except Exception:  # best effort: the channel may already be gone
         log.debug("could not signal the remote command", exc_info=True)
-    channel.close()

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from gpuvm.parsers._common import unparseable
+from gpuvm.untrusted import checked
 
 _ROW = re.compile(r"^[ *]\s+([A-Z0-9_]+(?:\[\d+\])?)\s+(\S+)(?:\s+(\S+)\s+(\S+))?\s*$")
 
@@ -32,6 +33,9 @@ def parse_mlxconfig_params(text: str) -> dict[str, MlxParam]:
         m = _ROW.match(line)
         if not m or bool(m[3]) != extended:
             raise unparseable("mlxconfig q", "rows 'PARAM  VALUE' under 'Configurations:'", line)
+        for value in m.groups()[1:]:
+            if value is not None:
+                checked(value, "an mlxconfig value", "mlxconfig q")
         if extended:
             params[m[1]] = MlxParam(default=m[2], current=m[3], next_boot=m[4])
         else:

@@ -1,4 +1,9 @@
-"""`mst status -v`: the Mellanox devices, their MST device files, PCI address, RDMA and net names."""
+"""`mst status -v`: the Mellanox devices, their MST device files, PCI address, RDMA and net names.
+
+Only the "PCI devices:" table is read; the sections mst prints after it ("Cable devices:" once
+`mst cable add` ran, "LinkX chip devices:", …) end it. Every name is held to its grammar
+(`gpuvm.untrusted`): the MST device and PCI address go on mlxconfig's command line.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from gpuvm.parsers._common import unparseable
+from gpuvm.untrusted import checked, interface, pci_address, rdma_device
 
 
 @dataclass(frozen=True)
@@ -20,6 +26,8 @@ class MstDevice:
 
 _ROW = re.compile(r"^(\S+?)(?:\(rev:\w+\))?\s+(\S+)\s+([0-9a-fA-F:.]+)((?:\s+\S+){0,3})\s*$")
 _NUMA = re.compile(r"^-?\d+$")
+_SECTION = re.compile(r"^[A-Za-z][\w ]*:\s*$|^-+\s*$")  # "Cable devices:", or the rule under one
+COMMAND = "mst status -v"
 
 
 def parse_mst_status(text: str) -> list[MstDevice]:
@@ -33,6 +41,8 @@ def parse_mst_status(text: str) -> list[MstDevice]:
     for line in lines[header + 1 :]:
         if not line.strip():
             continue
+        if _SECTION.match(line):
+            break
         m = _ROW.match(line.strip())
         try:
             if not m:
@@ -41,8 +51,20 @@ def parse_mst_status(text: str) -> list[MstDevice]:
         except ValueError:
             raise unparseable("mst status -v", "rows 'TYPE  /dev/mst/...  bb:dd.f  mlx5_N  net-NAME  NUMA'",
                               line) from None
-        devices.append(MstDevice(m[1], None if m[2] == "NA" else m[2], m[3], rdma, net, numa))
+        devices.append(_checked(MstDevice(m[1], None if m[2] == "NA" else m[2], m[3], rdma, net, numa)))
     return devices
+
+
+def _checked(device: MstDevice) -> MstDevice:
+    checked(device.device_type, "a device type", COMMAND)
+    if device.mst is not None:
+        checked(device.mst, "an MST device", COMMAND)
+    pci_address(device.pci, COMMAND)
+    if device.rdma is not None:
+        rdma_device(device.rdma, COMMAND)
+    if device.net is not None:
+        interface(device.net, COMMAND)
+    return device
 
 
 def _rdma_net_numa(rest: list[str]) -> tuple[str | None, str | None, int | None]:

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpuvm.parsers._common import unparseable
+from gpuvm.untrusted import checked
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,11 @@ def parse_gpu_list(text: str) -> list[Gpu]:
         if not line.strip():
             continue
         if m := _GPU.match(line):
-            gpus.append(Gpu(int(m[1]), m[2], m[3]))
+            gpus.append(Gpu(int(m[1]), checked(m[2], "a product name", "nvidia-smi -L"), m[3]))
             migs.append([])
         elif (m := _MIG.match(line)) and gpus:
-            migs[-1].append(MigDevice(m[1], int(m[2]), m[3]))
+            migs[-1].append(MigDevice(checked(m[1], "a MIG profile", "nvidia-smi -L"), int(m[2]),
+                                      checked(m[3], "a GPU UUID", "nvidia-smi -L")))
         else:
             raise unparseable("nvidia-smi -L", "lines 'GPU N: NAME (UUID: GPU-...)' and '  MIG ... Device N: (UUID: MIG-...)'", line)
     return [Gpu(g.index, g.name, g.uuid, tuple(m)) for g, m in zip(gpus, migs)]
@@ -109,7 +111,8 @@ def parse_mig_query_csv(text: str) -> list[MigMode]:
         parts = [p.strip() for p in line.split(",")]
         if len(parts) != 4 or not parts[0].isdigit():
             raise unparseable(command, "4 comma-separated fields: index, name, current and pending MIG mode", line)
-        modes.append(MigMode(int(parts[0]), parts[1], parts[2], parts[3]))
+        modes.append(MigMode(int(parts[0]), checked(parts[1], "a product name", command),
+                             checked(parts[2], "a MIG mode", command), checked(parts[3], "a MIG mode", command)))
     return modes
 
 
@@ -133,7 +136,8 @@ def parse_gpu_instances(text: str) -> list[GpuInstance]:
         m = _LGI.match(line)
         if not m:
             raise unparseable("nvidia-smi mig -lgi", "rows '| GPU  MIG <profile>  <profile id>  <instance id>  <start>:<size> |'", line)
-        rows.append(GpuInstance(int(m[1]), m[2], int(m[3]), int(m[4]), int(m[5]), int(m[6])))
+        rows.append(GpuInstance(int(m[1]), checked(m[2], "a MIG profile", "nvidia-smi mig -lgi"), int(m[3]), int(m[4]),
+                                int(m[5]), int(m[6])))
     return rows
 
 
@@ -146,7 +150,8 @@ def parse_gpu_instance_profiles(text: str) -> list[GpuInstanceProfile]:
         m = _LGIP.match(line)
         if not m:
             raise unparseable("nvidia-smi mig -lgip", "rows '| GPU  MIG <profile>  <id>  <free>/<total>  <GiB> ...'", line)
-        rows.append(GpuInstanceProfile(int(m[1]), m[2], int(m[3]), int(m[4]), int(m[5]), float(m[6])))
+        rows.append(GpuInstanceProfile(int(m[1]), checked(m[2], "a MIG profile", "nvidia-smi mig -lgip"), int(m[3]),
+                                       int(m[4]), int(m[5]), float(m[6])))
     return rows
 
 
@@ -155,9 +160,11 @@ def parse_created_instances(text: str) -> list[CreatedInstance]:
     created = []
     for line in text.splitlines():
         if m := _CGI.match(line.strip()):
-            created.append(CreatedInstance("GPU", int(m[1]), int(m[2]), m[3], int(m[4])))
+            created.append(CreatedInstance("GPU", int(m[1]), int(m[2]), checked(m[3], "a MIG profile", "nvidia-smi mig -cgi"),
+                                           int(m[4])))
         elif m := _CCI.match(line.strip()):
-            created.append(CreatedInstance("compute", int(m[1]), int(m[2]), m[4], int(m[5]), int(m[3])))
+            created.append(CreatedInstance("compute", int(m[1]), int(m[2]),
+                                           checked(m[4], "a MIG profile", "nvidia-smi mig -cgi"), int(m[5]), int(m[3])))
     if not created:
         raise unparseable("nvidia-smi mig -cgi", "'Successfully created GPU instance ID ...' lines", text)
     return created

@@ -20,6 +20,7 @@ from gpuvm.errors import InputError
 from gpuvm.files import RUNBOOK_BYTES, read_capped
 from gpuvm.runbook import fast_yaml
 from gpuvm.runbook.groups import expand_vm_groups
+from gpuvm.runbook.mig_parted import resolve_mig_files
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import remember_runbook_secrets
 
@@ -201,6 +202,7 @@ def load_runbook(path: str | Path) -> Runbook:
         raise InputError(f"{file}:1: (top level): a runbook is a mapping with vcenter, hosts and vms")
     # a VM group becomes its VMs, which keep the group's lines (runbook/groups.py)
     locator = Locator(file, *expand_vm_groups(data, locator._lines, locator.error))
+    resolve_mig_files(data, file, locator.error)  # a guest's mig-parted config file → its entries
     try:
         runbook = Runbook.model_validate(data)
     except ValidationError as e:

@@ -367,12 +367,34 @@ class RdmaPort(Strict):
 
 
 class MigDevices(Strict):
-    """One entry of NVIDIA mig-parted's format: which GPUs, MIG on/off, the instances to create."""
+    """One entry of NVIDIA mig-parted's format: which GPUs, MIG on/off, the instances to create;
+    `device-filter` (PCI ids as mig-parted writes them, `0x20B510DE`: device, then vendor) limits
+    the entry to GPUs of those models."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    device_filter: list[str] | None = Field(default=None, alias="device-filter")
     devices: Literal["all"] | list[Annotated[int, Field(ge=0, le=15)]] = "all"
     mig_enabled: bool = Field(alias="mig-enabled")
     mig_devices: dict[str, Annotated[int, Field(ge=1, le=7)]] = Field(default={}, alias="mig-devices")
+
+    @field_validator("device_filter", mode="before")
+    @classmethod
+    def _filter(cls, value: Any) -> Any:
+        items = [value] if isinstance(value, str) else value
+        if isinstance(items, list):
+            for item in items:
+                if not isinstance(item, str) or not re.fullmatch(r"0x[0-9A-Fa-f]{8}", item):
+                    raise ValueError(f"{shown(item)} is not a PCI id like 0x20B510DE (device, then vendor)")
+        return items
+
+
+class MigConfigFile(Strict):
+    """A layout from an NVIDIA mig-parted config file (`version: v1`, `mig-configs:`), the format
+    DeepOps and the GPU Operator use: `config` names one of its `mig-configs`. The path is relative
+    to the runbook; the loader reads it and puts the config's entries in its place."""
+
+    config_file: str
+    config: str
 
 
 class Guest(Strict):
@@ -380,7 +402,9 @@ class Guest(Strict):
     ssh: SshAccess
     rdma_ports: list[RdmaPort] = []
     nic_ats: bool | None = None  # ConnectX ATS_ENABLED via mlxconfig (needs a host reboot)
-    mig: str | list[MigDevices] | None = None  # a named layout (all-3g.40gb, all-disabled) or mig-parted entries
+    # a named layout (all-3g.40gb, all-disabled) or mig-parted entries; the loader puts the entries of
+    # `{config_file, config}` (MigConfigFile) here
+    mig: str | list[MigDevices] | None = None
     slots: int = Field(default=1, ge=1, le=16)  # MPI slots (GPUs used by a job)
 
     @field_validator("mig")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from gpuvm.image import Recipe, image_ref, recipe
 from gpuvm.runbook.model import Image, Runbook
 from gpuvm.steps.base import Context, Say, Step, quiet
 from gpuvm.ticker import Counted, Ticker, amount, rate
+from gpuvm.untrusted import UntrustedValueError, checked, image_id, shown
 
 NAME = "guest.docker"
 STDIN_LIMIT = 256 << 20  # larger saved images go to the guest in chunks, then `docker load -i`
@@ -94,7 +96,7 @@ def inspect_id(target: RemoteTarget, cluster: Cluster, ref: str) -> str | None:
     """The image id of `ref` on the target; None when it has no such image (or no docker)."""
     result = run(target, cluster, ["docker", "image", "inspect", "--format", "{{.Id}}", ref], check=False)
     if result.ok:
-        return result.stdout.strip() or None
+        return image_id(result.stdout.strip(), "docker image inspect") if result.stdout.strip() else None
     if "No such image" in result.stderr or _missing(result):
         return None
     raise RemoteCommandError(f"{target.name}: {NAME}: cannot inspect image {ref}: {_said(result)}")
@@ -113,7 +115,8 @@ def observe(ctx: Context, target: RemoteTarget) -> DockerFact:
     own = inspect_id(target, cluster, ref)
     builder_id = own if target.name == builder else _builder_id(target, cluster, builder, ref)
     toolkit = nvidia or (_image(cluster.runbook).gpus and _toolkit(target, cluster))
-    return DockerFact(version.stdout.strip(), None, nvidia, toolkit, own, builder_id)
+    server = checked(version.stdout.strip(), "a version", "docker version")
+    return DockerFact(server, None, nvidia, toolkit, own, builder_id)
 
 
 def parse_runtimes(text: str) -> list[str]:
@@ -252,6 +255,8 @@ def _load(target: RemoteTarget, cluster: Cluster, saved: Path, stdin_limit: int 
 
 def _load_in_chunks(target: RemoteTarget, cluster: Cluster, saved: Path, timeout: float, sent: Counted) -> None:
     remote = run(target, cluster, ["mktemp", "/tmp/gpuvm-image.XXXXXX"], sudo=False).stdout.strip()
+    if not re.fullmatch(r"/tmp/gpuvm-image\.[A-Za-z0-9]{6,}", remote):  # a file name from the guest
+        raise UntrustedValueError(f"`mktemp` answered {shown(remote)}, not a /tmp/gpuvm-image.XXXXXX file")
     try:
         with open(saved, "rb") as f:
             for chunk in iter(lambda: f.read(CHUNK), b""):

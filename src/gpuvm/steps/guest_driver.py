@@ -21,6 +21,7 @@ from gpuvm.remote import Cluster, RemoteTarget, run
 from gpuvm.runbook.model import NvidiaDriver
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.installer import fetch_and_run, guest_setting, missing
+from gpuvm.untrusted import checked
 
 NAME = "guest.driver"
 QUERY = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
@@ -54,7 +55,9 @@ def driver_version(target: RemoteTarget, cluster: Cluster) -> str | None:
 
 def parse_driver_versions(text: str) -> str | None:
     """nvidia-smi's one line per GPU → the version; GPUs that disagree (never seen) → all, joined."""
-    return ", ".join(sorted({line.strip() for line in text.splitlines() if line.strip()})) or None
+    found = {checked(line.strip(), "a version", "nvidia-smi --query-gpu=driver_version") for line in text.splitlines()
+             if line.strip()}
+    return ", ".join(sorted(found)) or None
 
 
 def observe(ctx: Context, target: RemoteTarget) -> str | None:

@@ -21,6 +21,7 @@ from gpuvm.remote import RemoteTarget, run
 from gpuvm.runbook.model import Rdma
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.installer import INSTALL_TIMEOUT, fetch_and_run, guest_setting, missing
+from gpuvm.untrusted import checked
 
 NAME = "guest.rdma"
 MOFED = re.compile(r"MLNX_OFED_LINUX-(\S+?):?\s*$")
@@ -50,14 +51,14 @@ def wanted(target: RemoteTarget) -> bool:
 def parse_ofed_info(text: str) -> str | None:
     """`ofed_info -s`: "MLNX_OFED_LINUX-5.8-3.0.7.0:" → "5.8-3.0.7.0"."""
     m = MOFED.search(text.strip())
-    return m[1] if m else None
+    return checked(m[1], "a version", "ofed_info -s") if m else None
 
 
 def parse_dpkg_status(text: str) -> str | None:
     """`dpkg-query -W -f '${Status} ${Version}'`: "install ok installed 39.0-1" → "39.0-1"; a package
     removed ("deinstall ok config-files 39.0-1") or never installed reads None."""
     status, _, version = text.strip().rpartition(" ")
-    return version if status.split()[-1:] == ["installed"] else None
+    return checked(version, "a version", "dpkg-query rdma-core") if status.split()[-1:] == ["installed"] else None
 
 
 def observe(ctx: Context, target: RemoteTarget) -> str | None:

@@ -12,13 +12,17 @@ that is not the user's is an error too: gpuvm changes no ownership as root.
 from __future__ import annotations
 
 import base64
+import binascii
 import io
+import re
 import shlex
 import tarfile
 
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY, MeshFiles
 from gpuvm.steps.guest_ssh_mesh.guests import as_mesh_user, script_error
+from gpuvm.parsers._common import unparseable
 from gpuvm.remote import Cluster, RemoteTarget
+from gpuvm.untrusted import UntrustedValueError, shown
 
 FILES = (".", IDENTITY, IDENTITY + ".pub", "authorized_keys", "known_hosts", "config")
 REFUSED = 4  # the scripts' exit code for a path they will not touch: a link, a ~/.ssh not the user's
@@ -54,23 +58,40 @@ done
 
 
 def parse_mesh_files(user: str, output: str) -> MeshFiles:
-    """Parse the read script's output (pure)."""
+    """Parse the read script's output (pure). The guest's answer is held to its grammar: the home
+    directory goes into the write script (quoted), names and owners into plans."""
     home, stats, digest, texts = "", {}, None, {}
     for line in output.splitlines():
         if not line.startswith("@@gpuvm "):
             continue
         kind, _, rest = line[len("@@gpuvm "):].partition(" ")
-        if kind == "home":
-            home = rest
-        elif kind == "stat":
-            name, owner, mode = rest.split(" ")
-            stats[name] = (owner, int(mode, 8))
-        elif kind == "digest":
-            digest = rest.strip() or None
-        elif kind == "file":
-            name, _, data = rest.partition(" ")
-            texts[name] = base64.b64decode(data).decode(errors="replace")
+        try:
+            if kind == "home":
+                home = rest if _HOME.fullmatch(rest) else _refuse(rest, "a home directory")
+            elif kind == "stat":
+                name, owner, mode = rest.split(" ")
+                if not _WORD.fullmatch(name) or not _WORD.fullmatch(owner):
+                    _refuse(rest, "a file name, owner and mode")
+                stats[name] = (owner, int(mode, 8))
+            elif kind == "digest":
+                digest = rest.strip() or None
+                if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", digest):
+                    _refuse(digest, "a sha256 digest")
+            elif kind == "file":
+                name, _, data = rest.partition(" ")
+                texts[name] = base64.b64decode(data, validate=True).decode(errors="replace")
+        except (ValueError, binascii.Error):
+            raise unparseable(f"reading ~{user}/.ssh", "'@@gpuvm stat NAME OWNER MODE' and base64 file lines",
+                              line) from None
     return MeshFiles(user, home, stats, digest, texts)
+
+
+_HOME = re.compile(r"/[^\x00-\x1f\x7f]{0,4095}")
+_WORD = re.compile(r"[A-Za-z0-9_.@+-]{1,255}")
+
+
+def _refuse(value: str, what: str) -> str:
+    raise UntrustedValueError(f"the guest answered {shown(value)} as {what}; refusing to use it")
 
 
 def read_files(target: RemoteTarget, cluster: Cluster, user: str) -> MeshFiles:
