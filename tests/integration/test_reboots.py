@@ -138,3 +138,48 @@ def test_a_host_left_in_maintenance_mode_by_gpuvm_is_planned_out_but_one_put_the
         assert "outstanding" not in gpuvm("verify", str(lab)).output  # its record cleared with the maintenance mode
     finally:
         sim.stop()
+
+
+ROLLING = """\
+vcenter: {user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}
+hosts:
+  - {name: esx-01, passthrough: [{address: "0000:17:00.0"}], allow_maintenance: true, allow_reboot: true}
+  - {name: esx-02, passthrough: [{address: "0000:17:00.0"}], allow_maintenance: true, allow_reboot: true}
+vms:
+  - {name: esx-01-vm1, host: esx-01, firmware: bios}
+  - {name: esx-02-vm1, host: esx-02, firmware: bios}
+"""
+
+
+def test_rolling_reboots_bring_a_hosts_vms_back_before_the_next_host_goes_down(tmp_path, monkeypatch):
+    """Issue 22, item 5: with --max-unavailable 1 no more than one host's VMs are ever down at once
+    (power states polled from another session while the apply runs): the runbook's VMs, which need
+    nothing else off, come back with their host, not after every host is done."""
+    import threading
+
+    runbook = tmp_path / "rb.yaml"
+    runbook.write_text(ROLLING)
+    with Simulator(hosts=2, vms_per_host=2, vm_power="on", latency={"RebootHost_Task": "1s"}) as sim:
+        use_simulator(monkeypatch, sim, tmp_path / "state")
+        samples: list[dict[str, str]] = []
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.is_set():
+                state = raw_state(sim)
+                samples.append({vm: state[vm]["power"] for vm in VMS})
+                time.sleep(0.1)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            applied = gpuvm("apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-power-off",
+                            "--max-unavailable", "1")
+        finally:
+            done.set()
+            poller.join()
+        assert applied.exit_code == 0, applied.output
+        down = [{vm[:6] for vm, power in sample.items() if power != "poweredOn"} for sample in samples]
+        assert any(down), "the poller never saw a VM stopped for its host's reboot"
+        assert all(len(hosts) <= 1 for hosts in down), [sorted(h) for h in down if len(h) > 1]
+        assert all(raw_state(sim)[vm]["power"] == "poweredOn" for vm in VMS)

@@ -217,7 +217,8 @@ def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
         raise
     if own:
         _leave(ctx, name)
-    _restore_all(ctx, [(vm, stop.restore) for vm, stop in work.stops] + [(vm, r.power_on) for vm, r in work.restores])
+    _restore_all(ctx, [(vm, stop.restore or _back_now(ctx, vm)) for vm, stop in work.stops]
+                 + [(vm, r.power_on) for vm, r in work.restores])
     reboot_memo.remember(ctx, name)  # what this reboot was for: not rebooted for again if still pending
 
 
@@ -286,6 +287,16 @@ def _restore_all(ctx: Context, vms: list[tuple[str, bool]]) -> None:
             errors.append(error)
     if errors:
         raise errors[0]
+
+
+def _back_now(ctx: Context, vm: str) -> bool:
+    """A runbook VM comes back with its host, before the next batch reboots (rolling: at most
+    --max-unavailable hosts' VMs down at once), when the plan powers it on and nothing after this
+    step needs it off (new devices, a hardware upgrade); else `vm.power` powers it on later."""
+    later = [c for c in ctx.planned_on(vm) if c.step != NAME]
+    return (any(c.step == "vm.power" and c.after == "poweredOn" and not getattr(c.action, "dynamic", True)
+                for c in later)  # a dynamic DirectPath VM waits: vm.power starts the VMs naming GPUs first
+            and not any(c.disruption == Disruption.VM_POWER_OFF for c in later))
 
 
 def _restore(ctx: Context, vm: str, on: bool) -> None:
