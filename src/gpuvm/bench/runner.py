@@ -3,7 +3,8 @@
 * `prepare`: create the workdir on every guest taking part, upload files, write hostfiles, and
   check that every program a run names is there (all guests at once, one error naming each).
 * `run`: every point's warm-up runs and repeats, one after the other, output streamed to
-  `logs/<bench>/<point>/repeat-<k>.log` and parsed by the kind's parser. A failed run (non-zero
+  `logs/<bench>/<point>/repeat-<k>.log` and parsed by the kind's parser; after each repeat, the
+  environment of every machine that ran it is recorded with it (gpuvm.bench.environment). A failed run (non-zero
   exit, timeout, no figure) is recorded with its error and the campaign goes on. Ctrl-C stops
   the running job (see `commands.stop_script`) and still writes what was measured.
 """
@@ -33,6 +34,7 @@ from gpuvm.bench.commands import (
     worker_start_script,
     worker_stop_script,
 )
+from gpuvm.bench.environment import capture
 from gpuvm.bench.datasets import planned_datasets, write_datasets
 from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
@@ -234,7 +236,7 @@ class CampaignRunner:
                     self.recorder.record(point, outcome, log, warmup=True)
                     continue
                 campaign.runs_done += 1
-                self.recorder.record(point, outcome, log)
+                self.recorder.record(point, outcome, log, environment=self.environment(point))
                 if outcome.error is not None:
                     where = f"{point.setup}: {point.label}" if point.setup else point.label
                     campaign.failures.append(Failure(point.run.name, where, k, log, outcome.error))
@@ -248,6 +250,10 @@ class CampaignRunner:
             if left := self.stop_workers():
                 campaign.notes.append("worker containers left running on " + ", ".join(
                     f"{t} ({why})" for t, why in left.items()))
+
+    def environment(self, point: PlannedPoint) -> dict:
+        """Each machine of the point's environment right after its repeat (one script each, best effort)."""
+        return capture(self.executors, [LOCAL] if self.local else sorted(point.guests), local=self.local)
 
     def _run_point(self, point: PlannedPoint, stem: str) -> tuple[Outcome, str]:
         base = self.directory / "logs" / point.run.name / (point.setup or "") / point.label
