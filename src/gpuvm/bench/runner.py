@@ -2,7 +2,8 @@
 
 * `prepare`: create the workdir on every guest taking part, upload files, write hostfiles, and
   check that every program a run names is there (all guests at once, one error naming each).
-* `run`: every point's warm-up runs and repeats, one after the other, output streamed to
+* `run`: every point's warm-up runs, then the repeats round-robin (repeat 1 of every point, then
+  repeat 2, ...: `interleaved`), one after the other, output streamed to
   `logs/<bench>/<point>/repeat-<k>.log` and parsed by the kind's parser; after each repeat, the
   environment of every machine that ran it is recorded with it (gpuvm.bench.environment). A failed run (non-zero
   exit, timeout, no figure) is recorded with its error and the campaign goes on. Ctrl-C stops
@@ -216,8 +217,7 @@ class CampaignRunner:
         """Every point's warm-ups and repeats, recorded; `software` gets the guests' versions.
         A point with `repeats: auto` stops once its interval is narrow enough (`settled`).
         Ctrl-C marks the campaign interrupted and returns."""
-        schedule = [(p, k, warm) for p in self.points
-                    for warm, count in ((True, p.run.warmup), (False, p.run.most_repeats)) for k in range(1, count + 1)]
+        schedule = interleaved(self.points)
         campaign.runs_total += sum(1 for _, _, warm in schedule if not warm)
         try:
             software.update(self.software())
@@ -351,6 +351,17 @@ class CampaignRunner:
             return str(Path(path).relative_to(self.directory))
         except ValueError:
             return str(path)
+
+
+def interleaved(points: Sequence[PlannedPoint]) -> list[tuple[PlannedPoint, int, bool]]:
+    """(point, k, warm-up?) in the order they run: every point's warm-ups, then round-robin
+    repeats: repeat 1 of every point, then repeat 2 of every point, ... A slow drift of the
+    machine (heat, a neighbour's load, a page cache filling) then spreads over every point
+    instead of biasing the points that happened to run last."""
+    warmups = [(p, k, True) for p in points for k in range(1, p.run.warmup + 1)]
+    rounds = max((p.run.most_repeats for p in points), default=0)
+    repeats = [(p, k, False) for k in range(1, rounds + 1) for p in points if k <= p.run.most_repeats]
+    return warmups + repeats
 
 
 def settled(run: BenchmarkRun, values: Sequence[float]) -> bool:
