@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuvm.bench.campaign import PlannedPoint
-from gpuvm.bench.results import Benchmark, Environment, Point, Repeat, Results, RunbookRef, SetupInfo, VmInfo
+from gpuvm.bench.results import Benchmark, Point, Repeat, Results, RunbookRef, SetupInfo, VmInfo
 from gpuvm.errors import BenchmarkError
 from gpuvm.runbook.benchmarks import BenchmarkRun
 from gpuvm.runbook.model import Runbook
@@ -110,13 +110,13 @@ class Recorder:
             return run.unit, run.higher_is_better
         return UNITS.get(run.kind, ""), run.kind != "mlperf_log"
 
-    def record(self, point: PlannedPoint, outcome: Outcome, log: str, warmup: bool = False,
-               environment: dict[str, Environment] | None = None) -> None:
-        """A repeat of the point, or (`warmup`) a warm-up run: recorded apart, never compared;
-        `environment`: what each machine ran it with (gpuvm.bench.environment)."""
+    def record(self, point: PlannedPoint, outcome: Outcome, log: str, warmup: bool = False) -> Repeat:
+        """A repeat of the point, or (`warmup`) a warm-up run: recorded apart, never compared.
+        Returns it (the runner adds its `environment` once read)."""
         repeat = Repeat(value=outcome.value, per_vm=outcome.per_vm, metrics=outcome.metrics or None, log=log,
-                        error=outcome.error, environment=environment or None)
+                        error=outcome.error)
         (self._warmups if warmup else self._recorded).setdefault(_key(point), []).append(repeat)
+        return repeat
 
     def values(self, point: PlannedPoint) -> list[float]:
         """The figures the point's recorded repeats gave, in the order they ran."""

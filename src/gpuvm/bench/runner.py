@@ -236,7 +236,8 @@ class CampaignRunner:
                     self.recorder.record(point, outcome, log, warmup=True)
                     continue
                 campaign.runs_done += 1
-                self.recorder.record(point, outcome, log, environment=self.environment(point))
+                repeat = self.recorder.record(point, outcome, log)  # kept even if Ctrl-C comes next
+                repeat.environment = self.environment(point) or None
                 if outcome.error is not None:
                     where = f"{point.setup}: {point.label}" if point.setup else point.label
                     campaign.failures.append(Failure(point.run.name, where, k, log, outcome.error))
