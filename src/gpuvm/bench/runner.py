@@ -5,8 +5,8 @@
 * `run`: every point's warm-up runs, then the repeats round-robin (repeat 1 of every point, then
   repeat 2, ...: `interleaved`), one after the other, output streamed to
   `logs/<bench>/<point>/repeat-<k>.log` and parsed by the kind's parser; after each repeat, the
-  environment of every machine that ran it is recorded with it (gpuvm.bench.environment). A failed run (non-zero
-  exit, timeout, no figure) is recorded with its error and the campaign goes on. Ctrl-C stops
+  environment of every machine that ran it is recorded with it (gpuvm.bench.environment). A
+  failed run (non-zero exit, timeout, no figure) is recorded with its error and the campaign goes on. Ctrl-C stops
   the running job (see `commands.stop_script`) and still writes what was measured.
 """
 
@@ -39,7 +39,7 @@ from gpuvm.bench.environment import capture
 from gpuvm.bench.datasets import planned_datasets, write_datasets
 from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
-from gpuvm.bench.results import save_results
+from gpuvm.bench.results import Environment, save_results
 from gpuvm.bench.software import software_versions
 from gpuvm.bench.stats import half_width, median_ci
 from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailures
@@ -252,8 +252,9 @@ class CampaignRunner:
                 campaign.notes.append("worker containers left running on " + ", ".join(
                     f"{t} ({why})" for t, why in left.items()))
 
-    def environment(self, point: PlannedPoint) -> dict:
-        """Each machine of the point's environment right after its repeat (one script each, best effort)."""
+    def environment(self, point: PlannedPoint) -> dict[str, Environment]:
+        """The environment of each machine that ran the point, read right after a repeat (one
+        script each, all at once, best effort)."""
         return capture(self.executors, [LOCAL] if self.local else sorted(point.guests), local=self.local)
 
     def _run_point(self, point: PlannedPoint, stem: str) -> tuple[Outcome, str]:
