@@ -6,8 +6,8 @@
   repeat 2, ...: `interleaved`), one after the other, output streamed to
   `logs/<bench>/<point>/repeat-<k>.log` and parsed by the kind's parser; after each repeat, the
   environment of every machine that ran it is recorded with it (gpuvm.bench.environment). A
-  failed run (non-zero exit, timeout, no figure) is recorded with its error and the campaign goes on. Ctrl-C stops
-  the running job (see `commands.stop_script`) and still writes what was measured.
+  failed run (non-zero exit, timeout, no figure) is recorded with its error and the campaign goes
+  on. Ctrl-C stops the running job (see `commands.stop_script`) and still writes what was measured.
 """
 
 from __future__ import annotations
