@@ -45,3 +45,6 @@ def test_auto_repeats_stop_early_on_steady_figures_and_run_to_the_cap_on_noisy_o
     repeats = {b.name: [r.value for r in b.points[0].repeats] for b in results.benchmarks}
     assert repeats["steady"] == [100.0] * 3
     assert len(repeats["noisy"]) == 5 and len(set(repeats["noisy"])) > 1
+    # every repeat carries its guest's environment, read over SSH (no GPU tools there: load only)
+    environments = [r.environment for b in results.benchmarks for r in b.points[0].repeats]
+    assert all(env and len(next(iter(env.values())).load) == 3 for env in environments)

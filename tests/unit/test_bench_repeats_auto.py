@@ -64,3 +64,15 @@ def test_warm_up_runs_are_recorded_apart_and_excluded_from_every_figure(tmp_path
     assert [r.value for r in point.repeats] == [100.0] * 3
     spread = compare(load_results(done.results_file)).benchmarks[0].points[0].spread
     assert (spread.min, spread.warmups) == (100.0, 1)
+
+
+def test_repeats_run_round_robin_after_every_warm_up():
+    """Drift spreads over every point: repeat 1 of each point, then repeat 2 of each, ...; a point
+    with fewer repeats drops out of the later rounds."""
+    from types import SimpleNamespace
+
+    from gpuvm.bench.runner import interleaved
+
+    a, b = (SimpleNamespace(name=n, run=SimpleNamespace(warmup=w, most_repeats=r)) for n, w, r in (("a", 1, 3), ("b", 0, 2)))
+    order = [(p.name, k, warm) for p, k, warm in interleaved([a, b])]
+    assert order == [("a", 1, True), ("a", 1, False), ("b", 1, False), ("a", 2, False), ("b", 2, False), ("a", 3, False)]

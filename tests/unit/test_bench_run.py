@@ -421,8 +421,9 @@ def campaign(tmp_path, section: str, executors: dict, **kwargs):
 
 
 def test_campaign_writes_results_logs_hostfiles_and_versions(tmp_path):
-    vm1, vm2 = fake("vm1", Script(ok(horovod_output(100.0)), ok(horovod_output(101.0)),
-                                  ok(horovod_output(195.0, 2)), ok(horovod_output(197.0, 2)))), fake("vm2")
+    # repeats run round-robin: 1 node, 2 nodes, 1 node, 2 nodes
+    vm1, vm2 = fake("vm1", Script(ok(horovod_output(100.0)), ok(horovod_output(195.0, 2)),
+                                  ok(horovod_output(101.0)), ok(horovod_output(197.0, 2)))), fake("vm2")
     (tmp_path / "train.py").write_text("x")
     done, _ = campaign(tmp_path, one_run(kind="horovod_synthetic", nodes=[1, 2], repeats=2,
                                          upload={"train.py": "train.py"}), {"vm1": vm1, "vm2": vm2})
@@ -506,7 +507,8 @@ def test_ctrl_c_stops_the_job_and_keeps_what_was_measured(tmp_path):
     assert done.interrupted and done.runs_done == 2 and not done.failures
     results = load_results(done.results_file)
     assert results.note == "interrupted: 2 of 4 run(s) done"
-    assert [p.nodes for p in results.benchmarks[0].points] == [1]
+    # round-robin: the first repeat of each point ran before Ctrl-C
+    assert [(p.nodes, [r.value for r in p.repeats]) for p in results.benchmarks[0].points] == [(1, [100.0]), (2, [102.0])]
     launched, stopped = [c.command for c in vm1.calls][-2:]
     pidfile = re.search(r"echo \$\$ > (gpuvm-run-[0-9a-f]{8}\.pid)", launched).group(1)
     assert stopped.startswith(f"pid=$(cat .gpuvm-bench/{pidfile} 2>/dev/null)")

@@ -264,3 +264,13 @@ def test_bus_ids():
     assert nvidia_topo.parse_bus_ids(text) == {0: "0000:17:00.0", 1: "0000:31:00.0", 2: "0000:b1:00.0"}
     with pytest.raises(RemoteCommandError, match="index, 00000000:17:00.0"):
         nvidia_topo.parse_bus_ids("0, GPU-1234\n")
+
+
+def test_mlxconfig_query_accepts_lower_case_parameter_names():
+    """MFT names some boot-ROM parameters in mixed case (EXP_ROM_UEFI_x86_ENABLE): a real
+    ConnectX-6 Dx `mlxconfig -d ... q` is read, not refused."""
+    params = mlxconfig.parse_mlxconfig_query(fixture("mlxconfig_q_boot_rom.txt"))
+    assert params["EXP_ROM_UEFI_x86_ENABLE"] == "True(1)"
+    assert params["EXP_ROM_UEFI_ARM_ENABLE"] == "False(0)"
+    assert params["ATS_ENABLED"] == "False(0)"
+    assert len(params) == 34

@@ -17,6 +17,9 @@ more), and so have speedup, efficiency, ratio and overhead. `--max-overhead X` g
 compared against the baseline a `Verdict`: pass when the whole overhead interval is within X, fail
 when it is wholly beyond X, inconclusive when it straddles X or there is no interval. A point whose
 figures are missing or invalid (every run failed, a zero figure) fails the gate, named.
+
+With a baseline, `environment_warnings` names how the environments recorded with the repeats
+differ (driver, CUDA, frameworks, CPU governor, throttle reasons, clocks): a warning, not a verdict.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from statistics import median, stdev
 
 from gpuvm.bench import stats
+from gpuvm.bench.environment import differences
 from gpuvm.bench.results import Benchmark, Point, Results
 from gpuvm.bench.stats import Interval
 
@@ -167,6 +171,7 @@ class Comparison:
     baseline_note: str | None = None
     max_overhead: float | None = None
     verdicts: list[Verdict] = field(default_factory=list)
+    environment_warnings: list[str] = field(default_factory=list)  # how the two sides' environments differ
 
     @property
     def violations(self) -> list[Verdict]:
@@ -198,6 +203,7 @@ def compare(
         note=results.note,
         baseline_note=baseline.note if baseline else None,
         max_overhead=max_overhead,
+        environment_warnings=differences(results, baseline) if baseline else [],
     )
     if max_overhead is not None:
         comparison.verdicts.extend(check_overhead(comparison, max_overhead))

@@ -110,11 +110,13 @@ class Recorder:
             return run.unit, run.higher_is_better
         return UNITS.get(run.kind, ""), run.kind != "mlperf_log"
 
-    def record(self, point: PlannedPoint, outcome: Outcome, log: str, warmup: bool = False) -> None:
-        """A repeat of the point, or (`warmup`) a warm-up run: recorded apart, never compared."""
+    def record(self, point: PlannedPoint, outcome: Outcome, log: str, warmup: bool = False) -> Repeat:
+        """A repeat of the point, or (`warmup`) a warm-up run: recorded apart, never compared.
+        Returns it (the runner adds its `environment` once read)."""
         repeat = Repeat(value=outcome.value, per_vm=outcome.per_vm, metrics=outcome.metrics or None, log=log,
                         error=outcome.error)
         (self._warmups if warmup else self._recorded).setdefault(_key(point), []).append(repeat)
+        return repeat
 
     def values(self, point: PlannedPoint) -> list[float]:
         """The figures the point's recorded repeats gave, in the order they ran."""

@@ -122,6 +122,7 @@ def notes(comparison: Comparison) -> list[str]:
         lines.append(f"Results: {comparison.note}")
     if comparison.baseline_note:
         lines.append(f"Baseline: {comparison.baseline_note}")
+    lines.extend(f"Warning: environments differ: {w}." for w in comparison.environment_warnings)
     for bench in comparison.benchmarks:
         if bench.reference_nodes not in (None, 1):
             lines.append(

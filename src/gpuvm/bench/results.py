@@ -1,6 +1,7 @@
 """The results of a benchmark run, as typed models and as files on disk.
 
-A results directory holds `results.json` (format `gpuvm-results/1`) and `logs/` with the raw
+A results directory holds `results.json` (format `gpuvm-results/2`; /1, without `environment` per
+repeat, is still read) and `logs/` with the raw
 output of every repeat. A baseline may also be a short YAML file:
 
     environment: bare-metal
@@ -27,7 +28,8 @@ from gpuvm.files import RESULTS_BYTES, read_text_capped
 from gpuvm.runbook.loader import MAX_NODES, Locator, _expanded_size, _TooLarge, field_path
 from gpuvm.secrets import scrub
 
-FORMAT = "gpuvm-results/1"
+FORMAT = "gpuvm-results/2"
+FORMATS = ("gpuvm-results/1", FORMAT)  # what is read: /2 added the environment of each repeat
 MAX_NAME = 200  # characters of a benchmark's, a setup's or a unit's name (a runbook allows 80)
 MAX_DEPTH = 64  # a results document nests 6 levels; a deeper one is not one
 MAX_FIGURE = 1e15  # larger figures are garbage (and their sums overflow to Infinity)
@@ -52,6 +54,31 @@ class VmInfo(_Model):
     memory_gb: float = Field(gt=0)
 
 
+class GpuState(_Model):
+    """One GPU as `nvidia-smi -q` saw it right after a repeat (fields the driver did not report: absent)."""
+
+    bus_id: str = Field(max_length=MAX_NAME)
+    performance_state: str | None = Field(default=None, max_length=MAX_NAME)
+    clocks_mhz: dict[str, float] = Field(default_factory=dict)  # now: graphics, sm, memory, video
+    applications_clocks_mhz: dict[str, float] = Field(default_factory=dict)  # what the clocks are set to
+    max_clocks_mhz: dict[str, float] = Field(default_factory=dict)
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    throttle_reasons: list[str] = Field(default_factory=list)  # active clock throttle (event) reasons
+
+
+class Environment(_Model):
+    """What one machine ran a repeat with (gpuvm.bench.environment): each part where present."""
+
+    driver: str | None = Field(default=None, max_length=MAX_NAME)
+    cuda: str | None = Field(default=None, max_length=MAX_NAME)
+    frameworks: dict[str, str] = Field(default_factory=dict)  # torch, tensorflow, horovod, jax: version
+    governor: str | None = Field(default=None, max_length=MAX_NAME)  # CPU frequency governor(s), "performance"
+    load: list[float] | None = None  # load average over 1, 5 and 15 minutes
+    gpus: list[GpuState] = Field(default_factory=list)
+
+
 class Repeat(_Model):
     """One run of one point. For concurrent points `value` is the total over `per_vm`.
 
@@ -65,6 +92,7 @@ class Repeat(_Model):
     metrics: dict[str, float] | None = None
     log: str | None = None
     error: str | None = None
+    environment: dict[str, Environment] | None = None  # by machine (guest VM, or the local host name)
 
     @model_validator(mode="before")
     @classmethod
@@ -149,7 +177,7 @@ class SetupInfo(_Model):
 
 
 class Results(_Model):
-    format: Literal["gpuvm-results/1"] = FORMAT
+    format: Literal["gpuvm-results/1", "gpuvm-results/2"] = FORMAT
     environment: Literal["vm", "bare-metal"]
     note: str | None = Field(default=None, max_length=10_000)
     runbook: RunbookRef | None = None
@@ -226,7 +254,7 @@ def _load_json(path: Path, text: str) -> Results:
         raise InputError(f"{path}: nested too deeply (not a results file)") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object with format {FORMAT!r}")
-    if data.get("format") != FORMAT:
+    if data.get("format") not in FORMATS:
         raise InputError(f"{path}: format is {data.get('format')!r} (expected {FORMAT!r})")
     return _validate(path, data, source=None)
 

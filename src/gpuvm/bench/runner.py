@@ -2,10 +2,12 @@
 
 * `prepare`: create the workdir on every guest taking part, upload files, write hostfiles, and
   check that every program a run names is there (all guests at once, one error naming each).
-* `run`: every point's warm-up runs and repeats, one after the other, output streamed to
-  `logs/<bench>/<point>/repeat-<k>.log` and parsed by the kind's parser. A failed run (non-zero
-  exit, timeout, no figure) is recorded with its error and the campaign goes on. Ctrl-C stops
-  the running job (see `commands.stop_script`) and still writes what was measured.
+* `run`: every point's warm-up runs, then the repeats round-robin (repeat 1 of every point, then
+  repeat 2, ...: `interleaved`), one after the other, output streamed to
+  `logs/<bench>/<point>/repeat-<k>.log` and parsed by the kind's parser; after each repeat, the
+  environment of every machine that ran it is recorded with it (gpuvm.bench.environment). A
+  failed run (non-zero exit, timeout, no figure) is recorded with its error and the campaign goes
+  on. Ctrl-C stops the running job (see `commands.stop_script`) and still writes what was measured.
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ from gpuvm.bench.commands import (
     worker_start_script,
     worker_stop_script,
 )
+from gpuvm.bench.environment import capture
 from gpuvm.bench.datasets import planned_datasets, write_datasets
 from gpuvm.bench.network import rank_script
 from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
-from gpuvm.bench.results import save_results
+from gpuvm.bench.results import Environment, save_results
 from gpuvm.bench.software import software_versions
 from gpuvm.bench.stats import half_width, median_ci
 from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailures
@@ -237,8 +240,7 @@ class CampaignRunner:
         """Every point's warm-ups and repeats, recorded; `software` gets the guests' versions.
         A point with `repeats: auto` stops once its interval is narrow enough (`settled`).
         Ctrl-C marks the campaign interrupted and returns."""
-        schedule = [(p, k, warm) for p in self.points
-                    for warm, count in ((True, p.run.warmup), (False, p.run.most_repeats)) for k in range(1, count + 1)]
+        schedule = interleaved(self.points)
         campaign.runs_total += sum(1 for _, _, warm in schedule if not warm)
         try:
             software.update(self.software())
@@ -257,7 +259,8 @@ class CampaignRunner:
                     self.recorder.record(point, outcome, log, warmup=True)
                     continue
                 campaign.runs_done += 1
-                self.recorder.record(point, outcome, log)
+                repeat = self.recorder.record(point, outcome, log)  # kept even if Ctrl-C comes next
+                repeat.environment = self.environment(point) or None
                 if outcome.error is not None:
                     where = f"{point.setup}: {point.label}" if point.setup else point.label
                     campaign.failures.append(Failure(point.run.name, where, k, log, outcome.error))
@@ -271,6 +274,11 @@ class CampaignRunner:
             if left := self.stop_workers():
                 campaign.notes.append("worker containers left running on " + ", ".join(
                     f"{t} ({why})" for t, why in left.items()))
+
+    def environment(self, point: PlannedPoint) -> dict[str, Environment]:
+        """The environment of each machine that ran the point, read right after a repeat (one
+        script each, all at once, best effort)."""
+        return capture(self.executors, [LOCAL] if self.local else sorted(point.guests), local=self.local)
 
     def _run_point(self, point: PlannedPoint, stem: str) -> tuple[Outcome, str]:
         base = self.directory / "logs" / point.run.name / (point.setup or "") / point.label
@@ -368,6 +376,17 @@ class CampaignRunner:
             return str(Path(path).relative_to(self.directory))
         except ValueError:
             return str(path)
+
+
+def interleaved(points: Sequence[PlannedPoint]) -> list[tuple[PlannedPoint, int, bool]]:
+    """(point, k, warm-up?) in the order they run: every point's warm-ups, then round-robin
+    repeats: repeat 1 of every point, then repeat 2 of every point, ... A slow drift of the
+    machine (heat, a neighbour's load, a page cache filling) then spreads over every point
+    instead of biasing the points that happened to run last."""
+    warmups = [(p, k, True) for p in points for k in range(1, p.run.warmup + 1)]
+    rounds = max((p.run.most_repeats for p in points), default=0)
+    repeats = [(p, k, False) for k in range(1, rounds + 1) for p in points if k <= p.run.most_repeats]
+    return warmups + repeats
 
 
 def settled(run: BenchmarkRun, values: Sequence[float]) -> bool:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from gpuvm.parsers._common import unparseable
 from gpuvm.untrusted import checked
 
-_ROW = re.compile(r"^[ *]\s+([A-Z0-9_]+(?:\[\d+\])?)\s+(\S+)(?:\s+(\S+)\s+(\S+))?\s*$")
+# Names are upper case but for a few, e.g. EXP_ROM_UEFI_x86_ENABLE (MFT spells them so).
+_ROW = re.compile(r"^[ *]\s+([A-Z][A-Za-z0-9_]*(?:\[\d+\])?)\s+(\S+)(?:\s+(\S+)\s+(\S+))?\s*$")
 
 
 @dataclass(frozen=True)
