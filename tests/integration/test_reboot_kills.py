@@ -107,7 +107,11 @@ def test_apply_killed_inside_the_reboot_is_honest_then_converges_on_one_rerun(ru
         if sig == signal.SIGKILL and boundary != "intent-cleared":
             assert "maintenance" in held.get("esx-01", []), held  # the record the killed run made is on the host
         verified = gpuvm("verify", str(runbook))
-        assert verified.exit_code != 0, f"verify clean after a kill at {boundary}:\n{verified.output}"
+        now = raw_state(sim)  # SIGTERM lets the host under way finish: its VMs may all be back already
+        done = converged(now) and all(enabled == active for _, enabled, active in now["esx-01"]["passthru"])
+        assert (verified.exit_code == 0) == done, f"verify after a kill at {boundary}:\n{verified.output}"
+        if sig == signal.SIGKILL:
+            assert not done and verified.exit_code != 0, verified.output
         for name, acts in held.items():  # every unfinished act is named, with its run
             assert all(f"{name}: gpuvm intent {act!r} outstanding" in verified.output for act in acts), verified.output
 
