@@ -10,7 +10,7 @@ import itertools
 import shlex
 import threading
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Sequence, TypedDict, Unpack
+from typing import Any, BinaryIO, Callable, Sequence, TypedDict, Unpack
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.secrets import redact
@@ -108,6 +108,14 @@ def interrupted_message(name: str, command: str) -> str:
 def overflow_message(name: str, command: str, limit: int) -> str:
     return redact(f"{name}: `{command}` printed more than gpuvm keeps: output over {limit / 2**20:g} MiB; "
                   "the command was stopped")
+
+
+def raise_if_stopped(name: str, command: str, interrupted: Any, overflowed: Any, limit: int) -> None:
+    """The error of a command gpuvm stopped: interrupted (Ctrl-C, SIGTERM) or past the output cap."""
+    if interrupted.is_set():
+        raise RemoteCommandError(interrupted_message(name, command))
+    if overflowed.is_set():
+        raise RemoteCommandError(overflow_message(name, command, limit))
 
 
 class RunOptions(TypedDict, total=False):

@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.executors.base import (MAX_OUTPUT, UNDER_WAY, CommandResult, Executor, OutputOverflow, check_result,
-                                  interrupted_message, overflow_message, timeout_message)
+                                  interrupted_message, raise_if_stopped, timeout_message)
 
 
 # What a job needs of this machine's environment: where programs and libraries are, who and where
@@ -80,10 +80,7 @@ class LocalExecutor(Executor):
             raise RemoteCommandError(timeout_message(self.name, command, timeout)) from None
         finally:
             UNDER_WAY.remove(under_way)
-        if interrupted.is_set():
-            raise RemoteCommandError(interrupted_message(self.name, command))
-        if overflow.over.is_set():
-            raise RemoteCommandError(overflow_message(self.name, command, self.max_output))
+        raise_if_stopped(self.name, command, interrupted, overflow.over, self.max_output)
         for thread in threads:
             thread.join(timeout=5)
         result = CommandResult(command, exit_code, out.decode(errors="replace"), err.decode(errors="replace"))

@@ -25,7 +25,7 @@ from paramiko.message import Message
 
 from gpuvm.errors import ConnectError, HostKeyError, RemoteCommandError
 from gpuvm.executors.base import (MAX_OUTPUT, UNDER_WAY, CommandResult, Executor, OutputOverflow, check_result,
-                                  interrupted_message, overflow_message, timeout_message)
+                                  interrupted_message, raise_if_stopped, timeout_message)
 from gpuvm.executors.known_hosts import KnownHosts, read_known_hosts
 from gpuvm.secrets import redact, remember
 from gpuvm.ssh_keys import blob_fingerprint, known_hosts_name
@@ -234,10 +234,7 @@ class SshExecutor(Executor):
             finished = channel.status_event.wait(timeout)  # also set when the channel is closed
         finally:
             UNDER_WAY.remove(under_way)
-        if interrupted.is_set():
-            raise RemoteCommandError(interrupted_message(self.name, command))
-        if overflow.over.is_set():
-            raise RemoteCommandError(overflow_message(self.name, command, self.max_output))
+        raise_if_stopped(self.name, command, interrupted, overflow.over, self.max_output)
         if finished:
             for thread in threads[:2]:
                 thread.join(max(0.1, deadline - time.monotonic()) + 5)
