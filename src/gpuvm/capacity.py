@@ -5,66 +5,25 @@ Host by host, against the inventory — VMs the runbook does not manage included
 - dynamic DirectPath: the host's passthrough GPUs of the PCI id, less those held by classic
   DirectPath, cover the dynamic counts of every VM on the host;
 - vGPU: every instance finds a GPU with room (`place_vgpu`, the rules below);
-- each VM's hardware version is at least what its devices need, and its vCPUs at most the host's
+- each VM's hardware version is at least what its devices need (`hw_versions.py`), and its vCPUs at most the host's
   logical CPUs.
 The first failure is an InputError naming the runbook line, the VM, the host and the GPU.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from gpuvm.pci import pci_id
+from gpuvm.desired import Desired, DesiredDevice
 from gpuvm.errors import InputError, listed
+from gpuvm.hw_versions import hw_version, needed_hw_version
 from gpuvm.mig import GpuModel, gpu_model
+from gpuvm.pci import pci_id
 from gpuvm.plan import Note
 from gpuvm.runbook.model import Runbook
+from gpuvm.vgpu_profiles import VgpuProfile, vgpu_profile
 from gpuvm.vsphere.facts import HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
-
-if TYPE_CHECKING:
-    from gpuvm.resolve import Desired, DesiredDevice
-
-# Minimum VM hardware version per device kind, from VMware's documentation:
-# - classic DirectPath: "verify that the virtual machine is using hardware version 7 or later"
-#   (vSphere 6.5 Client SDK, "Add a PCI Device to a Virtual Machine");
-# - vGPU: "compatible with ESXi 6.0 and later" (vmx-11); several vGPUs in one VM: "compatible with
-#   ESXi 6.7 Update 2 and later" (vmx-15) (vSphere 6.7 VM administration, "Configure NVIDIA GRID vGPU");
-# - dynamic DirectPath: "verify that the virtual hardware version is 17" (vSphere 7.0 Host Client,
-#   "Add a PCI Device to a Virtual Machine").
-# - large MMIO (64-bit MMIO, GPUs mapping more than 16 GB): EFI and pciPassthru.use64bitMMIO, "ESXi 6.0
-#   Update 1 and later" (VMware KB 2142307 "VMDirectPath I/O: Requirements for Platforms and Devices";
-#   Dell KB 000199172): gpuvm asks for vmx-11, the compatibility level of ESXi 6.0.
-# vmx-N ↔ ESXi release: vSphere Automation API, Hardware.Version. The one table: vm.version and the
-# hardware_version error read it, gpusim's neededVersion mirrors it.
-MIN_HW_VERSION = {"classic": (7, "classic DirectPath", "ESXi 4.0"), "vgpu": (11, "vGPU", "ESXi 6.0"),
-                  "mmio": (11, "64-bit MMIO (large GPU BARs)", "ESXi 6.0 U1"),
-                  "vgpus": (15, "more than one vGPU", "ESXi 6.7 U2"), "dynamic": (17, "dynamic DirectPath", "ESXi 7.0")}
-
-# grid_a100-20c (time-sliced, 20 GB), grid_a100d-3-40c (MIG-backed: 3 compute slices, 40 GB);
-# newer releases name them nvidia_a100-20c.
-PROFILE = re.compile(r"^[a-z]+_[a-z0-9]+-(?:(?P<slices>\d)-)?(?P<gb>\d+)[a-z]+$")
-
-
-@dataclass(frozen=True)
-class VgpuProfile:
-    name: str
-    memory_gb: int
-    slices: int | None  # MIG compute slices; None: time-sliced
-
-    @property
-    def mig_profile(self) -> str:
-        return f"{self.slices}g.{self.memory_gb}gb"
-
-
-def vgpu_profile(name: str) -> VgpuProfile | None:
-    m = PROFILE.match(name)
-    if m is None:
-        return None
-    return VgpuProfile(name, int(m["gb"]), int(m["slices"]) if m["slices"] else None)
-
 
 # vGPU placement rules (NVIDIA Virtual GPU Software User Guide, "Virtual GPU Types" and "Valid Virtual
 # GPU Configurations on a Single GPU"; vSphere API HostGraphicsInfoVgpuMode: sameSize, mixedSize,
@@ -186,22 +145,6 @@ def _host_scope(rb: Runbook, inventory: Inventory, desired: Desired, h: int,
     held = {d.address: vm.name for vm in unmanaged for d in vm.pci if d.kind == "classic" and d.address}
     held |= {d.address: vm for _, vm, devices in vms for d in devices if d.kind == "classic" and d.address}
     return _Host(rb, facts, h, passthrough, held, vms, unmanaged)
-
-
-def hw_version(text: str | None) -> int | None:
-    """17 for "vmx-17"; None for anything else (an empty or unknown version)."""
-    m = re.fullmatch(r"vmx-(\d+)", text or "")
-    return int(m[1]) if m else None
-
-
-def needed_hw_version(devices: list[DesiredDevice], extra_config: dict[str, str]) -> tuple[int, str, str] | None:
-    """The highest (version, feature, release) the VM's devices and settings need; None: nothing."""
-    kinds = {d.kind for d in devices}
-    if sum(1 for d in devices if d.kind == "vgpu") > 1:
-        kinds.add("vgpus")
-    if extra_config.get("pciPassthru.use64bitMMIO", "").upper() == "TRUE":
-        kinds.add("mmio")
-    return max((MIN_HW_VERSION[k] for k in kinds), default=None)
 
 
 def _check_versions_and_cpus(s: _Host, inventory: Inventory, desired: Desired) -> None:

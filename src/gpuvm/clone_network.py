@@ -4,25 +4,13 @@ exists and is one of the host's (HostSystem.network), else exit 2 naming the run
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from gpuvm.desired import CloneNetwork
 
 if TYPE_CHECKING:
     from gpuvm.runbook.model import Runbook, Vm
     from gpuvm.vsphere.facts import Inventory, VmFacts
-
-
-@dataclass(frozen=True)
-class CloneNetwork:
-    """The edit of the clone's first NIC (device `nic_key`, pyVmomi class `nic_type`): a standard
-    port group's backing (network moid + name) or, with `portgroup_key`, a distributed port's."""
-
-    name: str
-    moid: str
-    nic_key: int
-    nic_type: str
-    portgroup_key: str = ""
-    switch_uuid: str = ""
 
 
 def clone_network(rb: Runbook, i: int, vm: Vm, template: VmFacts, inventory: Inventory) -> CloneNetwork | None:

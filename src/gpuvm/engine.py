@@ -24,7 +24,8 @@ from gpuvm.journal import Journal, JournalError
 from gpuvm.outstanding import outstanding
 from gpuvm.plan import Change, Disruption, Note, Plan
 from gpuvm.remote import Cluster
-from gpuvm.resolve import Desired, resolve
+from gpuvm.desired import Desired
+from gpuvm.resolve import resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, guest_docker, guest_driver, guest_mig, guest_nic,

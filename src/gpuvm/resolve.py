@@ -12,88 +12,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from gpuvm.capacity import check_capacity
-from gpuvm.clone_network import CloneNetwork, clone_network
+from gpuvm.clone_network import clone_network
 from gpuvm.cloud_init import guestinfo, public_key_problem, read_public_key
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
+from gpuvm.desired import Clone, Desired, DesiredDevice, DesiredHost, DesiredVm, Nvlink
 from gpuvm.errors import InputError, listed
 from gpuvm.plan import Note
-from gpuvm.topology import (Nvlink, Problem, best_set, dynamic_problems, gpu_problems, host_nvlink, nic_problems,
+from gpuvm.topology import (Problem, best_set, dynamic_problems, gpu_problems, host_nvlink, nic_problems,
                             numa_nodes)
 from gpuvm.runbook.model import DynamicGpus, Host, PassthroughGpus, Runbook, VgpuGpus, Vm
 from gpuvm.vsphere.facts import DatastoreFacts, HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
 
 GRAPHICS_TYPES = {"shared": "shared", "shared_direct": "sharedDirect"}
 MANAGED_PREFIXES = ("pciPassthru.", "numa.nodeAffinity")
-
-
-@dataclass(frozen=True)
-class DesiredDevice:
-    kind: str  # classic | dynamic | vgpu
-    address: str | None = None
-    vendor_id: int | None = None
-    device_id: int | None = None
-    profile: str | None = None
-    label: str = ""
-    candidates: tuple[str, ...] = ()  # dynamic: the GPUs vSphere can pick from at power-on
-
-    def describe(self) -> str:
-        if self.kind == "vgpu":
-            return f"vGPU {self.profile}"
-        if self.kind == "dynamic":
-            picks = f" (vSphere picks from {', '.join(self.candidates)})" if self.candidates else ""
-            return f"dynamic {pci_id(self.vendor_id or 0, self.device_id or 0)}{picks}"
-        return f"{self.address} {self.label}".strip()
-
-
-@dataclass
-class DesiredHost:
-    name: str
-    passthrough: list[str]  # PCI addresses to enable
-    graphics: str | None  # API value: shared | sharedDirect
-    allow_reboot: bool
-    nvlink: Nvlink = Nvlink()  # its NVLink-bridged GPU pairs, where known
-    vms: list[str] = field(default_factory=list)  # the runbook's VMs on this host
-    release: list[str] = field(default_factory=list)  # PCI addresses whose passthrough gpuvm turns off again
-    forget: list[str] = field(default_factory=list)  # PCI addresses gpuvm enabled, since seen off: no longer its own
-
-
-@dataclass
-class DesiredVm:
-    name: str
-    host: str
-    cpus: int | None
-    memory_mb: int | None
-    firmware: str
-    reservation_locked: bool
-    devices: list[DesiredDevice]
-    extra_config: dict[str, str]
-    power: str
-    system_uuid: str = ""
-    state: str = "present"  # absent: destroyed
-    clone: Clone | None = None  # how to create it, where the runbook names a template
-    hardware_version: str | None = None  # vmx-NN the runbook asks for at least (None: leave it)
-
-
-@dataclass(frozen=True)
-class Clone:
-    """A VM to create: a clone of `template` on the VM's host and `datastore`, powered off, with
-    cloud-init's guestinfo (`cloud_init.py`) in its extraConfig."""
-
-    template: str
-    datastore: str
-    guestinfo: tuple[tuple[str, str], ...] = ()
-    folder: str | None = None  # the VM folder (name; folder_moid its moid); None: the template's
-    folder_moid: str = ""
-    pool: str | None = None  # the resource pool (name; pool_moid its moid); None: the cluster's root pool
-    pool_moid: str = ""
-    network: CloneNetwork | None = None  # the network the clone's first NIC joins; None: the template's
-
-
-@dataclass
-class Desired:
-    hosts: dict[str, DesiredHost] = field(default_factory=dict)
-    vms: dict[str, DesiredVm] = field(default_factory=dict)
-    notes: list[Note] = field(default_factory=list)
 
 
 def _select(rb: Runbook, index: int, host: Host, facts: HostFacts) -> list[str]:

@@ -21,7 +21,7 @@ from gpuvm.journal import Journal, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.outstanding import STEP as OUTSTANDING
 from gpuvm.plan import Note, Plan
-from gpuvm.resolve import Desired
+from gpuvm.desired import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.model import Runbook

@@ -20,32 +20,12 @@ from dataclasses import dataclass
 from itertools import combinations
 from math import comb
 
+from gpuvm.desired import Nvlink
 from gpuvm.pci import NVLINK_PAIRED
 from gpuvm.runbook.model import Runbook
 from gpuvm.vsphere.facts import HostFacts, PciDevice
 
-Pair = tuple[str, str]
 Loc = tuple[str | int, ...]
-
-
-@dataclass(frozen=True)
-class Nvlink:
-    """A host's NVLink-bridged GPU pairs and where they come from. `seen`: the GPUs the source
-    could see (None: all of them, as in a declaration); pairs of the others are unknown."""
-
-    pairs: tuple[Pair, ...] | None = None  # None: nothing known
-    source: str = ""  # where the pairs come from; when unknown, how to make them known
-    seen: frozenset[str] | None = None
-
-    def knows(self, address: str) -> bool:
-        return self.pairs is not None and (self.seen is None or address in self.seen)
-
-    def partner(self, address: str) -> str | None:
-        return next((b if a == address else a for a, b in self.pairs or () if address in (a, b)), None)
-
-    def describe(self) -> str:
-        shown = ", ".join(f"{a[5:]}+{b[5:]}" for a, b in self.pairs or ()) or "none"
-        return f"{shown} (from {self.source})"
 
 
 def host_nvlink(rb: Runbook, i: int, facts: HostFacts, discovered: Mapping[str, Nvlink]) -> Nvlink:

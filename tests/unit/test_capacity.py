@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuvm.capacity import GpuRoom, place_vgpu, vgpu_profile
+from gpuvm.capacity import GpuRoom, place_vgpu
 from gpuvm.engine import make_plan
 from gpuvm.errors import InputError
 from gpuvm.runbook.loader import load_runbook
+from gpuvm.vgpu_profiles import vgpu_profile
 from gpuvm.vsphere.facts import VmPciDevice
 from tests.unit.factories import H100, inventory, r750xa, vm
 

@@ -17,7 +17,7 @@ from gpuvm import engine, journal as journal_module, runs
 from gpuvm.errors import InputError
 from gpuvm.journal import Journal, JournalError, past_entries, read_entries
 from gpuvm.plan import Change, Plan
-from gpuvm.resolve import Desired, DesiredHost
+from gpuvm.desired import Desired, DesiredHost
 from gpuvm.steps.base import Context, Step
 from tests.unit.test_runs import CHANGE, RUNBOOK, world  # noqa: F401  (the fixture)
 

@@ -109,7 +109,7 @@ def test_the_engine_stops_at_the_next_target_and_step_once_the_lease_is_lost(tmp
     from gpuvm import engine
     from gpuvm.journal import Journal, past_entries
     from gpuvm.plan import Change, Plan
-    from gpuvm.resolve import Desired, DesiredVm
+    from gpuvm.desired import Desired, DesiredVm
     from gpuvm.steps import vm_power
     from gpuvm.steps.base import Context
 

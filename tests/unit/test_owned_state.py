@@ -10,7 +10,7 @@ import pytest
 from gpuvm import engine
 from gpuvm.journal import Journal, past_entries
 from gpuvm.plan import Plan
-from gpuvm.resolve import Desired
+from gpuvm.desired import Desired
 from gpuvm.steps.base import Context
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.vsphere.intent import Intent

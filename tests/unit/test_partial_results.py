@@ -17,7 +17,7 @@ from gpuvm.executors.fake import FakeExecutor, ok
 from gpuvm.journal import Journal
 from gpuvm.plan import Change, Plan
 from gpuvm.remote import RemoteOptions, build_cluster
-from gpuvm.resolve import Desired, DesiredHost, DesiredVm
+from gpuvm.desired import Desired, DesiredHost, DesiredVm
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import esxi_ats, guest_nic, host_passthrough, vm_advanced
 from gpuvm.steps.base import Context, Options

@@ -10,7 +10,7 @@ import pytest
 
 from gpuvm.engine import make_plan
 from gpuvm.plan import Change
-from gpuvm.resolve import DesiredHost
+from gpuvm.desired import DesiredHost
 from gpuvm.steps import host_passthrough
 from gpuvm.steps.base import Context
 from gpuvm.steps.host_passthrough import Forget, SetPassthrough, owned_after

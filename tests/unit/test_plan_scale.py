@@ -60,7 +60,8 @@ def test_planning_work_does_not_grow_with_the_square_of_the_devices(tmp_path, mo
 @pytest.mark.parametrize("gpus", [4, 9])
 def test_the_chosen_gpus_are_those_an_exhaustive_search_picks(gpus):
     """The reduced search keeps the exhaustive one's choice (on hosts small enough for both)."""
-    from gpuvm.topology import Nvlink, best_set
+    from gpuvm.desired import Nvlink
+    from gpuvm.topology import best_set
 
     devices = [PciDevice(id=f"0000:{i:02x}:00.0", vendor_id=0x10DE, device_id=0x20B5, class_id=0x0302,
                          numa_node=i % 3 // 2, passthru_capable=True) for i in range(gpus)]
@@ -86,7 +87,8 @@ def test_the_chosen_gpus_are_those_an_exhaustive_search_picks(gpus):
 def test_a_host_of_gpus_all_unlike_is_planned_without_an_exhaustive_search(monkeypatch):
     """200 GPUs, each on a NUMA node of its own: nothing to merge, so past MAX_SETS a few good sets
     are scored instead of C(200, 4) = 64 million."""
-    from gpuvm.topology import Nvlink, best_set
+    from gpuvm.desired import Nvlink
+    from gpuvm.topology import best_set
 
     monkeypatch.setattr(gpuvm.topology, "combinations", lambda *a: pytest.fail("exhaustive search"))
     devices = [PciDevice(id=f"0000:{i >> 8:02x}:{i & 0xff:02x}.0", vendor_id=0x10DE, device_id=0x20B5,

@@ -16,7 +16,7 @@ from gpuvm.executors.fake import FakeExecutor, ok
 from gpuvm.journal import Journal, past_entries
 from gpuvm.plan import Change, Disruption, Plan
 from gpuvm.remote import RemoteOptions, build_cluster
-from gpuvm.resolve import Desired, DesiredVm
+from gpuvm.desired import Desired, DesiredVm
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_driver, vm_power
 from gpuvm.steps.base import Context, Options

@@ -45,7 +45,7 @@ from gpuvm.executors.fake import FakeExecutor
 from gpuvm.image import image_ref
 from gpuvm.plan import Change
 from gpuvm.remote import RemoteOptions, build_cluster
-from gpuvm.resolve import DesiredHost, DesiredVm
+from gpuvm.desired import DesiredHost, DesiredVm
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps.base import Context, Step
 from gpuvm.vsphere.facts import HostFacts, Inventory, VmFacts

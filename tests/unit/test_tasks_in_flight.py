@@ -7,7 +7,7 @@ import pytest
 
 from gpuvm.errors import TaskError
 from gpuvm.plan import Change
-from gpuvm.resolve import DesiredVm
+from gpuvm.desired import DesiredVm
 from gpuvm.steps import vm_version
 from gpuvm.steps.base import Context
 from gpuvm.vsphere.facts import Inventory, VmFacts

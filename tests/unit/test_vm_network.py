@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuvm.clone_network import CloneNetwork, clone_network
+from gpuvm.clone_network import clone_network
 from gpuvm.errors import InputError
-from gpuvm.resolve import Clone, DesiredVm
+from gpuvm.desired import Clone, CloneNetwork, DesiredVm
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import vm_lifecycle
 from gpuvm.vsphere.facts import HostFacts, Inventory, NetworkFacts, VmFacts, VmNic

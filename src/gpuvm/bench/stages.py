@@ -26,7 +26,7 @@ from gpuvm.engine import check_allowed
 from gpuvm.errors import InputError
 from gpuvm.executors.base import Executor
 from gpuvm.plan import Plan
-from gpuvm.resolve import Desired
+from gpuvm.desired import Desired
 from gpuvm.runbook.model import Runbook
 
 Connect = Callable[[Runbook, Sequence[PlannedPoint]], Mapping[str, Executor]]

@@ -17,6 +17,7 @@ from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.strict import Seconds, Strict, checked_name, shown
 from gpuvm.secrets import without_password
 from gpuvm.sizing.spec import SizingSpec
+from gpuvm.vgpu_profiles import vgpu_profile
 
 if TYPE_CHECKING:
     from gpuvm.runbook.loader import Locator
@@ -239,8 +240,6 @@ class VgpuGpus(Strict):
     def uses_nvlink(self) -> bool:
         """MIG-backed vGPUs never use NVLink: MIG has no GPU-to-GPU P2P, over PCIe or NVLink (NVIDIA
         MIG User Guide, "Supported Configurations")."""
-        from gpuvm.capacity import vgpu_profile
-
         if self.nvlink is not None:
             return self.nvlink
         profile = vgpu_profile(self.profile)

@@ -18,7 +18,7 @@ from gpuvm.parsers.nvidia_topo import BUS_IDS, TOPO, parse_bus_ids, parse_topo_m
 from gpuvm.plan import Change
 from gpuvm.remote import RemoteTarget, run
 from gpuvm.steps.base import Context, Step
-from gpuvm.topology import Nvlink
+from gpuvm.desired import Nvlink
 
 NAME = "esxi.topology"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import DesiredHost
+from gpuvm.desired import DesiredHost
 from gpuvm.steps.base import Context, Step, host_facts
 from gpuvm.vsphere.facts import HostFacts
 from gpuvm.vsphere.owned import Owned, OwnedStore

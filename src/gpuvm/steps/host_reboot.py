@@ -29,7 +29,7 @@ from typing import Any, Callable, Literal
 from gpuvm.errors import GpuvmError, TargetFailures, TaskError, listed
 from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import DesiredHost
+from gpuvm.desired import DesiredHost
 from gpuvm.steps import reboot_memo
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.power import power_off, power_on

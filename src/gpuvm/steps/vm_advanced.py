@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import DesiredVm
+from gpuvm.desired import DesiredVm
 from gpuvm.steps.base import Context, Step, present, vm_facts
 from gpuvm.steps.power import reconfigure
 from gpuvm.vsphere.facts import VmFacts

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import DesiredDevice, DesiredVm
+from gpuvm.desired import DesiredDevice, DesiredVm
 from gpuvm.steps.base import Context, Step, present, vm_facts
 from gpuvm.steps.power import reconfigure
 from gpuvm.vsphere.facts import VmFacts, VmPciDevice

@@ -17,10 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gpuvm.clone_network import CloneNetwork
 from gpuvm.errors import TaskError
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import Clone, DesiredVm
+from gpuvm.desired import Clone, CloneNetwork, DesiredVm
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.power import power_off
 from gpuvm.vsphere.facts import VmFacts

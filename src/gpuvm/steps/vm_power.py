@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from gpuvm.errors import TargetFailures
 from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import DesiredVm
+from gpuvm.desired import DesiredVm
 from gpuvm.steps.base import Context, Step, present
 from gpuvm.steps.power import power_off, power_on
 

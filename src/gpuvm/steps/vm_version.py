@@ -1,7 +1,7 @@
 """vm.version: the VM's hardware version (compatibility) raised to the runbook's `hardware_version`.
 
 After vm.lifecycle (a clone has its template's version) and before vm.hardware, whose devices may
-need the newer version (capacity.MIN_HW_VERSION). `UpgradeVM_Task` runs only on a powered-off VM,
+need the newer version (hw_versions.MIN_HW_VERSION). `UpgradeVM_Task` runs only on a powered-off VM,
 so on a running one the change needs a power-off. A VM already at or past the version is left
 alone: vSphere never downgrades. An upgrade a killed run left running is waited for, and the
 version read again after it: an upgrade found done (or vCenter's AlreadyUpgraded) is success.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuvm.capacity import hw_version
 from gpuvm.plan import Change, Disruption
-from gpuvm.resolve import DesiredVm
+from gpuvm.desired import DesiredVm
+from gpuvm.hw_versions import hw_version
 from gpuvm.steps.base import Context, Step, present, vm_facts
 from gpuvm.steps.power import power_off
 from gpuvm.vsphere.facts import VmFacts
