@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from gpuvm.bench.campaign import describe, plan_campaign, uploads
+from gpuvm.bench.campaign import plan_campaign, uploads
 from gpuvm.bench.compare import compare
 from gpuvm.bench.datasets import MARKER, DatasetWrite, planned_datasets, write_datasets
+from gpuvm.bench.dry_run import describe
 from gpuvm.bench.report import notes
 from gpuvm.bench.results import Benchmark, Point, Repeat, Results
 from gpuvm.errors import InputError, TargetFailures

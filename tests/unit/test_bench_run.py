@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from gpuvm.bench.compare import compare
 from gpuvm.bench.results import Benchmark, Point, Repeat, Results, load_results
-from gpuvm.bench.campaign import LOCAL, describe, plan_campaign, uploads
+from gpuvm.bench.campaign import LOCAL, plan_campaign, uploads
 from gpuvm.bench.commands import launch_script, render_hostfile, stop_script
+from gpuvm.bench.dry_run import describe
 from gpuvm.bench.runner import CampaignRunner
 from gpuvm.errors import InputError, RemoteCommandError, TargetFailures
 from gpuvm.executors.base import CommandResult

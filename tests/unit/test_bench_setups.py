@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from gpuvm.bench.campaign import describe, plan_campaign, plan_stages
+from gpuvm.bench.campaign import plan_campaign, plan_stages
+from gpuvm.bench.dry_run import describe
 from gpuvm.bench.compare import compare
 from gpuvm.bench.network import NetworkMapping, derive, read_port_maps
 from gpuvm.bench.results import Benchmark, Point, Repeat, Results, merge_results

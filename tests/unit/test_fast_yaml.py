@@ -10,7 +10,8 @@ from ruamel.yaml import YAML
 
 from gpuvm.errors import InputError
 from gpuvm.runbook import fast_yaml
-from gpuvm.runbook.loader import Locator, load_runbook
+from gpuvm.runbook.document import Locator
+from gpuvm.runbook.loader import load_runbook
 
 REPO = Path(__file__).parents[2]
 RUNBOOKS = sorted([*REPO.glob("playbooks/*.yaml"), *REPO.glob("tests/fixtures/**/*.yaml"),

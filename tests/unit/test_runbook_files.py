@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuvm.errors import InputError
-from gpuvm.runbook import loader
+from gpuvm.runbook import document, loader
 from gpuvm.runbook.loader import load_runbook
 
 LAB = Path(__file__).parents[2] / "playbooks" / "lab.yaml"
@@ -55,4 +55,4 @@ def test_expansion_is_counted_without_expanding():
         levels.append(f"l{i}: &l{i} [" + ", ".join([f"*{below}"] * 10) + "]")
     bomb = "\n".join(levels) + "\n"
     data = YAML(typ="rt").load(bomb)
-    assert loader._expanded_size(data, {}) > 10 ** 30  # counted, not built
+    assert document.expanded_size(data, {}) > 10 ** 30  # counted, not built

@@ -3,7 +3,7 @@
 `plan_campaign` expands the `benchmarks` runs into the points to measure: a scaling run gives one
 point per node count (one job over the first N guests), a concurrent run one point per group (one
 job per VM, all at once). Each job carries its rendered command line and hostfile; `uploads` lists
-the files to copy first, `describe` is the `--dry-run` text.
+the files to copy first (`dry_run.describe` words it all for `--dry-run`).
 
 A campaign with `setups` is a list of stages (`plan_stages`): each setup's runbook (runbook/setups.py)
 and the points measured on it. A point's network settings (bench/network.py) come from the port
@@ -23,7 +23,6 @@ from gpuvm.bench.commands import (
     bundled_program,
     container_name,
     docker_command,
-    launch_script,
     launcher_command,
     program_context,
     render_user_command,
@@ -42,7 +41,6 @@ from gpuvm.runbook.benchmarks import (
 )
 from gpuvm.runbook.model import Guest
 from gpuvm.runbook.model import Runbook
-from gpuvm.secrets import redact
 
 LOCAL = "local"  # the executor name of this machine (--local)
 
@@ -297,28 +295,3 @@ def uploads(runbook: Runbook, points: Sequence[PlannedPoint], local: bool) -> li
                 seen.setdefault((target, destination), Upload(target, source, destination, mode))
     return list(seen.values())
 
-
-def describe(points: Sequence[PlannedPoint], workdir: str) -> list[str]:
-    """The dry-run text: the datasets to write where missing, every point's launcher, hostfile and
-    command line."""
-    from gpuvm.bench.datasets import planned_datasets
-
-    lines = [dataset.describe() for dataset in planned_datasets(points)]
-    for point in points:
-        where = f" in setup {point.setup}" if point.setup else ""
-        lines.append(f"{point.run.name} {point.label}{where}: {_repeats(point.run)} repeat(s)"
-                     + (f" after {point.run.warmup} warm-up(s)" if point.run.warmup else ""))
-        for vm, settings in point.guest_network:
-            lines.append(f"  network on {vm} (derived from ibdev2netdev): "
-                         + (" ".join(f"{k}={v}" for k, v in settings) or "none (no rdma_ports)"))
-        for job in point.jobs:
-            hosts = ", ".join(f"{a} slots={s}" for a, s in job.hosts)
-            lines.append(f"  on {job.launcher} (hostfile {job.hostfile}: {hosts})")
-            lines.append(f"    {redact(launch_script(workdir, job.command))}")
-    return lines
-
-
-def _repeats(run: BenchmarkRun) -> str:
-    if run.repeats == "auto":
-        return f"3 to {run.repeats_max} (auto: until the 95 % interval is within ±{run.repeats_target * 100:g}%)"
-    return str(run.repeats)

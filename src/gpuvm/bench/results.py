@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gpuvm.errors import InputError
 from gpuvm.runbook.benchmarks import Launch
 from gpuvm.files import RESULTS_BYTES, read_text_capped
-from gpuvm.runbook.loader import MAX_NODES, Locator, _expanded_size, _TooLarge, field_path
+from gpuvm.runbook.document import MAX_NODES, Locator, TooLarge, expanded_size, field_path
 from gpuvm.secrets import scrub
 
 FORMAT = "gpuvm-results/2"
@@ -268,13 +268,13 @@ def _load_yaml(path: Path, text: str) -> Results:
     try:
         data = YAML(typ="rt").load(text)
         # the runbook loader's limits: an alias bomb expands to billions of values, a value may hold itself
-        if _expanded_size(data, {}) > MAX_NODES:
+        if expanded_size(data, {}) > MAX_NODES:
             raise InputError(f"{path}: the document expands to more than {MAX_NODES:,} values (YAML aliases?)")
     except YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         raise InputError(f"{path}{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
-    except _TooLarge as e:
+    except TooLarge as e:
         raise InputError(f"{path}: {e}") from None
     except RecursionError:
         raise InputError(f"{path}: nested too deeply (not a baseline)") from None

@@ -150,7 +150,8 @@ def layout_line(book: Any) -> str:
 
 def _dry_run(stages: Any, local: bool, connect: Any) -> None:
     """Every stage's layout and commands; the derived network read (once) from the guests that answer."""
-    from gpuvm.bench.campaign import describe, plan_campaign, taking_part
+    from gpuvm.bench.campaign import plan_campaign, taking_part
+    from gpuvm.bench.dry_run import describe
     from gpuvm.bench.network import read_port_maps
     from gpuvm.errors import GpuvmError
 

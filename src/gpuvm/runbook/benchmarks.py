@@ -374,10 +374,7 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
         _check_local(runbook, spec)
         return spec
     if spec.setups:
-        from gpuvm.runbook.setups import setup_runbooks
-
-        setup_runbooks(runbook)  # each setup checked as a runbook of its own
-        return spec
+        return spec  # each setup is checked as a runbook of its own (load_runbook: setups.setup_runbooks)
     if not guests:
         raise runbook.error(("benchmarks",), "benchmarks run on guests: add guests.hosts (or pass --local)")
     if spec.launcher is not None and spec.launcher not in guests:

@@ -24,6 +24,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from gpuvm.errors import InputError
+from gpuvm.runbook.document import document_path, parse_document, validation_message
 from gpuvm.runbook.model import MigConfigFile, MigDevices
 from gpuvm.runbook.strict import shown
 
@@ -65,8 +66,6 @@ def _read(path: Path, error: Callable[[str], InputError]) -> str:
 
 
 def _reference(mig: dict, where: Where, error: Callable[[Where, str], InputError]) -> MigConfigFile:
-    from gpuvm.runbook.loader import document_path, validation_message
-
     try:
         return MigConfigFile.model_validate(dict(mig))
     except ValidationError as e:
@@ -76,11 +75,9 @@ def _reference(mig: dict, where: Where, error: Callable[[Where, str], InputError
 
 def _entries(ref: MigConfigFile, runbook_file: Path, where: Where,
              error: Callable[[Where, str], InputError]) -> list[MigDevices]:
-    from gpuvm.runbook.loader import _parse, document_path, validation_message
-
     path = Path(ref.config_file)
     path = path if path.is_absolute() else runbook_file.parent / path
-    data, locator = _parse(path, _read(path, lambda message: error(where + ("config_file",), message)))
+    data, locator = parse_document(path, _read(path, lambda message: error(where + ("config_file",), message)))
     if not isinstance(data, dict) or "mig-configs" not in data:
         raise locator.error((), "not a mig-parted config file (expected `version: v1` and `mig-configs:`)")
     if data.get("version") != "v1":

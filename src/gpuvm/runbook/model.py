@@ -14,13 +14,14 @@ from pydantic_core import PydanticCustomError
 
 from gpuvm.errors import InputError, listed
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
+from gpuvm.runbook.document import field_path
 from gpuvm.runbook.strict import Seconds, Strict, checked_name, shown
 from gpuvm.secrets import without_password
 from gpuvm.sizing.spec import SizingSpec
 from gpuvm.vgpu_profiles import vgpu_profile
 
 if TYPE_CHECKING:
-    from gpuvm.runbook.loader import Locator
+    from gpuvm.runbook.document import Locator
 
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 PCI_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
@@ -601,16 +602,12 @@ class Runbook(Strict):
     def error(self, loc: tuple[str | int, ...], message: str) -> InputError:
         """An InputError at a field of this runbook: `file:line: field: message`."""
         if self._locator is None:
-            from gpuvm.runbook.loader import field_path
-
             return InputError(f"{self.file}: {field_path(loc)}: {message}")
         return self._locator.error(loc, message)
 
     def where(self, loc: tuple[str | int, ...]) -> str:
         """`file:line: field` of a field of this runbook."""
         if self._locator is None:
-            from gpuvm.runbook.loader import field_path
-
             return f"{self.file}: {field_path(loc)}"
         return self._locator.where(loc)
 

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ValidationError
 
 from gpuvm.errors import InputError, listed
 from gpuvm.runbook.benchmarks import Setup
-from gpuvm.runbook.loader import document_path, validation_message
-from gpuvm.runbook.model import Guest, Runbook, Vm
+from gpuvm.runbook.document import document_path, validation_message
+from gpuvm.runbook.model import Guest, Guests, Runbook, Vm
 
 PARKED = {"power": "off", "gpus": None, "nics": []}
 
@@ -112,7 +112,5 @@ def _validated(runbook: Runbook, model: type[BaseModel], data: dict[str, Any], l
         raise runbook.error(loc + path, validation_message(first)) from None
 
 
-def _no_guests() -> Any:
-    from gpuvm.runbook.model import Guests
-
+def _no_guests() -> Guests:
     return Guests()

@@ -17,9 +17,7 @@ writes every guest in parallel, then proves every ordered pair logs in, once. Th
 
 from __future__ import annotations
 
-NAME = "guest.ssh_mesh"  # first: the parts below name their errors with it
-
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass
 
 from gpuvm.errors import ConnectError, TargetFailures
 from gpuvm.executors.group import run_parallel
@@ -29,6 +27,7 @@ from gpuvm.steps.guest_ssh_mesh.files import (IDENTITY, MeshFiles, Peer, config_
 from gpuvm.steps.guest_ssh_mesh.guests import container_port, mesh_guests, mesh_user, peer_host_keys
 from gpuvm.ssh_keys import line_fingerprint
 from gpuvm.steps.guest_ssh_mesh.key import MeshKey, cluster_key, load_cluster_key
+from gpuvm.steps.guest_ssh_mesh.name import NAME
 from gpuvm.steps.guest_ssh_mesh.ssh_dir import read_files, write_files
 from gpuvm.plan import Change
 from gpuvm.remote import RemoteTarget

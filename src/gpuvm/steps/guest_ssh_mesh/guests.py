@@ -16,7 +16,7 @@ import paramiko
 from gpuvm.errors import GpuvmError, RemoteCommandError
 from gpuvm.executors.known_hosts import read_known_hosts
 from gpuvm.ssh_keys import known_hosts_name
-from gpuvm.steps.guest_ssh_mesh import NAME
+from gpuvm.steps.guest_ssh_mesh.name import NAME
 from gpuvm.steps.guest_ssh_mesh.files import Peer
 from gpuvm.remote import Cluster, RemoteTarget, known_hosts_files
 from gpuvm.secrets import redact

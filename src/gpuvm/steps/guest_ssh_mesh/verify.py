@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from gpuvm.errors import RemoteCommandError, TargetFailures
 from gpuvm.executors.group import run_parallel
-from gpuvm.steps.guest_ssh_mesh import NAME
+from gpuvm.steps.guest_ssh_mesh.name import NAME
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY, Peer
 from gpuvm.steps.guest_ssh_mesh.guests import as_mesh_user, mesh_guests, mesh_user, script_error
 from gpuvm.remote import Cluster, RemoteTarget
