@@ -2,7 +2,8 @@
 
 Every verb takes the step's *target*, the per-target desired state: a `DesiredHost` (role
 "host"), a `DesiredVm` ("vm"), or a `RemoteTarget` (an ESXi shell, "esxi", or a guest OS,
-"guest"); each has a `.name`.
+"guest"); each has a `.name`. `Step[TargetT, FactT]` is generic over the target and the fact its
+observe returns, so a type checker matches each step's verbs to one another.
 
 - `wanted(target)`: whether the runbook asks this step of the target at all (default: yes).
 - `observe(ctx, target) -> fact`: read the world. vSphere steps take their slice of the one bulk
@@ -20,11 +21,17 @@ changes reboot hosts: refused without --allow-host-reboot and the runbook's cons
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Generic, Literal, Protocol, TypeVar
 
+from gpuvm.desired import DesiredHost, DesiredVm
+from gpuvm.journal import Journal
 from gpuvm.plan import Change
-from gpuvm.vsphere.facts import Inventory
+from gpuvm.remote import Cluster
+from gpuvm.vsphere.facts import HostFacts, Inventory, VmFacts
+from gpuvm.vsphere.intent import IntentStore
+from gpuvm.vsphere.session import Session
 
 Role = Literal["esxi", "host", "vm", "guest"]
 SSH_ROLES = ("esxi", "guest")
@@ -51,21 +58,19 @@ def quiet(target: str, status: str) -> None:
 class Context:
     """What steps observe and apply through."""
 
-    session: Any = None  # gpuvm.vsphere.session.Session (apply only)
+    session: Session | None = None  # apply only
     inventory: Inventory = field(default_factory=Inventory)
     options: Options = field(default_factory=Options)
-    cluster: Any = None  # gpuvm.remote.Cluster, when the runbook names SSH targets
+    cluster: Cluster | None = None  # when the runbook names SSH targets
     unreachable: dict[str, str] = field(default_factory=dict)  # guests that did not answer at plan time
     planned: list[Change] = field(default_factory=list)  # what earlier steps planned (while planning)
-    journal: Any = None  # gpuvm.journal.Journal (apply only): the history of what steps did
-    intents: Any = None  # gpuvm.vsphere.intent.IntentStore (apply only): what steps are about to do, on the objects
+    journal: Journal | None = None  # apply only: the history of what steps did
+    intents: IntentStore | None = None  # apply only: what steps are about to do, recorded on the objects
     say: Say = quiet  # progress of a step that runs long (image build and ship): the engine's listener
     _planned_index: tuple[int, dict[str, list[Change]]] = field(default_factory=lambda: (0, {}), repr=False)
 
     def __post_init__(self) -> None:
         if self.intents is None and self.session is not None and self.journal is not None:
-            from gpuvm.vsphere.intent import IntentStore
-
             self.intents = IntentStore(self.session, self.journal.run_id)
 
     def planned_on(self, target: str) -> list[Change]:
@@ -79,18 +84,29 @@ class Context:
         return index.get(target, [])
 
 
-def _always(target: Any) -> bool:
+class Named(Protocol):
+    """What every target is: named (a host, VM, ESXi shell or guest)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+TargetT = TypeVar("TargetT", bound=Named)
+FactT = TypeVar("FactT")
+
+
+def _always(target: object) -> bool:
     return True
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(Generic[TargetT, FactT]):
     name: str
     role: Role
-    observe: Callable[[Context, Any], Any]
-    plan: Callable[[Any, Any], list[Change]]
-    apply: Callable[[Context, Any, list[Change]], None]
-    wanted: Callable[[Any], bool] = _always
+    observe: Callable[[Context, TargetT], FactT]
+    plan: Callable[[TargetT, FactT], list[Change]]
+    apply: Callable[[Context, TargetT, list[Change]], None]
+    wanted: Callable[[TargetT], bool] = _always
     apply_all: Callable[[Context, dict[str, list[Change]], int], dict[str, Exception]] | None = None
     reboots_host: bool = False
     restarts_guest: bool = False
@@ -100,16 +116,16 @@ class Step:
         return self.role in SSH_ROLES
 
 
-def present(vm: Any) -> bool:
+def present(vm: DesiredVm) -> bool:
     """The `wanted` of VM steps other than vm.lifecycle: a VM marked absent is only destroyed."""
     return vm.state == "present"
 
 
-def host_facts(ctx: Context, host: Any) -> Any:
-    """The observe of host steps: the host's slice of the inventory (`HostFacts`)."""
+def host_facts(ctx: Context, host: DesiredHost) -> HostFacts:
+    """The observe of host steps: the host's slice of the inventory."""
     return ctx.inventory.hosts[host.name]
 
 
-def vm_facts(ctx: Context, vm: Any) -> Any:
-    """The observe of VM steps: the VM's slice of the inventory (`VmFacts`)."""
+def vm_facts(ctx: Context, vm: DesiredVm) -> VmFacts:
+    """The observe of VM steps: the VM's slice of the inventory."""
     return ctx.inventory.vms[vm.name]
