@@ -175,7 +175,7 @@ func (g *gpusim) placeVgpus(vm *simulator.VirtualMachine, h *gpuHost, names []st
 }
 
 // Minimum VM hardware version per passthrough backing (VMware docs, see
-// src/gpuvm/capacity.py): DirectPath 7, vGPU 11 (more than one vGPU: 15),
+// src/gpuvm/hw_versions.py): DirectPath 7, vGPU 11 (more than one vGPU: 15),
 // dynamic DirectPath 17.
 func neededVersion(b types.BaseVirtualDeviceBackingInfo, vgpus int) int {
 	switch b.(type) {
