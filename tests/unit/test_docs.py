@@ -4,6 +4,7 @@ runbook the docs show is one the schema accepts."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -78,6 +79,12 @@ def test_every_relative_link_leads_to_a_file_and_heading(doc: Path):
             assert anchor in _anchors(where), f"{doc.name}: link to {target}: no such heading"
 
 
+@functools.cache
+def _validator() -> Draft202012Validator:
+    shipped = REPO / "src" / "gpuvm" / "schemas" / "runbook.json"
+    return Draft202012Validator(json.loads(shipped.read_text(encoding="utf-8")))
+
+
 def _runbooks_shown() -> list[tuple[str, str]]:
     """The YAML blocks of the README and docs/ that are whole runbooks (they start at a top-level key)."""
     found = []
@@ -90,7 +97,5 @@ def _runbooks_shown() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("doc, block", _runbooks_shown(), ids=lambda v: v if v.endswith(".md") else "")
 def test_every_runbook_the_docs_show_is_one_the_schema_accepts(doc: str, block: str):
-    schema = json.loads((REPO / "src" / "gpuvm" / "schemas" / "runbook.json").read_text(encoding="utf-8"))
-    errors = [f"{list(e.absolute_path)}: {e.message}"
-              for e in Draft202012Validator(schema).iter_errors(YAML(typ="safe").load(block))]
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in _validator().iter_errors(YAML(typ="safe").load(block))]
     assert not errors, errors

@@ -4,6 +4,7 @@ pydantic models say; every playbook names the shipped schema and matches it (iss
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from pathlib import Path
 
@@ -24,6 +25,7 @@ MODELINE = "# yaml-language-server: $schema="
 REGENERATE = "regenerate it: gpuvm schema runbook > src/gpuvm/schemas/runbook.json"
 
 
+@functools.cache
 def _validator() -> Draft202012Validator:
     shipped = json.loads(SHIPPED.read_text(encoding="utf-8"))
     Draft202012Validator.check_schema(shipped)

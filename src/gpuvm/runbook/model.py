@@ -283,7 +283,7 @@ class Vm(Strict):
     name: Name  # as named in vCenter
     host: Name  # the host it runs on (a clone is made there)
     cpus: int | None = Field(default=None, ge=1, le=768)  # at most the host's logical CPUs
-    memory_gb: int | None = Field(default=None, ge=1, le=24576)  # fully reserved whenever the VM has passthrough devices
+    memory_gb: int | None = Field(default=None, ge=1, le=24576)  # fully reserved when the VM has passthrough devices
     firmware: Literal["efi", "bios"] = "efi"  # GPU passthrough needs efi
     gpus: Gpus | None = None  # by classic DirectPath, dynamic DirectPath or vGPU profile (the key mode says which)
     nics: list[Nic] = []  # NIC passthrough
