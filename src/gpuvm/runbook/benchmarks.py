@@ -355,7 +355,7 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
     """Everything about `benchmarks` that needs the rest of the runbook; InputError at file:line."""
     spec: BenchmarkSpec | None = runbook.benchmarks
     if spec is None:
-        raise runbook.error(("benchmarks",), "the runbook has no `benchmarks` section (see README 'Benchmarks')")
+        raise runbook.error(("benchmarks",), "the runbook has no `benchmarks` section (see docs/benchmarks.md)")
     guests = {g.vm: g for g in (runbook.guests.hosts if runbook.guests else [])}
     seen: dict[str, int] = {}
     for i, run in enumerate(spec.runs):
