@@ -155,8 +155,8 @@ class SshAccess(Strict):
     """How gpuvm logs in: key file or a password from an environment variable."""
 
     address: str = Field(min_length=1)  # host name or IP address
-    user: str = "root"
-    port: int = Field(default=22, ge=1, le=65535)
+    user: str = "root"  # the login user
+    port: int = Field(default=22, ge=1, le=65535)  # the SSH port
     key_file: Path | None = None  # a private key file (at most 64 KB, a regular file)
     passphrase_env: str | None = None  # environment variable holding the key file's passphrase
     password_env: str | None = None  # environment variable holding the login password
@@ -201,7 +201,7 @@ class Host(Strict):
 
 class PassthroughGpus(Strict):
     mode: Literal["passthrough"]  # classic DirectPath: gpuvm chooses the GPUs
-    count: int = Field(ge=1, le=16)
+    count: int = Field(ge=1, le=16)  # GPUs for this VM
     addresses: list[str] | None = None  # these GPUs (PCI addresses), instead of gpuvm's choice
 
     @field_validator("addresses")
@@ -220,7 +220,7 @@ class PassthroughGpus(Strict):
 
 class DynamicGpus(Strict):
     mode: Literal["dynamic"]  # dynamic DirectPath: vSphere picks the GPUs at power-on
-    count: int = Field(ge=1, le=16)
+    count: int = Field(ge=1, le=16)  # GPUs for this VM
     id: str | None = None  # vendor:device; defaults to the GPU model found on the host
 
     @field_validator("id")
@@ -231,7 +231,7 @@ class DynamicGpus(Strict):
 
 class VgpuGpus(Strict):
     mode: Literal["vgpu"]  # NVIDIA vGPU (time-sliced or MIG-backed profiles)
-    count: int = Field(default=1, ge=1, le=16)
+    count: int = Field(default=1, ge=1, le=16)  # vGPUs of this profile
     profile: str = Field(min_length=1)  # a profile the host offers, like grid_a100d-3-40c
     nvlink: bool | None = None  # disables unified memory so NVLink P2P works; default: count ≥ 2, not MIG-backed
 
@@ -261,8 +261,8 @@ class CloudInit(Strict):
 
     hostname: str | None = None  # default: the VM's name
     address: str = "dhcp"  # or a static address with prefix, like 10.0.0.21/24
-    gateway: str | None = None
-    nameservers: list[str] = []
+    gateway: str | None = None  # with a static address
+    nameservers: list[str] = []  # DNS servers' addresses
     interfaces: str = "ens*"  # the guest NICs the network config matches (by name)
     ssh_public_key_file: Path  # authorised for the template's default user; never a private key
 
@@ -346,10 +346,10 @@ class RdmaPort(Strict):
     """A ConnectX port in the guest: by RDMA device and port (mapped with ibdev2netdev) or interface."""
 
     device: str | None = None  # mlx5_0
-    port: int = Field(default=1, ge=1, le=2)
+    port: int = Field(default=1, ge=1, le=2)  # the device's port
     interface: str | None = None  # ens64np1
     ip: str | None = None  # 192.168.100.11/24
-    mtu: int | None = Field(default=None, ge=576, le=9216)
+    mtu: int | None = Field(default=None, ge=576, le=9216)  # 9000: jumbo frames
 
     _ip = field_validator("ip")(lambda cls, v: None if v is None else _address_with_prefix(v))
 
@@ -443,17 +443,17 @@ class Image(Strict):
     `framework_from: distro`, `ofed: inbox`, `horovod: null`), which is what CI builds.
     """
 
-    name: str = "gpuvm/dl"
-    base: str = "nvcr.io/nvidia/tensorflow:22.01-tf2-py3"
+    name: str = "gpuvm/dl"  # the image name; its tag is the recipe's digest
+    base: str = "nvcr.io/nvidia/tensorflow:22.01-tf2-py3"  # the FROM image: NGC, CUDA, or a plain distribution
     ofed: str = "5.4-3.1.0.0"  # a Mellanox OFED version, or inbox: the distribution's rdma-core
     openmpi: str = "4.1.2"  # built from source with mpi: source
     mpi: Literal["source", "distro"] = "source"  # distro: the distribution's openmpi-bin
-    framework: Literal["tensorflow", "pytorch"] = "tensorflow"
+    framework: Literal["tensorflow", "pytorch"] = "tensorflow"  # the deep-learning framework the image holds
     framework_from: Literal["base", "pip", "distro"] = "base"  # base: kept if the base has it, else pip
     horovod: str | None = "0.23.0"  # null: no Horovod (mpirun and torch.distributed only)
-    scripts: ImageScripts = ImageScripts()
+    scripts: ImageScripts = ImageScripts()  # benchmark scripts fetched at build time
     gpus: bool = True  # containers get the GPUs (--gpus all): guest.docker needs the NVIDIA runtime
-    sshd_port: int = Field(default=12345, ge=1, le=65535)
+    sshd_port: int = Field(default=12345, ge=1, le=65535)  # the containers' sshd, for mpirun between them
     registry: str | None = None  # pull <registry>/<name>:<tag> instead of building
     builder: str | None = None  # the guest (VM name) that builds; default the first guest
     ofed_os: str = Field(default="ubuntu20.04", pattern=r"^[a-z]+[0-9][0-9.]*$")  # OFED tarball's OS (the base's)
@@ -514,6 +514,7 @@ class NvidiaDriver(Strict):
     """The NVIDIA data-center driver, one version on every guest, from NVIDIA's .run installer."""
 
     version: str  # 535.183.01
+    # the .run installer's URL, {version} filled in; the guest fetches it
     installer: str = "https://us.download.nvidia.com/tesla/{version}/NVIDIA-Linux-x86_64-{version}.run"
     sha256: str | None = Field(default=None, validate_default=True, description="the installer's sha256")
 
@@ -532,7 +533,7 @@ class NvidiaDriver(Strict):
 class Rdma(Strict):
     """The RDMA user space on every guest: the distribution's rdma-core, or Mellanox OFED."""
 
-    stack: Literal["inbox", "mofed"] = "inbox"
+    stack: Literal["inbox", "mofed"] = "inbox"  # inbox: rdma-core and ibverbs-utils with apt-get; mofed: MLNX_OFED
     version: str | None = None  # inbox: an rdma-core package version (default: any); mofed: 5.8-3.0.7.0
     installer: str | None = None  # mofed: the MLNX_OFED_LINUX-….tgz URL for the guests' distribution
     sha256: str | None = Field(default=None, validate_default=True, description="mofed: the tarball's sha256")
