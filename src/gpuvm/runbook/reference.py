@@ -28,7 +28,8 @@ def reference_markdown() -> str:
     """The whole of docs/runbook.md."""
     schema = runbook_schema()
     defs = schema["$defs"]
-    parts = [HEADER, _section("Runbook (top level)", schema)]
+    top = {k: v for k, v in schema.items() if k != "description"}  # the header says it, for this page
+    parts = [HEADER, _section("Runbook (top level)", top)]
     for name in _order(schema, defs):
         parts.append(_section(name, defs[name]))
     return "\n".join(parts)
