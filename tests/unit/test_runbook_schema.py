@@ -86,3 +86,17 @@ def test_schema_prints_a_document_schema_and_refuses_an_unknown_name():
     assert printed.exit_code == 0 and json.loads(printed.output) == schema("plan")
     refused = CliRunner().invoke(app, ["schema", "plans"])
     assert refused.exit_code == 2 and "no schema named 'plans'" in refused.output
+
+
+# Sections whose keys are another tool's format, described as a whole by the model's docstring.
+DESCRIBED_AS_A_WHOLE = {"MigDevices": "NVIDIA mig-parted's own format"}
+
+
+def test_every_runbook_key_says_what_it_means():
+    shipped = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    sections = {"Runbook": shipped, **shipped["$defs"]}
+    undescribed = [f"{name}.{key}" for name, section in sections.items() if name not in DESCRIBED_AS_A_WHOLE
+                   for key, prop in section.get("properties", {}).items() if not prop.get("description")]
+    assert not undescribed, "give these fields a comment in the model (it becomes their description): " + \
+        ", ".join(undescribed)
+    assert all(sections[name].get("description") for name in DESCRIBED_AS_A_WHOLE)
