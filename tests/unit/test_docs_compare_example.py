@@ -6,6 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from gpuvm.cli import common
 from gpuvm.cli.main import app
 
 REPO = Path(__file__).parents[2]
@@ -17,6 +18,7 @@ def test_the_compare_example_rows_are_the_real_output(monkeypatch):
     guide = (REPO / "docs" / "benchmarks.md").read_text()
     shown = guide.split(f"$ gpuvm {COMMAND}\n", 1)[1].split("```", 1)[0].splitlines()
     monkeypatch.chdir(REPO)
+    monkeypatch.setattr(common.out, "_console", None)  # made again at this COLUMNS, not an earlier test's
     result = CliRunner().invoke(app, COMMAND.split(), env={"COLUMNS": "160"})
     assert result.exit_code == 10, result.output  # inconclusive: one published mean per point, no interval
     printed = [line.rstrip() for line in result.output.splitlines()]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from gpuvm.cli import common
 from gpuvm.cli.main import app
 
 REPO = Path(__file__).parents[2]
@@ -41,8 +42,9 @@ def _rows(lines: list[str]) -> dict[str, str]:
     return {k: " | ".join(v) for k, v in rows.items()}
 
 
-def test_the_size_example_is_the_real_output():
+def test_the_size_example_is_the_real_output(monkeypatch):
     shown = _shown()
+    monkeypatch.setattr(common.out, "_console", None)  # made again at this COLUMNS, not an earlier test's
     result = CliRunner().invoke(app, COMMAND.split(), env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.output
     printed = [line.rstrip() for line in result.output.splitlines()]
