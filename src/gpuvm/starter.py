@@ -97,7 +97,7 @@ def starter_runbook(inventory: Inventory, url: str, user: str) -> str:
     """The runbook's text (YAML with comments)."""
     lines = [f"# Starter runbook written by `gpuvm init` from {url} ({inventory.taken:%Y-%m-%d %H:%M} UTC).",
              "# It describes the hosts and VMs as they are: `gpuvm plan` on it changes nothing.",
-             "# Edit it to what you want (README.md, section Runbook), then `gpuvm validate` and `gpuvm plan`.",
+             "# Edit it to what you want (every field: docs/runbook.md), then `gpuvm validate` and `gpuvm plan`.",
              "vcenter:",
              f"  url: {_q(url)}",
              f"  user: {_q(user)}",

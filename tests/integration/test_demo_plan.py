@@ -1,8 +1,8 @@
-"""The README's plan example rests on tests/unit/data/demo_plan.json: it must be what `gpuvm plan
-playbooks/lab.yaml --json` prints today on the lab `make demo` starts (scripts/demo.sh: gpusim with two
-hosts, two VMs each, MIG on esx-02's GPUs 0 and 1, and fresh SSH test hosts), guests included, so the
-example cannot go stale silently. When this fails because the plan changed on purpose, regenerate the
-file from this run (`GPUVM_WRITE_DEMO_PLAN=1`) and update the README's example and summary line
+"""The plan example of the README and the user guide rests on tests/unit/data/demo_plan.json: it must
+be what `gpuvm plan playbooks/lab.yaml --json` prints today on the lab `make demo` starts
+(scripts/demo.sh: gpusim with two hosts, two VMs each, MIG on esx-02's GPUs 0 and 1, and fresh SSH
+test hosts), guests included, so the example cannot go stale silently. When this fails because the plan changed on purpose, regenerate the
+file from this run (`GPUVM_WRITE_DEMO_PLAN=1`) and update both examples and their summary lines
 (tests/unit/test_readme_plan.py checks them against the file)."""
 
 from __future__ import annotations

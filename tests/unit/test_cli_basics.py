@@ -1,4 +1,4 @@
-"""`gpuvm --version`, shell completion, and the README's step table in the engine's order (issue 14)."""
+"""`gpuvm --version`, shell completion, and the user guide's step table in the engine's order (issue 14)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from gpuvm.cli.main import app
 from gpuvm.engine import STEPS
 
-README = Path(__file__).parents[2] / "README.md"
+GUIDE = Path(__file__).parents[2] / "docs" / "guide.md"
 
 
 def test_version_prints_the_package_version_and_exits_0():
@@ -31,9 +31,9 @@ def test_shell_completion_is_offered_installable_and_completes_commands():
     assert completed.exit_code == 0 and completed.output.split() == ["plan"]
 
 
-def readme_step_table() -> list[str]:
-    """The step names of README's table `| step | target | what |`, top to bottom."""
-    table = README.read_text().split("| step | target | what |\n", 1)[1]
+def guide_step_table() -> list[str]:
+    """The step names of the user guide's table `| step | target | what |`, top to bottom."""
+    table = GUIDE.read_text().split("| step | target | what |\n", 1)[1]
     names = []
     for line in table.splitlines()[1:]:  # after the |---| row
         if not line.startswith("|"):
@@ -42,5 +42,5 @@ def readme_step_table() -> list[str]:
     return names
 
 
-def test_the_readme_step_table_lists_every_step_in_the_order_they_run():
-    assert readme_step_table() == [step.name for step in STEPS]
+def test_the_guide_step_table_lists_every_step_in_the_order_they_run():
+    assert guide_step_table() == [step.name for step in STEPS]

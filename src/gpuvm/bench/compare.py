@@ -32,7 +32,7 @@ from gpuvm.bench.environment import differences
 from gpuvm.bench.results import Benchmark, Point, Results
 from gpuvm.bench.stats import Interval
 
-# `bench compare --max-overhead`: the exit code of each verdict (README: "Exit codes")
+# `bench compare --max-overhead`: the exit code of each verdict (docs/guide.md: "Exit codes")
 VERDICT_EXIT_CODES = {"pass": 0, "fail": 9, "inconclusive": 10}
 
 

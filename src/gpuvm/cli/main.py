@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from gpuvm.cli import bench_report, bench_run, init, size
+from gpuvm.cli import bench_report, bench_run, init, schema, size
 from gpuvm.cli.common import access, err, fail, handle_errors, interactive, load, out
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -43,6 +43,7 @@ bench_report.register(bench_app)
 bench_run.register(bench_app)
 size.register(app)
 init.register(app)
+schema.register(app)
 
 RUNBOOK = typer.Argument(..., exists=False, help="The runbook (YAML)", show_default=False)
 INSECURE = typer.Option(False, "--insecure", help="Turn TLS certificate verification OFF (says so loudly)")

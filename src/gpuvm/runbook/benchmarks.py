@@ -58,26 +58,26 @@ class Dataset(Strict):
     """JPEG files gpuvm writes into a run's `data` directory on the guests that read it, where missing
     (pytorch_train.py --write-dataset: random pixels, each file about `file_kb` KB)."""
 
-    files: int = Field(ge=1, le=100_000_000)
-    file_kb: float = Field(gt=0, le=100_000)
+    files: int = Field(ge=1, le=100_000_000)  # how many JPEG files
+    file_kb: float = Field(gt=0, le=100_000)  # each about this size, KB
 
 
 class BenchmarkRun(Strict):
     """One benchmark: a kind of program, its settings, and the points (node counts or VM groups)."""
 
-    name: str
-    kind: Kind
+    name: str  # names the benchmark in results.json, compare and report
+    kind: Kind  # the program and the parser of its output
     framework: Literal["tensorflow", "pytorch"] | None = None  # horovod_synthetic only
     model: str | None = None  # default per kind: resnet50 (TF2 Keras: ResNet50)
     batch_size: int = Field(default=64, ge=1)  # per GPU; strong scaling: global
-    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # fp16, bf16: mixed precision
     channels_last: bool = False  # pytorch_train: NHWC memory format
     compile: bool = False  # pytorch_train: torch.compile (PyTorch 2)
     data: str = "synthetic"  # or a data directory on the guests (tf_cnn_benchmarks --data_dir, pytorch_train --data-dir)
     dataset: Dataset | None = None  # pytorch_train: files gpuvm writes into `data` where missing
     compare_synthetic: bool = False  # pytorch_train with `data`: each point also on synthetic tensors
     steps: int | None = Field(default=None, ge=1)  # timed steps: --num_batches / --num-iters
-    scenario: Literal["scaling", "concurrent"] = "scaling"
+    scenario: Literal["scaling", "concurrent"] = "scaling"  # one job over N VMs, or groups of VMs with a job each
     scaling: Literal["weak", "strong"] | None = None  # scenario scaling: default weak
     nodes: list[Annotated[int, Field(ge=1, le=1024)]] | None = None  # scaling: default [1]
     groups: list[list[str]] | None = None  # concurrent: VMs each running their own job at once
@@ -295,9 +295,9 @@ class Setup(Strict):
     fields that differ (`{name: vm1, gpus: {mode: passthrough, count: 1}}`), and guest fields that
     differ (`{vm: vm1, slots: 1}`). Checked and built into a runbook of its own by runbook/setups.py."""
 
-    name: str
-    vms: list[dict[str, Any]] = Field(min_length=1)
-    guests: list[dict[str, Any]] = []
+    name: str  # names the setup in plans, results.json and reports (--setup NAME)
+    vms: list[dict[str, Any]] = Field(min_length=1)  # the VMs taking part: name and the fields that differ
+    guests: list[dict[str, Any]] = []  # their guests' fields that differ: vm and the fields
 
     _n = field_validator("name")(lambda cls, v: checked_name(v))
 
@@ -325,7 +325,7 @@ class BenchmarkSpec(Strict):
     container: bool = False  # run mpirun inside guests.image
     workdir: str = ".gpuvm-bench"  # on each guest; relative to the login directory
     docker_args: list[str] = []  # extra `docker run` words (container: true)
-    runs: list[BenchmarkRun] = Field(min_length=1)
+    runs: list[BenchmarkRun] = Field(min_length=1)  # the benchmarks, measured in this order
     setups: list[Setup] = []  # VM/GPU layouts applied in turn, each run in those it names
 
     @field_validator("workdir")
@@ -355,7 +355,7 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
     """Everything about `benchmarks` that needs the rest of the runbook; InputError at file:line."""
     spec: BenchmarkSpec | None = runbook.benchmarks
     if spec is None:
-        raise runbook.error(("benchmarks",), "the runbook has no `benchmarks` section (see README 'Benchmarks')")
+        raise runbook.error(("benchmarks",), "the runbook has no `benchmarks` section (see docs/benchmarks.md)")
     guests = {g.vm: g for g in (runbook.guests.hosts if runbook.guests else [])}
     seen: dict[str, int] = {}
     for i, run in enumerate(spec.runs):

@@ -117,7 +117,7 @@ class Locator:
 def validation_message(error: dict[str, Any]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
-        return "unknown field (check the spelling; see README 'Runbook')"
+        return "unknown field (check the spelling; every field: docs/runbook.md, or `gpuvm schema runbook`)"
     if kind == "missing":
         return "required field is missing"
     message = error["msg"]

@@ -58,11 +58,11 @@ Name = Annotated[str, AfterValidator(checked_name)]  # hosts, VMs, and every ref
 
 
 class VCenter(Strict):
-    url: str | None = None
-    user: str | None = None
+    url: str | None = None  # https://vcenter.example.com/sdk; default: GOVC_URL
+    user: str | None = None  # default: GOVC_USERNAME
     password_env: str | None = Field(default=None, description="environment variable holding the password")
-    insecure: bool | None = None
-    ca_file: Path | None = None
+    insecure: bool | None = None  # true: TLS verification off (said so on every connect); default: GOVC_INSECURE
+    ca_file: Path | None = None  # a CA bundle to verify vCenter's certificate; default: GOVC_TLS_CA_CERTS
 
     @field_validator("url")
     @classmethod
@@ -107,9 +107,9 @@ def _address_with_prefix(value: str) -> str:
 class PciSelector(Strict):
     """Exactly one of: a model name (substring of the device name), a vendor:device id, an address."""
 
-    model: str | None = None
-    id: str | None = None
-    address: str | None = None
+    model: str | None = None  # a substring of the device name, like A100
+    id: str | None = None  # vendor:device, like 15b3:101b
+    address: str | None = None  # a PCI address, like 0000:4b:00.0
 
     @field_validator("id")
     @classmethod
@@ -156,13 +156,13 @@ def _nvlink_pairs(value: Any) -> list[tuple[str, str]] | None:
 class SshAccess(Strict):
     """How gpuvm logs in: key file or a password from an environment variable."""
 
-    address: str = Field(min_length=1)
-    user: str = "root"
-    port: int = Field(default=22, ge=1, le=65535)
-    key_file: Path | None = None
+    address: str = Field(min_length=1)  # host name or IP address
+    user: str = "root"  # the login user
+    port: int = Field(default=22, ge=1, le=65535)  # the SSH port
+    key_file: Path | None = None  # a private key file (at most 64 KB, a regular file)
     passphrase_env: str | None = None  # environment variable holding the key file's passphrase
-    password_env: str | None = None
-    sudo: bool = False
+    password_env: str | None = None  # environment variable holding the login password
+    sudo: bool = False  # commands that need root go through `sudo -n`
 
     @field_validator("address")
     @classmethod
@@ -174,17 +174,17 @@ class SshAccess(Strict):
 
 class SshSettings(Strict):
     known_hosts: Path | None = None  # trusted host keys besides ~/.ssh/known_hosts; new keys are recorded here
-    connect_timeout: Seconds = 10
-    command_timeout: Seconds = 600
+    connect_timeout: Seconds = 10  # seconds
+    command_timeout: Seconds = 600  # seconds every remote command may take
     boot_timeout: Seconds = 600  # how long apply waits for a guest's SSH after its VM starts
 
 
 class Host(Strict):
-    name: Name
-    passthrough: list[PciSelector] = []
-    graphics: GraphicsMode | None = None
-    allow_maintenance: bool = False
-    allow_reboot: bool = False
+    name: Name  # as named in vCenter
+    passthrough: list[PciSelector] = []  # devices to enable for PCI passthrough
+    graphics: GraphicsMode | None = None  # shared_direct: needed for NVIDIA vGPU
+    allow_maintenance: bool = False  # may gpuvm enter maintenance mode ...
+    allow_reboot: bool = False  # ... and reboot (still needs --allow-host-reboot)
     ssh: SshAccess | None = None  # ESXi shell access, for ATS and MIG
     ats: bool | None = None  # PCIe Address Translation Services (for P2P), via esxcli
     ats_option: str = "atsSupport"  # the kernel setting's name is unconfirmed: configurable
@@ -202,9 +202,9 @@ class Host(Strict):
 
 
 class PassthroughGpus(Strict):
-    mode: Literal["passthrough"]
-    count: int = Field(ge=1, le=16)
-    addresses: list[str] | None = None
+    mode: Literal["passthrough"]  # classic DirectPath: gpuvm chooses the GPUs
+    count: int = Field(ge=1, le=16)  # GPUs for this VM
+    addresses: list[str] | None = None  # these GPUs (PCI addresses), instead of gpuvm's choice
 
     @field_validator("addresses")
     @classmethod
@@ -221,8 +221,8 @@ class PassthroughGpus(Strict):
 
 
 class DynamicGpus(Strict):
-    mode: Literal["dynamic"]
-    count: int = Field(ge=1, le=16)
+    mode: Literal["dynamic"]  # dynamic DirectPath: vSphere picks the GPUs at power-on
+    count: int = Field(ge=1, le=16)  # GPUs for this VM
     id: str | None = None  # vendor:device; defaults to the GPU model found on the host
 
     @field_validator("id")
@@ -232,9 +232,9 @@ class DynamicGpus(Strict):
 
 
 class VgpuGpus(Strict):
-    mode: Literal["vgpu"]
-    count: int = Field(default=1, ge=1, le=16)
-    profile: str = Field(min_length=1)
+    mode: Literal["vgpu"]  # NVIDIA vGPU (time-sliced or MIG-backed profiles)
+    count: int = Field(default=1, ge=1, le=16)  # vGPUs of this profile
+    profile: str = Field(min_length=1)  # a profile the host offers, like grid_a100d-3-40c
     nvlink: bool | None = None  # disables unified memory so NVLink P2P works; default: count ≥ 2, not MIG-backed
 
     @property
@@ -251,7 +251,7 @@ Gpus = Annotated[PassthroughGpus | DynamicGpus | VgpuGpus, Field(discriminator="
 
 
 class Nic(Strict):
-    address: str
+    address: str  # the NIC's PCI address on the VM's host, like 0000:4b:00.0
 
     _a = field_validator("address")(lambda cls, v: _pci_address(v))
 
@@ -261,8 +261,8 @@ class CloudInit(Strict):
 
     hostname: str | None = None  # default: the VM's name
     address: str = "dhcp"  # or a static address with prefix, like 10.0.0.21/24
-    gateway: str | None = None
-    nameservers: list[str] = []
+    gateway: str | None = None  # with a static address
+    nameservers: list[str] = []  # DNS servers' addresses
     interfaces: str = "ens*"  # the guest NICs the network config matches (by name)
     ssh_public_key_file: Path  # authorised for the template's default user; never a private key
 
@@ -280,18 +280,18 @@ class CloudInit(Strict):
 
 
 class Vm(Strict):
-    name: Name
-    host: Name
-    cpus: int | None = Field(default=None, ge=1, le=768)
-    memory_gb: int | None = Field(default=None, ge=1, le=24576)
-    firmware: Literal["efi", "bios"] = "efi"
-    gpus: Gpus | None = None
-    nics: list[Nic] = []
-    p2p: bool = True
-    mmio: Literal["auto"] | int = "auto"
-    numa_node: int | None = Field(default=None, ge=0, le=7)
+    name: Name  # as named in vCenter
+    host: Name  # the host it runs on (a clone is made there)
+    cpus: int | None = Field(default=None, ge=1, le=768)  # at most the host's logical CPUs
+    memory_gb: int | None = Field(default=None, ge=1, le=24576)  # fully reserved when the VM has passthrough devices
+    firmware: Literal["efi", "bios"] = "efi"  # GPU passthrough needs efi
+    gpus: Gpus | None = None  # by classic DirectPath, dynamic DirectPath or vGPU profile (the key mode says which)
+    nics: list[Nic] = []  # NIC passthrough
+    p2p: bool = True  # pciPassthru.allowP2P and RelaxACSforP2P
+    mmio: Literal["auto"] | int = "auto"  # 64-bit MMIO GB: auto = power of two ≥ 2x total GPU memory
+    numa_node: int | None = Field(default=None, ge=0, le=7)  # numa.nodeAffinity; classic GPUs are chosen on it
     topology: TopologyPolicy | None = None  # default: the runbook's
-    power: Literal["on", "off"] = "on"
+    power: Literal["on", "off"] = "on"  # the power state apply leaves the VM in
     state: Literal["present", "absent"] = "present"  # absent: destroyed by apply --allow-destroy
     template: Name | None = None  # a missing VM is created as a clone of this template (or VM)
     datastore: Name | None = None  # where a clone goes; default: the template's datastore
@@ -346,10 +346,10 @@ class RdmaPort(Strict):
     """A ConnectX port in the guest: by RDMA device and port (mapped with ibdev2netdev) or interface."""
 
     device: str | None = None  # mlx5_0
-    port: int = Field(default=1, ge=1, le=2)
+    port: int = Field(default=1, ge=1, le=2)  # the device's port
     interface: str | None = None  # ens64np1
     ip: str | None = None  # 192.168.100.11/24
-    mtu: int | None = Field(default=None, ge=576, le=9216)
+    mtu: int | None = Field(default=None, ge=576, le=9216)  # 9000: jumbo frames
 
     _ip = field_validator("ip")(lambda cls, v: None if v is None else _address_with_prefix(v))
 
@@ -399,8 +399,8 @@ class MigConfigFile(Strict):
 
 class Guest(Strict):
     vm: Name  # the VM this guest OS runs in
-    ssh: SshAccess
-    rdma_ports: list[RdmaPort] = []
+    ssh: SshAccess  # how gpuvm logs in to the guest OS
+    rdma_ports: list[RdmaPort] = []  # ConnectX ports: up, with their IP and MTU (guest.nic)
     nic_ats: bool | None = None  # ConnectX ATS_ENABLED via mlxconfig (needs a host reboot)
     # a named layout (all-3g.40gb, all-disabled) or mig-parted entries; the loader puts the entries of
     # `{config_file, config}` (MigConfigFile) here
@@ -443,17 +443,17 @@ class Image(Strict):
     `framework_from: distro`, `ofed: inbox`, `horovod: null`), which is what CI builds.
     """
 
-    name: str = "gpuvm/dl"
-    base: str = "nvcr.io/nvidia/tensorflow:22.01-tf2-py3"
+    name: str = "gpuvm/dl"  # the image name; its tag is the recipe's digest
+    base: str = "nvcr.io/nvidia/tensorflow:22.01-tf2-py3"  # the FROM image: NGC, CUDA, or a plain distribution
     ofed: str = "5.4-3.1.0.0"  # a Mellanox OFED version, or inbox: the distribution's rdma-core
     openmpi: str = "4.1.2"  # built from source with mpi: source
     mpi: Literal["source", "distro"] = "source"  # distro: the distribution's openmpi-bin
-    framework: Literal["tensorflow", "pytorch"] = "tensorflow"
+    framework: Literal["tensorflow", "pytorch"] = "tensorflow"  # the deep-learning framework the image holds
     framework_from: Literal["base", "pip", "distro"] = "base"  # base: kept if the base has it, else pip
     horovod: str | None = "0.23.0"  # null: no Horovod (mpirun and torch.distributed only)
-    scripts: ImageScripts = ImageScripts()
+    scripts: ImageScripts = ImageScripts()  # benchmark scripts fetched at build time
     gpus: bool = True  # containers get the GPUs (--gpus all): guest.docker needs the NVIDIA runtime
-    sshd_port: int = Field(default=12345, ge=1, le=65535)
+    sshd_port: int = Field(default=12345, ge=1, le=65535)  # the containers' sshd, for mpirun between them
     registry: str | None = None  # pull <registry>/<name>:<tag> instead of building
     builder: str | None = None  # the guest (VM name) that builds; default the first guest
     ofed_os: str = Field(default="ubuntu20.04", pattern=r"^[a-z]+[0-9][0-9.]*$")  # OFED tarball's OS (the base's)
@@ -488,7 +488,7 @@ class Image(Strict):
 
 
 class SshMesh(Strict):
-    enabled: bool = True
+    enabled: bool = True  # false: no mesh
     user: str | None = None  # default: each guest's SSH user
     container_port: int | None = Field(default=None, ge=1, le=65535)  # sshd port inside containers
 
@@ -514,6 +514,7 @@ class NvidiaDriver(Strict):
     """The NVIDIA data-center driver, one version on every guest, from NVIDIA's .run installer."""
 
     version: str  # 535.183.01
+    # the .run installer's URL, {version} filled in; the guest fetches it
     installer: str = "https://us.download.nvidia.com/tesla/{version}/NVIDIA-Linux-x86_64-{version}.run"
     sha256: str | None = Field(default=None, validate_default=True, description="the installer's sha256")
 
@@ -532,7 +533,7 @@ class NvidiaDriver(Strict):
 class Rdma(Strict):
     """The RDMA user space on every guest: the distribution's rdma-core, or Mellanox OFED."""
 
-    stack: Literal["inbox", "mofed"] = "inbox"
+    stack: Literal["inbox", "mofed"] = "inbox"  # inbox: rdma-core and ibverbs-utils with apt-get; mofed: MLNX_OFED
     version: str | None = None  # inbox: an rdma-core package version (default: any); mofed: 5.8-3.0.7.0
     installer: str | None = None  # mofed: the MLNX_OFED_LINUX-….tgz URL for the guests' distribution
     sha256: str | None = Field(default=None, validate_default=True, description="mofed: the tarball's sha256")
@@ -559,23 +560,23 @@ class Rdma(Strict):
 
 
 class Guests(Strict):
-    hosts: list[Guest] = []
-    image: Image | None = None
-    ssh_mesh: SshMesh | None = None
-    driver: NvidiaDriver | None = None  # guest.driver
-    rdma: Rdma | None = None  # guest.rdma
+    hosts: list[Guest] = []  # the guest OSes, one per VM, over SSH
+    image: Image | None = None  # the training container, built once and shipped to every guest (guest.docker)
+    ssh_mesh: SshMesh | None = None  # keyless SSH between all guests (guest.ssh_mesh)
+    driver: NvidiaDriver | None = None  # the NVIDIA driver on every guest (guest.driver)
+    rdma: Rdma | None = None  # the RDMA user space on every guest (guest.rdma)
 
 
 class Runbook(Strict):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
-    vcenter: VCenter = VCenter()
+    vcenter: VCenter = VCenter()  # where and how gpuvm logs in to vCenter
     topology: TopologyPolicy = "warn"  # GPUs of a VM on one NUMA node, in NVLink pairs, its NICs on their node
-    hosts: list[Host] = []
-    vms: list[Vm] = []
-    ssh: SshSettings = SshSettings()
-    guests: Guests | None = None
-    benchmarks: BenchmarkSpec | None = None
+    hosts: list[Host] = []  # the ESXi hosts gpuvm configures
+    vms: list[Vm] = []  # the VMs gpuvm configures; a missing one with a template is created
+    ssh: SshSettings = SshSettings()  # SSH settings for every ESXi shell and guest
+    guests: Guests | None = None  # the guest OSes, over SSH
+    benchmarks: BenchmarkSpec | None = None  # the benchmark campaign `gpuvm bench run` runs
     sizing: SizingSpec | None = None  # what `gpuvm size` reads (gpuvm/sizing/spec.py)
 
     _file: Path | None = PrivateAttr(default=None)

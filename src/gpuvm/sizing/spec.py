@@ -25,21 +25,21 @@ from gpuvm.sizing.tables import GPUS, MODELS, find_gpu
 
 
 class SizingSpec(Strict):
-    model: str | None = None
+    model: str | None = None  # a model of the table: resnet18, resnet50, resnet101, vgg16, mobilenet_v2
     parameters: int | None = Field(default=None, ge=1)  # a model not in the table
     forward_gflops: float | None = Field(default=None, gt=0)  # its forward pass per sample (2 per multiply-add)
     activation_mb_per_sample: float | None = Field(default=None, ge=0)  # saved for backward, fp32
-    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
-    optimizer: Literal["sgd", "sgd-momentum", "adam", "adamw"] = "sgd-momentum"
-    batch_per_gpu: int = Field(default=64, ge=1)
-    gpu: str = "a100-80gb"
-    gpus: int = Field(default=1, ge=1, le=100_000)
-    jobs: int = Field(default=1, ge=1, le=10_000)
-    sample_kb: float = Field(default=110, gt=0)
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"  # fp16, bf16: mixed precision
+    optimizer: Literal["sgd", "sgd-momentum", "adam", "adamw"] = "sgd-momentum"  # sets the optimizer state's size
+    batch_per_gpu: int = Field(default=64, ge=1)  # samples per GPU per step
+    gpu: str = "a100-80gb"  # a GPU of the table (gpuvm size --help lists them)
+    gpus: int = Field(default=1, ge=1, le=100_000)  # GPUs per job
+    jobs: int = Field(default=1, ge=1, le=10_000)  # jobs reading from the storage at once
+    sample_kb: float = Field(default=110, gt=0)  # one sample on disk, KB
     dataset_samples: int = Field(default=1_281_167, ge=1)  # ImageNet-1k's training set
-    storage_latency_ms: float = Field(default=1.0, gt=0)
+    storage_latency_ms: float = Field(default=1.0, gt=0)  # one storage read's latency, ms
     io_kb: float | None = Field(default=None, gt=0)  # one read; default: a whole sample
-    checkpoint_minutes: float = Field(default=30, gt=0)
+    checkpoint_minutes: float = Field(default=30, gt=0)  # minutes between checkpoints
     utilization: float | None = Field(default=None, gt=0, le=1)  # of the GPU's peak: replaces the tables' rate
     scaling_efficiency: float | None = Field(default=None, gt=0, le=1)  # n GPUs' rate over n x one's
     epochs: float | None = Field(default=None, gt=0)  # time to train: this many epochs ...

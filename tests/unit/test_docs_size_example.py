@@ -1,4 +1,4 @@
-"""The README's worked sizing example (the study's cluster: ResNet-50, 4 x A100 80GB, batch 1024 per
+"""The benchmark guide's (docs/benchmarks.md) worked sizing example (the study's cluster: ResNet-50, 4 x A100 80GB, batch 1024 per
 GPU, mixed precision) is what `gpuvm size` prints: every number it shows, row by row."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from gpuvm.cli import common
 from gpuvm.cli.main import app
 
 REPO = Path(__file__).parents[2]
@@ -16,9 +17,9 @@ NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
 
 def _shown() -> list[str]:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert f"$ gpuvm {COMMAND}\n" in readme, "the README no longer shows the worked example's command"
-    return readme.split(f"$ gpuvm {COMMAND}\n", 1)[1].split("```", 1)[0].splitlines()
+    guide = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert f"$ gpuvm {COMMAND}\n" in guide, "docs/benchmarks.md no longer shows the worked example's command"
+    return guide.split(f"$ gpuvm {COMMAND}\n", 1)[1].split("```", 1)[0].splitlines()
 
 
 def _rows(lines: list[str]) -> dict[str, str]:
@@ -41,30 +42,31 @@ def _rows(lines: list[str]) -> dict[str, str]:
     return {k: " | ".join(v) for k, v in rows.items()}
 
 
-def test_readme_size_example_is_the_real_output():
+def test_the_size_example_is_the_real_output(monkeypatch):
     shown = _shown()
+    monkeypatch.setattr(common.out, "_console", None)  # made again at this COLUMNS, not an earlier test's
     result = CliRunner().invoke(app, COMMAND.split(), env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.output
     printed = [line.rstrip() for line in result.output.splitlines()]
 
-    # the figures the example is about are there (a README cut down by mistake fails here)
+    # the figures the example is about are there (an example cut down by mistake fails here)
     shown_rows = _rows(shown)
     for label in ("weights", "optimizer state", "activations", "total", "smallest GPU count (a100-80gb, 80 GiB)",
                   "throughput (one job)", "storage must deliver", "reads in flight", "checkpoint write rate", "epoch"):
         assert label in shown_rows, label
 
-    # every row of the README's tables holds the numbers the command prints in that row
+    # every row of the example's tables holds the numbers the command prints in that row
     printed_rows = _rows(printed)
     for label, text in shown_rows.items():
-        assert label in printed_rows, f"README row {label!r} not printed:\n" + "\n".join(printed)
+        assert label in printed_rows, f"example row {label!r} not printed:\n" + "\n".join(printed)
         assert NUMBER.findall(text) == NUMBER.findall(printed_rows[label]), (label, text, printed_rows[label])
 
-    # the lines outside the tables (title, assumptions) are printed as the README shows them
+    # the lines outside the tables (title, assumptions) are printed as the example shows them
     for line in shown:
         if line.strip() and line.strip()[0] not in "┏┃┡│└" and not line.startswith(("Memory per GPU", "Rates")):
             assert line.rstrip() in printed, line
 
-    # and, whatever the layout, every number the README shows is in the output
+    # and, whatever the layout, every number the example shows is in the output
     output = result.output
     for number in NUMBER.findall("\n".join(shown)):
         assert re.search(rf"(?<![\d.,]){re.escape(number)}(?![\d]|[.,]\d)", output), number
