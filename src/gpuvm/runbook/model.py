@@ -229,8 +229,9 @@ class Host(Strict):
 
     @model_validator(mode="after")
     def _needs_ssh(self) -> "Host":
-        if (self.ats is not None or self.mig is not None or self.nvidia_host_driver is not None) and self.ssh is None:
-            raise ValueError("ats, mig and nvidia_host_driver are set through the ESXi shell: "
+        given = [f for f in ("ats", "mig", "nvidia_host_driver") if getattr(self, f) is not None]
+        if given and self.ssh is None:
+            raise ValueError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} set through the ESXi shell: "
                              "give ssh (address, user, key_file)")
         return self
 
