@@ -72,11 +72,10 @@ class RemoveManager:
 def _esxcli(target: RemoteTarget, ctx: Context, args: list[str]) -> None:
     result = run(target, ctx.cluster, ["esxcli", *args], check=False,
                  timeout=max(ctx.cluster.command_timeout, INSTALL_TIMEOUT))
-    if not result.ok:
-        first = next((line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()), "")
-        detail = " ".join(line.strip() for line in (result.stderr + result.stdout).splitlines()[1:2])
+    if not result.ok:  # esxcli's error: "[MetadataDownloadError]", then what went wrong
+        lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
         raise RemoteCommandError(f"host {target.name}: `esxcli {' '.join(args)}` failed (exit {result.exit_code}): "
-                                 f"{first} {detail}".rstrip())
+                                 + " ".join(lines[:2])[:500])
 
 
 def _driver(target: RemoteTarget) -> HostDriver:
