@@ -71,9 +71,12 @@ def test_bare_host_gets_the_manager_with_its_reboot_then_nothing_to_do(bare_host
     assert any(c["step"] == "vm.hardware" and "grid_a100d-4c" in str(c["after"]) for c in planned)
 
     tampered = runbook(testbed, tmp_path / "tampered.yaml", "0" * 64)  # refused before any VM stops
+    before = raw_state(sim)
     refused = gpuvm("apply", str(tampered), "--yes", "--allow-host-reboot")
     assert refused.exit_code == 4 and f"has sha256 {sha256}" in refused.output, refused.output
-    assert testbed.state("esx-01")["vgpu_manager"]["installed"] is None and raw_state(sim)["esx-01"]["vgpu_types"] == 0
+    assert f"{bundle.name} has sha256" in refused.output and "0" * 64 in refused.output  # the file, both digests
+    assert testbed.state("esx-01")["vgpu_manager"]["installed"] is None
+    assert raw_state(sim) == before, "a refused install rebooted or changed the host"
 
     applied = gpuvm("apply", str(lab), "--yes", "--allow-host-reboot")
     assert applied.exit_code == 0, applied.output
