@@ -77,6 +77,7 @@ class Simulator:
         rebind: bool = False,
         on_reboot: str | None = None,
         mig: Mapping[str, str] | None = None,
+        vgpu_manager: Mapping[str, str] | None = None,
         vm_version: str = "vmx-19",
         templates: Iterable[str] = (),
         vm_folders: Iterable[str] = (),
@@ -99,6 +100,8 @@ class Simulator:
         self.rebind = rebind
         self.on_reboot = on_reboot
         self.mig = dict(mig or {})  # host → "all" or GPU indices "0,1": GPUs in MIG mode
+        # host → the NVIDIA vGPU manager version it runs, or "none" (default: every host runs one)
+        self.vgpu_manager = dict(vgpu_manager or {})
         self.vm_version = vm_version
         self.templates = list(templates)  # VM templates on the first host, to clone from
         self.vm_folders = list(vm_folders)  # VM folders in the datacenter, to clone into
@@ -149,6 +152,7 @@ class Simulator:
             cmd.append("-" + f.lstrip("-"))
         for host, gpus in self.mig.items():
             cmd.append(f"-mig={host}={gpus}")
+        cmd += [f"-vgpu-manager={host}={version}" for host, version in self.vgpu_manager.items()]
         for method, duration in self.latency.items():
             cmd.append(f"-latency={method}={duration}")
         return cmd

@@ -427,10 +427,12 @@ class TestBed:
         with self._state_env(name), fake.locked_state() as state:
             state[key] = value
 
-    def reboot(self, name: str) -> None:
-        """What a reboot does to a host's tools: pending ESXi, GPU and NIC settings take effect."""
+    def reboot(self, name: str) -> str | None:
+        """What a reboot does to a host's tools: pending ESXi, GPU and NIC settings take effect. An
+        ESXi host: the NVIDIA vGPU manager it runs now (None: none)."""
         with self._state_env(name), fake.locked_state() as state:
             fake.apply_reboot(state)
+            return fake.vgpu_manager(state)["running"] if state.get("role") == "esxi" else None
 
     def _state_env(self, name: str):
         import contextlib
@@ -647,8 +649,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "reboot":  # names without a test host behind them: nothing to do
         known = [h.name for h in bed.hosts]
         for name in [n for n in (guest_of_vm(a, args.vms_per_host) for a in args.names) if n in known]:
-            bed.reboot(name)
+            manager = bed.reboot(name)
             print(f"{name}: rebooted")
+            if bed.role(name) == "esxi":  # gpusim's -on-reboot reads what the host booted with
+                print(f"GPUSIM_VGPU_MANAGER={manager or 'none'}")
         return 0
     if args.command == "up":
         bed.up()

@@ -91,14 +91,16 @@ func (g *gpusim) enterMaintenance(h *gpuHost, t *simulator.Task, canceled <-chan
 // RebootHostTask needs maintenance mode (or force). A reboot makes
 // passthruActive follow passthruEnabled for every device and the GPUs take the
 // configured graphics type; with force, VMs still running are powered off. A
-// reboot whose hook fails changes nothing (the host did not come back new).
+// reboot whose hook fails changes nothing (the host did not come back new); one
+// whose hook names the vGPU manager the host booted with runs that one.
 func (p *hostProxy) RebootHostTask(req *types.RebootHost_Task) soap.HasFault {
 	h := p.g.host(p.real)
 	ref := p.g.startTask(h.hs, "reboot", "RebootHost_Task", func() (types.AnyType, types.BaseMethodFault) {
 		if !h.hs.Runtime.InMaintenanceMode && !req.Force {
 			return nil, invalidState("host must be in maintenance mode")
 		}
-		if err := p.g.runRebootHook(h.hs.Name, vmNames(h)); err != nil {
+		out, err := p.g.runRebootHook(h.hs.Name, vmNames(h))
+		if err != nil {
 			return nil, &types.SystemError{RuntimeFault: types.RuntimeFault{MethodFault: types.MethodFault{
 				FaultMessage: []types.LocalizableMessage{{Key: "gpusim.reboot", Message: err.Error()}}}},
 				Reason: err.Error()}
@@ -120,6 +122,9 @@ func (p *hostProxy) RebootHostTask(req *types.RebootHost_Task) soap.HasFault {
 			h.bootGraphics = *cfg
 		}
 		h.passthru.publish()
+		if version, ok := managerAfterReboot(out); ok {
+			h.setManager(version)
+		}
 		now := time.Now()
 		simulator.Map.Update(h.hs, []types.PropertyChange{{Name: "runtime.bootTime", Val: &now}})
 		return nil, nil

@@ -122,6 +122,10 @@ type gpuHost struct {
 	graphics *HostGraphicsManager
 	mig      map[string]bool     // GPU id → in MIG mode (-mig)
 	vgpus    map[string][]string // VM moref → the GPU each of its vGPUs runs on (capacity.go)
+	// manager is the NVIDIA vGPU manager version the host runs ("": none); its vGPU types are
+	// offered only while it runs (vgpu_manager.go)
+	manager   string
+	vgpuTypes []string
 	// bootGraphics is the graphics config the host booted with: GPUs run it
 	// until the next reboot, whatever UpdateGraphicsConfig stored since.
 	bootGraphics types.HostGraphicsConfig
@@ -265,7 +269,8 @@ func (g *gpusim) configureHost(hs *simulator.HostSystem, name string) {
 	}
 	hs.Config.GraphicsInfo = ginfo
 
-	h := &gpuHost{hs: hs, pci: pci, bootGraphics: *hs.Config.GraphicsConfig}
+	h := &gpuHost{hs: hs, pci: pci, bootGraphics: *hs.Config.GraphicsConfig, manager: defaultManager,
+		vgpuTypes: append([]string(nil), g.gpu.vgpuTypes...)}
 	h.passthru = newPassthruSystem(g, h)
 	h.graphics = newGraphicsManager(g, h)
 	ptRef := simulator.Map.Put(h.passthru).Reference()

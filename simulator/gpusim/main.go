@@ -49,6 +49,7 @@ type options struct {
 	latency           multiFlag
 	onReboot          string
 	mig               multiFlag
+	vgpuManager       multiFlag
 	vmVersion         string
 }
 
@@ -77,6 +78,7 @@ func parseFlags() *options {
 	flag.Var(&o.latency, "latency", "METHOD=DURATION, e.g. ReconfigVM_Task=1s (repeatable)")
 	flag.StringVar(&o.onReboot, "on-reboot", "", "command run (via sh -c, with GPUSIM_HOST set) when a host reboots, e.g. to reboot a test host's ESXi shell")
 	flag.Var(&o.mig, "mig", "HOST=all or HOST=0,1: GPUs (by index in PCI order) in MIG mode, for MIG-backed vGPU (repeatable)")
+	flag.Var(&o.vgpuManager, "vgpu-manager", "HOST=VERSION or HOST=none: the NVIDIA vGPU manager the host runs (default "+defaultManager+"; none: no vGPU types, vGPU VMs do not power on; repeatable)")
 	flag.StringVar(&o.vmVersion, "vm-version", "vmx-19", "hardware version of the VMs created (ESXi 7.0 U2 and later: vmx-19)")
 	flag.Parse()
 	return o
@@ -129,6 +131,9 @@ func run(o *options) error {
 		return err
 	}
 	if err := g.applyMig(o.mig); err != nil {
+		return err
+	}
+	if err := g.applyManagers(o.vgpuManager); err != nil {
 		return err
 	}
 

@@ -317,6 +317,9 @@ func (g *gpusim) checkPassthrough(vm *simulator.VirtualMachine, h *gpuHost) (fun
 				gpus++
 			}
 		case *types.VirtualPCIPassthroughVmiopBackingInfo:
+			if h.manager == "" {
+				return nil, noManagerFault(b.Vgpu, h.hs.Name)
+			}
 			if !h.anyRunsSharedDirect() {
 				return nil, vmFault(fmt.Sprintf("Module DevicePowerOn power on failed. Could not initialize plugin for vGPU %q: no GPU on host %s runs in Shared Direct (sharedDirect) graphics mode; a changed graphics type takes effect after the host reboots.", b.Vgpu, h.hs.Name))
 			}

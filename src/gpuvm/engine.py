@@ -28,13 +28,14 @@ from gpuvm.desired import Desired
 from gpuvm.resolve import resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
-from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, guest_docker, guest_driver, guest_mig, guest_nic,
+from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, esxi_vgpu_manager, guest_docker, guest_driver, guest_mig, guest_nic,
                          guest_nic_ats, guest_rdma, guest_ssh_mesh, host_graphics, host_passthrough, host_reboot,
                          reboot_memo, vm_advanced, vm_hardware, vm_lifecycle, vm_power, vm_version)
 from gpuvm.steps.base import Context, Options, Step
 from gpuvm.vsphere.facts import Inventory
 
 STEPS: list[Step] = [
+    esxi_vgpu_manager.STEP,  # the NVIDIA host driver, before the steps that read its nvidia-smi
     esxi_topology.STEP,
     esxi_ats.STEP,
     esxi_mig.STEP,

@@ -437,8 +437,9 @@ def _dynamic_gpus(s: _VmScope, gpus: DynamicGpus) -> _Gpus:
 
 def _vgpus(s: _VmScope, gpus: VgpuGpus) -> _Gpus:
     """vGPU: a profile the host offers, in Shared Direct mode; NVLinked vGPUs turn unified memory off."""
-    if gpus.profile not in s.facts.vgpu_profiles:
-        offered = ", ".join(s.facts.vgpu_profiles[:12]) or "none (is the NVIDIA vGPU manager installed?)"
+    if gpus.profile not in s.facts.vgpu_profiles and not _manager_coming(s):
+        offered = ", ".join(s.facts.vgpu_profiles[:12]) or ("none (is the NVIDIA vGPU manager installed? "
+                                                            "hosts[].nvidia_host_driver installs it)")
         raise s.error(("gpus", "profile"), f"vGPU profile '{gpus.profile}' is not offered by host "
                                            f"{s.vm.host} (offered: {offered})")
     if (s.host.graphics or s.facts.graphics.default_type) != "sharedDirect":
@@ -451,6 +452,15 @@ def _vgpus(s: _VmScope, gpus: VgpuGpus) -> _Gpus:
         if gpus.uses_nvlink:
             out.extra[f"pciPassthru{n}.cfg.enable_uvm"] = "0"
     return out
+
+
+def _manager_coming(s: _VmScope) -> bool:
+    """The host offers no vGPU type because no vGPU manager runs yet, and the runbook installs one
+    (esxi.vgpu_manager; it runs after the host reboot that comes before the VM steps): the profile
+    is then checked when the VM powers on, where vSphere refuses one the host does not offer."""
+    host = s.rb.host(s.vm.host)
+    driver = host.nvidia_host_driver if host else None
+    return not s.facts.vgpu_profiles and driver is not None and driver.state == "present"
 
 
 def _nics(s: _VmScope) -> list[DesiredDevice]:

@@ -24,6 +24,10 @@ GPU_NAME = "NVIDIA A100 80GB PCIe"
 GPU_BUS_IDS = ["00000000:17:00.0", "00000000:31:00.0", "00000000:B1:00.0", "00000000:CA:00.0"]
 NIC_PCI = "0000:ca:00.0"
 NIC_DEV = "/dev/mst/mt4123_pciconf0"
+# The NVIDIA vGPU manager (host driver) an ESXi test host has: vGPU 16.3's component, as
+# `esxcli software component list` names it, installed and running (gpusim's default too).
+MANAGER = {"component": "NVD-AIE-800", "installed": "535.154.02-1OEM.800.1.0.20613240", "running": "535.154.02"}
+NO_MANAGER = {"component": None, "installed": None, "running": None}
 
 
 def default_state(role: str = "guest", hostname: str | None = None, gpus: int = 4) -> dict:
@@ -34,6 +38,7 @@ def default_state(role: str = "guest", hostname: str | None = None, gpus: int = 
         "hang": [],
         "reboots": 0,
         "mig_needs_reset": role == "esxi",
+        "vgpu_manager": dict(MANAGER),
         "kernel": {"atsSupport": {"configured": "FALSE", "runtime": "FALSE", "default": "FALSE"}},
         "gpus": [
             {
@@ -124,9 +129,17 @@ def die(message: str, code: int = 1, stream=None) -> None:
     sys.exit(code)
 
 
+def vgpu_manager(state: dict) -> dict:
+    """The ESXi host's NVIDIA vGPU manager: component name, installed version, running driver version."""
+    return state.get("vgpu_manager") or dict(MANAGER)
+
+
 def apply_reboot(state: dict) -> None:
-    """What a host reboot does: pending settings become effective."""
+    """What a host reboot does: pending settings become effective, an installed vGPU manager runs."""
     state["reboots"] = state.get("reboots", 0) + 1
+    manager = vgpu_manager(state)
+    manager["running"] = manager["installed"].split("-", 1)[0] if manager["installed"] else None
+    state["vgpu_manager"] = manager
     for setting in state.get("kernel", {}).values():
         setting["runtime"] = setting["configured"]
     for gpu in state.get("gpus", []):

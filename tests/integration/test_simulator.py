@@ -524,3 +524,31 @@ def test_requests_counted_on_the_wire(make_env):
     assert counts["CreateContainerView"] == 1 and counts["DestroyView"] == 1
     assert "Login" not in counts
     assert env.sim.requests(reset=True) == counts and env.sim.requests() == {}
+
+
+def test_vgpu_needs_the_nvidia_vgpu_manager_running_after_a_reboot(make_env, tmp_path):
+    """No vGPU manager: no vGPU types on offer and a vGPU VM does not power on (ESXi's plugin fault);
+    the reboot hook tells gpusim the manager the host booted with (what the ESXi shell installed)."""
+    booted_with = tmp_path / "manager"
+    booted_with.write_text("none")
+    e = make_env(hosts=1, vms_per_host=1, vgpu_manager={"esx-01": "none"},
+                 on_reboot=f'echo "GPUSIM_VGPU_MANAGER=$(cat {booted_with})"')
+    host = e.host("esx-01")
+    assert list(host.config.sharedPassthruGpuTypes) == []
+    host.configManager.graphicsManager.UpdateGraphicsConfig(vim.host.GraphicsConfig(
+        hostDefaultGraphicsType="sharedDirect", sharedPassthruAssignmentPolicy="performance"))
+    reboot(host)
+    vm = e.vm("esx-01-vm1")
+    vgpu = vim.vm.device.VirtualPCIPassthrough(
+        key=-1, backing=vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo(vgpu="grid_a100d-4c"))
+    ok(vm.ReconfigVM_Task(vim.vm.ConfigSpec(memoryReservationLockedToMax=True, deviceChange=[
+        vim.vm.device.VirtualDeviceSpec(operation="add", device=vgpu)])))
+    text = fault_text(fails(vm.PowerOnVM_Task(), vim.fault.GenericVmConfigFault))
+    assert "Could not initialize plugin '/usr/lib64/vmware/plugin/libnvidia-vgx.so' for vGPU 'grid_a100d-4c'" in text
+    assert "esx-01" in text
+
+    booted_with.write_text("535.154.02")  # installed: active once the host reboots
+    reboot(host)
+    assert "grid_a100d-4c" in host.config.sharedPassthruGpuTypes
+    assert "grid_a100d-4c" in host.configManager.graphicsManager.sharedPassthruGpuTypes
+    ok(vm.PowerOnVM_Task())

@@ -75,6 +75,7 @@ def raw_state(sim: Simulator) -> dict[str, Any]:
                     "gpus_run": sorted((g.pciId, g.graphicsType) for g in obj.config.graphicsInfo),
                     "maintenance": obj.runtime.inMaintenanceMode,
                     "booted": obj.runtime.bootTime,
+                    "vgpu_types": len(obj.config.sharedPassthruGpuTypes or []),
                 }
             else:
                 cfg = obj.config

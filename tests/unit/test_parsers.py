@@ -274,3 +274,18 @@ def test_mlxconfig_query_accepts_lower_case_parameter_names():
     assert params["EXP_ROM_UEFI_ARM_ENABLE"] == "False(0)"
     assert params["ATS_ENABLED"] == "False(0)"
     assert len(params) == 34
+
+
+def test_software_components_and_the_nvidia_host_driver_among_them():
+    from gpuvm.steps.esxi_vgpu_manager import _is_host_driver
+
+    components = esxcli.parse_components(fixture("esxcli_software_component_list_nvidia.txt"))
+    assert [c.name for c in components][:3] == ["Broadcom-ELX-IMA-plugin", "ESXi", "NVD-AIE-800"]
+    nvidia = [c for c in components if _is_host_driver(c)]  # not NVIDIA's GPU management daemon
+    assert [(c.name, c.version, c.driver_version) for c in nvidia] == [
+        ("NVD-AIE-800", "535.154.02-1OEM.800.1.0.20613240", "535.154.02")]
+
+
+def test_software_components_without_the_columns_are_refused():
+    with pytest.raises(RemoteCommandError, match="esxcli software component list"):
+        esxcli.parse_components("Name   Size\n-----  ----\nfoo    1\n")

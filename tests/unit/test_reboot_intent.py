@@ -198,3 +198,43 @@ def test_maintenance_an_operator_entered_since_the_plan_is_left_to_them(world, m
     assert ("exit", "host-esx-01") not in world.log and world.host.runtime.inMaintenanceMode
     assert ("record maintenance", "host-esx-01") in world.log  # taken back at once:
     assert set(world.intents) == {("vm-build-box", "power-off")}  # only the VM still owed its power-on is recorded
+
+
+class InstallInMaintenance:
+    """An earlier step's work for maintenance mode (what esxi.vgpu_manager's install is), logged into the world."""
+
+    def __init__(self, world: World, fails: bool = False):
+        self.world, self.fails = world, fails
+
+    def in_maintenance(self, ctx, host: str) -> None:
+        assert self.world.host.runtime.inMaintenanceMode, "installed outside maintenance mode"
+        self.world.log.append(("install", host))
+        if self.fails:
+            raise TaskError("esxcli software component apply failed")
+
+
+def reboot_with_install(world: World, mocker, fails: bool = False) -> dict[str, Exception]:
+    install = Change("esxi.vgpu_manager", "esx-01", "NVIDIA vGPU manager", "installed", "none", "535.154.02",
+                     Disruption.HOST_REBOOT, InstallInMaintenance(world, fails))  # type: ignore[arg-type]
+    ctx = Context(session=mocker.MagicMock(), options=Options(shutdown_timeout=1, task_timeout=5),
+                  inventory=inventory([r750xa()], [vm("gpu-vm", power_state="poweredOn")]))
+    ctx.session.ref.side_effect = world.ref
+    ctx.intents = mocker.MagicMock(record=world.record, clear=world.clear, current=world.current)
+    reboot_host = Change("host.reboot", "esx-01", "host", "reboot", "1", "rebooted", Disruption.HOST_REBOOT, RebootHost())
+    stop = Change("host.reboot", "gpu-vm", "vm", "power", "on", "off", Disruption.VM_POWER_OFF,
+                  StopForReboot("esx-01", restore=True))
+    ctx.planned = [install, reboot_host, stop]
+    return host_reboot.apply_all(ctx, {"esx-01": [reboot_host], "gpu-vm": [stop]}, 1)
+
+
+def test_work_left_for_maintenance_mode_runs_in_it_just_before_the_reboot(world, mocker):
+    assert reboot_with_install(world, mocker) == {}
+    acts = [what for what, _ in world.log]
+    assert acts[acts.index("enter"):acts.index("reboot") + 1] == ["enter", "install", "reboot"]
+
+
+def test_a_failed_install_undoes_like_a_failed_reboot(world, mocker):
+    failures = reboot_with_install(world, mocker, fails=True)
+    assert "component apply failed" in str(failures["esx-01"]) and "reboot" not in [w for w, _ in world.log]
+    assert not world.host.runtime.inMaintenanceMode and world.vms["gpu-vm"].runtime.powerState == "poweredOn"
+    assert world.intents == {}

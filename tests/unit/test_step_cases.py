@@ -16,6 +16,7 @@ A case gives a target and a fact, and what the step must make of them:
     # apply: the planned changes are applied, and what reached the world is compared
     responses: {regex: {stdout: ..., exit: 0}}   # SSH: canned answers (others: exit 0, no output)
     commands: [ip link set dev ens64np1 mtu 9000, ...]  # SSH: every command line run, in order
+    apply_error: regex    # SSH: apply refuses with a GpuvmError matching this (after `commands`)
     state: {runtime.powerState: poweredOff}      # vSphere: attributes every managed object reads
                                                  # (a list: what successive reads return, the last one repeating)
     calls:                                       # vSphere: every method called on a managed object
@@ -39,7 +40,7 @@ from pydantic import TypeAdapter
 from ruamel.yaml import YAML
 
 from gpuvm.engine import STEPS
-from gpuvm.errors import InputError
+from gpuvm.errors import GpuvmError, InputError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor
 from gpuvm.image import image_ref
@@ -83,7 +84,11 @@ def test_case(path: Path, tmp_path: Path, mocker) -> None:
     if "commands" in case:
         fake.responses.update({re.compile(k): _response(v) for k, v in case.get("responses", {}).items()})
         fake.responses[re.compile("")] = _response({})  # anything else succeeds, silently
-        _apply(step, ctx, target, changes)
+        if "apply_error" in case:  # apply refuses, after the commands listed
+            with pytest.raises(GpuvmError, match=case["apply_error"]):
+                _apply(step, ctx, target, changes)
+        else:
+            _apply(step, ctx, target, changes)
         assert fake.commands == _expand(case["commands"], subst)
     if "calls" in case:
         refs = _mock_session(mocker, ctx, case.get("state", {}))

@@ -63,3 +63,26 @@ def parse_kernel_setting(text: str, name: str) -> KernelSetting:
 
 def esxcli_bool(value: str) -> bool:
     return value.strip().upper() == "TRUE"
+
+
+@dataclass(frozen=True)
+class Component:
+    """A row of `esxcli software component list`."""
+
+    name: str
+    version: str  # 535.154.02-1OEM.800.1.0.20613240
+    vendor: str
+
+    @property
+    def driver_version(self) -> str:
+        """The driver version in a VIB/component version: what precedes the ESXi build suffix."""
+        return self.version.split("-", 1)[0]
+
+
+def parse_components(text: str) -> list[Component]:
+    """`esxcli software component list` (columns Name, Display Name, Version, …, Vendor, …)."""
+    command = "esxcli software component list"
+    rows = parse_esxcli_table(text, command)
+    if rows and any(c not in rows[0] for c in ("Name", "Version", "Vendor")):
+        raise unparseable(command, "columns Name, Version and Vendor", text)
+    return [Component(r["Name"], r["Version"], r["Vendor"]) for r in rows]

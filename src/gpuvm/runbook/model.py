@@ -153,6 +153,41 @@ def _nvlink_pairs(value: Any) -> list[tuple[str, str]] | None:
     return pairs
 
 
+class HostDriver(Strict):
+    """The NVIDIA vGPU manager (ESXi host driver): an offline bundle installed with `esxcli software
+    component apply -d` in maintenance mode, running after the host reboot."""
+
+    bundle: str = Field(min_length=1)  # on the host (/vmfs/volumes/<datastore>/….zip) or an http(s) URL
+    version: str  # the driver version the bundle installs, as nvidia-smi reports it: 535.154.02
+    sha256: str | None = Field(default=None, validate_default=True, description="the bundle's sha256")
+    component: str | None = None  # its name in `esxcli software component list`; default: NVIDIA's one
+    state: Literal["present", "absent"] = "present"  # absent: the component is removed
+
+    _digest = field_validator("sha256")(lambda cls, v: _sha256(v, "the host driver bundle"))
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not re.fullmatch(r"\d{3}\.\d{2,3}(\.\d{2})?", value):
+            raise ValueError(f"{shown(value)} is not an NVIDIA driver version like 535.154.02")
+        return value
+
+    @field_validator("bundle")
+    @classmethod
+    def _bundle(cls, value: str) -> str:
+        if not (re.fullmatch(r"https?://[^\s'\"]+", value) or re.fullmatch(r"/[^\s'\"]+\.zip", value)):
+            raise ValueError(f"{shown(value)} is neither a path on the host to an offline bundle "
+                             "(/vmfs/volumes/datastore1/NVD-….zip) nor an http(s):// URL")
+        return value
+
+    @field_validator("component")
+    @classmethod
+    def _component(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+            raise ValueError(f"{shown(value)} is not an esxcli component name like NVD-AIE-800")
+        return value
+
+
 class SshAccess(Strict):
     """How gpuvm logs in: key file or a password from an environment variable."""
 
@@ -190,13 +225,16 @@ class Host(Strict):
     ats_option: str = "atsSupport"  # the kernel setting's name is unconfirmed: configurable
     mig: Literal["all"] | list[Annotated[int, Field(ge=0, le=15)]] | None = None  # GPUs in MIG mode (MIG-backed vGPU)
     nvlink: list[tuple[str, str]] | None = None  # NVLink-bridged GPU pairs; undeclared: read from the ESXi shell
+    nvidia_host_driver: HostDriver | None = None  # the NVIDIA vGPU manager, via esxcli (esxi.vgpu_manager)
 
     _l = field_validator("nvlink", mode="before")(lambda cls, v: _nvlink_pairs(v))
 
     @model_validator(mode="after")
     def _needs_ssh(self) -> "Host":
-        if (self.ats is not None or self.mig is not None) and self.ssh is None:
-            raise ValueError("ats and mig are set through the ESXi shell: give ssh (address, user, key_file)")
+        given = [f for f in ("ats", "mig", "nvidia_host_driver") if getattr(self, f) is not None]
+        if given and self.ssh is None:
+            raise ValueError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} set through the ESXi shell: "
+                             "give ssh (address, user, key_file)")
         return self
 
 
@@ -511,9 +549,11 @@ def _sha256(value: str | None, what: str) -> str | None:
 
 
 class NvidiaDriver(Strict):
-    """The NVIDIA data-center driver, one version on every guest, from NVIDIA's .run installer."""
+    """The NVIDIA driver, one version on every guest, from NVIDIA's .run installer: the data-center
+    driver (passthrough VMs), or the vGPU guest driver (`kind: vgpu`, for vGPU VMs)."""
 
     version: str  # 535.183.01
+    kind: Literal["datacenter", "vgpu"] = "datacenter"  # vgpu: the vGPU guest driver, matching the hosts' vGPU manager
     # the .run installer's URL, {version} filled in; the guest fetches it
     installer: str = "https://us.download.nvidia.com/tesla/{version}/NVIDIA-Linux-x86_64-{version}.run"
     sha256: str | None = Field(default=None, validate_default=True, description="the installer's sha256")
@@ -661,9 +701,45 @@ class Runbook(Strict):
             if guest.vm in seen:
                 raise self.error(loc, f"guest for VM '{guest.vm}' is declared twice (also guests.hosts[{seen[guest.vm]}])")
             seen[guest.vm] = i
+        self._check_guest_driver(vms, seen)
         image = self.guests.image
         if image and image.builder and image.builder not in seen:
             raise self.error(("guests", "image", "builder"), f"'{image.builder}' is not a guest (guests: {listed(seen)})")
+
+    def _check_guest_driver(self, vms: dict[str, int], guests: dict[str, int]) -> None:
+        """The one guest driver suits every guest's VM (its GPUs' kind, its host's vGPU manager)."""
+        driver = self.guests.driver if self.guests else None
+        if driver is None:
+            return
+        for name in guests:
+            vm = self.vms[vms[name]]
+            if problem := _driver_problem(driver, vm, self.host(vm.host)):
+                raise self.error(("guests", "driver", problem[0]), problem[1])
+
+
+def _driver_problem(driver: NvidiaDriver, vm: Vm, host: Host | None) -> tuple[str, str] | None:
+    """The field and why `driver` cannot run in `vm` on `host` (None: it can): a vGPU VM needs NVIDIA's vGPU guest
+    driver, compatible with the vGPU manager its host is given (vgpu_compat.py); a passthrough VM the
+    data-center driver."""
+    from gpuvm.vgpu_compat import incompatibility
+
+    where = f"VM '{vm.name}' on host {vm.host}"
+    if isinstance(vm.gpus, VgpuGpus):
+        if driver.kind != "vgpu":
+            return "kind", (f"{where} has vGPU {vm.gpus.profile}: it needs NVIDIA's vGPU guest driver (kind: vgpu), "
+                            f"not the data-center driver {driver.version}")
+        manager = host.nvidia_host_driver if host else None
+        if manager is None:
+            return None  # the host's manager is not the runbook's to know
+        if manager.state == "absent":
+            return "version", f"{where} has vGPU {vm.gpus.profile} but the host's vGPU manager is to be removed (state: absent)"
+        if why := incompatibility(manager.version, driver.version):
+            return "version", f"{where}: {why}"
+        return None
+    if vm.gpus is not None and driver.kind == "vgpu":
+        return "kind", (f"{where} has GPUs in passthrough ({vm.gpus.mode}): it needs NVIDIA's data-center driver "
+                        f"(kind: datacenter), not the vGPU guest driver {driver.version}")
+    return None
 
 
 def env_flag(name: str) -> bool | None:

@@ -3,6 +3,8 @@
 `nvidia-smi -i N -mig 1` in the ESXi shell. The new mode is pending until the GPU is reset or the
 host reboots, so the change is marked "needs host reboot" (the host.reboot step follows it).
 The runbook's `mig` ("all" or GPU indices) only enables: GPUs it does not name are left alone.
+nvidia-smi comes with the NVIDIA vGPU manager: on a host where it does not run yet, MIG mode is
+planned for the apply after the reboot that starts the manager (`esxi.vgpu_manager`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from gpuvm.parsers.nvidia_smi import MigMode, parse_mig_query_csv
 from gpuvm.plan import Change, Disruption
 from gpuvm.remote import RemoteTarget, run
 from gpuvm.steps.base import Context, Step
+from gpuvm.steps.installer import missing
 
 NAME = "esxi.mig"
+NO_DRIVER = 9  # nvidia-smi: "couldn't communicate with the NVIDIA driver"
 QUERY = ["nvidia-smi", "--query-gpu=index,name,mig.mode.current,mig.mode.pending", "--format=csv,noheader"]
 
 
@@ -29,13 +33,26 @@ def wanted(target: RemoteTarget) -> bool:
     return target.host is not None and target.host.mig is not None
 
 
-def observe(ctx: Context, target: RemoteTarget) -> list[MigMode]:
-    return parse_mig_query_csv(run(target, ctx.cluster, QUERY).stdout)
+def observe(ctx: Context, target: RemoteTarget) -> list[MigMode] | None:
+    """The GPUs' MIG modes; None: no nvidia-smi, or no driver it can reach (no vGPU manager runs)."""
+    result = run(target, ctx.cluster, QUERY, check=False)
+    if missing(result) or result.exit_code == NO_DRIVER:
+        return None
+    if not result.ok:
+        raise RemoteCommandError(f"{' '.join(QUERY)} failed (exit {result.exit_code}): {result.last_line}")
+    return parse_mig_query_csv(result.stdout)
 
 
-def plan(target: RemoteTarget, fact: list[MigMode]) -> list[Change]:
+def plan(target: RemoteTarget, fact: list[MigMode] | None) -> list[Change]:
     host = target.host
     assert host is not None and host.mig is not None
+    if fact is None:
+        manager = host.nvidia_host_driver
+        if manager is None or manager.state != "present":
+            raise target.error(NAME, ("mig",), "nvidia-smi does not answer in the ESXi shell: no NVIDIA vGPU manager "
+                                               "runs (hosts[].nvidia_host_driver installs it)")
+        return [Change(NAME, target.name, "GPUs", "mig.mode", "unknown (no vGPU manager runs yet)",
+                       "Enabled, on the apply after the reboot that starts the manager", Disruption.NONE)]
     modes = {m.index: m for m in fact}
     try:
         indices = select(host.mig, sorted(modes))

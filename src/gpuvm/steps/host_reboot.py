@@ -4,9 +4,11 @@ Planned when a change on the host, its ESXi shell or a guest of one of its VMs n
 made now (passthrough, graphics, kernel settings, MIG, ConnectX ATS) or made before and still not
 active (a reboot that failed or never came is planned again). The plan lists, as changes of this
 step, the VMs running on the host: each is shut down cleanly first (hard power-off only after
---shutdown-timeout), so the run is refused up front without --allow-power-off. After the reboot the
-host leaves maintenance mode (unless someone else put it there) and the VMs the runbook does not
-manage are powered on again; the runbook's VMs get the power state it asks for from `vm.power`.
+--shutdown-timeout), so the run is refused up front without --allow-power-off. Work an earlier
+step left for maintenance mode (the NVIDIA vGPU manager's install, `esxi.vgpu_manager`) is done
+once the host is in it, just before the reboot. After the reboot the host leaves maintenance mode
+(unless someone else put it there) and the VMs the runbook does not manage are powered on again;
+the runbook's VMs get the power state it asks for from `vm.power`.
 
 Intent before act (vsphere/intent.py): before stopping a VM gpuvm records "power-off" on it (the
 state to restore, why, the host); before entering maintenance mode, "maintenance" on the host. Each
@@ -209,6 +211,7 @@ def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
         host = _host(ctx, name)
         if own:
             own = _enter(ctx, name, f"reboot of {name} for pending changes")
+        _in_maintenance(ctx, name)
         booted = call("read boot time", lambda: host.runtime.bootTime)
         _run("RebootHost", lambda: host.RebootHost_Task(force=False), ctx.options.task_timeout)
         _wait_rebooted(host, booted, ctx.options.task_timeout)
@@ -220,6 +223,15 @@ def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
     _restore_all(ctx, [(vm, stop.restore or _back_now(ctx, vm)) for vm, stop in work.stops]
                  + [(vm, r.power_on) for vm, r in work.restores])
     reboot_memo.remember(ctx, name)  # what this reboot was for: not rebooted for again if still pending
+
+
+def _in_maintenance(ctx: Context, name: str) -> None:
+    """What earlier steps left to be done on the host in maintenance mode, just before the reboot
+    (installing the NVIDIA vGPU manager): actions with an `in_maintenance(ctx, host)` method."""
+    for change in ctx.planned_on(name):
+        if (work := getattr(change.action, "in_maintenance", None)) is not None:
+            _journal(ctx, "in-maintenance", host=name, step=change.step, resource=change.resource, after=change.after)
+            work(ctx, name)
 
 
 def _undo(ctx: Context, name: str, own: bool, stopped: list[str]) -> None:
