@@ -14,11 +14,12 @@ needs a flag not given is refused on its guest, as `check_allowed` would.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, TargetFailures, listed
+from gpuvm.errors import (ConnectError, GpuvmError, HostKeyError, InputError, ObserveError, RemoteCommandError,
+                          TargetFailures, listed)
 from gpuvm.executors.group import run_parallel
 from gpuvm.journal import Journal, JournalError
 from gpuvm.outstanding import outstanding
@@ -76,26 +77,31 @@ def targets_of(step: Step, desired: Desired, cluster: Cluster | None) -> dict[st
 
 
 def observe_remote(cluster: Cluster, role: str | None = None, parallel: int = 8) -> Facts:
-    """Every wanted SSH step's fact for every target (of `role`), targets in parallel."""
+    """Every wanted SSH step's fact for every target (of `role`), targets in parallel. A target whose
+    answer gpuvm cannot use (a command failed or timed out, an untrusted value) fails with ObserveError."""
     steps = [s for s in STEPS if s.over_ssh and (role is None or s.role == role)]
     targets = {n: t for n, t in cluster.targets.items() if any(s.role == t.role for s in steps)}
     ctx = Context(cluster=cluster)
 
     def observe(target: Any) -> dict[str, Any]:
-        return {s.name: s.observe(ctx, target) for s in steps if s.role == target.role and s.wanted(target)}
+        try:
+            return {s.name: s.observe(ctx, target) for s in steps if s.role == target.role and s.wanted(target)}
+        except RemoteCommandError as e:
+            raise ObserveError(str(e)) from e
 
     return _facts_of(run_parallel(targets, observe, parallel))
 
 
-def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[str, str]]:
-    """`observe_remote`, but an SSH target that does not answer (a guest whose VM is off or booting,
-    an ESXi shell that is down) is set aside with why, instead of failing the run: the others are
-    planned. A wrong host key is no "not up": it stays an error."""
+def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[str, ConnectError]]:
+    """`observe_remote`, but an SSH target that cannot be observed is set aside (→ its error) instead
+    of failing the run, and the others are planned: one that does not answer (a guest whose VM is off
+    or booting, an ESXi shell that is down), one whose host key is wrong (never trusted: an error
+    for that target, not "not up yet"), one whose answer gpuvm cannot use (ObserveError). Any other
+    error (the runbook's, a bug) is no one target's doing: it fails the run."""
     try:
         return observe_remote(cluster, parallel=parallel), {}
     except TargetFailures as e:
-        down = {n: str(error) for n, error in e.failures.items()
-                if isinstance(error, ConnectError) and not isinstance(error, HostKeyError)}
+        down = {n: error for n, error in e.failures.items() if isinstance(error, ConnectError)}
         others = {n: error for n, error in e.failures.items() if n not in down}
         if others:
             raise TargetFailures(others, results=e.results) from None
@@ -120,12 +126,14 @@ def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[
 
 
 def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = None,
-              facts: Facts | None = None, unreachable: dict[str, str] | None = None) -> tuple[Plan, Desired]:
+              facts: Facts | None = None, unreachable: Mapping[str, Exception | str] | None = None
+              ) -> tuple[Plan, Desired]:
     """The plan reads no history: what gpuvm owns is on the objects (`HostFacts.owned`, intents).
-    SSH targets in `unreachable` (→ why) are not observed: the plan lists them and is incomplete."""
+    SSH targets in `unreachable` (→ why: `observe_reachable`'s errors) are not observed: the plan
+    lists them and is incomplete."""
     desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}))
     plan = Plan(notes=list(desired.notes) + outstanding(inventory, desired.hosts, desired.vms),
-                unobserved=dict(unreachable or {}))
+                unobserved={name: str(why) for name, why in (unreachable or {}).items()})
     if cluster is None and (runbook.guests or any(h.ssh for h in runbook.hosts)):
         plan.notes.append(Note("-", "plan", "SSH steps (ESXi shell, guests) are not planned from a snapshot",
                                level="info"))
@@ -139,9 +147,16 @@ def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = 
     return plan, desired
 
 
-def unobserved_note(name: str, role: str, why: str, plan: Plan, inventory: Inventory) -> Note:
-    """Why an SSH target is not in the plan, and what apply does about it. Only a guest whose VM is
-    off, or that this plan starts, is expected to be away (info); anything else is a warning."""
+def unobserved_note(name: str, role: str, why: Exception | str, plan: Plan, inventory: Inventory) -> Note:
+    """Why an SSH target is not in the plan, and what apply does about it. One that answered wrong (a
+    host key gpuvm does not trust, an answer it cannot use) is an error; of those that do not answer,
+    only a guest whose VM is off, or that this plan starts, is expected to be away (info); anything
+    else is a warning."""
+    if isinstance(why, (HostKeyError, ObserveError)):
+        steps = f"its ESXi steps are not planned, and apply leaves host {name} and its VMs alone" \
+            if role == "esxi" else "its guest steps are not planned, and apply changes nothing in it"
+        said = str(why).removeprefix(f"{name}: ")
+        return Note(name, "observe", f"not observed: {said}; {steps} until this is fixed", level="error")
     if role == "esxi":
         return Note(name, "observe", f"ESXi shell not observed ({why}): its ESXi steps are not planned, and "
                                      f"apply leaves host {name} and its VMs alone until it answers")
@@ -424,6 +439,8 @@ def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: 
         for name in sorted(waiting):
             try:
                 cluster.targets[name].executor.run(["true"], timeout=30)
+            except HostKeyError:
+                pass  # it answers, with a key gpuvm refuses: the observation that follows says so
             except GpuvmError:
                 continue
             waiting.discard(name)

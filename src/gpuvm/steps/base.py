@@ -55,7 +55,7 @@ class Context:
     inventory: Inventory = field(default_factory=Inventory)
     options: Options = field(default_factory=Options)
     cluster: Any = None  # gpuvm.remote.Cluster, when the runbook names SSH targets
-    unreachable: dict[str, str] = field(default_factory=dict)  # guests that did not answer at plan time
+    unreachable: dict[str, Any] = field(default_factory=dict)  # SSH targets not observed at plan time → why
     planned: list[Change] = field(default_factory=list)  # what earlier steps planned (while planning)
     journal: Any = None  # gpuvm.journal.Journal (apply only): the history of what steps did
     intents: Any = None  # gpuvm.vsphere.intent.IntentStore (apply only): what steps are about to do, on the objects
