@@ -43,6 +43,17 @@ class Options:
 Say = Callable[[str, str], None]  # a long step's progress: (target, status line)
 
 
+@dataclass(frozen=True)
+class WhileOff:
+    """The engine's offer to a step that stops VMs (`host.reboot`): `run(vms)` carries out now, while
+    they are off, what the VM steps named in `steps` planned on them (a hardware upgrade, new devices,
+    settings that need the VM off), each change journalled and counted as that step's, never again
+    later; it returns the VMs not fully changed (a change failed or was skipped), which stay off."""
+
+    steps: frozenset[str]
+    run: Callable[[list[str]], set[str]]
+
+
 def quiet(target: str, status: str) -> None:
     """The progress of a step run without a listener (plan, tests)."""
 
@@ -60,6 +71,7 @@ class Context:
     journal: Any = None  # gpuvm.journal.Journal (apply only): the history of what steps did
     intents: Any = None  # gpuvm.vsphere.intent.IntentStore (apply only): what steps are about to do, on the objects
     say: Say = quiet  # progress of a step that runs long (image build and ship): the engine's listener
+    while_off: WhileOff | None = None  # apply only: VM changes made while a step has the VMs off
     _planned_index: tuple[int, dict[str, list[Change]]] = field(default_factory=lambda: (0, {}), repr=False)
 
     def __post_init__(self) -> None:

@@ -6,7 +6,11 @@ active (a reboot that failed or never came is planned again). The plan lists, as
 step, the VMs running on the host: each is shut down cleanly first (hard power-off only after
 --shutdown-timeout), so the run is refused up front without --allow-power-off. After the reboot the
 host leaves maintenance mode (unless someone else put it there) and the VMs the runbook does not
-manage are powered on again; the runbook's VMs get the power state it asks for from `vm.power`.
+manage are powered on again. The runbook's VMs it stopped get, while still off, what the VM steps
+planned on them (the engine's `Context.while_off`: hardware version, devices, advanced settings),
+then come back with their host when the runbook wants them on, before the next batch: rolling
+reboots never have more than --max-unavailable hosts' VMs down. A dynamic DirectPath VM is left to
+`vm.power`, which starts the VMs that name their GPUs first.
 
 Intent before act (vsphere/intent.py): before stopping a VM gpuvm records "power-off" on it (the
 state to restore, why, the host); before entering maintenance mode, "maintenance" on the host. Each
@@ -217,7 +221,11 @@ def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
         raise
     if own:
         _leave(ctx, name)
-    _restore_all(ctx, [(vm, stop.restore or _back_now(ctx, vm)) for vm, stop in work.stops]
+    managed = [vm for vm, stop in work.stops if not stop.restore]
+    held = ctx.while_off.run(managed) if ctx.while_off is not None and managed else set(managed)
+    changed = ctx.while_off.steps if ctx.while_off is not None else frozenset()
+    _restore_all(ctx, [(vm, stop.restore or _back_now(ctx, vm, frozenset() if vm in held else changed))
+                       for vm, stop in work.stops]
                  + [(vm, r.power_on) for vm, r in work.restores])
     reboot_memo.remember(ctx, name)  # what this reboot was for: not rebooted for again if still pending
 
@@ -289,11 +297,12 @@ def _restore_all(ctx: Context, vms: list[tuple[str, bool]]) -> None:
         raise errors[0]
 
 
-def _back_now(ctx: Context, vm: str) -> bool:
+def _back_now(ctx: Context, vm: str, changed: frozenset[str]) -> bool:
     """A runbook VM comes back with its host, before the next batch reboots (rolling: at most
-    --max-unavailable hosts' VMs down at once), when the plan powers it on and nothing after this
-    step needs it off (new devices, a hardware upgrade); else `vm.power` powers it on later."""
-    later = [c for c in ctx.planned_on(vm) if c.step != NAME]
+    --max-unavailable hosts' VMs down at once), when the plan powers it on and nothing left after
+    this step needs it off: the steps in `changed` (new devices, a hardware upgrade) were carried out
+    while it was off (`Context.while_off`). Else `vm.power` powers it on later."""
+    later = [c for c in ctx.planned_on(vm) if c.step != NAME and c.step not in changed]
     return (any(c.step == "vm.power" and c.after == "poweredOn" and not getattr(c.action, "dynamic", True)
                 for c in later)  # a dynamic DirectPath VM waits: vm.power starts the VMs naming GPUs first
             and not any(c.disruption == Disruption.VM_POWER_OFF for c in later))
