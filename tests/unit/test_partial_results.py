@@ -192,3 +192,13 @@ def test_a_missing_key_file_names_the_runbooks_line_and_every_target_that_logs_i
     assert str(refused.value) == (f"{path}:8: guests.hosts[1].ssh.key_file: {tmp_path}/keys/gone does not exist: "
                                   "the SSH key gpuvm logs in to vm-2, vm-3 with")
     assert refused.value.exit_code == 2
+
+
+def test_a_restarted_guest_offering_a_refused_host_key_is_not_waited_for(tmp_path, mocker):
+    """It answers, with a key gpuvm does not trust: waiting boot_timeout for it helps nothing (the
+    observation that follows fails it, not observed, with the key's error)."""
+    fakes = {"esx-01": FakeExecutor("esx-01"), "esx-02": FakeExecutor("esx-02"), "vm-1": Down("vm-1", HostKeyError),
+             "vm-2": FakeExecutor("vm-2"), "vm-3": FakeExecutor("vm-3")}
+    sleep = mocker.patch.object(engine.time, "sleep")
+    engine._wait_for_ssh(_cluster(tmp_path, fakes), {"vm-1"}, 2, None)
+    sleep.assert_not_called()
