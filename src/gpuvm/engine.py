@@ -5,9 +5,10 @@ reboot, VMs, then guest OSes. vSphere steps observe through one bulk inventory r
 observe every target in parallel. Within a step targets run in parallel, bounded by `parallel`. A
 failing target does not stop the others; later steps skip the targets that depend on it (the same
 VM or host, or VMs on a failed host). A host reboot has the VM steps' changes on the VMs it stopped
-made while they are off (`Context.while_off`), so they come back with their host. An SSH target that does not answer at plan time is set aside
-(not observed, with why) rather than failing the plan; apply leaves a host whose ESXi shell was not
-observed alone, with its VMs and guests. Once VMs have changed, guests are observed and planned
+made while they are off (`Context.while_off`), so they come back with their host. An SSH target
+that cannot be observed at plan time (it does not answer, offers a wrong host key, or answers what
+gpuvm cannot use) is set aside (not observed, with why) rather than failing the plan; apply leaves
+a host whose ESXi shell was not observed alone, with its VMs and guests. Once VMs have changed, guests are observed and planned
 again, after waiting only for the guests whose VM this run (re)started; a change planned then that
 needs a flag not given is refused on its guest, as `check_allowed` would.
 """
