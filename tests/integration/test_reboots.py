@@ -191,8 +191,7 @@ hosts:
   - {name: esx-01, passthrough: [{address: "0000:17:00.0"}], allow_maintenance: true, allow_reboot: true}
   - {name: esx-02, passthrough: [{address: "0000:17:00.0"}], allow_maintenance: true, allow_reboot: true}
 vms:
-  - {name: esx-01-vm1, host: esx-01, cpus: 8,
-     gpus: {mode: passthrough, count: 1, addresses: ["0000:17:00.0"]}}
+  - {name: esx-01-vm1, host: esx-01, cpus: 8, gpus: {mode: dynamic, count: 1}}
   - {name: esx-02-vm1, host: esx-02, cpus: 8,
      gpus: {mode: passthrough, count: 1, addresses: ["0000:17:00.0"]}}
 """
@@ -201,7 +200,8 @@ vms:
 def test_rolling_reboots_change_a_hosts_vms_while_they_are_off_and_bring_them_back_before_the_next_host(
         tmp_path, monkeypatch):
     """Issue 22, item 5: VMs that wait for their host's reboot to get new GPUs (and more CPUs, which
-    need them off) are changed while they are off for it and come back with their host: with
+    need them off; the first host's by dynamic DirectPath) are changed while they are off for it and
+    come back with their host: with
     --max-unavailable 1, before every power-on gpuvm makes (where the set of VMs down is largest),
     the simulator shows at most one host's VMs off."""
     import gpuvm.steps.power as power

@@ -82,10 +82,10 @@ def world(mocker, request):
     return w
 
 
-def reboot(world: World, mocker, **context) -> dict[str, Exception]:
+def reboot(world: World, mocker, others=(), **context) -> dict[str, Exception]:
     ctx = Context(session=mocker.MagicMock(), options=Options(shutdown_timeout=1, task_timeout=5),
                   inventory=inventory([r750xa()], [vm("gpu-vm", power_state="poweredOn"),
-                                                   vm("build-box", power_state="poweredOn")]), **context)
+                                                   vm("build-box", power_state="poweredOn"), *others]), **context)
     ctx.session.ref.side_effect = world.ref
     ctx.intents = mocker.MagicMock(record=world.record, clear=world.clear, current=world.current)
     changes = {"esx-01": [Change("host.reboot", "esx-01", "host", "reboot", "1", "rebooted", Disruption.HOST_REBOOT,
@@ -128,6 +128,25 @@ def test_the_runbooks_vm_is_changed_while_off_then_back_with_its_host_unless_its
     back = [("power-on", "vm-gpu-vm")] if not held else []
     assert after[1:4 + len(back)] == [("while-off", "gpu-vm"), *back, ("clear power-off", "vm-gpu-vm"),
                                       ("power-on", "vm-build-box")]
+
+
+@pytest.mark.parametrize("waiting", [False, True])
+def test_a_dynamic_directpath_vm_comes_back_last_or_waits_for_a_vm_that_names_its_gpus(world, mocker, waiting):
+    """As vm.power orders them: after the VMs that name their GPUs. When one of those on the host does
+    not come back now (off before, started by vm.power), the dynamic VM waits for vm.power too."""
+    planned = [Change("vm.power", "gpu-vm", "vm", "power", "poweredOff", "poweredOn", Disruption.NONE,
+                      vm_power.SetPower("on", dynamic=True))]
+    others = []
+    if waiting:
+        others = [vm("named-gpus", power_state="poweredOff")]
+        planned.append(Change("vm.power", "named-gpus", "vm", "power", "poweredOff", "poweredOn", Disruption.NONE,
+                              vm_power.SetPower("on")))
+    assert reboot(world, mocker, others, planned=planned,
+                  while_off=WhileOff(frozenset({"vm.hardware"}), lambda vms: set())) == {}
+    after = world.log[world.log.index(("clear maintenance", "host-esx-01")) + 1:]
+    back = [] if waiting else [("power-on", "vm-gpu-vm")]
+    assert after == [("power-on", "vm-build-box"), ("clear power-off", "vm-build-box"), *back,
+                     ("clear power-off", "vm-gpu-vm"), ("record rebooted", "host-esx-01")]
 
 
 @pytest.mark.parametrize("world", ["enter", "boot-time", "reboot", "wait"], indirect=True)
