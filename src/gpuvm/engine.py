@@ -4,21 +4,25 @@ Steps run in a fixed order: ESXi shells, hosts, the guest steps that a host rebo
 reboot, VMs, then guest OSes. vSphere steps observe through one bulk inventory read; SSH steps
 observe every target in parallel. Within a step targets run in parallel, bounded by `parallel`. A
 failing target does not stop the others; later steps skip the targets that depend on it (the same
-VM or host, or VMs on a failed host). An SSH target that does not answer at plan time is set aside
-(not observed, with why) rather than failing the plan; apply leaves a host whose ESXi shell was not
-observed alone, with its VMs and guests. Once VMs have changed, guests are observed and planned
+VM or host, or VMs on a failed host). A host reboot has the VM steps' changes on the VMs it stopped
+made while they are off (`Context.while_off`), so they come back with their host. An SSH target
+that cannot be observed at plan time (it does not answer, offers a wrong host key, or answers what
+gpuvm cannot use) is set aside (not observed, with why) rather than failing the plan; apply leaves
+a host whose ESXi shell was not observed alone, with its VMs and guests. Once VMs have changed, guests are observed and planned
 again, after waiting only for the guests whose VM this run (re)started; a change planned then that
 needs a flag not given is refused on its guest, as `check_allowed` would.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, TargetFailures, listed
+from gpuvm.errors import (ConnectError, GpuvmError, HostKeyError, InputError, ObserveError, RemoteCommandError,
+                          TargetFailures, listed)
 from gpuvm.executors.group import run_parallel
 from gpuvm.journal import Journal, JournalError
 from gpuvm.outstanding import outstanding
@@ -31,7 +35,7 @@ from gpuvm.secrets import redact
 from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, esxi_vgpu_manager, guest_docker, guest_driver, guest_mig, guest_nic,
                          guest_nic_ats, guest_rdma, guest_ssh_mesh, host_graphics, host_passthrough, host_reboot,
                          reboot_memo, vm_advanced, vm_hardware, vm_lifecycle, vm_power, vm_version)
-from gpuvm.steps.base import Context, Options, Step
+from gpuvm.steps.base import Context, Options, Step, WhileOff
 from gpuvm.vsphere.facts import Inventory
 
 STEPS: list[Step] = [
@@ -78,26 +82,31 @@ def targets_of(step: Step, desired: Desired, cluster: Cluster | None) -> dict[st
 
 
 def observe_remote(cluster: Cluster, role: str | None = None, parallel: int = 8) -> Facts:
-    """Every wanted SSH step's fact for every target (of `role`), targets in parallel."""
+    """Every wanted SSH step's fact for every target (of `role`), targets in parallel. A target whose
+    answer gpuvm cannot use (a command failed or timed out, an untrusted value) fails with ObserveError."""
     steps = [s for s in STEPS if s.over_ssh and (role is None or s.role == role)]
     targets = {n: t for n, t in cluster.targets.items() if any(s.role == t.role for s in steps)}
     ctx = Context(cluster=cluster)
 
     def observe(target: Any) -> dict[str, Any]:
-        return {s.name: s.observe(ctx, target) for s in steps if s.role == target.role and s.wanted(target)}
+        try:
+            return {s.name: s.observe(ctx, target) for s in steps if s.role == target.role and s.wanted(target)}
+        except RemoteCommandError as e:
+            raise ObserveError(str(e)) from e
 
     return _facts_of(run_parallel(targets, observe, parallel))
 
 
-def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[str, str]]:
-    """`observe_remote`, but an SSH target that does not answer (a guest whose VM is off or booting,
-    an ESXi shell that is down) is set aside with why, instead of failing the run: the others are
-    planned. A wrong host key is no "not up": it stays an error."""
+def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[str, ConnectError]]:
+    """`observe_remote`, but an SSH target that cannot be observed is set aside (→ its error) instead
+    of failing the run, and the others are planned: one that does not answer (a guest whose VM is off
+    or booting, an ESXi shell that is down), one whose host key is wrong (never trusted: an error
+    for that target, not "not up yet"), one whose answer gpuvm cannot use (ObserveError). Any other
+    error (the runbook's, a bug) is no one target's doing: it fails the run."""
     try:
         return observe_remote(cluster, parallel=parallel), {}
     except TargetFailures as e:
-        down = {n: str(error) for n, error in e.failures.items()
-                if isinstance(error, ConnectError) and not isinstance(error, HostKeyError)}
+        down = {n: error for n, error in e.failures.items() if isinstance(error, ConnectError)}
         others = {n: error for n, error in e.failures.items() if n not in down}
         if others:
             raise TargetFailures(others, results=e.results) from None
@@ -122,12 +131,14 @@ def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[
 
 
 def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = None,
-              facts: Facts | None = None, unreachable: dict[str, str] | None = None) -> tuple[Plan, Desired]:
+              facts: Facts | None = None, unreachable: Mapping[str, Exception | str] | None = None
+              ) -> tuple[Plan, Desired]:
     """The plan reads no history: what gpuvm owns is on the objects (`HostFacts.owned`, intents).
-    SSH targets in `unreachable` (→ why) are not observed: the plan lists them and is incomplete."""
+    SSH targets in `unreachable` (→ why: `observe_reachable`'s errors) are not observed: the plan
+    lists them and is incomplete."""
     desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}))
     plan = Plan(notes=list(desired.notes) + outstanding(inventory, desired.hosts, desired.vms),
-                unobserved=dict(unreachable or {}))
+                unobserved={name: str(why) for name, why in (unreachable or {}).items()})
     if cluster is None and (runbook.guests or any(h.ssh for h in runbook.hosts)):
         plan.notes.append(Note("-", "plan", "SSH steps (ESXi shell, guests) are not planned from a snapshot",
                                level="info"))
@@ -141,9 +152,16 @@ def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = 
     return plan, desired
 
 
-def unobserved_note(name: str, role: str, why: str, plan: Plan, inventory: Inventory) -> Note:
-    """Why an SSH target is not in the plan, and what apply does about it. Only a guest whose VM is
-    off, or that this plan starts, is expected to be away (info); anything else is a warning."""
+def unobserved_note(name: str, role: str, why: Exception | str, plan: Plan, inventory: Inventory) -> Note:
+    """Why an SSH target is not in the plan, and what apply does about it. One that answered wrong (a
+    host key gpuvm does not trust, an answer it cannot use) is an error; of those that do not answer,
+    only a guest whose VM is off, or that this plan starts, is expected to be away (info); anything
+    else is a warning."""
+    if isinstance(why, (HostKeyError, ObserveError)):
+        steps = f"its ESXi steps are not planned, and apply leaves host {name} and its VMs alone" \
+            if role == "esxi" else "its guest steps are not planned, and apply changes nothing in it"
+        said = str(why).removeprefix(f"{name}: ")
+        return Note(name, "observe", f"not observed: {said}; {steps} until this is fixed", level="error")
     if role == "esxi":
         return Note(name, "observe", f"ESXi shell not observed ({why}): its ESXi steps are not planned, and "
                                      f"apply leaves host {name} and its VMs alone until it answers")
@@ -311,46 +329,87 @@ def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, par
 
 def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int,
                  progress: Progress | None, outcome: Outcome, keep: Keep | None) -> None:
-    failed_targets: set[str] = set()
-    unseen_hosts = _unseen_hosts(ctx)
-    attempted: set[int] = set()  # ids of the changes carried out (or tried): each at most once
+    run = _StepRun(plan, desired, ctx, journal, parallel, progress, outcome)
+    ctx.while_off = WhileOff(frozenset(s.name for s in _while_off_steps()), run.while_off)
     for step in _run_order():
         check_lease(ctx, f"step {step.name}" if step else "observing the guests again")
         if step is None:
-            failed_targets |= _replan_guests(plan, desired, ctx, journal, outcome, parallel, progress, keep)
-            continue
+            run.failed_targets |= _replan_guests(plan, desired, ctx, journal, outcome, parallel, progress, keep)
+        else:
+            run.step(step)
+
+
+def _while_off_steps() -> list[Step]:
+    """The VM steps whose changes a host reboot's stopped VMs get while they are off (hardware version,
+    devices, advanced settings), so that they come back with their host: those between the reboot and
+    `vm.power`, but `vm.lifecycle` (it creates and destroys VMs, none of those the reboot stops)."""
+    names = [s.name for s in STEPS]
+    between = STEPS[names.index(host_reboot.NAME) + 1:names.index(vm_power.NAME)]
+    return [s for s in between if s.role == "vm" and s.name != vm_lifecycle.NAME]
+
+
+class _StepRun:
+    """Carries out the plan's changes step by step, each change at most once; what failed blocks what
+    depends on it. Thread-safe: `while_off` is called from the hosts a reboot batch handles at once."""
+
+    def __init__(self, plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int,
+                 progress: Progress | None, outcome: Outcome):
+        self.plan, self.desired, self.ctx, self.journal = plan, desired, ctx, journal
+        self.parallel, self.progress, self.outcome = parallel, progress, outcome
+        self.failed_targets: set[str] = set()
+        self.unseen_hosts = _unseen_hosts(ctx)
+        self.attempted: set[int] = set()  # ids of the changes carried out (or tried): each at most once
+        self.lock = threading.Lock()
+
+    def step(self, step: Step, only: set[str] | None = None) -> set[str]:
+        """The step's changes not carried out yet (on the targets `only`, if given); returns the targets
+        whose changes were not all made (failed or skipped)."""
         by_target: dict[str, list[Change]] = {}
-        for change in plan.for_step(step.name):
-            if id(change) not in attempted:
-                attempted.add(id(change))
-                by_target.setdefault(change.target, []).append(change)
         runnable = {}
-        for target, changes in by_target.items():
-            reason = _blocked(target, failed_targets, desired, unseen_hosts)
-            if reason:
-                outcome.skipped[f"{target} ({step.name})"] = reason
-                journal.record_all("skipped", list(changes), reason=reason)
-            else:
-                runnable[target] = (target, changes)
+        with self.lock:
+            for change in self.plan.for_step(step.name):
+                if id(change) not in self.attempted and (only is None or change.target in only):
+                    self.attempted.add(id(change))
+                    by_target.setdefault(change.target, []).append(change)
+            for target, changes in by_target.items():
+                reason = _blocked(target, self.failed_targets, self.desired, self.unseen_hosts)
+                if reason:
+                    self.outcome.skipped[f"{target} ({step.name})"] = reason
+                    self.journal.record_all("skipped", list(changes), reason=reason)
+                else:
+                    runnable[target] = (target, changes)
         if not runnable:
-            continue
-        runner = _Runner(step, ctx, journal, progress, targets_of(step, desired, ctx.cluster))
+            return set(by_target)
+        runner = _Runner(step, self.ctx, self.journal, self.progress, targets_of(step, self.desired, self.ctx.cluster))
         if step.apply_all is not None:  # the step orders its targets itself (build once, then ship)
-            failures = runner.all({t: changes for t, (_, changes) in runnable.items()}, parallel)
+            failures = runner.all({t: changes for t, (_, changes) in runnable.items()}, self.parallel)
         else:
             try:
-                run_parallel(runnable, runner, parallel)
+                run_parallel(runnable, runner, self.parallel)
                 failures = {}
             except TargetFailures as e:
                 failures = e.failures  # type: ignore[assignment]
         if lost := next((e for e in failures.values() if isinstance(e, JournalError)), None):
             raise lost  # nothing more is done unrecorded: the run stops (its locks released, intents kept)
-        for target, (_, changes) in runnable.items():
-            if target in failures:
-                failed_targets.add(target)
-                outcome.failed[f"{target} ({step.name})"] = failures[target]
-            else:
-                outcome.done.setdefault(target, []).extend(changes)
+        with self.lock:
+            for target, (_, changes) in runnable.items():
+                if target in failures:
+                    self.failed_targets.add(target)
+                    self.outcome.failed[f"{target} ({step.name})"] = failures[target]
+                else:
+                    self.outcome.done.setdefault(target, []).extend(changes)
+        return (set(by_target) - set(runnable)) | set(failures)
+
+    def while_off(self, vms: list[str]) -> set[str]:
+        """`WhileOff.run`: the VM steps' changes on `vms` now; the VMs not fully changed."""
+        say = self.ctx.say
+        held: set[str] = set()
+        try:
+            for step in _while_off_steps():
+                held |= self.step(step, only=set(vms))
+        finally:
+            self.ctx.say = say  # the step under way (host.reboot) keeps its own progress listener
+        return held
 
 
 def _replan_guests(plan: Plan, desired: Desired, ctx: Context, journal: Journal, outcome: Outcome, parallel: int,
@@ -426,6 +485,8 @@ def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: 
         for name in sorted(waiting):
             try:
                 cluster.targets[name].executor.run(["true"], timeout=30)
+            except HostKeyError:
+                pass  # it answers, with a key gpuvm refuses: the observation that follows says so
             except GpuvmError:
                 continue
             waiting.discard(name)

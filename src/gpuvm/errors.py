@@ -44,6 +44,11 @@ class HostKeyError(ConnectError):
     """An SSH host key is unknown, changed or revoked: an error, never "not reachable yet"."""
 
 
+class ObserveError(ConnectError):
+    """A target answered, but not what gpuvm can read (a command failed or timed out, a value it
+    cannot trust): like one that does not answer, it is not observed (exit 3), and only it."""
+
+
 class RemoteCommandError(GpuvmError):
     """A command on a remote host failed or timed out."""
 

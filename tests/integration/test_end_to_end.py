@@ -167,9 +167,10 @@ def test_unknown_host_keys_are_refused_unless_accepted(lab, testbed, tmp_path):
     empty.write_text("")
     runbook.write_text(runbook.read_text().replace(str(testbed.known_hosts_file), str(empty)))
     refused = gpuvm("plan", str(runbook))
-    assert refused.exit_code == 3
-    assert "host key for 10.250.0.11:22 is unknown (ssh-ed25519 SHA256:" in refused.output
-    assert "pass --accept-new-host-keys" in refused.output
+    said = " ".join(refused.output.split())  # each target's error note, wrapped to the terminal's width
+    assert refused.exit_code == 3  # every SSH target not observed, each with why
+    assert "error: esx-01: not observed: host key for 10.250.0.11:22 is unknown (ssh-ed25519 SHA256:" in said
+    assert "pass --accept-new-host-keys" in said and "6 target(s) not observed" in said, refused.output
     accepted = gpuvm("plan", str(runbook), "--accept-new-host-keys")
     assert accepted.exit_code == 0, accepted.output
     recorded = empty.read_text().splitlines()

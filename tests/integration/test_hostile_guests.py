@@ -60,10 +60,17 @@ def test_a_hostile_port_name_is_refused_by_plan_and_bench_run(testbed, tmp_path,
     with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG) as sim:
         use_simulator(monkeypatch, sim, tmp_path / "state")
         planned = CliRunner().invoke(app, ["plan", str(runbook)], catch_exceptions=False)
+        elsewhere = CliRunner().invoke(app, ["plan", str(runbook), "--target", "esx-02", "--detailed-exitcode"],
+                                       catch_exceptions=False)
     output = planned.output
-    assert planned.exit_code == 4, output
-    assert f"esx-01-vm2: `ibdev2netdev` answered '{SHOWN}' as an interface name" in output, output
+    # that guest alone is not observed, with why; the others are planned; exit 3 (not observed), not 4
+    assert planned.exit_code == 3, output
+    assert f"error: esx-01-vm2: not observed: `ibdev2netdev` answered '{SHOWN}' as an interface name" in output, output
+    assert "1 target(s) not observed: esx-01-vm2." in output, output
     assert "\x1b" not in output and "\x07" not in output and "Traceback" not in output
+    # a plan of another host does not even mention its failure
+    assert elsewhere.exit_code == 2, elsewhere.output
+    assert "ibdev2netdev" not in elsewhere.output and "not observed" not in elsewhere.output, elsewhere.output
 
     campaign = tmp_path / "campaign.yaml"
     guests = "".join(f"    - {{vm: {h.name}, ssh: {{address: {h.address}, user: {h.user}, key_file: {h.key_file}}}, "

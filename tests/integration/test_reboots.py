@@ -183,3 +183,47 @@ def test_rolling_reboots_bring_a_hosts_vms_back_before_the_next_host_goes_down(t
         assert any(down), "the poller never saw a VM stopped for its host's reboot"
         assert all(len(hosts) <= 1 for hosts in down), [sorted(h) for h in down if len(h) > 1]
         assert all(raw_state(sim)[vm]["power"] == "poweredOn" for vm in VMS)
+
+
+ROLLING_HARDWARE = """\
+vcenter: {user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}
+hosts:
+  - {name: esx-01, passthrough: [{address: "0000:17:00.0"}], allow_maintenance: true, allow_reboot: true}
+  - {name: esx-02, passthrough: [{address: "0000:17:00.0"}], allow_maintenance: true, allow_reboot: true}
+vms:
+  - {name: esx-01-vm1, host: esx-01, cpus: 8, gpus: {mode: dynamic, count: 1}}
+  - {name: esx-02-vm1, host: esx-02, cpus: 8,
+     gpus: {mode: passthrough, count: 1, addresses: ["0000:17:00.0"]}}
+"""
+
+
+def test_rolling_reboots_change_a_hosts_vms_while_they_are_off_and_bring_them_back_before_the_next_host(
+        tmp_path, monkeypatch):
+    """Issue 22, item 5: VMs that wait for their host's reboot to get new GPUs (and more CPUs, which
+    need them off; the first host's by dynamic DirectPath) are changed while they are off for it and
+    come back with their host: with
+    --max-unavailable 1, before every power-on gpuvm makes (where the set of VMs down is largest),
+    the simulator shows at most one host's VMs off."""
+    import gpuvm.steps.power as power
+
+    runbook = tmp_path / "rb.yaml"
+    runbook.write_text(ROLLING_HARDWARE)
+    with Simulator(hosts=2, vms_per_host=2, vm_power="on") as sim:
+        use_simulator(monkeypatch, sim, tmp_path / "state")
+        down: list[set[str]] = []  # hosts with a runbook VM off, just before each power-on
+        run_task = power.run_task
+
+        def watched(action, *args, **kwargs):
+            if action == "PowerOnVM":
+                state = raw_state(sim)
+                down.append({vm[:6] for vm in ("esx-01-vm1", "esx-02-vm1") if state[vm]["power"] != "poweredOn"})
+            return run_task(action, *args, **kwargs)
+
+        monkeypatch.setattr(power, "run_task", watched)
+        applied = gpuvm("apply", str(runbook), "--yes", "--allow-host-reboot", "--allow-power-off",
+                        "--max-unavailable", "1")
+        assert applied.exit_code == 0, applied.output
+        assert down and all(len(hosts) <= 1 for hosts in down), down
+        state = raw_state(sim)
+        assert all(state[vm]["power"] == "poweredOn" for vm in ("esx-01-vm1", "esx-02-vm1"))
+        assert gpuvm("plan", str(runbook), "--detailed-exitcode").exit_code == 0  # converged

@@ -19,6 +19,8 @@ from gpuvm.parsers.ibdev2netdev import PortMap
 from gpuvm.plan import Change, Disruption, Plan
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.setups import select_setup, setup_runbooks
+from gpuvm.steps import reboot_memo
+from gpuvm.vsphere.intent import Intent
 
 BASE = """\
 hosts: [{name: esx-01}]
@@ -222,3 +224,41 @@ def test_old_results_without_setups_still_load(tmp_path):
                    '"points": [{"nodes": 1, "repeats": [{"value": 1.0}]}]}]}')
     loaded = load_results(old)
     assert loaded.setups == [] and loaded.benchmarks[0].points[0].setup is None
+
+
+def test_preflight_refuses_a_setup_that_would_reboot_a_host_again_like_apply(tmp_path):
+    """A setup whose layout waits on a reboot that did not help (steps/reboot_memo.py) is refused up
+    front as `apply` refuses it (exit 4, naming setup and host), unless --allow-repeat-reboot."""
+    runbook = book(tmp_path)
+    stages = plan_stages(runbook)
+    repeat = reboot_memo.notes([reboot_memo.Repeat("esx-01", Intent(run="run-1", why="rebooted", since="2026-01-01T00:00:00Z"), [
+        Change("guest.nic_ats", "vm1", "ConnectX", "ATS_ENABLED (current)", "False(0)", "True(1)")])])
+
+    def plan(stage_book):
+        return Plan(notes=list(repeat) if stage_book is stages[1].runbook else []), None
+
+    with pytest.raises(reboot_memo.RepeatedReboot) as refused:
+        preflight(stages, plan, lambda *_: None, True, False)
+    assert refused.value.exit_code == 4
+    assert "setup two: host esx-01: ATS_ENABLED (current) of ConnectX on vm1" in str(refused.value)
+    assert "--allow-repeat-reboot" in str(refused.value)
+    preflight(stages, plan, lambda *_: None, True, False, allow_repeat_reboot=True)
+
+
+def test_a_setups_apply_takes_apply_s_flags_and_verdict(tmp_path, mocker):
+    """`bench run` applies a setup as `apply` does: --allow-repeat-reboot passed on, and a target not
+    observed stops the campaign (exit 3) as it fails `apply`, not only a failed one."""
+    from gpuvm.cli import bench_run
+    from gpuvm.errors import TargetFailures
+    from gpuvm.runs import Applied
+
+    stages = plan_stages(book(tmp_path))
+    applied = Applied(Plan(unobserved={"vm2": "vm2: cannot connect to 10.0.0.2:22: Connection refused"}),
+                      outcome=mocker.Mock(failed={}, observed=set()))
+    apply_loaded = mocker.patch("gpuvm.runs.apply_loaded", return_value=applied)
+    apply = bench_run._layouts(stages, "reach", True, False, False, lambda *a, **k: None, mocker.Mock(),
+                               allow_repeat_reboot=True)
+    with pytest.raises(TargetFailures) as stopped:
+        apply(stages[0])
+    assert stopped.value.exit_code == 3 and "vm2 (not observed)" in str(stopped.value)
+    assert apply_loaded.call_args.kwargs["allow_repeat_reboot"] is True

@@ -1,5 +1,6 @@
 """A guest whose SSH host key is unknown, changed or revoked is an error at plan time (issue 11,
-item 11), never a guest "not reachable yet" that plan sets aside."""
+item 11), never a guest "not reachable yet"; but it is that guest's error only, not the end of the
+plan of the others (issue 22, item 8)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpuvm import engine
-from gpuvm.errors import ConnectError, HostKeyError, TargetFailures
+from gpuvm.errors import ConnectError, HostKeyError, InputError, TargetFailures
 
 
 def cluster():
@@ -23,11 +24,22 @@ def test_a_guest_that_does_not_answer_is_set_aside(mocker):
     assert facts == {("guest.nic", "gpu-vm-01"): "fact"} and list(down) == ["gpu-vm-02"]
 
 
-def test_a_guest_whose_host_key_changed_fails_the_plan(mocker):
+def test_a_guest_whose_host_key_changed_is_not_observed_and_never_trusted(mocker):
+    """A changed key stays an error for that guest (its own error, code 3), not "not up yet"; the
+    other guests are observed."""
     changed = HostKeyError("gpu-vm-02: host key for 10.0.0.2:22 has CHANGED: the server offers ssh-ed25519 "
                            "SHA256:new but the known key is ssh-ed25519 SHA256:old")
-    mocker.patch.object(engine, "observe_remote", side_effect=TargetFailures({"gpu-vm-02": changed}, results={}))
+    mocker.patch.object(engine, "observe_remote", side_effect=TargetFailures(
+        {"gpu-vm-02": changed}, results={"gpu-vm-01": {"guest.nic": "fact"}}))
+    facts, down = engine.observe_reachable(cluster())
+    assert facts == {("guest.nic", "gpu-vm-01"): "fact"} and down == {"gpu-vm-02": changed}
+    assert isinstance(changed, ConnectError) and changed.exit_code == 3
+
+
+def test_an_error_no_guest_causes_still_stops_the_plan(mocker):
+    """A runbook error (or a bug) is not one guest's doing: it is not set aside."""
+    wrong = InputError("rb.yaml:3: guests.hosts[1]: wrong")
+    mocker.patch.object(engine, "observe_remote", side_effect=TargetFailures({"gpu-vm-02": wrong}, results={}))
     with pytest.raises(TargetFailures) as e:
         engine.observe_reachable(cluster())
-    assert e.value.failures == {"gpu-vm-02": changed} and e.value.exit_code != 0
-    assert isinstance(changed, ConnectError) and changed.exit_code == 3
+    assert e.value.failures == {"gpu-vm-02": wrong} and e.value.exit_code == 2

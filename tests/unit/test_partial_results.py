@@ -13,6 +13,7 @@ import pytest
 
 from gpuvm import engine
 from gpuvm.errors import ConnectError, HostKeyError, InputError, TargetFailures
+from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor, ok
 from gpuvm.journal import Journal
 from gpuvm.plan import Change, Plan
@@ -21,6 +22,7 @@ from gpuvm.desired import Desired, DesiredHost, DesiredVm
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import esxi_ats, guest_nic, host_passthrough, vm_advanced
 from gpuvm.steps.base import Context, Options
+from gpuvm.untrusted import UntrustedValueError
 from tests.unit.factories import inventory, r750xa, vm
 
 RUNBOOK = """
@@ -37,6 +39,13 @@ guests:
     - {vm: vm-2, ssh: {address: 10.0.0.12, user: root}}
     - {vm: vm-3, ssh: {address: 10.0.0.13, user: root}}
 """
+
+
+class Hostile(FakeExecutor):
+    """A guest answering a value that is not what it names."""
+
+    def _execute(self, command, timeout, check, stdin, stdout_to):
+        raise UntrustedValueError("`ibdev2netdev` answered 'x$(y)' as an interface name, which is not one")
 
 
 class Down(FakeExecutor):
@@ -71,13 +80,33 @@ def test_an_esxi_shell_that_does_not_answer_is_set_aside_and_the_rest_is_observe
     fakes = {"esx-01": Down("esx-01"), "esx-02": FakeExecutor("esx-02", {"true": ok("true")}),
              **{g: FakeExecutor(g, {"true": ok("true")}) for g in ("vm-1", "vm-2", "vm-3")}}
     facts, down = engine.observe_reachable(_cluster(tmp_path, fakes))
-    assert list(down) == ["esx-01"] and "Error reading SSH protocol banner" in down["esx-01"]
+    assert list(down) == ["esx-01"] and "Error reading SSH protocol banner" in str(down["esx-01"])
     assert {target for _, target in facts} == {"esx-02", "vm-1", "vm-2", "vm-3"}
 
-    fakes["esx-01"] = Down("esx-01", HostKeyError)  # a wrong host key is an error, never "not up"
-    with pytest.raises(TargetFailures) as raised:
-        engine.observe_reachable(_cluster(tmp_path, fakes))
-    assert list(raised.value.failures) == ["esx-01"]
+
+
+def test_a_target_answering_what_gpuvm_cannot_use_is_not_observed_alone(tmp_path, mocker):
+    """A wrong host key, an untrusted value or a failed command set that target aside with why (never
+    trusted, never "not up yet": an error note), and the others are observed and planned."""
+    _observed(mocker)
+    fakes = {"esx-01": Down("esx-01", HostKeyError), "esx-02": FakeExecutor("esx-02", {"true": ok("true")}),
+             "vm-1": Hostile("vm-1"), "vm-2": FakeExecutor("vm-2", {"true": ok("true")}),
+             "vm-3": FakeExecutor("vm-3", {"true": CommandResult("true", 1, "", "boom")})}
+    facts, down = engine.observe_reachable(_cluster(tmp_path, fakes))
+    assert {target for _, target in facts} == {"esx-02", "vm-2"}
+    assert sorted(down) == ["esx-01", "vm-1", "vm-3"]
+    assert all(isinstance(e, ConnectError) and e.exit_code == 3 for e in down.values())
+    assert isinstance(down["esx-01"], HostKeyError) and "answered 'x$(y)'" in str(down["vm-1"])
+
+    on = {"power_state": "poweredOn"}
+    plan, _ = engine.make_plan(load_runbook(tmp_path / "rb.yaml"),
+                               inventory([r750xa("esx-01"), r750xa("esx-02")],
+                                         [vm("vm-1", **on), vm("vm-2", "esx-02", **on), vm("vm-3", "esx-02", **on)]),
+                               unreachable=down)
+    notes = {n.target: n for n in plan.notes if n.step == "observe"}
+    assert {name: note.level for name, note in notes.items()} == {"esx-01": "error", "vm-1": "error", "vm-3": "error"}
+    assert "Error reading SSH protocol banner" in notes["esx-01"].message and "not observed" in notes["vm-1"].message
+    assert sorted(plan.unobserved) == ["esx-01", "vm-1", "vm-3"]
 
 
 def test_unobserved_notes_say_what_apply_does_and_warn_when_nothing_explains_the_silence():
@@ -163,3 +192,13 @@ def test_a_missing_key_file_names_the_runbooks_line_and_every_target_that_logs_i
     assert str(refused.value) == (f"{path}:8: guests.hosts[1].ssh.key_file: {tmp_path}/keys/gone does not exist: "
                                   "the SSH key gpuvm logs in to vm-2, vm-3 with")
     assert refused.value.exit_code == 2
+
+
+def test_a_restarted_guest_offering_a_refused_host_key_is_not_waited_for(tmp_path, mocker):
+    """It answers, with a key gpuvm does not trust: waiting boot_timeout for it helps nothing (the
+    observation that follows fails it, not observed, with the key's error)."""
+    fakes = {"esx-01": FakeExecutor("esx-01"), "esx-02": FakeExecutor("esx-02"), "vm-1": Down("vm-1", HostKeyError),
+             "vm-2": FakeExecutor("vm-2"), "vm-3": FakeExecutor("vm-3")}
+    sleep = mocker.patch.object(engine.time, "sleep")
+    engine._wait_for_ssh(_cluster(tmp_path, fakes), {"vm-1"}, 2, None)
+    sleep.assert_not_called()

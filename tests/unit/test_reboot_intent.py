@@ -11,8 +11,8 @@ from pyVmomi import vim, vmodl
 
 from gpuvm.errors import TaskError
 from gpuvm.plan import Change, Disruption
-from gpuvm.steps import host_reboot, power
-from gpuvm.steps.base import Context, Options
+from gpuvm.steps import host_reboot, power, vm_power
+from gpuvm.steps.base import Context, Options, WhileOff
 from gpuvm.steps.host_reboot import RebootHost, StopForReboot
 from tests.unit.factories import inventory, r750xa, vm
 
@@ -82,10 +82,10 @@ def world(mocker, request):
     return w
 
 
-def reboot(world: World, mocker) -> dict[str, Exception]:
+def reboot(world: World, mocker, others=(), **context) -> dict[str, Exception]:
     ctx = Context(session=mocker.MagicMock(), options=Options(shutdown_timeout=1, task_timeout=5),
                   inventory=inventory([r750xa()], [vm("gpu-vm", power_state="poweredOn"),
-                                                   vm("build-box", power_state="poweredOn")]))
+                                                   vm("build-box", power_state="poweredOn"), *others]), **context)
     ctx.session.ref.side_effect = world.ref
     ctx.intents = mocker.MagicMock(record=world.record, clear=world.clear, current=world.current)
     changes = {"esx-01": [Change("host.reboot", "esx-01", "host", "reboot", "1", "rebooted", Disruption.HOST_REBOOT,
@@ -108,6 +108,45 @@ def test_each_act_is_recorded_before_it_and_cleared_after_it_is_undone(world, mo
         ("power-on", "vm-build-box"), ("clear power-off", "vm-build-box"),
         ("record rebooted", "host-esx-01")]  # the memo of what the reboot was for (reboot_memo), kept
     assert set(world.intents) == {("host-esx-01", "rebooted")}
+
+
+@pytest.mark.parametrize("held", [set(), {"gpu-vm"}])
+def test_the_runbooks_vm_is_changed_while_off_then_back_with_its_host_unless_its_change_failed(world, mocker, held):
+    """Rolling (issue 22, item 5): the VM's new devices (which need it off) are made within the host's
+    batch, after the reboot, by the engine (`Context.while_off`); then the VM comes back at once.
+    A VM whose change failed stays off (its failure is the engine's to report)."""
+    def while_off(vms):
+        world.log.append(("while-off", ",".join(vms)))
+        return held
+
+    planned = [Change("vm.hardware", "gpu-vm", "pci device (new)", "device", None, "gpu", Disruption.VM_POWER_OFF),
+               Change("vm.power", "gpu-vm", "vm", "power", "poweredOff", "poweredOn", Disruption.NONE,
+                      vm_power.SetPower("on"))]
+    assert reboot(world, mocker, planned=planned,
+                  while_off=WhileOff(frozenset({"vm.version", "vm.hardware", "vm.advanced"}), while_off)) == {}
+    after = world.log[world.log.index(("clear maintenance", "host-esx-01")):]
+    back = [("power-on", "vm-gpu-vm")] if not held else []
+    assert after[1:4 + len(back)] == [("while-off", "gpu-vm"), *back, ("clear power-off", "vm-gpu-vm"),
+                                      ("power-on", "vm-build-box")]
+
+
+@pytest.mark.parametrize("waiting", [False, True])
+def test_a_dynamic_directpath_vm_comes_back_last_or_waits_for_a_vm_that_names_its_gpus(world, mocker, waiting):
+    """As vm.power orders them: after the VMs that name their GPUs. When one of those on the host does
+    not come back now (off before, started by vm.power), the dynamic VM waits for vm.power too."""
+    planned = [Change("vm.power", "gpu-vm", "vm", "power", "poweredOff", "poweredOn", Disruption.NONE,
+                      vm_power.SetPower("on", dynamic=True))]
+    others = []
+    if waiting:
+        others = [vm("named-gpus", power_state="poweredOff")]
+        planned.append(Change("vm.power", "named-gpus", "vm", "power", "poweredOff", "poweredOn", Disruption.NONE,
+                              vm_power.SetPower("on")))
+    assert reboot(world, mocker, others, planned=planned,
+                  while_off=WhileOff(frozenset({"vm.hardware"}), lambda vms: set())) == {}
+    after = world.log[world.log.index(("clear maintenance", "host-esx-01")) + 1:]
+    back = [] if waiting else [("power-on", "vm-gpu-vm")]
+    assert after == [("power-on", "vm-build-box"), ("clear power-off", "vm-build-box"), *back,
+                     ("clear power-off", "vm-gpu-vm"), ("record rebooted", "host-esx-01")]
 
 
 @pytest.mark.parametrize("world", ["enter", "boot-time", "reboot", "wait"], indirect=True)

@@ -28,21 +28,30 @@ from gpuvm.executors.base import Executor
 from gpuvm.plan import Plan
 from gpuvm.desired import Desired
 from gpuvm.runbook.model import Runbook
+from gpuvm.steps import reboot_memo
 
 Connect = Callable[[Runbook, Sequence[PlannedPoint]], Mapping[str, Executor]]
 
 
 def preflight(stages: Sequence[Stage], plan: Callable[[Runbook], tuple[Plan, Desired]],
-              show: Callable[[Stage, Plan], None], allow_power_off: bool, allow_host_reboot: bool) -> None:
-    """Refuse, before anything is touched, a campaign whose setups need a flag not given."""
+              show: Callable[[Stage, Plan], None], allow_power_off: bool, allow_host_reboot: bool,
+              allow_repeat_reboot: bool = False) -> None:
+    """Refuse, before anything is touched, a campaign whose setups need a flag not given, as `apply`
+    would refuse each: a host rebooted again for what its last reboot did not activate first
+    (RepeatedReboot, exit 4), then the disruptions not allowed (InputError, exit 2)."""
     problems = []
+    repeats = []
     for stage in stages:
         planned, desired = plan(stage.runbook)
         show(stage, planned)
+        if not allow_repeat_reboot:
+            repeats += [f"setup {stage.setup}: {message}" for message in reboot_memo.refused_in(planned)]
         try:
             check_allowed(planned, desired, allow_power_off, allow_host_reboot)
         except InputError as e:
             problems += [f"setup {stage.setup}: {line.strip()}" for line in str(e).splitlines()[1:]]
+    if repeats:
+        raise reboot_memo.RepeatedReboot("refusing to run the campaign; nothing was changed:\n  " + "\n  ".join(repeats))
     if not allow_power_off:
         for before, after in zip(stages, stages[1:], strict=False):
             if moved := relaid(before.runbook, after.runbook):

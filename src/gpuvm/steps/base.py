@@ -50,6 +50,17 @@ class Options:
 Say = Callable[[str, str], None]  # a long step's progress: (target, status line)
 
 
+@dataclass(frozen=True)
+class WhileOff:
+    """The engine's offer to a step that stops VMs (`host.reboot`): `run(vms)` carries out now, while
+    they are off, what the VM steps named in `steps` planned on them (a hardware upgrade, new devices,
+    settings that need the VM off), each change journalled and counted as that step's, never again
+    later; it returns the VMs not fully changed (a change failed or was skipped), which stay off."""
+
+    steps: frozenset[str]
+    run: Callable[[list[str]], set[str]]
+
+
 def quiet(target: str, status: str) -> None:
     """The progress of a step run without a listener (plan, tests)."""
 
@@ -62,11 +73,12 @@ class Context:
     inventory: Inventory = field(default_factory=Inventory)
     options: Options = field(default_factory=Options)
     cluster: Cluster | None = None  # when the runbook names SSH targets
-    unreachable: dict[str, str] = field(default_factory=dict)  # guests that did not answer at plan time
+    unreachable: dict[str, Exception] = field(default_factory=dict)  # SSH targets not observed at plan time → why
     planned: list[Change] = field(default_factory=list)  # what earlier steps planned (while planning)
     journal: Journal | None = None  # apply only: the history of what steps did
     intents: IntentStore | None = None  # apply only: what steps are about to do, recorded on the objects
     say: Say = quiet  # progress of a step that runs long (image build and ship): the engine's listener
+    while_off: WhileOff | None = None  # apply only: VM changes made while a step has the VMs off
     _planned_index: tuple[int, dict[str, list[Change]]] = field(default_factory=lambda: (0, {}), repr=False)
 
     def __post_init__(self) -> None:

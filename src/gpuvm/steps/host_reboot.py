@@ -7,8 +7,13 @@ step, the VMs running on the host: each is shut down cleanly first (hard power-o
 --shutdown-timeout), so the run is refused up front without --allow-power-off. Work an earlier
 step left for maintenance mode (the NVIDIA vGPU manager's install, `esxi.vgpu_manager`) is done
 once the host is in it, just before the reboot. After the reboot the host leaves maintenance mode
-(unless someone else put it there) and the VMs the runbook does not manage are powered on again;
-the runbook's VMs get the power state it asks for from `vm.power`.
+(unless someone else put it there) and the VMs the runbook does not manage are powered on again.
+The runbook's VMs it stopped get, while still off, what the VM steps planned on them (the engine's
+`Context.while_off`: hardware version, devices, advanced settings), then come back with their host
+when the runbook wants them on, before the next batch: rolling reboots never have more than
+--max-unavailable hosts' VMs down. As in `vm.power`, VMs that take their GPUs by dynamic DirectPath
+start after the others; when a VM of the host that `vm.power` starts first (it may name a GPU a
+dynamic VM would take) does not come back now, they are left to `vm.power` too.
 
 Intent before act (vsphere/intent.py): before stopping a VM gpuvm records "power-off" on it (the
 state to restore, why, the host); before entering maintenance mode, "maintenance" on the host. Each
@@ -35,6 +40,7 @@ from gpuvm.desired import DesiredHost
 from gpuvm.steps import reboot_memo
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.power import power_off, power_on
+from gpuvm.steps.vm_power import SetPower
 from gpuvm.vsphere import tasks
 from gpuvm.vsphere.intent import Intent
 from gpuvm.vsphere.tasks import call, wait_for_other_tasks
@@ -220,8 +226,16 @@ def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
         raise
     if own:
         _leave(ctx, name)
-    _restore_all(ctx, [(vm, stop.restore or _back_now(ctx, vm)) for vm, stop in work.stops]
-                 + [(vm, r.power_on) for vm, r in work.restores])
+    managed = [vm for vm, stop in work.stops if not stop.restore]
+    held = ctx.while_off.run(managed) if ctx.while_off is not None and managed else set(managed)
+    changed = ctx.while_off.steps if ctx.while_off is not None else frozenset()
+    back = {vm: _back_now(ctx, vm, frozenset() if vm in held else changed) for vm in managed}
+    dynamic = {vm for vm in managed if _starts_dynamic(ctx, vm)}
+    if _named_gpus_wait(ctx, name, {vm for vm, on in back.items() if on and vm not in dynamic}):
+        back |= dict.fromkeys(dynamic, False)  # vm.power starts them after the VMs that name their GPUs
+    _restore_all(ctx, [(vm, stop.restore or back[vm]) for vm, stop in work.stops if vm not in dynamic]
+                 + [(vm, r.power_on) for vm, r in work.restores]
+                 + [(vm, back[vm]) for vm in managed if vm in dynamic])  # after the VMs that name GPUs
     reboot_memo.remember(ctx, name)  # what this reboot was for: not rebooted for again if still pending
 
 
@@ -301,14 +315,27 @@ def _restore_all(ctx: Context, vms: list[tuple[str, bool]]) -> None:
         raise errors[0]
 
 
-def _back_now(ctx: Context, vm: str) -> bool:
+def _back_now(ctx: Context, vm: str, changed: frozenset[str]) -> bool:
     """A runbook VM comes back with its host, before the next batch reboots (rolling: at most
-    --max-unavailable hosts' VMs down at once), when the plan powers it on and nothing after this
-    step needs it off (new devices, a hardware upgrade); else `vm.power` powers it on later."""
-    later = [c for c in ctx.planned_on(vm) if c.step != NAME]
-    return (any(c.step == "vm.power" and c.after == "poweredOn" and not getattr(c.action, "dynamic", True)
-                for c in later)  # a dynamic DirectPath VM waits: vm.power starts the VMs naming GPUs first
+    --max-unavailable hosts' VMs down at once), when the plan powers it on and nothing left after
+    this step needs it off: the steps in `changed` (new devices, a hardware upgrade) were carried out
+    while it was off (`Context.while_off`). Else `vm.power` powers it on later."""
+    later = [c for c in ctx.planned_on(vm) if c.step != NAME and c.step not in changed]
+    return (any(isinstance(c.action, SetPower) and c.action.state == "on" for c in later)
             and not any(c.disruption == Disruption.VM_POWER_OFF for c in later))
+
+
+def _starts_dynamic(ctx: Context, vm: str) -> bool:
+    """Whether `vm.power` would start the VM with the dynamic DirectPath VMs, after the others."""
+    return any(isinstance(c.action, SetPower) and c.action.dynamic for c in ctx.planned_on(vm))
+
+
+def _named_gpus_wait(ctx: Context, host: str, coming: set[str]) -> bool:
+    """Whether a VM on the host that `vm.power` starts before the dynamic DirectPath ones (it may name a
+    GPU a dynamic VM would take) is not among `coming` (powered on now): then the dynamic VMs wait too."""
+    return any(isinstance(c.action, SetPower) and c.action.state == "on" and not c.action.dynamic
+               for other in ctx.inventory.vms_on(host) if other.name not in coming
+               for c in ctx.planned_on(other.name))
 
 
 def _restore(ctx: Context, vm: str, on: bool) -> None:

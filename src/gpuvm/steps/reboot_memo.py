@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuvm.errors import MAX_LINES, TaskError, listed
-from gpuvm.plan import Change, Disruption, Note
+from gpuvm.plan import Change, Disruption, Note, Plan
 from gpuvm.vsphere.facts import HostFacts, Inventory
 from gpuvm.vsphere.intent import Intent
 from gpuvm.vsphere.inventory import boot_time
@@ -112,6 +112,14 @@ def repeats(changes: list[Change], inventory: Inventory) -> list[Repeat]:
 def notes(found: list[Repeat]) -> list[Note]:
     """What `plan` and `verify` show: one error-level note per host."""
     return [Note(r.host, REBOOT_STEP, r.message() + f" (apply refuses without {FLAG})", level="error") for r in found]
+
+
+def refused_in(plan: Plan) -> list[str]:
+    """What `apply` of this plan refuses without FLAG, read from the notes `notes` put on it: one
+    line per host (a caller that has the plan, not the inventory: `bench run`'s preflight)."""
+    suffix = f" (apply refuses without {FLAG})"
+    return [f"{n.message.removesuffix(suffix)}" for n in plan.notes
+            if n.step == REBOOT_STEP and n.level == "error" and n.message.endswith(suffix)]
 
 
 def refuse(found: list[Repeat], allow: bool) -> None:
