@@ -13,12 +13,13 @@ restarted; `nvidia-smi -q` shows "vGPU Software Licensed Product" → "License S
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpuvm.errors import InputError, RemoteCommandError
+from gpuvm.errors import DriftError, InputError, RemoteCommandError
 from gpuvm.files import KEY_BYTES, read_capped
 from gpuvm.parsers.nvidia_smi_q import license_state, parse_nvidia_smi_q
 from gpuvm.secrets import remember
@@ -168,3 +169,17 @@ def feature_type(text: str | None) -> str | None:
 def _is_feature_line(line: str) -> bool:
     key, sep, _ = line.strip().partition("=")
     return bool(sep) and key.strip() == "FeatureType"
+
+
+def refuse_unlicensed(runbook: Any, executors: Mapping[str, Any], now: datetime) -> None:
+    """`bench run`'s check before measuring: every guest taking part (`executors`, by VM name) that the
+    runbook licenses must hold a licence valid for `min_validity`; else DriftError naming each."""
+    problems = []
+    for guest in runbook.guests.hosts if runbook.guests is not None else []:
+        want = wanted_licence(runbook, guest) if guest.vm in executors else None
+        if want is not None and (why := licence_problem(read_licence(executors[guest.vm]), want.min_validity, now)):
+            problems.append(f"{guest.vm}: {why}")
+    if problems:
+        raise DriftError("refusing to benchmark: an unlicensed vGPU is throttled, so the figures would measure "
+                         "the licence, not the VM (run `gpuvm apply`, or pass --allow-unlicensed):\n  "
+                         + "\n  ".join(problems))

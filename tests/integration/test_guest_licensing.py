@@ -9,7 +9,9 @@ import shutil
 import stat
 
 import pytest
+from typer.testing import CliRunner
 
+from gpuvm.cli.main import app
 from gpuvm.errors import RemoteCommandError
 from gpuvm.executors.group import run_parallel
 from gpuvm.remote import build_cluster
@@ -100,3 +102,27 @@ def test_a_token_the_server_did_not_issue_fails_naming_the_licence(bed, tmp_path
     with pytest.raises(RemoteCommandError, match=r"after 0.1 s the guest is unlicensed \(License Status: "
                                                  r"Unlicensed \(Restricted\)\): check the token"):
         STEP.apply(Context(cluster=cluster), target, changes)
+
+
+def test_bench_run_refuses_an_unlicensed_guest_unless_allowed(bed, tmp_path):
+    cluster = cluster_for(bed, tmp_path)
+    ctx = Context(cluster=cluster)
+    planned = plan_all(cluster)
+    run_parallel({g: g for g in GUESTS}, lambda name: STEP.apply(ctx, cluster.targets[name], planned[name]))
+    (bed.host_dir("gpu-vm-02") / "etc" / "nvidia" / "ClientConfigToken" / "client_configuration_token_gpuvm.tok").unlink()
+    runbook = tmp_path / "runbook.yaml"
+    runbook.write_text(runbook.read_text() + "benchmarks:\n  launcher: gpu-vm-02\n  runs:\n"
+                       "    - {name: echo, kind: command, command: 'echo took 1', pattern: 'took ([0-9]+)', "
+                       "nodes: [1], repeats: 1, timeout: 60}\n")
+
+    def bench(*flags):
+        return CliRunner().invoke(app, ["bench", "run", str(runbook), "--out", str(tmp_path / "out"), *flags],
+                                  catch_exceptions=False)
+
+    refused = bench()
+    assert refused.exit_code == 5, refused.output
+    assert "refusing to benchmark" in refused.output
+    assert "gpu-vm-02: unlicensed (License Status: Unlicensed (Restricted))" in refused.output
+    assert not list((tmp_path / "out").glob("*/logs/echo")), "a job was launched"
+    allowed = bench("--allow-unlicensed")
+    assert allowed.exit_code == 0, allowed.output
