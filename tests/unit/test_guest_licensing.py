@@ -143,3 +143,10 @@ def test_bench_refuses_only_the_licensed_guests_that_lack_a_licence(tmp_path):
                                          r"\(License Status: Unlicensed \(Restricted\)\)") as refused:
         refuse_unlicensed(book, {"vm1": answering(smi("Unlicensed (Restricted)"))}, NOW)
     assert refused.value.exit_code == 5
+
+
+def test_the_vgpu_playbook_licenses_every_guest_as_vgpu():
+    book = load_runbook(Path(__file__).parents[2] / "playbooks" / "vgpu-from-bare-esxi.yaml")
+    book.check_references()
+    wants = [wanted_licence(book, guest) for guest in book.guests.hosts]
+    assert [w.feature_type if w else None for w in wants] == [1, 1]
