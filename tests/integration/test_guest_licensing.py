@@ -126,3 +126,38 @@ def test_bench_run_refuses_an_unlicensed_guest_unless_allowed(bed, tmp_path):
     assert not list((tmp_path / "out").glob("*/logs/echo")), "a job was launched"
     allowed = bench("--allow-unlicensed")
     assert allowed.exit_code == 0, allowed.output
+
+
+def test_apply_licenses_a_vcs_passthrough_guest_then_verify_catches_the_removed_token(bed, tmp_path, monkeypatch):
+    """Through the CLI, on the simulator and the test bed: plan shows the licence, apply converges,
+    plan is empty and verify clean; without the token verify reports the guest unlicensed (exit 5)."""
+    from gpusim import Simulator
+    from tests.integration.vcenter import use_simulator
+
+    h = bed.host("gpu-vm-02")  # licensed for vCS by the fixture
+    (tmp_path / "nls.tok").write_text(TOKEN)
+    runbook = tmp_path / "runbook.yaml"
+    runbook.write_text(
+        f"vcenter: {{user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}}\n"
+        f"ssh: {{known_hosts: {bed.known_hosts_file}}}\n"
+        "hosts: [{name: esx-01, passthrough: [{model: A100}]}]\n"
+        "vms: [{name: esx-01-vm1, host: esx-01, cpus: 8, memory_gb: 32, gpus: {mode: passthrough, count: 1}}]\n"
+        "guests:\n  licensing: {token_file: nls.tok, passthrough: vcs}\n"
+        f"  hosts: [{{vm: esx-01-vm1, ssh: {{address: {h.address}, user: {h.user}, key_file: {h.key_file}}}}}]\n")
+
+    def gpuvm(*args):
+        return CliRunner().invoke(app, [*args, str(runbook)], catch_exceptions=False)
+
+    with Simulator(hosts=1, vms_per_host=1, rebind=True) as sim:
+        use_simulator(monkeypatch, sim, tmp_path / "state")
+        applied = gpuvm("apply", "--yes")
+        assert applied.exit_code == 0, applied.output
+        assert "guest.licensing" in applied.output and TOKEN.strip() not in applied.output
+        assert gpuvm("plan", "--detailed-exitcode").exit_code == 0
+        assert gpuvm("verify").exit_code == 0
+        (bed.host_dir("gpu-vm-02") / "etc" / "nvidia" / "ClientConfigToken" / "client_configuration_token_gpuvm.tok").unlink()
+        drift = gpuvm("verify")
+    assert drift.exit_code == 5, drift.output
+    assert "unlicensed (License Status: Unlicensed (Restricted))" in drift.output
+    journal = (tmp_path / "state" / "journal.jsonl").read_text()
+    assert "guest.licensing" in journal and TOKEN.strip() not in journal
