@@ -12,6 +12,7 @@ Licensed (`acquire_timeout`). Takes effect at once; nothing else on the guest is
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 import time
@@ -105,7 +106,7 @@ def plan(target: RemoteTarget, fact: LicensingFact) -> list[Change]:
     want = _wanted(target)
     assert want is not None
     changes: list[Change] = []
-    ours = [t for t in fact.tokens if t.name == TOKEN_NAME and t.sha256 == fact.want_token and t.mode == "744"]
+    ours = [t for t in fact.tokens if t.name == TOKEN_NAME and t.sha256 == fact.want_token and t.mode == f"{TOKEN_MODE:o}"]
     others = tuple(t.name for t in fact.tokens if t.name != TOKEN_NAME)
     if not ours or others:
         before = ", ".join(f"{t.name} {shown_digest(t.sha256)} mode {t.mode}" for t in fact.tokens) or None
@@ -130,7 +131,7 @@ def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
         action = change.action
         if isinstance(action, PlaceToken):
             data = read_token(want)
-            if token_digest(want) != action.sha256:
+            if hashlib.sha256(data).hexdigest() != action.sha256:
                 raise InputError(f"{want.where}: {want.token_file} changed since the plan was made; plan again")
             run(target, cluster, ["mkdir", "-p", TOKEN_DIR], sudo=target.root)
             target.executor.put(data, f"{TOKEN_DIR}/{TOKEN_NAME}", mode=TOKEN_MODE, sudo=target.root)
@@ -159,12 +160,13 @@ def _await_licence(target: RemoteTarget, want: WantedLicence) -> Licence:
         why = licence_problem(licence, want.min_validity, datetime.now(UTC))
         if why is None:
             return licence
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise RemoteCommandError(
                 f"nvidia-gridd restarted, but after {want.acquire_timeout:g} s the guest is {why}: check the "
                 "token is the license server's current one and that the guest reaches the server "
                 "(journalctl -u nvidia-gridd)")
-        time.sleep(POLL)
+        time.sleep(min(POLL, left))
 
 
 STEP = Step(NAME, "guest", observe, plan, apply, wanted=wanted)
