@@ -32,9 +32,10 @@ from gpuvm.desired import Desired
 from gpuvm.resolve import resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
-from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, esxi_vgpu_manager, guest_docker, guest_driver, guest_mig, guest_nic,
-                         guest_nic_ats, guest_rdma, guest_ssh_mesh, host_graphics, host_passthrough, host_reboot,
-                         reboot_memo, vm_advanced, vm_hardware, vm_lifecycle, vm_power, vm_version)
+from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, esxi_vgpu_manager, guest_docker, guest_driver,
+                         guest_licensing, guest_mig, guest_nic, guest_nic_ats, guest_rdma, guest_ssh_mesh, host_graphics,
+                         host_passthrough, host_reboot, reboot_memo, vm_advanced, vm_hardware, vm_lifecycle, vm_power,
+                         vm_version)
 from gpuvm.steps.base import Context, Options, Step, WhileOff
 from gpuvm.vsphere.facts import Inventory
 
@@ -53,6 +54,7 @@ STEPS: list[Step] = [
     vm_advanced.STEP,
     vm_power.STEP,
     guest_driver.STEP,  # before MIG and the container toolkit, which need the driver
+    guest_licensing.STEP,  # right after the driver: an unlicensed vGPU loses CUDA after its grace period
     guest_rdma.STEP,
     guest_nic.STEP,
     guest_mig.STEP,

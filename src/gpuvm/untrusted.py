@@ -46,6 +46,7 @@ GRAMMARS = {
     "a product name": (PRODUCT_NAME, "printable ASCII, at most 200 characters"),
     "an mlxconfig parameter": (MLX_PARAMETER, "like ATS_ENABLED"),
     "an mlxconfig value": (MLX_VALUE, "one printable word, like True(1)"),
+    "a licence status": (re.compile(r"[\x20-\x7e]{1,120}"), "printable ASCII, at most 120 characters"),
     "a MIG mode": (re.compile(r"Enabled|Disabled|\[N/A\]|N/A"), "Enabled, Disabled or [N/A]"),
 }
 

@@ -148,3 +148,63 @@ def apply_reboot(state: dict) -> None:
     for param in state.get("mlx", {}).values():
         param["current"] = param["next"]
     state["mst_started"] = False
+
+
+# -- NVIDIA vGPU licensing (the systemctl and nvidia-smi stand-ins) -------------------------------
+
+TOKEN_DIR = "/etc/nvidia/ClientConfigToken"
+GRIDD_CONF = "/etc/nvidia/gridd.conf"
+FEATURE_TYPES = {"vgpu": 1, "vws": 2, "vcs": 4}  # the guest's GPU kind (state `licensing.kind`) → its FeatureType
+LEASE_SECONDS = 90 * 86400
+
+
+def _token_files() -> dict[str, str]:
+    """client_configuration_token_*.tok in the guest's token directory: name → sha256."""
+    import glob
+    import hashlib
+
+    found = {}
+    for path in sorted(glob.glob(os.path.join(TOKEN_DIR, "client_configuration_token_*.tok"))):
+        with contextlib.suppress(OSError):
+            with open(path, "rb") as f:
+                data = f.read()
+            if data.strip():
+                found[os.path.basename(path)] = hashlib.sha256(data).hexdigest()
+    return found
+
+
+def _feature_type() -> str | None:
+    value = None
+    with contextlib.suppress(OSError):
+        with open(GRIDD_CONF) as f:
+            for line in f:
+                key, sep, rest = line.strip().partition("=")
+                if sep and key.strip() == "FeatureType":
+                    value = rest.split("#", 1)[0].strip().strip('"')
+    return value
+
+
+def restart_gridd(state: dict) -> None:
+    """What nvidia-gridd does when it starts: read gridd.conf and the token directory, and lease a
+    licence when the FeatureType suits the GPU kind and a token the license server issued is there
+    (state `licensing.token_sha256`; any non-empty token when unset)."""
+    licensing = state.get("licensing", {})
+    tokens = _token_files()
+    issued = licensing.get("token_sha256")
+    usable = [name for name, sha in tokens.items() if issued is None or sha == issued]
+    right_type = _feature_type() == str(FEATURE_TYPES.get(licensing.get("kind"), -1))
+    state["gridd"] = {"restarts": state.get("gridd", {}).get("restarts", 0) + 1,
+                      "token": usable[0] if usable and right_type else None,
+                      "token_sha256": tokens[usable[0]] if usable and right_type else None,
+                      "expiry": time.time() + licensing.get("lease_seconds", LEASE_SECONDS)}
+
+
+def licence_status(state: dict) -> str:
+    """License Status as nvidia-smi -q prints it: Licensed while nvidia-gridd's lease holds and its
+    token is still in place (unpadded fields, as NVIDIA prints them)."""
+    gridd = state.get("gridd") or {}
+    token = gridd.get("token")
+    if token is None or _token_files().get(token) != gridd.get("token_sha256") or gridd["expiry"] <= time.time():
+        return "Unlicensed (Restricted)"
+    t = time.gmtime(gridd["expiry"])
+    return f"Licensed (Expiry: {t.tm_year}-{t.tm_mon}-{t.tm_mday} {t.tm_hour}:{t.tm_min}:{t.tm_sec} GMT)"

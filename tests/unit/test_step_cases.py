@@ -7,6 +7,7 @@ A case gives a target and a fact, and what the step must make of them:
     inventory: {...}      # vSphere steps whose fact is not their inventory slice: that slice,
                           # or {hosts: [...], vms: [...]} where the step reads more of the inventory
     runbook: {...}        # SSH steps: the runbook (hosts, vms, guests) the target comes from ...
+    files: {name: text}   # SSH steps: files the runbook names, written next to it (a licence token)
     target: gpu-vm-01     # ... and the target's name in it
     fact: ...             # what the step's observe returns, as data
     changes:              # plan: the changes, in order (omitted keys are not compared)
@@ -119,6 +120,8 @@ def _target(step: Step, case: dict, tmp_path: Path) -> tuple[Any, Context, FakeE
             inventory = Inventory(vms={desired.name: VmFacts.model_validate(facts)})
         return desired, Context(inventory=inventory), None
     path = tmp_path / "runbook.yaml"
+    for name, text in case.get("files", {}).items():
+        (tmp_path / name).write_text(text)
     YAML().dump(case["runbook"], path)  # block style: input errors name real lines
     fake = FakeExecutor(case["target"])
     cluster = build_cluster(load_runbook(path), tmp_path, RemoteOptions(executor_factory=lambda name, access: fake))

@@ -27,13 +27,11 @@ RESOLVE_LAYER = [SRC / "resolve.py", SRC / "remote.py", *SRC.glob("desired*.py")
 
 # Tools the steps' commands run that every test host has for real (Debian's, on the bed's hosts'
 # shared /usr): not stand-ins.
-REAL_ON_THE_BED = {"sh", "ip", "curl", "mktemp", "sha256sum", "rm", "mkdir", "tar", "env", "sudo", "ls"}
+REAL_ON_THE_BED = {"sh", "ip", "curl", "mktemp", "sha256sum", "rm", "mkdir", "tar", "env", "sudo", "ls", "cat"}
 # Run by a step, yet neither real on the bed nor a stand-in; why the bed does without them.
 NOT_ON_THE_BED = {
     "nvidia-ctk": "guest.docker configures the NVIDIA runtime only for GPU images; the bed's guests run "
                   "CPU images (image.gpus: false)",
-    "systemctl": "guest.docker restarts dockerd after nvidia-ctk only (GPU images); the bed starts its "
-                 "own dockerd",
     "wget": "esxi.vgpu_manager fetches a bundle given as a URL with ESXi's busybox wget; the bed's tests "
             "give a path on the host",
     "mlnxofedinstall": "guest.rdma's MOFED installer comes in the runbook's tarball; the bed's tests ship "
@@ -152,7 +150,7 @@ def _programs_of_cases(name: str) -> set[str]:
                 words = words[1:]
             if words and words[0] == "-u":
                 words = words[2:]
-            if words:
+            if words and words[0] != "put":  # "put PATH mode M": the fake executor's file upload (SFTP), no program
                 programs.add(Path(words[0]).name)
     return programs
 

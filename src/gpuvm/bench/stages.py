@@ -24,6 +24,7 @@ from gpuvm.bench.results import save_results
 from gpuvm.bench.runner import CampaignRunner, Observer
 from gpuvm.engine import check_allowed
 from gpuvm.errors import InputError
+from gpuvm.licensing import refuse_unlicensed
 from gpuvm.executors.base import Executor
 from gpuvm.plan import Plan
 from gpuvm.desired import Desired
@@ -70,8 +71,9 @@ def relaid(before: Runbook, after: Runbook) -> list[str]:
 def run_stages(runbook: Runbook, stages: Sequence[Stage], directory: Path, connect: Connect, *,
                local: bool = False, layout: Callable[[Stage], None] | None = None,
                observer: Callable[[Stage], Observer] | None = None,
-               now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Campaign:
-    """Every stage in order; results written after each (and after Ctrl-C or an error)."""
+               now: Callable[[], datetime] = lambda: datetime.now(UTC), allow_unlicensed: bool = False) -> Campaign:
+    """Every stage in order; results written after each (and after Ctrl-C or an error). A stage whose
+    licensed guests (`guests.licensing`) are unlicensed is refused unless `allow_unlicensed`."""
     started = now()
     campaign = Campaign(directory)
     recorder = Recorder(runbook, [], local)
@@ -85,7 +87,7 @@ def run_stages(runbook: Runbook, stages: Sequence[Stage], directory: Path, conne
             if stage.setup is not None and layout is not None:
                 layout(stage)
             _run_stage(stage, directory, connect, local, recorder, campaign, software,
-                       observer(stage) if observer else None)
+                       observer(stage) if observer else None, None if allow_unlicensed else now)
             save()
             if campaign.interrupted:
                 break
@@ -98,11 +100,14 @@ def run_stages(runbook: Runbook, stages: Sequence[Stage], directory: Path, conne
 
 
 def _run_stage(stage: Stage, directory: Path, connect: Connect, local: bool, recorder: Recorder,
-               campaign: Campaign, software: dict, observer: Observer | None) -> None:
+               campaign: Campaign, software: dict, observer: Observer | None,
+               licence_check: Callable[[], datetime] | None = None) -> None:
     book = stage.runbook
     points = plan_campaign(book, local=local, only=stage.only, setup=stage.setup)
     executors = connect(book, points)
     try:
+        if not local and licence_check is not None:
+            refuse_unlicensed(book, executors, licence_check())
         if not local:  # again, with the network derived from the guests' port maps
             guests = [g for g in (book.guests.hosts if book.guests else []) if g.vm in taking_part(points)]
             points = plan_campaign(book, only=stage.only, setup=stage.setup, ports=read_port_maps(executors, guests))

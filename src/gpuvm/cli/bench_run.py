@@ -37,6 +37,9 @@ def run_command(
     insecure: Annotated[bool, typer.Option("--insecure", help="Setups: turn TLS verification of vCenter OFF.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="At the end, print what ran and where its results are as "
                                                        "JSON (schema gpuvm.bench-run/1); progress stays on stderr.")] = False,
+    allow_unlicensed: Annotated[bool, typer.Option(
+        "--allow-unlicensed", help="Measure guests whose NVIDIA vGPU licence is missing or about to end "
+                                   "(refused by default: the figures would measure the licence).")] = False,
     repeats: Annotated[str | None, typer.Option(
         "--repeats", help="Repeats of every point, for every benchmark: a number, or auto (until the median's 95 % "
                           "interval is within each benchmark's repeats_target, default ±1 %, or repeats_max runs).",
@@ -69,7 +72,7 @@ def run_command(
     directory = results_directory(out_dir, book)
     with _Progress() as progress:
         campaign = run_stages(book, stages, directory, connect, local=local, layout=layout,
-                              observer=lambda stage: progress)
+                              observer=lambda stage: progress, allow_unlicensed=allow_unlicensed)
     if json_:
         print(campaign_json(campaign))
     if campaign.results_file is None:

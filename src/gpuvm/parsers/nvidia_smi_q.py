@@ -1,5 +1,6 @@
 """`nvidia-smi -q [-d CLOCK,TEMPERATURE,POWER,PERFORMANCE]`: driver and CUDA versions, and per GPU
-its clocks, temperature, power and the clock throttle (event) reasons that are active.
+its clocks, temperature, power, the clock throttle (event) reasons that are active, and on a vGPU
+(or vCS-licensed) guest its "vGPU Software Licensed Product" (product name, License Status).
 
 The output is an indented tree of `Name : value` lines under section headers. Driver generations
 name sections differently: "Power Readings" (≤ 530) / "GPU Power Readings", "Clocks Throttle
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from gpuvm.parsers._common import unparseable
 
@@ -18,6 +20,9 @@ _LINE = re.compile(r"^(\s*)(.+?)(?:\s+:\s*(.*))?\s*$")
 _NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(MHz|C|W)$")
 _THROTTLE_SECTIONS = ("Clocks Throttle Reasons", "Clocks Event Reasons")
 _POWER_SECTIONS = ("Power Readings", "GPU Power Readings")
+_LICENCE_SECTION = "vGPU Software Licensed Product"
+# `Licensed (Expiry: 2025-3-19 7:29:4 GMT)`: NVIDIA prints the fields without leading zeros
+_EXPIRY = re.compile(r"\(Expiry:\s*(\d{4})-(\d{1,2})-(\d{1,2})\s+(\d{1,2}):(\d{1,2}):(\d{1,2})\s*GMT\)")
 _CLOCK_SECTIONS = {"Clocks": "clocks_mhz", "Applications Clocks": "applications_clocks_mhz",
                    "Max Clocks": "max_clocks_mhz"}
 
@@ -34,6 +39,8 @@ class GpuReadings:
     power_w: float | None = None
     power_limit_w: float | None = None
     throttle_reasons: list[str] = field(default_factory=list)  # the reasons "Active" (e.g. "SW Power Cap")
+    licensed_product: str | None = None  # "NVIDIA Virtual Compute Server"; None: no licensed product section
+    license_status: str | None = None  # "Licensed (Expiry: 2025-3-19 7:29:4 GMT)", "Unlicensed (Restricted)"
 
 
 @dataclass
@@ -79,6 +86,11 @@ def _read(gpu: GpuReadings, sections: list[str], name: str, value: str) -> None:
             gpu.name = _known(value)
         elif name == "Performance State":
             gpu.performance_state = _known(value)
+    elif top == _LICENCE_SECTION:
+        if name == "Product Name":
+            gpu.licensed_product = _known(value)
+        elif name == "License Status":
+            gpu.license_status = _known(value)
     elif top in _THROTTLE_SECTIONS:
         if value == "Active":
             gpu.throttle_reasons.append(name)
@@ -100,3 +112,16 @@ def _number(value: str) -> float | None:
 
 def _known(value: str | None) -> str | None:
     return None if value is None or value.strip() in ("", "N/A", "[N/A]") else value.strip()
+
+
+def license_state(status: str) -> tuple[bool, datetime | None]:
+    """A `License Status` value → (licensed, expiry in UTC; None when it prints none). Only
+    `Licensed…` counts: `Unlicensed (Restricted)`, `Unlicensed (Unrestricted)` and anything else do not."""
+    licensed = status.strip().startswith("Licensed")
+    m = _EXPIRY.search(status)
+    if not licensed or m is None:
+        return licensed, None
+    try:
+        return True, datetime(*(int(g) for g in m.groups()), tzinfo=UTC)  # type: ignore[misc]
+    except ValueError:  # a date that does not exist (month 13): no expiry gpuvm can trust
+        return True, None

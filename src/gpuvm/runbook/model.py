@@ -599,12 +599,29 @@ class Rdma(Strict):
         return self
 
 
+LicensedProduct = Literal["vcs", "vws", "none"]
+
+
+class Licensing(Strict):
+    """NVIDIA License System client settings, the same on every GPU guest (guest.licensing).
+
+    vGPU guests are licensed with gridd.conf's `FeatureType=1` (the driver picks the licence for the
+    vGPU type); passthrough guests only when `passthrough` names a product (a data-centre driver on a
+    passthrough GPU needs none). Values: NVIDIA's "Virtual GPU Client Licensing User Guide"."""
+
+    token_file: Path  # the client configuration token (.tok) from the NLS; a secret, relative to the runbook
+    passthrough: LicensedProduct = "none"  # vcs: FeatureType=4 (Virtual Compute Server), vws: 2 (RTX vWS)
+    min_validity: Seconds = 86400  # a licence expiring sooner is drift, and bench run refuses
+    acquire_timeout: Seconds = 120  # how long apply waits for nvidia-gridd to report Licensed
+
+
 class Guests(Strict):
     hosts: list[Guest] = []  # the guest OSes, one per VM, over SSH
     image: Image | None = None  # the training container, built once and shipped to every guest (guest.docker)
     ssh_mesh: SshMesh | None = None  # keyless SSH between all guests (guest.ssh_mesh)
     driver: NvidiaDriver | None = None  # the NVIDIA driver on every guest (guest.driver)
     rdma: Rdma | None = None  # the RDMA user space on every guest (guest.rdma)
+    licensing: Licensing | None = None  # the NVIDIA licence of every GPU guest (guest.licensing)
 
 
 class Runbook(Strict):

@@ -6,6 +6,11 @@ recipe's sha256, so "does this guest have the right image?" is one `docker image
 never a build. One guest (the runbook's `image.builder`, else the first guest) builds it; the
 others load the builder's `docker save` — or every guest pulls it when a registry is given.
 Because the builder must go first, the engine applies this step through `apply_all`.
+
+A guest whose daemon is stopped cannot say which runtimes and images it has: the plan starts the
+daemon, and configures the runtime and places the image only if, once it runs, they are missing
+(`only_if_missing`), so a stopped daemon never costs a rebuild. Packages, the daemon and the runtime
+are root's (`target.root`: through sudo for any login but root's); docker itself runs as the login.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class StartDocker:
 class AddNvidiaRuntime:
     install_toolkit: bool  # apt-get install nvidia-container-toolkit first
     # then `nvidia-ctk runtime configure --runtime=docker` and a daemon restart
+    only_if_missing: bool = False  # the daemon was stopped: done only if, once started, it lacks the runtime
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class PlaceImage:
     ref: str  # name:tag of the recipe the plan was made for
     how: str  # build (on the builder) | copy (from the builder) | pull (from the registry)
     builder: str
+    only_if_missing: bool = False  # the daemon was stopped: done only if, once started, the image is not there
 
 
 def builder_name(runbook: Runbook) -> str:
@@ -147,16 +154,19 @@ def _builder_id(target: RemoteTarget, cluster: Cluster, builder: str, ref: str) 
 def plan(target: RemoteTarget, fact: DockerFact) -> list[Change]:
     image, builder = _image(target.runbook), builder_name(target.runbook)
     changes: list[Change] = []
+    stopped = bool(fact.daemon_error)  # runtimes and images unknown until the daemon runs
+    unknown = "unknown: the docker daemon is stopped"
     if fact.server_version is None:
         changes.append(Change(NAME, target.name, "package docker.io", "installed", None, "installed",
                               action=InstallDocker()))
-    elif fact.daemon_error:
+    elif stopped:
         changes.append(Change(NAME, target.name, "service docker", "running", fact.daemon_error, "running",
                               action=StartDocker()))
     if image.gpus and not fact.nvidia_runtime:  # gpus: false (CPU guests): containers get no GPUs
-        changes.append(Change(NAME, target.name, "docker runtime nvidia", "present",
-                              "toolkit installed, runtime not configured" if fact.toolkit_installed else None,
-                              "nvidia-container-toolkit", action=AddNvidiaRuntime(not fact.toolkit_installed)))
+        before = unknown if stopped else "toolkit installed, runtime not configured" if fact.toolkit_installed else None
+        changes.append(Change(NAME, target.name, "docker runtime nvidia", "present", before,
+                              "nvidia-container-toolkit" + (", if missing once the daemon runs" if stopped else ""),
+                              action=AddNvidiaRuntime(not fact.toolkit_installed, only_if_missing=stopped)))
     ref = recipe(image).ref
     if image.registry:
         how, source = "pull", f"pulled from {image.registry}"
@@ -164,8 +174,11 @@ def plan(target: RemoteTarget, fact: DockerFact) -> list[Change]:
         how, source = "build", f"built on {builder}"
     else:
         how, source = "copy", f"copied from {builder}"
-    place = PlaceImage(ref, how, builder)
-    if fact.image_id is None:
+    place = PlaceImage(ref, how, builder, only_if_missing=stopped)
+    if stopped:
+        changes.append(Change(NAME, target.name, f"image {ref}", "present", unknown,
+                              f"{source}, if missing once the daemon runs", action=place))
+    elif fact.image_id is None:
         changes.append(Change(NAME, target.name, f"image {ref}", "present", None, source, action=place))
     elif target.name != builder and fact.image_id != fact.builder_id:
         # the builder has another build of the recipe, or has none yet and will build one
@@ -181,26 +194,51 @@ def _placement(changes: list[Change]) -> PlaceImage | None:
 
 
 def _set_up(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
-    """Packages, daemon and runtime: everything but the image."""
+    """Packages, daemon and runtime (root's: through sudo for any login but root's): all but the image.
+    A runtime planned while the daemon was stopped is looked at once it runs, before anything is installed."""
     actions = [c.action for c in changes]
+    install = any(isinstance(a, InstallDocker) for a in actions)
     runtime = next((a for a in actions if isinstance(a, AddNvidiaRuntime)), None)
-    packages = (["docker.io"] if any(isinstance(a, InstallDocker) for a in actions) else []) + \
-        (["nvidia-container-toolkit"] if runtime and runtime.install_toolkit else [])
-    if packages:
-        env = ["env", "DEBIAN_FRONTEND=noninteractive"]
-        run(target, cluster, env + ["apt-get", "update"])
-        result = run(target, cluster, env + ["apt-get", "install", "-y", *packages], check=False)
-        if not result.ok:
-            hint = (" (nvidia-container-toolkit comes from NVIDIA's apt repository: add "
-                    "https://nvidia.github.io/libnvidia-container to the guest's sources)"
-                    if "nvidia-container-toolkit" in packages and "Unable to locate" in result.stderr else "")
-            raise RemoteCommandError(f"apt-get install {' '.join(packages)} failed: "
-                                     f"{_said(result)}{hint}")
-    if any(isinstance(a, (InstallDocker, StartDocker)) for a in actions):
-        run(target, cluster, ["systemctl", "enable", "--now", "docker"])
+    later = runtime is not None and runtime.only_if_missing
+    _apt_install(target, cluster, (["docker.io"] if install else []) +
+                 (["nvidia-container-toolkit"] if runtime and runtime.install_toolkit and not later else []))
+    if install or any(isinstance(a, StartDocker) for a in actions):
+        run(target, cluster, ["systemctl", "enable", "--now", "docker"], sudo=target.root)
+    if later and _has_nvidia_runtime(target, cluster):
+        runtime = None
     if runtime:
-        run(target, cluster, ["nvidia-ctk", "runtime", "configure", "--runtime=docker"])
-        run(target, cluster, ["systemctl", "restart", "docker"])
+        if later and runtime.install_toolkit:
+            _apt_install(target, cluster, ["nvidia-container-toolkit"])
+        run(target, cluster, ["nvidia-ctk", "runtime", "configure", "--runtime=docker"], sudo=target.root)
+        run(target, cluster, ["systemctl", "restart", "docker"], sudo=target.root)
+
+
+def _apt_install(target: RemoteTarget, cluster: Cluster, packages: list[str]) -> None:
+    if not packages:
+        return
+    env = ["env", "DEBIAN_FRONTEND=noninteractive"]
+    run(target, cluster, env + ["apt-get", "update"], sudo=target.root)
+    result = run(target, cluster, env + ["apt-get", "install", "-y", *packages], sudo=target.root, check=False)
+    if not result.ok:
+        hint = (" (nvidia-container-toolkit comes from NVIDIA's apt repository: add "
+                "https://nvidia.github.io/libnvidia-container to the guest's sources)"
+                if "nvidia-container-toolkit" in packages and "Unable to locate" in result.stderr else "")
+        raise RemoteCommandError(f"apt-get install {' '.join(packages)} failed: {_said(result)}{hint}")
+
+
+def _has_nvidia_runtime(target: RemoteTarget, cluster: Cluster) -> bool:
+    return "nvidia" in parse_runtimes(run(target, cluster, ["docker", "info", "--format", "{{json .Runtimes}}"]).stdout)
+
+
+def _still_missing(cluster: Cluster, name: str, place: PlaceImage) -> bool:
+    """Whether a placement planned while the daemon was stopped is needed now that it runs: the
+    image is not there, or (copied) differs from the builder's."""
+    if not place.only_if_missing:
+        return True
+    own = inspect_id(cluster.targets[name], cluster, place.ref)
+    if own is None or place.how != "copy":
+        return own is None
+    return own != inspect_id(cluster.targets[place.builder], cluster, place.ref)
 
 
 def _check_recipe(target: RemoteTarget, place: PlaceImage, cluster: Cluster) -> Recipe:
@@ -343,6 +381,10 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
     failures = _parallel(setup, lambda t: _set_up(t, changes_by_target[t.name], cluster), parallel)
 
     placements = {n: p for n, cs in changes_by_target.items() if (p := _placement(cs)) and n not in failures}
+    try:
+        placements = {n: p for n, p in placements.items() if _still_missing(cluster, n, p)}
+    except GpuvmError as e:
+        return failures | {n: e for n in placements}
     if not placements:
         return failures
     first = next(iter(placements))
