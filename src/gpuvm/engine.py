@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, TargetFailures, listed
-from gpuvm.executors.group import run_parallel
+from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, listed
+from gpuvm.executors.group import GroupResult, run_group
 from gpuvm.journal import Journal, JournalError
 from gpuvm.outstanding import outstanding
 from gpuvm.plan import Change, Disruption, Note, Plan
@@ -75,8 +75,10 @@ def targets_of(step: Step, desired: Desired, cluster: Cluster | None) -> dict[st
     return cluster.of_role(step.role) if cluster is not None else {}
 
 
-def observe_remote(cluster: Cluster, role: str | None = None, parallel: int = 8) -> Facts:
-    """Every wanted SSH step's fact for every target (of `role`), targets in parallel."""
+def observe_remote(cluster: Cluster, role: str | None = None,
+                   parallel: int = 8) -> GroupResult[str, dict[str, Any]]:
+    """Every wanted SSH step's fact for every target (of `role`), targets in parallel: by target,
+    its facts by step (`_facts_of` makes them `Facts`), or why it could not be observed."""
     steps = [s for s in STEPS if s.over_ssh and (role is None or s.role == role)]
     targets = {n: t for n, t in cluster.targets.items() if any(s.role == t.role for s in steps)}
     ctx = Context(cluster=cluster)
@@ -84,22 +86,18 @@ def observe_remote(cluster: Cluster, role: str | None = None, parallel: int = 8)
     def observe(target: Any) -> dict[str, Any]:
         return {s.name: s.observe(ctx, target) for s in steps if s.role == target.role and s.wanted(target)}
 
-    return _facts_of(run_parallel(targets, observe, parallel))
+    return run_group(targets, observe, parallel, name="observe")
 
 
 def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[str, str]]:
     """`observe_remote`, but an SSH target that does not answer (a guest whose VM is off or booting,
     an ESXi shell that is down) is set aside with why, instead of failing the run: the others are
     planned. A wrong host key is no "not up": it stays an error."""
-    try:
-        return observe_remote(cluster, parallel=parallel), {}
-    except TargetFailures as e:
-        down = {n: str(error) for n, error in e.failures.items()
-                if isinstance(error, ConnectError) and not isinstance(error, HostKeyError)}
-        others = {n: error for n, error in e.failures.items() if n not in down}
-        if others:
-            raise TargetFailures(others, results=e.results) from None
-        return _facts_of(e.results), down
+    observed = observe_remote(cluster, parallel=parallel)
+    down = {n: str(error) for n, error in observed.failed.items()
+            if isinstance(error, ConnectError) and not isinstance(error, HostKeyError)}
+    GroupResult(observed.ok, {n: e for n, e in observed.failed.items() if n not in down}).raise_failures()
+    return _facts_of(observed.ok), down
 
 
 def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[Change]:
@@ -336,11 +334,7 @@ def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, p
         if step.apply_all is not None:  # the step orders its targets itself (build once, then ship)
             failures = runner.all({t: changes for t, (_, changes) in runnable.items()}, parallel)
         else:
-            try:
-                run_parallel(runnable, runner, parallel)
-                failures = {}
-            except TargetFailures as e:
-                failures = e.failures  # type: ignore[assignment]
+            failures = run_group(runnable, runner, parallel, name="apply").failed
         if lost := next((e for e in failures.values() if isinstance(e, JournalError)), None):
             raise lost  # nothing more is done unrecorded: the run stops (its locks released, intents kept)
         for target, (_, changes) in runnable.items():
@@ -373,13 +367,11 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, journal: Journal,
     guest_steps = [s for s in STEPS if s.role == "guest"]
     late = {s.name for s in guest_steps} - early
     plan.changes = [c for c in plan.changes if c.step not in late]
-    try:
-        facts = observe_remote(cluster, "guest", parallel)
-    except TargetFailures as e:
-        for name, error in e.failures.items():
-            if keep is None or keep.covers(name):
-                outcome.failed[f"{name} (observe)"] = error
-        facts = _facts_of(e.results)
+    observed = observe_remote(cluster, "guest", parallel)
+    for name, error in observed.failed.items():
+        if keep is None or keep.covers(name):
+            outcome.failed[f"{name} (observe)"] = error
+    facts = _facts_of(observed.ok)
     outcome.observed |= {target for _, target in facts}
     again = [c for step in guest_steps for c in plan_step(step, ctx, desired, facts)
              if step.name in late or c.target in ctx.unreachable]
@@ -437,9 +429,10 @@ def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: 
 
 
 def _facts_of(results: dict[str, dict[str, Any]]) -> Facts:
+    """Facts by (step, target), from each target's facts by step."""
     return {(step, target): fact for target, by_step in results.items() for step, fact in by_step.items()}
 
 
 def raise_failures(outcome: Outcome) -> None:
-    if outcome.failed:
-        raise TargetFailures(outcome.failed)
+    """One TargetFailures naming every 'target (step)' that failed, if any did."""
+    GroupResult(failed=outcome.failed).raise_failures()

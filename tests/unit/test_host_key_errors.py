@@ -9,6 +9,7 @@ import pytest
 
 from gpuvm import engine
 from gpuvm.errors import ConnectError, HostKeyError, TargetFailures
+from gpuvm.executors.group import GroupResult
 
 
 def cluster():
@@ -16,9 +17,9 @@ def cluster():
 
 
 def test_a_guest_that_does_not_answer_is_set_aside(mocker):
-    mocker.patch.object(engine, "observe_remote", side_effect=TargetFailures(
-        {"gpu-vm-02": ConnectError("gpu-vm-02: cannot connect to 10.0.0.2:22: Connection refused")},
-        results={"gpu-vm-01": {"guest.nic": "fact"}}))
+    mocker.patch.object(engine, "observe_remote", return_value=GroupResult(
+        {"gpu-vm-01": {"guest.nic": "fact"}},
+        {"gpu-vm-02": ConnectError("gpu-vm-02: cannot connect to 10.0.0.2:22: Connection refused")}))
     facts, down = engine.observe_reachable(cluster())
     assert facts == {("guest.nic", "gpu-vm-01"): "fact"} and list(down) == ["gpu-vm-02"]
 
@@ -26,7 +27,7 @@ def test_a_guest_that_does_not_answer_is_set_aside(mocker):
 def test_a_guest_whose_host_key_changed_fails_the_plan(mocker):
     changed = HostKeyError("gpu-vm-02: host key for 10.0.0.2:22 has CHANGED: the server offers ssh-ed25519 "
                            "SHA256:new but the known key is ssh-ed25519 SHA256:old")
-    mocker.patch.object(engine, "observe_remote", side_effect=TargetFailures({"gpu-vm-02": changed}, results={}))
+    mocker.patch.object(engine, "observe_remote", return_value=GroupResult(failed={"gpu-vm-02": changed}))
     with pytest.raises(TargetFailures) as e:
         engine.observe_reachable(cluster())
     assert e.value.failures == {"gpu-vm-02": changed} and e.value.exit_code != 0
