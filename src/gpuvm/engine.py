@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuvm.apply_options import ApplyOptions
 from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, listed
 from gpuvm.executors.group import GroupResult, run_group
 from gpuvm.journal import Journal, JournalError
@@ -157,22 +158,21 @@ def unobserved_note(name: str, role: str, why: str, plan: Plan, inventory: Inven
                                  "planned, and apply does not wait for it")
 
 
-def check_allowed(plan: Plan, desired: Desired, allow_power_off: bool, allow_host_reboot: bool,
-                  allow_destroy: bool = False) -> None:
+def check_allowed(plan: Plan, desired: Desired, allowed: ApplyOptions) -> None:
     """Refuse, before touching anything, disruptive changes the user has not allowed."""
     problems = []
     destroys = plan.disruptive(Disruption.VM_DESTROY)
-    if destroys and not allow_destroy:
+    if destroys and not allowed.allow_destroy:
         problems.append(f"VM(s) {', '.join(c.target for c in destroys)} would be DESTROYED (state: absent): "
                         "pass --allow-destroy")
     power = plan.disruptive(Disruption.VM_POWER_OFF)
-    if power and not allow_power_off:
+    if power and not allowed.allow_power_off:
         vms = listed(dict.fromkeys(c.target for c in power))
         problems.append(f"VM(s) {vms} must be powered off for {len(power)} change(s): pass --allow-power-off")
     reboot_steps = {s.name for s in STEPS if s.reboots_host}
     reboots = [c for c in plan.changes if c.step in reboot_steps and c.target in desired.hosts
                and c.disruption == Disruption.HOST_REBOOT]
-    if reboots and not allow_host_reboot:
+    if reboots and not allowed.allow_host_reboot:
         problems.append(f"host(s) {listed(c.target for c in reboots)} must reboot: pass --allow-host-reboot")
     for change in reboots:
         if not desired.hosts[change.target].allow_reboot:

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from gpuvm.apply_options import ApplyOptions
 from gpuvm.bench.campaign import describe, plan_campaign, plan_stages
 from gpuvm.bench.compare import compare
 from gpuvm.bench.network import NetworkMapping, derive, read_port_maps
@@ -183,14 +184,14 @@ def test_preflight_refuses_before_anything_when_a_flag_is_missing(tmp_path):
         return Plan([change] if stage_book is stages[1].runbook else []), None
 
     with pytest.raises(InputError) as refused:
-        preflight(stages, plan, lambda stage, p: shown.append(stage.setup), False, False)
+        preflight(stages, plan, lambda stage, p: shown.append(stage.setup), ApplyOptions())
     assert shown == ["one", "two"]  # every setup's plan shown first
     assert str(refused.value).splitlines() == [
         "refusing to run the campaign; nothing was changed:",
         "  setup two: VM(s) vm2 must be powered off for 1 change(s): pass --allow-power-off",
         "  setup one → two: VM(s) vm1 change layout and must be powered off: pass --allow-power-off",
     ]
-    preflight(stages, plan, lambda *_: None, True, False)  # allowed
+    preflight(stages, plan, lambda *_: None, ApplyOptions(allow_power_off=True))  # allowed
 
 
 def _results(setup: str | None, per_vm: dict[str, float], environment: str = "vm") -> Results:

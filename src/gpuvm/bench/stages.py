@@ -16,6 +16,7 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gpuvm.apply_options import ApplyOptions
 from gpuvm.bench.campaign import PlannedPoint, Stage, plan_campaign, taking_part
 from gpuvm.bench.guest_lock import GuestLocks
 from gpuvm.bench.network import read_port_maps
@@ -33,17 +34,17 @@ Connect = Callable[[Runbook, Sequence[PlannedPoint]], Mapping[str, Executor]]
 
 
 def preflight(stages: Sequence[Stage], plan: Callable[[Runbook], tuple[Plan, Desired]],
-              show: Callable[[Stage, Plan], None], allow_power_off: bool, allow_host_reboot: bool) -> None:
+              show: Callable[[Stage, Plan], None], allowed: ApplyOptions) -> None:
     """Refuse, before anything is touched, a campaign whose setups need a flag not given."""
     problems = []
     for stage in stages:
         planned, desired = plan(stage.runbook)
         show(stage, planned)
         try:
-            check_allowed(planned, desired, allow_power_off, allow_host_reboot)
+            check_allowed(planned, desired, allowed)
         except InputError as e:
             problems += [f"setup {stage.setup}: {line.strip()}" for line in str(e).splitlines()[1:]]
-    if not allow_power_off:
+    if not allowed.allow_power_off:
         for before, after in zip(stages, stages[1:], strict=False):
             if moved := relaid(before.runbook, after.runbook):
                 problems.append(f"setup {before.setup} → {after.setup}: VM(s) {', '.join(moved)} change layout "
