@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "testbed"))
 from bed import TestBed  # noqa: E402
 
 from gpuvm.steps.base import Context  # noqa: E402
-from gpuvm.executors.group import run_parallel  # noqa: E402
+from gpuvm.executors.group import run_group  # noqa: E402
 from gpuvm.executors.ssh import SshExecutor  # noqa: E402
 from gpuvm.journal import state_dir  # noqa: E402
 from gpuvm.steps.guest_ssh_mesh import verify  # noqa: E402
@@ -97,7 +97,7 @@ def gpuvm_way(bed: TestBed, n: int, work: Path) -> tuple[float, int, float]:
     cluster = build_cluster(book, state_dir(work / f"state-par-{n}"))
     try:
         guests = cluster.of_role("guest")
-        facts = run_parallel(guests, lambda t: mesh.observe(Context(cluster=cluster), t), max_workers=n)
+        facts = run_group(guests, lambda t: mesh.observe(Context(cluster=cluster), t), max_workers=n).raise_failures()
         plans = {name: mesh.plan(guests[name], fact) for name, fact in facts.items()}
         failures = mesh.apply_all(Context(cluster=cluster), plans, parallel=n)
         if failures:

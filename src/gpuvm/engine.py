@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpuvm.errors import (ConnectError, GpuvmError, HostKeyError, InputError, ObserveError, RemoteCommandError,
-                          TargetFailures, listed)
-from gpuvm.executors.group import run_parallel
+from gpuvm.apply_options import ApplyOptions
+from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, ObserveError, RemoteCommandError, listed
+from gpuvm.executors.group import GroupResult, run_group
 from gpuvm.journal import Journal, JournalError
 from gpuvm.outstanding import outstanding
 from gpuvm.plan import Change, Disruption, Note, Plan
@@ -83,9 +83,12 @@ def targets_of(step: Step, desired: Desired, cluster: Cluster | None) -> dict[st
     return cluster.of_role(step.role) if cluster is not None else {}
 
 
-def observe_remote(cluster: Cluster, role: str | None = None, parallel: int = 8) -> Facts:
-    """Every wanted SSH step's fact for every target (of `role`), targets in parallel. A target whose
-    answer gpuvm cannot use (a command failed or timed out, an untrusted value) fails with ObserveError."""
+def observe_remote(cluster: Cluster, role: str | None = None,
+                   parallel: int = 8) -> GroupResult[str, dict[str, Any]]:
+    """Every wanted SSH step's fact for every target (of `role`), targets in parallel: by target,
+    its facts by step (`_facts_of` makes them `Facts`), or why it could not be observed. A target
+    whose answer gpuvm cannot use (a command failed or timed out, an untrusted value) fails with
+    ObserveError."""
     steps = [s for s in STEPS if s.over_ssh and (role is None or s.role == role)]
     targets = {n: t for n, t in cluster.targets.items() if any(s.role == t.role for s in steps)}
     ctx = Context(cluster=cluster)
@@ -96,7 +99,7 @@ def observe_remote(cluster: Cluster, role: str | None = None, parallel: int = 8)
         except RemoteCommandError as e:
             raise ObserveError(str(e)) from e
 
-    return _facts_of(run_parallel(targets, observe, parallel))
+    return run_group(targets, observe, parallel, name="observe")
 
 
 def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[str, ConnectError]]:
@@ -105,14 +108,10 @@ def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[
     or booting, an ESXi shell that is down), one whose host key is wrong (never trusted: an error
     for that target, not "not up yet"), one whose answer gpuvm cannot use (ObserveError). Any other
     error (the runbook's, a bug) is no one target's doing: it fails the run."""
-    try:
-        return observe_remote(cluster, parallel=parallel), {}
-    except TargetFailures as e:
-        down = {n: error for n, error in e.failures.items() if isinstance(error, ConnectError)}
-        others = {n: error for n, error in e.failures.items() if n not in down}
-        if others:
-            raise TargetFailures(others, results=e.results) from None
-        return _facts_of(e.results), down
+    observed = observe_remote(cluster, parallel=parallel)
+    down = {n: error for n, error in observed.failed.items() if isinstance(error, ConnectError)}
+    GroupResult(observed.ok, {n: e for n, e in observed.failed.items() if n not in down}).raise_failures()
+    return _facts_of(observed.ok), down
 
 
 def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[Change]:
@@ -181,22 +180,21 @@ def unobserved_note(name: str, role: str, why: Exception | str, plan: Plan, inve
                                  "planned, and apply does not wait for it")
 
 
-def check_allowed(plan: Plan, desired: Desired, allow_power_off: bool, allow_host_reboot: bool,
-                  allow_destroy: bool = False) -> None:
+def check_allowed(plan: Plan, desired: Desired, allowed: ApplyOptions) -> None:
     """Refuse, before touching anything, disruptive changes the user has not allowed."""
     problems = []
     destroys = plan.disruptive(Disruption.VM_DESTROY)
-    if destroys and not allow_destroy:
+    if destroys and not allowed.allow_destroy:
         problems.append(f"VM(s) {', '.join(c.target for c in destroys)} would be DESTROYED (state: absent): "
                         "pass --allow-destroy")
     power = plan.disruptive(Disruption.VM_POWER_OFF)
-    if power and not allow_power_off:
+    if power and not allowed.allow_power_off:
         vms = listed(dict.fromkeys(c.target for c in power))
         problems.append(f"VM(s) {vms} must be powered off for {len(power)} change(s): pass --allow-power-off")
     reboot_steps = {s.name for s in STEPS if s.reboots_host}
     reboots = [c for c in plan.changes if c.step in reboot_steps and c.target in desired.hosts
                and c.disruption == Disruption.HOST_REBOOT]
-    if reboots and not allow_host_reboot:
+    if reboots and not allowed.allow_host_reboot:
         problems.append(f"host(s) {listed(c.target for c in reboots)} must reboot: pass --allow-host-reboot")
     for change in reboots:
         if not desired.hosts[change.target].allow_reboot:
@@ -386,11 +384,7 @@ class _StepRun:
         if step.apply_all is not None:  # the step orders its targets itself (build once, then ship)
             failures = runner.all({t: changes for t, (_, changes) in runnable.items()}, self.parallel)
         else:
-            try:
-                run_parallel(runnable, runner, self.parallel)
-                failures = {}
-            except TargetFailures as e:
-                failures = e.failures  # type: ignore[assignment]
+            failures = run_group(runnable, runner, self.parallel, name="apply").failed
         if lost := next((e for e in failures.values() if isinstance(e, JournalError)), None):
             raise lost  # nothing more is done unrecorded: the run stops (its locks released, intents kept)
         with self.lock:
@@ -436,13 +430,11 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, journal: Journal,
     guest_steps = [s for s in STEPS if s.role == "guest"]
     late = {s.name for s in guest_steps} - early
     plan.changes = [c for c in plan.changes if c.step not in late]
-    try:
-        facts = observe_remote(cluster, "guest", parallel)
-    except TargetFailures as e:
-        for name, error in e.failures.items():
-            if keep is None or keep.covers(name):
-                outcome.failed[f"{name} (observe)"] = error
-        facts = _facts_of(e.results)
+    observed = observe_remote(cluster, "guest", parallel)
+    for name, error in observed.failed.items():
+        if keep is None or keep.covers(name):
+            outcome.failed[f"{name} (observe)"] = error
+    facts = _facts_of(observed.ok)
     outcome.observed |= {target for _, target in facts}
     again = [c for step in guest_steps for c in plan_step(step, ctx, desired, facts)
              if step.name in late or c.target in ctx.unreachable]
@@ -502,9 +494,10 @@ def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: 
 
 
 def _facts_of(results: dict[str, dict[str, Any]]) -> Facts:
+    """Facts by (step, target), from each target's facts by step."""
     return {(step, target): fact for target, by_step in results.items() for step, fact in by_step.items()}
 
 
 def raise_failures(outcome: Outcome) -> None:
-    if outcome.failed:
-        raise TargetFailures(outcome.failed)
+    """One TargetFailures naming every 'target (step)' that failed, if any did."""
+    GroupResult(failed=outcome.failed).raise_failures()

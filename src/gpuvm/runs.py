@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuvm.apply_options import ApplyOptions
 from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_reachable, raise_failures
 from gpuvm.errors import ConnectError, DriftError, TargetFailures
 from gpuvm.journal import Journal, state_dir as make_state_dir
@@ -185,30 +186,23 @@ class Applied:
             raise LeftOutDrift(self.plan)
 
 
-def apply_runbook(runbook: Path, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
-                  allow_destroy: bool = False, allow_repeat_reboot: bool = False,
-                  parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
+def apply_runbook(runbook: Path, access: Access, options: ApplyOptions = ApplyOptions(), *,
                   show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
                   progress: Progress | None = None, setup: str | None = None, targets: Sequence[str] = ()) -> Applied:
     """Plan the runbook live and carry the plan out, every change journaled.
 
     `show_plan` sees the plan first. With nothing to do (no change, every guest answering) the run
-    stops there. Disruptive changes not allowed raise InputError before anything is touched; then
+    stops there. Disruptive changes `options` does not allow raise InputError before anything is touched; then
     `confirm` (if given) is asked and raises to stop. Failed targets do not raise: see `Applied`.
     `targets`: only those hosts, VMs and guests (see gpuvm.targeting). A host reboot for a change still
     pending after gpuvm's last reboot of that host raises RepeatedReboot (exit 4) up front unless
-    `allow_repeat_reboot` (steps/reboot_memo.py).
+    `options.allow_repeat_reboot` (steps/reboot_memo.py).
     """
-    return apply_loaded(select_setup(load_runbook(runbook), setup), access, allow_power_off=allow_power_off,
-                        allow_host_reboot=allow_host_reboot, allow_destroy=allow_destroy,
-                        allow_repeat_reboot=allow_repeat_reboot, parallel=parallel,
-                        shutdown_timeout=shutdown_timeout, max_unavailable=max_unavailable, show_plan=show_plan,
+    return apply_loaded(select_setup(load_runbook(runbook), setup), access, options, show_plan=show_plan,
                         confirm=confirm, progress=progress, targets=targets)
 
 
-def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False, allow_host_reboot: bool = False,
-                 allow_destroy: bool = False, allow_repeat_reboot: bool = False,
-                 parallel: int = 8, shutdown_timeout: float = 300, max_unavailable: int = 1,
+def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOptions(), *,
                  show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
                  progress: Progress | None = None, targets: Sequence[str] = ()) -> Applied:
     """`apply_runbook` for a runbook already loaded (a campaign's setup is built, not read)."""
@@ -216,7 +210,7 @@ def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False
     journal = Journal(make_state_dir(access.state_dir))
     hosts = {h.name for h in book.hosts} | {vm.host for vm in book.vms}
     with (connect(book, access) as session, HostLocks(session, hosts, journal.run_id, journal=journal) as locks,
-          remote(book, access, parallel) as (cluster, seen, down)):
+          remote(book, access, options.parallel) as (cluster, seen, down)):
         facts = read_inventory(session)  # read under the lock: what no other run is changing now
         plan, desired = make_plan(book, facts, cluster, seen, down)
         plan, scope = narrowed(plan, book, targets, facts)
@@ -230,16 +224,16 @@ def apply_loaded(book: Runbook, access: Access, *, allow_power_off: bool = False
                                [h.name for h in book.hosts if scope is None or scope.covers(h.name)])
         if plan.empty and not down:
             return Applied(plan)
-        reboot_memo.refuse(reboot_memo.repeats(plan.changes, facts), allow_repeat_reboot)
-        check_allowed(plan, desired, allow_power_off, allow_host_reboot, allow_destroy)
+        reboot_memo.refuse(reboot_memo.repeats(plan.changes, facts), options.allow_repeat_reboot)
+        check_allowed(plan, desired, options)
         if confirm is not None:
             confirm(plan)
-        options = Options(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
-                          shutdown_timeout=shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
-                          max_unavailable=max_unavailable)
-        context = Context(session, facts, options, cluster, down, planned=plan.changes, journal=journal,
+        steps = Options(allow_power_off=options.allow_power_off, allow_host_reboot=options.allow_host_reboot,
+                        shutdown_timeout=options.shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
+                        max_unavailable=options.max_unavailable)
+        context = Context(session, facts, steps, cluster, down, planned=plan.changes, journal=journal,
                           intents=intents)
-        outcome = apply_plan(plan, desired, context, journal, parallel, progress, keep=scope)
+        outcome = apply_plan(plan, desired, context, journal, options.parallel, progress, keep=scope)
         locks.check("the end of the run")  # a lease lost during the last step: exit 8, not a list of refusals
     return Applied(plan, outcome, journal.path)
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpuvm.cli.main import app
 from gpuvm.errors import RemoteCommandError
-from gpuvm.executors.group import run_parallel
+from gpuvm.executors.group import run_group
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_licensing
@@ -61,8 +61,8 @@ def cluster_for(bed, tmp_path, token: str = TOKEN, acquire_timeout: float = 120)
 
 def plan_all(cluster):
     ctx = Context(cluster=cluster)
-    return run_parallel({g: g for g in GUESTS},
-                        lambda name: STEP.plan(cluster.targets[name], STEP.observe(ctx, cluster.targets[name])))
+    return run_group({g: g for g in GUESTS},
+                     lambda name: STEP.plan(cluster.targets[name], STEP.observe(ctx, cluster.targets[name]))).raise_failures()
 
 
 def test_licensed_then_nothing_to_do_and_a_removed_token_is_drift(bed, tmp_path):
@@ -76,7 +76,7 @@ def test_licensed_then_nothing_to_do_and_a_removed_token_is_drift(bed, tmp_path)
     assert all(TOKEN.strip() not in str(c.to_dict()) for cs in planned.values() for c in cs)  # a digest only
 
     ctx = Context(cluster=cluster)
-    run_parallel({g: g for g in GUESTS}, lambda name: STEP.apply(ctx, cluster.targets[name], planned[name]))
+    run_group({g: g for g in GUESTS}, lambda name: STEP.apply(ctx, cluster.targets[name], planned[name])).raise_failures()
     assert plan_all(cluster) == {g: [] for g in GUESTS}
     for name in GUESTS:
         token = bed.host_dir(name) / "etc" / "nvidia" / "ClientConfigToken" / "client_configuration_token_gpuvm.tok"
@@ -108,7 +108,7 @@ def test_bench_run_refuses_an_unlicensed_guest_unless_allowed(bed, tmp_path):
     cluster = cluster_for(bed, tmp_path)
     ctx = Context(cluster=cluster)
     planned = plan_all(cluster)
-    run_parallel({g: g for g in GUESTS}, lambda name: STEP.apply(ctx, cluster.targets[name], planned[name]))
+    run_group({g: g for g in GUESTS}, lambda name: STEP.apply(ctx, cluster.targets[name], planned[name])).raise_failures()
     (bed.host_dir("gpu-vm-02") / "etc" / "nvidia" / "ClientConfigToken" / "client_configuration_token_gpuvm.tok").unlink()
     runbook = tmp_path / "runbook.yaml"
     runbook.write_text(runbook.read_text() + "benchmarks:\n  launcher: gpu-vm-02\n  runs:\n"

@@ -9,7 +9,7 @@ import hashlib
 import pytest
 
 from gpuvm.errors import RemoteCommandError, TargetFailures
-from gpuvm.executors.group import run_parallel
+from gpuvm.executors.group import run_group
 from gpuvm.plan import Disruption
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
@@ -68,7 +68,7 @@ def test_driver_installed_and_replaced_then_nothing_to_do(bed, tmp_path):
     def plan(name):
         return step.plan(cluster.targets[name], step.observe(ctx, cluster.targets[name]))
 
-    planned = run_parallel({g: g for g in GUESTS}, plan)
+    planned = run_group({g: g for g in GUESTS}, plan).raise_failures()
     assert [(c.before, c.after, c.disruption) for c in planned["gpu-vm-01"]] == [(None, VERSION, Disruption.NONE)]
     assert [(c.before, c.after, c.disruption) for c in planned["gpu-vm-02"]] == [(OLD, VERSION, Disruption.VM_POWER_OFF)]
 
@@ -76,7 +76,7 @@ def test_driver_installed_and_replaced_then_nothing_to_do(bed, tmp_path):
         step.apply(ctx, cluster.targets[name], planned[name])
 
     with pytest.raises(TargetFailures) as failed:
-        run_parallel({g: g for g in GUESTS}, apply)
+        run_group({g: g for g in GUESTS}, apply).raise_failures()
     assert list(failed.value.failures) == ["gpu-vm-02"]
     assert "appears to already be loaded" in str(failed.value.failures["gpu-vm-02"])
     assert "stop it or reboot the VM" in str(failed.value.failures["gpu-vm-02"])
@@ -85,7 +85,7 @@ def test_driver_installed_and_replaced_then_nothing_to_do(bed, tmp_path):
 
     bed.set_state("gpu-vm-02", "gpu_processes", [])
     apply("gpu-vm-02")
-    assert run_parallel({g: g for g in GUESTS}, plan) == {g: [] for g in GUESTS}
+    assert run_group({g: g for g in GUESTS}, plan).raise_failures() == {g: [] for g in GUESTS}
     for g in GUESTS:  # the downloaded package is removed
         assert not list((bed.host_dir(g) / "tmp").glob("gpuvm-install.*"))
 

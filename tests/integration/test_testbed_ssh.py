@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuvm.errors import ConnectError, HostKeyError, RemoteCommandError, TargetFailures
-from gpuvm.executors import SshExecutor, run_parallel
+from gpuvm.executors import SshExecutor, run_group
 from gpuvm.parsers import esxcli, ibdev2netdev, mlxconfig, mst, nvidia_smi
 
 pytestmark = pytest.mark.integration
@@ -262,12 +262,12 @@ def test_docker_build_save_load(testbed, guest):
     other.close()
 
 
-def test_run_parallel_with_one_host_down(testbed):
+def test_run_group_with_one_host_down(testbed):
     guests = {h.name: executor(testbed, h.name) for h in testbed.hosts if h.role == "guest"}
     testbed.stop_sshd("gpu-vm-03")
     try:
         with pytest.raises(TargetFailures) as info:
-            run_parallel(guests, lambda ex: ex.run(["hostname"]).stdout.strip())
+            run_group(guests, lambda ex: ex.run(["hostname"]).stdout.strip()).raise_failures()
     finally:
         testbed.start_sshd("gpu-vm-03")
     assert list(info.value.failures) == ["gpu-vm-03"]

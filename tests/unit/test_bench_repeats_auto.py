@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from gpuvm.bench.results import load_results
-from gpuvm.cli.bench_run import with_repeats
+from gpuvm.bench.runs import with_repeats
 from gpuvm.errors import InputError
 from tests.unit.test_bench_run import book, campaign, fake, horovod_output, ok, one_run
 

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from gpuvm.apply_options import ApplyOptions
 from gpuvm.bench.campaign import plan_campaign, plan_stages
 from gpuvm.bench.dry_run import describe
 from gpuvm.bench.compare import compare
@@ -186,14 +187,14 @@ def test_preflight_refuses_before_anything_when_a_flag_is_missing(tmp_path):
         return Plan([change] if stage_book is stages[1].runbook else []), None
 
     with pytest.raises(InputError) as refused:
-        preflight(stages, plan, lambda stage, p: shown.append(stage.setup), False, False)
+        preflight(stages, plan, lambda stage, p: shown.append(stage.setup), ApplyOptions())
     assert shown == ["one", "two"]  # every setup's plan shown first
     assert str(refused.value).splitlines() == [
         "refusing to run the campaign; nothing was changed:",
         "  setup two: VM(s) vm2 must be powered off for 1 change(s): pass --allow-power-off",
         "  setup one → two: VM(s) vm1 change layout and must be powered off: pass --allow-power-off",
     ]
-    preflight(stages, plan, lambda *_: None, True, False)  # allowed
+    preflight(stages, plan, lambda *_: None, ApplyOptions(allow_power_off=True))  # allowed
 
 
 def _results(setup: str | None, per_vm: dict[str, float], environment: str = "vm") -> Results:
@@ -238,27 +239,30 @@ def test_preflight_refuses_a_setup_that_would_reboot_a_host_again_like_apply(tmp
         return Plan(notes=list(repeat) if stage_book is stages[1].runbook else []), None
 
     with pytest.raises(reboot_memo.RepeatedReboot) as refused:
-        preflight(stages, plan, lambda *_: None, True, False)
+        preflight(stages, plan, lambda *_: None, ApplyOptions(allow_power_off=True))
     assert refused.value.exit_code == 4
     assert "setup two: host esx-01: ATS_ENABLED (current) of ConnectX on vm1" in str(refused.value)
     assert "--allow-repeat-reboot" in str(refused.value)
-    preflight(stages, plan, lambda *_: None, True, False, allow_repeat_reboot=True)
+    preflight(stages, plan, lambda *_: None, ApplyOptions(allow_power_off=True, allow_repeat_reboot=True))
 
 
 def test_a_setups_apply_takes_apply_s_flags_and_verdict(tmp_path, mocker):
     """`bench run` applies a setup as `apply` does: --allow-repeat-reboot passed on, and a target not
     observed stops the campaign (exit 3) as it fails `apply`, not only a failed one."""
-    from gpuvm.cli import bench_run
+    from gpuvm.bench import runs as bench_runs
     from gpuvm.errors import TargetFailures
-    from gpuvm.runs import Applied
+    from gpuvm.runs import Access, Applied
 
-    stages = plan_stages(book(tmp_path))
+    book(tmp_path)
     applied = Applied(Plan(unobserved={"vm2": "vm2: cannot connect to 10.0.0.2:22: Connection refused"}),
                       outcome=mocker.Mock(failed={}, observed=set()))
-    apply_loaded = mocker.patch("gpuvm.runs.apply_loaded", return_value=applied)
-    apply = bench_run._layouts(stages, "reach", True, False, False, lambda *a, **k: None, mocker.Mock(),
-                               allow_repeat_reboot=True)
+    mocker.patch.object(bench_runs, "plan_loaded", return_value=(Plan(), None))
+    apply_loaded = mocker.patch.object(bench_runs, "apply_loaded", return_value=applied)
+    options = ApplyOptions(allow_power_off=True, allow_repeat_reboot=True)
+    view = mocker.Mock()
+    prepared = bench_runs.prepare_campaign(tmp_path / "rb.yaml", bench_runs.CampaignChoice(),
+                                           Access(state_dir=tmp_path / "state"), options, view)
     with pytest.raises(TargetFailures) as stopped:
-        apply(stages[0])
+        prepared.layout(prepared.stages[0])
     assert stopped.value.exit_code == 3 and "vm2 (not observed)" in str(stopped.value)
-    assert apply_loaded.call_args.kwargs["allow_repeat_reboot"] is True
+    assert apply_loaded.call_args.args[2].allow_repeat_reboot is True

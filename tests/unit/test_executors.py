@@ -1,4 +1,4 @@
-"""Executors without a network: quoting, errors, timeouts, the fake, and run_parallel."""
+"""Executors without a network: quoting, errors, timeouts, the fake, and run_group."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuvm.errors import ConnectError, RemoteCommandError, TargetFailures
-from gpuvm.executors import CommandResult, FakeExecutor, LocalExecutor, SshExecutor, run_parallel
+from gpuvm.executors import CommandResult, FakeExecutor, GroupResult, LocalExecutor, SshExecutor, run_group
 from gpuvm.executors.base import command_line, script_line
 from gpuvm.secrets import remember
 
@@ -161,31 +161,37 @@ def test_fake_files():
         fake.get("/nope")
 
 
-def test_run_parallel_collects_every_failure():
+def test_run_group_returns_every_outcome_and_raises_them_on_request():
     def work(n: int) -> int:
         if n % 2:
             raise RemoteCommandError(f"odd {n}")
         time.sleep(0.05)
         return n * 10
 
+    result = run_group({f"h{n}": n for n in range(6)}, work, max_workers=3)
+    assert result.ok == {"h0": 0, "h2": 20, "h4": 40}
+    assert list(result.failed) == ["h1", "h3", "h5"] and str(result.failed["h3"]) == "odd 3"
+    with pytest.raises(RemoteCommandError, match="^odd 1$"):  # the first failure, as it is
+        result.raise_first()
     with pytest.raises(TargetFailures) as info:
-        run_parallel({f"h{n}": n for n in range(6)}, work, max_workers=3)
+        result.raise_failures()
     assert set(info.value.failures) == {"h1", "h3", "h5"}
     assert info.value.results == {"h0": 0, "h2": 20, "h4": 40}
     assert info.value.exit_code == RemoteCommandError.exit_code
     assert "h3: odd 3" in str(info.value)
 
 
-def test_run_parallel_runs_concurrently_and_keeps_order():
+def test_run_group_runs_concurrently_and_keeps_order():
     start = time.monotonic()
-    results = run_parallel({f"h{n}": n for n in range(8)}, lambda n: time.sleep(0.2) or n, max_workers=8)
+    results = run_group({f"h{n}": n for n in range(8)}, lambda n: time.sleep(0.2) or n, max_workers=8).raise_failures()
     assert list(results) == [f"h{n}" for n in range(8)]
     assert time.monotonic() - start < 1.0
 
 
-def test_run_parallel_waits_for_a_worker_whose_start_was_interrupted(mocker):
+def test_run_group_waits_for_a_worker_whose_start_was_interrupted(mocker):
     """Ctrl-C landing between a worker thread's start and the pool noting it: that worker may run a
-    target, and run_parallel must not return before it ends (the caller journals the run's end next)."""
+    target, and run_group must not return before it ends (the caller journals the run's end next); the
+    caller's `on_interrupt` runs first, before that wait (it stops what the targets wait on)."""
     started, finished, second = [], [], threading.Event()
 
     def work(name):
@@ -204,13 +210,15 @@ def test_run_parallel_waits_for_a_worker_whose_start_was_interrupted(mocker):
             raise KeyboardInterrupt
 
     mocker.patch.object(threading.Thread, "start", start)
+    stopped = []
     with pytest.raises(KeyboardInterrupt):
-        run_parallel({"a": "a", "b": "b"}, work)
+        run_group({"a": "a", "b": "b"}, work, on_interrupt=lambda: stopped.append(list(finished)))
     assert sorted(finished) == sorted(started) == ["a", "b"]
+    assert len(stopped) == 1 and "b" not in stopped[0]  # called once, while "b" was still under way
 
 
-def test_run_parallel_empty():
-    assert run_parallel({}, lambda x: x) == {}
+def test_run_group_empty():
+    assert run_group({}, lambda x: x) == GroupResult()
 
 
 def test_ssh_connection_refused_is_a_connect_error():

@@ -10,6 +10,7 @@ import pytest
 
 from gpuvm import engine
 from gpuvm.errors import ConnectError, HostKeyError, InputError, TargetFailures
+from gpuvm.executors.group import GroupResult
 
 
 def cluster():
@@ -17,9 +18,9 @@ def cluster():
 
 
 def test_a_guest_that_does_not_answer_is_set_aside(mocker):
-    mocker.patch.object(engine, "observe_remote", side_effect=TargetFailures(
-        {"gpu-vm-02": ConnectError("gpu-vm-02: cannot connect to 10.0.0.2:22: Connection refused")},
-        results={"gpu-vm-01": {"guest.nic": "fact"}}))
+    mocker.patch.object(engine, "observe_remote", return_value=GroupResult(
+        {"gpu-vm-01": {"guest.nic": "fact"}},
+        {"gpu-vm-02": ConnectError("gpu-vm-02: cannot connect to 10.0.0.2:22: Connection refused")}))
     facts, down = engine.observe_reachable(cluster())
     assert facts == {("guest.nic", "gpu-vm-01"): "fact"} and list(down) == ["gpu-vm-02"]
 
@@ -29,8 +30,8 @@ def test_a_guest_whose_host_key_changed_is_not_observed_and_never_trusted(mocker
     other guests are observed."""
     changed = HostKeyError("gpu-vm-02: host key for 10.0.0.2:22 has CHANGED: the server offers ssh-ed25519 "
                            "SHA256:new but the known key is ssh-ed25519 SHA256:old")
-    mocker.patch.object(engine, "observe_remote", side_effect=TargetFailures(
-        {"gpu-vm-02": changed}, results={"gpu-vm-01": {"guest.nic": "fact"}}))
+    mocker.patch.object(engine, "observe_remote", return_value=GroupResult(
+        ok={"gpu-vm-01": {"guest.nic": "fact"}}, failed={"gpu-vm-02": changed}))
     facts, down = engine.observe_reachable(cluster())
     assert facts == {("guest.nic", "gpu-vm-01"): "fact"} and down == {"gpu-vm-02": changed}
     assert isinstance(changed, ConnectError) and changed.exit_code == 3
@@ -39,7 +40,7 @@ def test_a_guest_whose_host_key_changed_is_not_observed_and_never_trusted(mocker
 def test_an_error_no_guest_causes_still_stops_the_plan(mocker):
     """A runbook error (or a bug) is not one guest's doing: it is not set aside."""
     wrong = InputError("rb.yaml:3: guests.hosts[1]: wrong")
-    mocker.patch.object(engine, "observe_remote", side_effect=TargetFailures({"gpu-vm-02": wrong}, results={}))
+    mocker.patch.object(engine, "observe_remote", return_value=GroupResult(failed={"gpu-vm-02": wrong}))
     with pytest.raises(TargetFailures) as e:
         engine.observe_reachable(cluster())
     assert e.value.failures == {"gpu-vm-02": wrong} and e.value.exit_code == 2

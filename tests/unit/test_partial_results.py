@@ -15,6 +15,7 @@ from gpuvm import engine
 from gpuvm.errors import ConnectError, HostKeyError, InputError, TargetFailures
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor, ok
+from gpuvm.executors.group import GroupResult
 from gpuvm.journal import Journal
 from gpuvm.plan import Change, Plan
 from gpuvm.remote import RemoteOptions, build_cluster
@@ -135,9 +136,9 @@ def lab(tmp_path, mocker):
     fakes = {"esx-01": Down("esx-01"), "esx-02": FakeExecutor("esx-02", answers), "vm-1": Down("vm-1"),
              "vm-2": FakeExecutor("vm-2", answers), "vm-3": FakeExecutor("vm-3", answers)}
     cluster = _cluster(tmp_path, fakes)
-    mocker.patch.object(engine, "observe_remote", side_effect=TargetFailures(  # as during apply: vm-1 still down
-        {"vm-1": ConnectError("vm-1: cannot connect to 10.0.0.11:22: Connection refused")},
-        results={g: {guest_nic.NAME: "fact"} for g in ("vm-2", "vm-3")}))
+    mocker.patch.object(engine, "observe_remote", return_value=GroupResult(  # as during apply: vm-1 still down
+        {g: {guest_nic.NAME: "fact"} for g in ("vm-2", "vm-3")},
+        {"vm-1": ConnectError("vm-1: cannot connect to 10.0.0.11:22: Connection refused")}))
     desired = Desired(hosts={h: DesiredHost(h, [], None, False) for h in ("esx-01", "esx-02")},
                       vms={v: DesiredVm(v, h, None, None, "efi", True, [], {}, "on")
                            for v, h in (("vm-1", "esx-01"), ("vm-2", "esx-02"), ("vm-3", "esx-02"))})

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpuvm import runs
+from gpuvm.apply_options import ApplyOptions
 from gpuvm.errors import DriftError, InputError, TargetFailures
 from gpuvm.plan import Change, Plan
 from gpuvm.vsphere.facts import Inventory
@@ -134,9 +135,9 @@ def test_apply_stops_when_confirm_raises(world, mocker, tmp_path):
     check_allowed = mocker.patch.object(runs, "check_allowed")
     apply_plan = mocker.patch.object(runs, "apply_plan")
     with pytest.raises(KeyboardInterrupt):
-        runs.apply_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), allow_power_off=True,
+        runs.apply_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), ApplyOptions(allow_power_off=True),
                            confirm=mocker.Mock(side_effect=KeyboardInterrupt))
-    check_allowed.assert_called_once_with(plan, "desired", True, False, False)
+    check_allowed.assert_called_once_with(plan, "desired", ApplyOptions(allow_power_off=True))
     apply_plan.assert_not_called()
 
 
@@ -150,8 +151,8 @@ def test_apply_carries_out_the_plan_and_reports(world, mocker, tmp_path):
                               skipped={"train-02 (guest.mig)": "an earlier step failed on train-02"}, seconds=1.5)
     apply_plan = mocker.patch.object(runs, "apply_plan", return_value=outcome)
     progress = mocker.Mock()
-    applied = runs.apply_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), allow_host_reboot=True, parallel=3,
-                                 shutdown_timeout=60, progress=progress)
+    applied = runs.apply_runbook(RUNBOOK, runs.Access(state_dir=tmp_path),
+                                 ApplyOptions(allow_host_reboot=True, parallel=3, shutdown_timeout=60), progress=progress)
     (called_plan, desired, context, journal, parallel, called_progress), _ = apply_plan.call_args
     assert (called_plan, desired, parallel, called_progress) == (plan, "desired", 3, progress)
     assert (context.session, context.inventory, context.cluster, context.unreachable) == \

@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from gpuvm.bench.campaign import LOCAL, PlannedPoint
 from gpuvm.bench.commands import BUNDLED
-from gpuvm.errors import GpuvmError, RemoteCommandError, TargetFailures
+from gpuvm.errors import RemoteCommandError
 from gpuvm.executors.base import Executor, last_line
+from gpuvm.executors.group import GroupResult, run_group
 from gpuvm.runbook.benchmarks import Dataset
 from gpuvm.ticker import Ticker
 
@@ -81,7 +81,7 @@ def write_datasets(executors: Mapping[str, Executor], datasets: Sequence[Dataset
                    local: bool, note: Callable[[str], None] = lambda line: None) -> None:
     """Write every dataset where it is missing; `note` hears `dataset PATH: written on vm1; present
     on vm2`. Raises one error naming each machine that could not."""
-    failures: dict[str, GpuvmError | Exception] = {}
+    failures: dict[str, Exception] = {}
     for dataset in datasets:
         program = str(BUNDLED["pytorch_train"]) if local else BUNDLED["pytorch_train"].name
         script = write_script(workdir, dataset, program)
@@ -94,20 +94,16 @@ def write_datasets(executors: Mapping[str, Executor], datasets: Sequence[Dataset
 
         first, rest = dataset.targets[0], dataset.targets[1:]
         outcomes: dict[str, str] = {}
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-dataset") as pool:
-            for wave in ((first,), rest) if rest else ((first,),):
-                with Ticker(note, lambda s, wave=wave: f"dataset {dataset.path}: checking or writing on "
-                                                       f"{', '.join(wave)}: {s:.0f} s"):
-                    for target, future in [(t, pool.submit(write, t)) for t in wave]:
-                        try:
-                            outcomes[target] = future.result()
-                        except GpuvmError as e:
-                            failures[target] = e
+        for wave in ((first,), rest) if rest else ((first,),):
+            with Ticker(note, lambda s, wave=wave: f"dataset {dataset.path}: checking or writing on "
+                                                   f"{', '.join(wave)}: {s:.0f} s"):
+                written = run_group({t: t for t in wave}, write, name="dataset")
+            outcomes |= written.ok
+            failures |= written.failed
         by_outcome: dict[str, list[str]] = {}
         for target, outcome in outcomes.items():
             by_outcome.setdefault(outcome, []).append(target)
         if by_outcome:
             note(f"dataset {dataset.path}: " + "; ".join(f"{outcome} on {', '.join(targets)}"
                                                           for outcome, targets in by_outcome.items()))
-    if failures:
-        raise TargetFailures(failures)
+    GroupResult(failed=failures).raise_failures()

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from gpuvm.bench.results import Environment, GpuState, Results
 from gpuvm.errors import GpuvmError
 from gpuvm.executors.base import Executor
+from gpuvm.executors.group import run_group
 from gpuvm.parsers.nvidia_smi_q import parse_nvidia_smi_q
 
 FRAMEWORKS = ("torch", "tensorflow", "horovod", "jax")
@@ -48,8 +48,7 @@ def capture(executors: Mapping[str, Executor], targets: Sequence[str], local: bo
             return None
         return parse_probe(result.stdout) if "@@load" in result.stdout else None
 
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-env") as pool:
-        found = dict(zip(targets, pool.map(one, targets), strict=True))
+    found = run_group({t: t for t in targets}, one, name="env").raise_first()
     name = (lambda t: socket.gethostname()) if local else (lambda t: t)
     return {name(t): env for t, env in found.items() if env is not None}
 

@@ -28,11 +28,11 @@ import socket
 import threading
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-from gpuvm.errors import GpuvmError, LeaseLostError, LockedError, TargetFailures
+from gpuvm.errors import GpuvmError, LeaseLostError, LockedError
 from gpuvm.executors.base import Executor
+from gpuvm.executors.group import run_group
 from gpuvm.runbook.strict import shown
 
 log = logging.getLogger(__name__)
@@ -112,16 +112,12 @@ class GuestLocks:
                 f"to end (a campaign that died leaves it for at most {self.ttl} s)")
 
     def __enter__(self) -> GuestLocks:
-        targets = sorted(self.executors)
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-lock") as pool:
-            outcomes = dict(zip(targets, pool.map(self._attempt, targets), strict=True))
-        self.held = [t for t, why in outcomes.items() if why is None]
-        failed = {t: e for t, e in outcomes.items() if isinstance(e, GpuvmError)}
-        refused = {t: why for t, why in outcomes.items() if isinstance(why, str)}
-        if failed or refused:
+        outcome = run_group({t: t for t in sorted(self.executors)}, self._acquire, name="lock")
+        self.held = [t for t, why in outcome.ok.items() if why is None]
+        refused = {t: why for t, why in outcome.ok.items() if why is not None}
+        if outcome.failed or refused:
             self.release()
-        if failed:  # a guest that does not answer: its own error (and exit code)
-            raise TargetFailures(failed)
+        outcome.raise_failures()  # a guest that does not answer: its own error (and exit code)
         if refused:
             raise LockedError("; ".join(f"guest {t}: {why}" for t, why in refused.items()))
         self._renewer = threading.Thread(target=self._renew_every, name="gpuvm-guest-lease", daemon=True)
@@ -150,12 +146,6 @@ class GuestLocks:
         """LeaseLostError naming the guests whose lock another campaign took over."""
         if self.lost:
             raise LeaseLostError("; ".join(f"guest {t}: {why}" for t, why in self.lost.items()))
-
-    def _attempt(self, target: str) -> str | GpuvmError | None:
-        try:
-            return self._acquire(target)
-        except GpuvmError as e:
-            return e
 
     def __exit__(self, kind: object, *exc: object) -> None:
         self.release()

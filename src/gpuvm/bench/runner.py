@@ -19,7 +19,6 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -43,8 +42,9 @@ from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import Environment, save_results
 from gpuvm.bench.software import software_versions
 from gpuvm.bench.stats import half_width, median_ci
-from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailures
+from gpuvm.errors import GpuvmError, InputError, RemoteCommandError
 from gpuvm.executors.base import Executor, last_line
+from gpuvm.executors.group import GroupResult, run_group
 from gpuvm.files import UPLOAD_BYTES, read_capped
 from gpuvm.image import image_ref
 from gpuvm.runbook.benchmarks import BenchmarkRun, BenchmarkSpec
@@ -169,14 +169,9 @@ class CampaignRunner:
             return [line for line in result.stdout.splitlines() if line in wanted[target]]
 
         wanted = {target: needs for target, needs in wanted.items() if needs}
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-check") as pool:
-            absent = dict(zip(wanted, pool.map(missing, wanted), strict=True))
-        failures: dict[str, GpuvmError | Exception] = {
-            target: InputError("; ".join(wanted[target][token][1] for token in tokens))
-            for target, tokens in absent.items() if tokens
-        }
-        if failures:
-            raise TargetFailures(failures)
+        absent = run_group({t: t for t in wanted}, missing, name="check").raise_first()
+        GroupResult(failed={target: InputError("; ".join(wanted[target][token][1] for token in tokens))
+                            for target, tokens in absent.items() if tokens}).raise_failures()
 
     @property
     def containerised(self) -> bool:
@@ -195,8 +190,8 @@ class CampaignRunner:
             result = self.executors[target].run_script(script, timeout=120, check=False)
             return None if result.exit_code == 0 else f"{target}: {last_line(result.stdout + result.stderr)}"
 
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-workers") as pool:
-            errors = [e for e in pool.map(start, self._targets()) if e]
+        started = run_group({t: t for t in self._targets()}, start, name="workers").raise_first()
+        errors = [e for e in started.values() if e]
         if errors:
             raise RemoteCommandError(redact("cannot start the worker containers (sshd): " + "; ".join(errors)))
 
@@ -212,8 +207,7 @@ class CampaignRunner:
                 return str(e)
             return None if result.exit_code == 0 else (last_line(result.stdout + result.stderr) or "still there")
 
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-workers") as pool:
-            left = dict(zip(self._targets(), pool.map(stop, self._targets()), strict=True))
+        left = run_group({t: t for t in self._targets()}, stop, name="workers").raise_first()
         return {t: why for t, why in left.items() if why}
 
     def software(self) -> dict[str, dict[str, str]]:
@@ -291,18 +285,15 @@ class CampaignRunner:
         (base / stem).mkdir(exist_ok=True)
         for job in point.jobs:
             (base / f"command-{job.vm}.sh").write_text(redact(launch_script(self.workdir, job.command)) + "\n")
-        pool = ThreadPoolExecutor(max_workers=len(point.jobs), thread_name_prefix="gpuvm-bench")
         pidfiles = {job.vm: _pidfile() for job in point.jobs}
-        futures = {job.vm: pool.submit(self._run_job, point, job, base / stem / f"{job.vm}.log", pidfiles[job.vm])
-                   for job in point.jobs}
-        try:
-            outcomes = {vm: future.result() for vm, future in futures.items()}
-        except KeyboardInterrupt:
+
+        def stop_all() -> None:  # Ctrl-C: the jobs' ranks are stopped, then their threads end
             for job in point.jobs:
                 self._stop(job, pidfiles[job.vm])
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
+
+        outcomes = run_group({job.vm: job for job in point.jobs},
+                             lambda job: self._run_job(point, job, base / stem / f"{job.vm}.log", pidfiles[job.vm]),
+                             len(point.jobs), name="bench", on_interrupt=stop_all).raise_first()
         errors = [f"{vm}: {o.error}" for vm, o in outcomes.items() if o.error is not None]
         first = next(iter(outcomes.values()))
         if errors:

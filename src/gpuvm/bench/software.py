@@ -7,11 +7,11 @@ secrets masked. Containerised campaigns also record the image's name and id.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpuvm.errors import GpuvmError
 from gpuvm.executors.base import Executor
+from gpuvm.executors.group import run_group
 from gpuvm.secrets import redact
 from gpuvm.untrusted import printable
 
@@ -45,5 +45,4 @@ def software_versions(executors: Mapping[str, Executor], targets: Sequence[str],
                 found[key] = printable(redact(text[0].strip())[:200])  # a guest's text, into the report
         return found
 
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-versions") as pool:
-        return dict(zip(targets, pool.map(versions, targets), strict=True))
+    return run_group({t: t for t in targets}, versions, name="versions").raise_first()

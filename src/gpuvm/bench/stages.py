@@ -16,6 +16,7 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gpuvm.apply_options import ApplyOptions
 from gpuvm.bench.campaign import PlannedPoint, Stage, plan_campaign, taking_part
 from gpuvm.bench.guest_lock import GuestLocks
 from gpuvm.bench.network import read_port_maps
@@ -35,8 +36,7 @@ Connect = Callable[[Runbook, Sequence[PlannedPoint]], Mapping[str, Executor]]
 
 
 def preflight(stages: Sequence[Stage], plan: Callable[[Runbook], tuple[Plan, Desired]],
-              show: Callable[[Stage, Plan], None], allow_power_off: bool, allow_host_reboot: bool,
-              allow_repeat_reboot: bool = False) -> None:
+              show: Callable[[Stage, Plan], None], allowed: ApplyOptions) -> None:
     """Refuse, before anything is touched, a campaign whose setups need a flag not given, as `apply`
     would refuse each: a host rebooted again for what its last reboot did not activate first
     (RepeatedReboot, exit 4), then the disruptions not allowed (InputError, exit 2)."""
@@ -45,15 +45,15 @@ def preflight(stages: Sequence[Stage], plan: Callable[[Runbook], tuple[Plan, Des
     for stage in stages:
         planned, desired = plan(stage.runbook)
         show(stage, planned)
-        if not allow_repeat_reboot:
+        if not allowed.allow_repeat_reboot:
             repeats += [f"setup {stage.setup}: {message}" for message in reboot_memo.refused_in(planned)]
         try:
-            check_allowed(planned, desired, allow_power_off, allow_host_reboot)
+            check_allowed(planned, desired, allowed)
         except InputError as e:
             problems += [f"setup {stage.setup}: {line.strip()}" for line in str(e).splitlines()[1:]]
     if repeats:
         raise reboot_memo.RepeatedReboot("refusing to run the campaign; nothing was changed:\n  " + "\n  ".join(repeats))
-    if not allow_power_off:
+    if not allowed.allow_power_off:
         for before, after in zip(stages, stages[1:], strict=False):
             if moved := relaid(before.runbook, after.runbook):
                 problems.append(f"setup {before.setup} → {after.setup}: VM(s) {', '.join(moved)} change layout "

@@ -1,5 +1,5 @@
-"""`gpuvm bench run`: a thin command over gpuvm.bench.campaign (plan) and gpuvm.bench.runner
-(prepare, run, write results)."""
+"""`gpuvm bench run`: a thin command over gpuvm.bench.runs (dry run, check and prepare the campaign,
+run it); it renders the setups' plans, the progress and the outcome."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuvm.cli.common import access, err, escape, fail, handle_errors, interactive, load, out
+from gpuvm.cli.common import access, err, escape, fail, handle_errors, interactive, out
 
 
 def register(app: typer.Typer) -> None:
@@ -47,32 +47,21 @@ def run_command(
 ) -> None:
     """Run the runbook's benchmarks: every point, warm-ups, repeats; logs and results.json under --out.
     With `benchmarks.setups`, each setup's layout is planned and applied (as `gpuvm apply`) before its runs."""
-    from gpuvm.bench.campaign import plan_stages
-    from gpuvm.bench.recording import results_directory
-    from gpuvm.bench.runner import executors_for
-    from gpuvm.bench.stages import preflight, run_stages
-    from gpuvm.journal import state_dir as make_state_dir, state_path
+    from gpuvm.apply_options import ApplyOptions
+    from gpuvm.bench.runs import CampaignChoice, dry_run as dry_run_lines, prepare_campaign, run_campaign
 
-    book = load(runbook)
-    if repeats is not None:
-        book = with_repeats(book, repeats)
-    stages = plan_stages(book, local=local, only=only or (), setups=setup or ())
-    keys = state_path(state_dir) if local else make_state_dir(state_dir)  # --local uses no SSH keys: creates nothing
-
-    def connect(stage_book: Any, points: Any) -> Any:
-        return executors_for(stage_book, points, local, keys, accept_new_host_keys)
-
+    choice = CampaignChoice(local, tuple(only or ()), tuple(setup or ()), repeats)
+    reach = access(insecure, accept_new_host_keys, state_dir)
     if dry_run:
-        _dry_run(stages, local, connect)
+        for line in dry_run_lines(runbook, choice, reach):
+            out.print(line, highlight=False, markup=False, soft_wrap=True)
         return
-    layout = None
-    if any(stage.setup is not None for stage in stages):
-        layout = _layouts(stages, access(insecure, accept_new_host_keys, state_dir), yes, allow_power_off,
-                          allow_host_reboot, preflight, err if json_ else out, allow_repeat_reboot=allow_repeat_reboot)
-    directory = results_directory(out_dir, book)
+    prepared = prepare_campaign(runbook, choice, reach, ApplyOptions(allow_power_off=allow_power_off,
+                                                                     allow_host_reboot=allow_host_reboot,
+                                                                     allow_repeat_reboot=allow_repeat_reboot),
+                                _SetupView(err if json_ else out), confirm=None if yes else _confirm)
     with _Progress() as progress:
-        campaign = run_stages(book, stages, directory, connect, local=local, layout=layout,
-                              observer=lambda stage: progress, allow_unlicensed=allow_unlicensed)
+        campaign = run_campaign(prepared, out_dir, progress, allow_unlicensed=allow_unlicensed)
     if json_:
         print(campaign_json(campaign))
     if campaign.results_file is None:
@@ -88,20 +77,6 @@ def run_command(
         out.print(f"compare: gpuvm bench compare {campaign.directory}", highlight=False, markup=False, soft_wrap=True)
 
 
-def with_repeats(book: Any, text: str) -> Any:
-    """The runbook with `--repeats` (a number from 1 to 100, or auto) in place of every benchmark's."""
-    from gpuvm.errors import InputError
-
-    raw = text.strip().lower()
-    value: int | str = raw if raw == "auto" else int(raw) if raw.isdigit() else 0
-    if value != "auto" and not 1 <= int(value) <= 100:
-        raise InputError(f"--repeats {text!r}: expected a number from 1 to 100, or auto")
-    if book.benchmarks is None:
-        return book
-    runs = [run.model_copy(update={"repeats": value}) for run in book.benchmarks.runs]
-    return book.model_copy(update={"benchmarks": book.benchmarks.model_copy(update={"runs": runs})})
-
-
 def campaign_json(campaign: Any) -> str:
     """What a campaign did (gpuvm.bench-run/1)."""
     from dataclasses import asdict
@@ -115,82 +90,35 @@ def campaign_json(campaign: Any) -> str:
                           note=campaign.note()))
 
 
-def _layouts(stages: Any, reach: Any, yes: bool, allow_power_off: bool, allow_host_reboot: bool,
-             preflight: Any, console: Any, allow_repeat_reboot: bool = False) -> Any:
-    """Check every setup up front (plans printed, flags, confirmation); return what applies one, as
-    `gpuvm apply` does: the same flags, and the same verdict (a target failed or not observed stops
-    the campaign, with its exit code)."""
-    from gpuvm.render import print_plan
-    from gpuvm.runs import apply_loaded, plan_loaded
+def _confirm() -> None:
+    """Asked before the setups' layouts are applied (not with --yes), on stderr; stopping raises."""
+    if not interactive():
+        raise fail("not running: no terminal to ask on; pass --yes to apply the setups without asking", 2)
+    if not typer.confirm("Apply each setup in turn and run its benchmarks?", default=False, err=True):
+        raise fail("not run", 1)
 
-    def show(stage: Any, plan: Any) -> None:
-        console.print(f"setup {stage.setup} (planned from the layout as it is now): {layout_line(stage.runbook)}",
-                      highlight=False, markup=False, soft_wrap=True)
-        print_plan(console, plan)
 
-    preflight(stages, lambda book: plan_loaded(book, reach), show, allow_power_off, allow_host_reboot,
-              allow_repeat_reboot=allow_repeat_reboot)
-    if not yes:
-        if not interactive():
-            raise fail("not running: no terminal to ask on; pass --yes to apply the setups without asking", 2)
-        if not typer.confirm("Apply each setup in turn and run its benchmarks?", default=False, err=True):
-            raise fail("not run", 1)
+class _SetupView:
+    """The setups' plans on `console` (stderr with --json), and each setup's start on stderr."""
 
-    def apply(stage: Any) -> None:
+    def __init__(self, console: Any):
+        self.console = console
+
+    def planned(self, stage: Any, plan: Any) -> None:
+        from gpuvm.bench.runs import layout_line
+        from gpuvm.render import print_plan
+
+        self.console.print(f"setup {stage.setup} (planned from the layout as it is now): {layout_line(stage.runbook)}",
+                           highlight=False, markup=False, soft_wrap=True)
+        print_plan(self.console, plan)
+
+    def applying(self, stage: Any) -> None:
         err.print(f"setup {stage.setup}: applying its layout", highlight=False, markup=False)
-        applied = apply_loaded(stage.runbook, reach, allow_power_off=allow_power_off,
-                               allow_host_reboot=allow_host_reboot, allow_repeat_reboot=allow_repeat_reboot,
-                               show_plan=lambda plan: print_plan(console, plan))
-        applied.raise_for_outcome()  # not observed counts: its layout is not known to be right
 
-    return apply
+    def plan(self, plan: Any) -> None:
+        from gpuvm.render import print_plan
 
-
-def layout_line(book: Any) -> str:
-    """`vm1 on (2 passthrough GPUs), vm2 parked`: a setup's VMs in one line."""
-    parts = []
-    for vm in book.vms:
-        if vm.power == "off":
-            parts.append(f"{vm.name} off" + ("" if vm.gpus or vm.nics else " (parked)"))
-            continue
-        gpus = f"{vm.gpus.count} {vm.gpus.mode} GPU(s)" if vm.gpus else "no GPU"
-        parts.append(f"{vm.name} on ({gpus})")
-    return ", ".join(parts)
-
-
-def _dry_run(stages: Any, local: bool, connect: Any) -> None:
-    """Every stage's layout and commands; the derived network read (once) from the guests that answer."""
-    from gpuvm.bench.campaign import plan_campaign, taking_part
-    from gpuvm.bench.dry_run import describe
-    from gpuvm.bench.network import read_port_maps
-    from gpuvm.errors import GpuvmError
-
-    ports: dict[str, Any] = {}
-    unread: dict[str, str] = {}
-    for stage in stages:
-        book = stage.runbook
-        if stage.setup is not None:
-            out.print(f"setup {stage.setup}: {layout_line(book)}", highlight=False, markup=False, soft_wrap=True)
-        points = plan_campaign(book, local=local, only=stage.only, setup=stage.setup)
-        guests = [g for g in (book.guests.hosts if book.guests else []) if g.vm in taking_part(points) and g.rdma_ports]
-        if guests and not local:
-            for guest in guests:
-                if guest.vm not in ports and guest.vm not in unread:
-                    executors = connect(book, points)
-                    try:
-                        ports.update(read_port_maps(executors, [guest]))
-                    except GpuvmError as e:
-                        unread[guest.vm] = str(e)
-                    finally:
-                        for executor in executors.values():
-                            executor.close()
-            if missing := [unread[g.vm] for g in guests if g.vm in unread]:
-                out.print(f"network: not derived ({'; '.join(missing)})", highlight=False, markup=False, soft_wrap=True)
-            else:
-                points = plan_campaign(book, only=stage.only, setup=stage.setup, ports=ports)
-        workdir = "<results>/work" if local else book.benchmarks.workdir
-        for line in describe(points, workdir):
-            out.print(line, highlight=False, markup=False, soft_wrap=True)
+        print_plan(self.console, plan)
 
 
 class _Progress:

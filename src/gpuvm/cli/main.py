@@ -156,16 +156,17 @@ def apply(runbook: Path = RUNBOOK,
                                                            "event, a summary (schema gpuvm.apply/1)"),
           form: Form = FORMAT, target: list[str] = TARGET) -> None:
     """Show the plan, ask (or --yes), apply it in parallel, journal every change."""
+    from gpuvm.apply_options import ApplyOptions
     from gpuvm.cli.apply_output import ApplyOutput
     from gpuvm.runs import apply_runbook
 
     shown = ApplyOutput(json_, form.value)
-    applied = apply_runbook(runbook, access(insecure, accept_new_host_keys, state_dir),
-                            allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
-                            allow_destroy=allow_destroy, allow_repeat_reboot=allow_repeat_reboot, parallel=parallel,
-                            shutdown_timeout=shutdown_timeout, max_unavailable=max_unavailable, show_plan=shown.plan,
-                            confirm=None if yes else _confirm, progress=shown.progress, setup=setup,
-                            targets=target)
+    options = ApplyOptions(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
+                           allow_destroy=allow_destroy, allow_repeat_reboot=allow_repeat_reboot, parallel=parallel,
+                           max_unavailable=max_unavailable, shutdown_timeout=shutdown_timeout)
+    applied = apply_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), options,
+                            show_plan=shown.plan, confirm=None if yes else _confirm, progress=shown.progress,
+                            setup=setup, targets=target)
     shown.summary(applied)
     applied.raise_for_outcome()  # failed or not observed: their code (3 for connections); left out: 5
 

@@ -1,4 +1,4 @@
-"""`gpuvm size`: a thin command over gpuvm.sizing (inputs from the runbook's `sizing` section, flags
+"""`gpuvm size`: a thin command over gpuvm.sizing.inputs (inputs from the runbook's `sizing` section, flags
 override them; `--results` puts a measured throughput in place of the estimate; `--inventory` takes
 the GPU model and count from a saved inventory)."""
 
@@ -6,22 +6,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from gpuvm.cli.common import handle_errors, load, out
-from gpuvm.errors import InputError
-
-# flag name → SizingSpec field (the flags say the unit; the section's field names do too)
-FLAGS = {
-    "model": "model", "parameters": "parameters", "forward_gflops": "forward_gflops",
-    "activation_mb": "activation_mb_per_sample", "precision": "precision", "optimizer": "optimizer",
-    "batch_per_gpu": "batch_per_gpu", "gpu": "gpu", "gpus": "gpus", "jobs": "jobs", "sample_kb": "sample_kb",
-    "dataset_samples": "dataset_samples", "latency_ms": "storage_latency_ms", "io_kb": "io_kb",
-    "checkpoint_minutes": "checkpoint_minutes", "utilization": "utilization",
-    "scaling_efficiency": "scaling_efficiency", "epochs": "epochs", "hours": "hours",
-}
+from gpuvm.cli.common import handle_errors, out
 
 
 def register(app: typer.Typer) -> None:
@@ -66,60 +55,11 @@ def size_command(
 ) -> None:
     """Memory per GPU, GPU count, storage rate, reads in flight, checkpoint rate and epoch time of a training job."""
     flags = dict(locals())
-    from gpuvm.sizing.estimate import size
+    from gpuvm.sizing.inputs import sizing_of
     from gpuvm.sizing.report import print_sizing, sizing_json
 
-    given = {field: flags[flag] for flag, field in FLAGS.items() if flags[flag] is not None}
-    if "parameters" in given:
-        given["parameters"] = int(given["parameters"])
-    measured, storage = None, []
-    if results is not None:
-        from gpuvm.sizing.measured import measured_storage, measured_throughput
-
-        storage = measured_storage(results)
-        if found := measured_throughput(results, benchmark, given.get("gpus"), required=not storage):
-            rate, measured_gpus, source = found
-            given.setdefault("gpus", measured_gpus)
-            measured = (rate, source)
-    spec, notes = _spec(runbook, given, inventory)
-    sizing = size(spec, measured, storage, notes)
+    sizing = sizing_of(runbook, flags, results, benchmark, inventory)
     if json_:
         print(json.dumps(sizing_json(sizing), indent=2))
     else:
         print_sizing(out, sizing)
-
-
-def _spec(runbook: Path | None, given: dict[str, Any], inventory: Path | None = None) -> tuple[Any, list[str]]:
-    """The runbook's `sizing` section with the flags given laid over it, then the inventory's GPU model
-    (and its count of them, where neither says how many GPUs a job has); with notes for the report."""
-    from pydantic import ValidationError
-
-    from gpuvm.sizing.spec import SizingSpec
-
-    section: dict[str, Any] = {}
-    if runbook is not None:
-        book = load(runbook)
-        if book.sizing is None:
-            raise InputError(f"{runbook}: no `sizing` section (see gpuvm/sizing/spec.py), or leave the runbook out")
-        section = book.sizing.model_dump(exclude_unset=True)
-    fields, notes = {**section, **given}, []
-    if inventory is not None:
-        from gpuvm.sizing.inventory import gpu_from_inventory
-
-        flag = f"{runbook}: sizing.gpu" if "gpu" in section and "gpu" not in given else "--gpu"
-        chosen, note = gpu_from_inventory(inventory, fields.get("gpu"), flag)
-        fields["gpu"] = chosen.model
-        if "gpus" not in fields:
-            fields["gpus"] = chosen.count
-            note += "; the job uses all of them (--gpus for fewer)"
-        elif fields["gpus"] > chosen.count:
-            note += f"; the job's {fields['gpus']} GPUs are more than it holds"
-        notes.append(note)
-    try:
-        return SizingSpec.model_validate(fields), notes
-    except ValidationError as e:
-        first = e.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        flag = next((f"--{f.replace('_', '-')}" for f, name in FLAGS.items() if name == field), None)
-        where = f"{flag}: " if flag and field in given else (f"{runbook}: sizing.{field}: " if field else "")
-        raise InputError(f"{where}{first['msg'].removeprefix('Value error, ')}") from None

@@ -8,7 +8,7 @@ from importlib import import_module
 from typing import Any
 
 _MODULES = {"CommandResult": "base", "Executor": "base", "FakeExecutor": "fake", "LocalExecutor": "local",
-            "SshExecutor": "ssh", "run_parallel": "group"}
+            "SshExecutor": "ssh", "GroupResult": "group", "run_group": "group"}
 
 __all__ = list(_MODULES)
 

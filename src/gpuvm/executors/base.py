@@ -60,7 +60,7 @@ class OutputOverflow:
 class _UnderWay:
     """The commands under way in this process, each with how to stop it: an interrupt (Ctrl-C,
     SIGTERM) stops them all at once, the remote side signalled, instead of waiting for each to end
-    or time out (run_parallel lets the targets under way finish). After it, worker threads start no
+    or time out (run_group lets the targets under way finish). After it, worker threads start no
     command (`refuses`); the main thread, which unwinds the interrupt, may still clean up (stop a
     benchmark's ranks, its containers). A CLI command clears the flag when it starts (`reset`)."""
 

@@ -1,52 +1,81 @@
-"""Run one function for many targets in a bounded thread pool; one failure never hides another."""
+"""The one way gpuvm runs work on many targets at once: `run_group`, a bounded thread pool that
+returns every target's outcome (fabric's `GroupResult`): one failure never hides another, and the
+caller decides what a failure means (skip the target, charge it to another, raise them all)."""
 
 from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Callable, Mapping, TypeVar
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from gpuvm.errors import TargetFailures
 
+K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 R = TypeVar("R")
 _pools = itertools.count()
 
 
-def run_parallel(items: Mapping[str, T], fn: Callable[[T], R], max_workers: int = 8) -> dict[str, R]:
-    """`fn(item)` for every target; the results by target name, in the order of `items`.
+@dataclass(frozen=True)
+class GroupResult(Generic[K, R]):
+    """Every target's outcome, in the order the targets were given: its value, or its error."""
 
-    Every target runs to its end. If any raised, `TargetFailures` is raised afterwards with
-    each failure by target, and the successful results on its `.results`. Interrupted (Ctrl-C,
-    SIGTERM), the targets under way finish and no other starts before the interrupt goes on: what
-    the caller does next (journal the run's end, log out) comes after every target's last word.
+    ok: dict[K, R] = field(default_factory=dict)
+    failed: dict[K, Exception] = field(default_factory=dict)
+
+    def raise_failures(self) -> dict[K, R]:
+        """The values, when every target succeeded; else one TargetFailures naming each failed target
+        (its exit code the failures' own when they share one, else 1), the values on its `.results`."""
+        if self.failed:
+            raise TargetFailures(dict(self.failed), results=dict(self.ok))  # type: ignore[arg-type]
+        return self.ok
+
+    def raise_first(self) -> dict[K, R]:
+        """The values, when every target succeeded; else the first failure (in target order) as it is."""
+        for error in self.failed.values():
+            raise error
+        return self.ok
+
+
+def run_group(items: Mapping[K, T], fn: Callable[[T], R], max_workers: int = 8, *, name: str = "",
+              on_interrupt: Callable[[], None] | None = None) -> GroupResult[K, R]:
+    """`fn(item)` for every target, at most `max_workers` at once; every target runs to its end.
+
+    Interrupted (Ctrl-C, SIGTERM), `on_interrupt` (if given) runs first, in this thread (to stop what
+    the targets under way wait on, e.g. a benchmark's ranks); then the targets under way finish and
+    no other starts before the interrupt goes on: what the caller does next (journal the run's end,
+    log out) comes after every target's last word. An interrupt raised inside `fn` goes on too.
     """
     if not items:
-        return {}
-    prefix = f"gpuvm-{next(_pools)}"
+        return GroupResult()
+    prefix = f"gpuvm-{name}{'-' if name else ''}{next(_pools)}"
     pool = ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items))), thread_name_prefix=prefix)
-    futures: dict[str, Future[R]] = {}
+    futures: dict[K, Future[R]] = {}
     try:
-        for name, item in items.items():
-            futures[name] = pool.submit(fn, item)
+        for key, item in items.items():
+            futures[key] = pool.submit(fn, item)
         wait(futures.values())
+    except BaseException:
+        if on_interrupt is not None:
+            on_interrupt()
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         _join_untracked(prefix)
-    results: dict[str, R] = {}
-    failures: dict[str, Exception] = {}
-    for name, future in futures.items():
+    ok: dict[K, R] = {}
+    failed: dict[K, Exception] = {}
+    for key, future in futures.items():
         error = future.exception()
         if error is None:
-            results[name] = future.result()
+            ok[key] = future.result()
         elif isinstance(error, Exception):
-            failures[name] = error
+            failed[key] = error
         else:  # KeyboardInterrupt and friends are not a target's failure
             raise error
-    if failures:
-        raise TargetFailures(failures, results=results)
-    return results
+    return GroupResult(ok, failed)
 
 
 def _join_untracked(prefix: str) -> None:

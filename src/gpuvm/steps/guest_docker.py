@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailures
+from gpuvm.errors import GpuvmError, InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
-from gpuvm.executors.group import run_parallel
+from gpuvm.executors.group import run_group
 from gpuvm.plan import Change
 from gpuvm.remote import Cluster, RemoteTarget, run
 from gpuvm.image import Recipe, image_ref, recipe
@@ -320,25 +320,14 @@ def _ship(builder: RemoteTarget, cluster: Cluster, ref: str, receivers: dict[str
                 return {name: RemoteCommandError(f"cannot fetch {ref} from the builder: {e}")
                         for name in receivers}
         os.chmod(saved, 0o600)
-        return _parallel(receivers, lambda t: _load(t, cluster, saved, say=say), parallel)
-
-
-def _parallel(targets: dict[str, RemoteTarget], fn, parallel: int = 8) -> dict[str, Exception]:
-    try:
-        run_parallel(targets, fn, parallel)
-    except TargetFailures as e:
-        return dict(e.failures)
-    return {}
+        return run_group(receivers, lambda t: _load(t, cluster, saved, say=say), parallel, name="load").failed
 
 
 def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dict[str, Exception]:
     """Every named guest must have `ref` with the reference guest's id (else the first named's)."""
     targets = {n: cluster.targets[n] for n in dict.fromkeys([reference, *names])}
-    failures: dict[str, Exception] = {}
-    try:
-        ids = run_parallel(targets, lambda t: inspect_id(t, cluster, ref))
-    except TargetFailures as e:
-        ids, failures = dict(e.results), dict(e.failures)
+    inspected = run_group(targets, lambda t: inspect_id(t, cluster, ref), name="inspect")
+    ids, failures = inspected.ok, dict(inspected.failed)
     want = ids.get(reference) or next((ids[n] for n in names if ids.get(n)), None)
     for name in names:
         if name not in failures and (ids.get(name) is None or ids[name] != want):
@@ -361,11 +350,8 @@ def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], par
         return {n: RemoteCommandError(f"{n}: {NAME}: cannot copy {ref} from the builder {builder}: {error}")
                 for n in receivers}
     # a guest whose copy already has the builder's id (e.g. the build was repeatable) needs no transfer
-    try:
-        have = run_parallel(receivers, lambda t: inspect_id(t, cluster, ref), parallel)
-        failures: dict[str, Exception] = {}
-    except TargetFailures as e:
-        have, failures = dict(e.results), dict(e.failures)
+    inspected = run_group(receivers, lambda t: inspect_id(t, cluster, ref), parallel, name="inspect")
+    have, failures = inspected.ok, inspected.failed
     send = {n: t for n, t in receivers.items() if n not in failures and have.get(n) != want}
     return failures | _ship(cluster.targets[builder], cluster, ref, send, parallel, say)
 
@@ -378,7 +364,8 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
     cluster = ctx.cluster
     targets = {n: cluster.targets[n] for n in changes_by_target}
     setup = {n: t for n, t in targets.items() if any(not isinstance(c.action, PlaceImage) for c in changes_by_target[n])}
-    failures = _parallel(setup, lambda t: _set_up(t, changes_by_target[t.name], cluster), parallel)
+    failures = dict(run_group(setup, lambda t: _set_up(t, changes_by_target[t.name], cluster), parallel,
+                              name="docker").failed)
 
     placements = {n: p for n, cs in changes_by_target.items() if (p := _placement(cs)) and n not in failures}
     try:
@@ -400,7 +387,8 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
             _build(target, cluster, current, ctx.say)
         except Exception as e:
             failures[name] = e
-    failures.update(_parallel(by_how["pull"], lambda t: _pull(t, cluster, current, ctx.say), parallel))
+    pulled = run_group(by_how["pull"], lambda t: _pull(t, cluster, current, ctx.say), parallel, name="pull")
+    failures.update(pulled.failed)
     failures.update(_copy_to(cluster, current.ref, by_how["copy"], min(parallel, 4), ctx.say))
     checked = [n for n in placements if n not in failures]
     failures.update(_verify(cluster, current.ref, checked, builder_name(cluster.runbook)))

@@ -33,8 +33,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from gpuvm.errors import GpuvmError, TargetFailures, TaskError, listed
-from gpuvm.executors.group import run_parallel
+from gpuvm.errors import GpuvmError, TaskError, listed
+from gpuvm.executors.group import run_group
 from gpuvm.plan import Change, Disruption
 from gpuvm.desired import DesiredHost
 from gpuvm.steps import reboot_memo
@@ -170,11 +170,8 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
                 work.setdefault(action.host, _HostWork()).stops.append((target, action))
             elif isinstance(action, RestorePower):
                 work.setdefault(action.host, _HostWork()).restores.append((target, action))
-    failed: dict[str, Exception] = {}
-    try:
-        run_parallel({h: h for h, w in work.items() if w.reboot is None}, lambda h: _recover(ctx, h, work[h]), parallel)
-    except TargetFailures as e:
-        failed.update(e.failures)  # type: ignore[arg-type]
+    failed = dict(run_group({h: h for h, w in work.items() if w.reboot is None},
+                            lambda h: _recover(ctx, h, work[h]), parallel, name="recover").failed)
     hosts = [h for h, w in work.items() if w.reboot is not None]
     size = max(1, ctx.options.max_unavailable)
     left: dict[str, Exception] = {}  # hosts not rebooted because one failed before them
@@ -184,10 +181,7 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
             left |= {h: TaskError(f"not rebooted: {listed(sorted(failed))} failed first "
                                   f"(hosts reboot {size} at a time)") for h in batch}
             continue
-        try:
-            run_parallel(batch, lambda h: _reboot(ctx, h, work[h]), min(parallel, size))
-        except TargetFailures as e:
-            failed.update(e.failures)  # type: ignore[arg-type]
+        failed.update(run_group(batch, lambda h: _reboot(ctx, h, work[h]), min(parallel, size), name="reboot").failed)
     failures = failed | left
     for host, w in work.items():
         for vm in w.vms:

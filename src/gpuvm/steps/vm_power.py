@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuvm.errors import TargetFailures
-from gpuvm.executors.group import run_parallel
+from gpuvm.executors.group import run_group
 from gpuvm.plan import Change, Disruption
 from gpuvm.desired import DesiredVm
 from gpuvm.steps.base import Context, Step, present
@@ -78,10 +77,7 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
     failures: dict[str, Exception] = {}
 
     def wave(targets: dict[str, str], fn) -> None:
-        try:
-            run_parallel({t: t for t in targets if t not in failures}, fn, parallel)
-        except TargetFailures as e:
-            failures.update(e.failures)  # type: ignore[arg-type]
+        failures.update(run_group({t: t for t in targets if t not in failures}, fn, parallel, name="power").failed)
 
     wave({t: t for t in freed}, lambda t: power_off(ctx, t))
     wave({t: t for t, a in sets.items() if not a.dynamic},

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuvm.errors import ConnectError, TargetFailures
-from gpuvm.executors.group import run_parallel
+from gpuvm.errors import ConnectError
+from gpuvm.executors.group import run_group
 from gpuvm.steps.guest_ssh_mesh import verify
 from gpuvm.steps.guest_ssh_mesh.files import (IDENTITY, MeshFiles, Peer, config_block, has_key, known_host_lines,
                                               merge_known_hosts, mode_problem, split_config, wanted_files)
@@ -143,11 +143,7 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]],
     if any(changes_by_target.values()):
         cluster_key(cluster.state_dir)  # made once, before the guests race for it
     items = {n: (cluster.targets[n], c) for n, c in changes_by_target.items() if c}
-    failures: dict[str, Exception] = {}
-    try:
-        run_parallel(items, lambda item: apply(ctx, item[0], item[1]), workers)
-    except TargetFailures as e:
-        failures.update(e.failures)
+    failures = dict(run_group(items, lambda item: apply(ctx, item[0], item[1]), workers, name="mesh").failed)
     _, silent = peer_host_keys(cluster)  # a guest that does not answer is its own failure, not its peers'
     away = {n for n, error in silent.items() if isinstance(error, ConnectError)}
     healthy = [n for n in mesh_guests(cluster) if n not in failures and n not in away]

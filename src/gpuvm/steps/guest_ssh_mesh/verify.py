@@ -9,8 +9,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from gpuvm.errors import RemoteCommandError, TargetFailures
-from gpuvm.executors.group import run_parallel
+from gpuvm.errors import RemoteCommandError
+from gpuvm.executors.group import run_group
 from gpuvm.steps.guest_ssh_mesh.name import NAME
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY, Peer
 from gpuvm.steps.guest_ssh_mesh.guests import as_mesh_user, mesh_guests, mesh_user, script_error
@@ -96,13 +96,11 @@ def verify_mesh(cluster: Cluster, parallel: int = 8, among: list[str] | None = N
             raise script_error(target, "the mesh check", result)
         return parse_verify(target.name, others, result.stdout)
 
-    try:
-        results = run_parallel(guests, check, max(1, parallel))
-    except TargetFailures as e:
-        results = dict(e.results)
-        for name, error in e.failures.items():
-            results[name] = [FailedPair(name, p.name, f"could not run the check: {_detail(guests[name], error)}")
-                             for p in peers if p.name != name]
+    checked = run_group(guests, check, max(1, parallel), name="mesh")
+    results = dict(checked.ok)
+    for name, error in checked.failed.items():
+        results[name] = [FailedPair(name, p.name, f"could not run the check: {_detail(guests[name], error)}")
+                         for p in peers if p.name != name]
     return [pair for name in guests for pair in results.get(name, [])]
 
 
