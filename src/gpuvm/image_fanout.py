@@ -100,11 +100,13 @@ def fan_out(holders: list[str], receivers: list[str], send: Callable[[Hop], None
 
     A receiver whose hop failed waits for another holder in a later round; after `max_tries`
     failed hops it is reported with the last one's error. A sender that could not read its own
-    image (`HopError.sender_at_fault`) sends no more, and its receiver's try is not counted.
+    image (`HopError.sender_at_fault`) sends no more, and its receiver's try is not counted; nor
+    does a sender whose last `max_tries` hops all failed (its mesh key does not work, say).
     """
     holders, pending = list(dict.fromkeys(holders)), [r for r in dict.fromkeys(receivers) if r not in holders]
     tried: dict[str, set[str]] = {}
     failed: dict[str, int] = {}
+    streak: dict[str, int] = {}  # a sender's failed hops since its last good one
     last: dict[str, Exception] = {}
     result = FanOut()
     while pending:
@@ -120,14 +122,17 @@ def fan_out(holders: list[str], receivers: list[str], send: Callable[[Hop], None
         for hop in hops:
             error = errors.get(hop.receiver)
             if error is None:
+                streak[hop.sender] = 0
                 holders.append(hop.receiver)
                 pending.remove(hop.receiver)
                 result.served.append(hop.receiver)
                 continue
             tried.setdefault(hop.receiver, set()).add(hop.sender)
             last[hop.receiver] = error
-            if isinstance(error, HopError) and error.sender_at_fault:
+            streak[hop.sender] = streak.get(hop.sender, 0) + 1
+            if isinstance(error, HopError) and error.sender_at_fault or streak[hop.sender] >= max_tries:
                 holders.remove(hop.sender)
+            if isinstance(error, HopError) and error.sender_at_fault:
                 continue
             failed[hop.receiver] = failed.get(hop.receiver, 0) + 1
             if failed[hop.receiver] >= max_tries:

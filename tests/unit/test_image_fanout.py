@@ -89,6 +89,24 @@ def test_a_sender_that_cannot_read_its_image_sends_no_more(mocker):
     assert [h for hops in result.rounds for h in hops if h.sender == "g01"] == [Hop("g01", "g03")]
 
 
+def test_a_sender_failing_twice_in_a_row_sends_no_more(mocker):
+    def send(hop: Hop) -> None:
+        if hop.sender == "b" and hop.receiver != "g01":
+            raise RemoteCommandError("ssh over the mesh failed: Permission denied (publickey).")
+
+    result = fan_out(["b"], names(6), mocker.Mock(side_effect=send))
+    assert result.failures == {} and sorted(result.served) == names(6)
+    assert [h.receiver for hops in result.rounds for h in hops if h.sender == "b"] == ["g01", "g02", "g04"]
+
+
+def test_a_builder_whose_every_hop_fails_is_given_up_after_two(mocker):
+    send = mocker.Mock(side_effect=RemoteCommandError("ssh over the mesh failed: Connection timed out"))
+    result = fan_out(["b"], names(6), send)
+    assert send.call_count == 2 and sorted(result.failures) == names(6)
+    assert "Connection timed out" in str(result.failures["g02"])
+    assert "no guest that has the image is left" in str(result.failures["g06"])
+
+
 def test_guests_that_have_it_send_and_are_skipped(mocker):
     send = mocker.Mock()
     result = fan_out(["b", "g01", "g02"], ["g01", "g02", "g03", "g04", "g05"], send)
