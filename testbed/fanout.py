@@ -37,21 +37,30 @@ def add_guests(bed: TestBed, count: int) -> tuple[list[str], list[str]]:
 
 def start_docker(bed: TestBed, names: list[str]) -> None:
     """Every guest's dockerd, started side by side."""
+    _each(bed.start_docker, names)
+
+
+def _each(fn, names: list[str]) -> None:
     errors: list[BaseException] = []
 
-    def start(name: str) -> None:
+    def one(name: str) -> None:
         try:
-            bed.start_docker(name)
+            fn(name)
         except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
             errors.append(e)
 
-    threads = [threading.Thread(target=start, args=(n,)) for n in names]
+    threads = [threading.Thread(target=one, args=(n,)) for n in names]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if errors:
         raise errors[0]
+
+
+def stop_docker(bed: TestBed, names: list[str]) -> None:
+    """Every guest's dockerd, stopped side by side (each waits for its daemon to end)."""
+    _each(bed.stop_docker, names)
 
 
 def small_image(bed: TestBed, guest: str, ref: str, size: int) -> str:

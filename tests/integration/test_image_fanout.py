@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 
-from fanout import add_guests, small_image, start_docker, write_runbook
+from fanout import add_guests, small_image, start_docker, stop_docker, write_runbook
+from gpuvm.executors.group import run_parallel
 from gpuvm.image import image_ref
 from gpuvm.image_fanout import OPERATOR_BYTES
 from gpuvm.remote import build_cluster
@@ -53,15 +54,16 @@ def eight(testbed, tmp_path):
         start_docker(testbed, names)
         yield names
     finally:
-        for name in names:
-            testbed.stop_docker(name)
+        stop_docker(testbed, names)
         for name in added:
             testbed.remove(name)
 
 
 def plan(cluster, step):
+    """Every guest observed at once (as the engine does), then planned."""
     ctx = Context(cluster=cluster)
-    return {n: step.plan(t, step.observe(ctx, t)) for n, t in cluster.targets.items()}
+    facts = run_parallel(cluster.targets, lambda t: step.observe(ctx, t), 8)
+    return {n: step.plan(cluster.targets[n], fact) for n, fact in facts.items()}
 
 
 def test_tree_ship_to_eight_guests_with_a_failing_hop_resumed_by_a_rerun(testbed, eight, tmp_path):
