@@ -517,8 +517,9 @@ def test_with_a_mesh_the_image_goes_guest_to_guest_in_a_tree(tmp_path):
     cluster = world.cluster(runbook(tmp_path, guests=EIGHT, mesh=True), tmp_path)
     step.OPERATOR_BYTES.reset()
     said: list[tuple[str, str]] = []
-    assert step.STEP.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))),
-                               observe_and_plan(cluster)) == {}
+    planned = observe_and_plan(cluster)
+    assert {c.after for g in EIGHT[1:] for c in planned[g]} == {"copied from gpu-vm-01 over the mesh"}
+    assert step.STEP.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))), planned) == {}
     assert world.hops == [("gpu-vm-01", "gpu-vm-02"),
                           ("gpu-vm-01", "gpu-vm-03"), ("gpu-vm-02", "gpu-vm-04"),
                           ("gpu-vm-01", "gpu-vm-05"), ("gpu-vm-02", "gpu-vm-06"), ("gpu-vm-03", "gpu-vm-07"),

@@ -171,7 +171,8 @@ def plan(target: RemoteTarget, fact: DockerFact) -> list[Change]:
     elif target.name == builder:
         how, source = "build", f"built on {builder}"
     else:
-        how, source = "copy", f"copied from {builder}"
+        mesh = target.runbook.guests.ssh_mesh  # type: ignore[union-attr]
+        how, source = "copy", f"copied from {builder}" + (" over the mesh" if mesh and mesh.enabled else "")
     place = PlaceImage(ref, how, builder)
     if fact.image_id is None:
         changes.append(Change(NAME, target.name, f"image {ref}", "present", None, source, action=place))
