@@ -8,11 +8,15 @@ as the recipe's name:tag; then, measured in the same run:
 - the tree: `guest.docker`'s apply_all to N guests (builder included), rounds and seconds;
 - the star, for contrast: the same N guests without a mesh (save to gpuvm's machine, load on each).
 Operator bytes are `image_fanout.OPERATOR_BYTES`: image bytes in and out of gpuvm's machine.
-Every guest shares this machine's CPUs, so a round of k hops costs about k hops' CPU here; on real
-guests each hop has its own NICs and CPUs. Goal (issue 27): tree ≤ (⌈log2 N⌉ + 1) × one hop.
+Every guest shares this machine's 2 CPUs, so unshaped a round of k hops costs about k hops' CPU
+and the tree cannot beat N-1 hops' work / 2 cores. Real guests each have their own NIC and CPUs:
+`--mbit R` (default 40) gives every machine its own link of R Mbit/s each way (tc tbf on each
+guest's veth, both ends, and on the bridge for gpuvm's machine), so a hop is bound by its link, as
+on a real network; `--mbit 0` leaves the links unshaped. Goal (issue 27): tree ≤ (⌈log2 N⌉ + 1) ×
+one hop, and 0 image bytes through gpuvm's machine.
 
 Needs root (network namespaces) and docker.io; takes the bed's machine-wide lock.
-Run: `.venv/bin/python bench/image_fanout.py [--sizes 4,8,16] [--mb 64]`.
+Run: `.venv/bin/python bench/image_fanout.py [--sizes 4,8,16] [--mb 24] [--mbit 40]`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import fcntl
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "testbed"))
 
-from bed import TestBed  # noqa: E402
+from bed import BRIDGE, VETH_PREFIX, TestBed  # noqa: E402
 from fanout import small_image, start_docker, stop_docker, write_runbook  # noqa: E402
 
 from gpuvm.executors.group import run_parallel  # noqa: E402
@@ -53,6 +58,17 @@ def _counting_fan_out(*args, **kwargs):
 
 
 guest_docker.fan_out = _counting_fan_out  # the tree's rounds, as the step ran them
+
+
+def shape(bed: TestBed, names: list[str], mbit: int) -> None:
+    """Every machine its own link of `mbit` each way: guests (both ends of their veth) and gpuvm's (the bridge)."""
+    tbf = ["root", "tbf", "rate", f"{mbit}mbit", "burst", "256kb", "latency", "200ms"]
+    commands = [["tc", "qdisc", "replace", "dev", BRIDGE, *tbf]]
+    for name in names:
+        commands.append(["tc", "qdisc", "replace", "dev", VETH_PREFIX + name, *tbf])  # the guest's download
+        commands.append(["ip", "netns", "exec", bed.netns(name), "tc", "qdisc", "replace", "dev", "eth0", *tbf])
+    for command in commands:
+        subprocess.run(command, check=True, capture_output=True)
 
 
 def plan(cluster, step) -> dict:
@@ -111,7 +127,8 @@ def one_hop(bed: TestBed, names: list[str], work: Path, ref: str, want: str, rep
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="4,8,16", help="guest counts, builder included")
-    parser.add_argument("--mb", type=int, default=64, help="image size in MiB (random bytes)")
+    parser.add_argument("--mb", type=int, default=24, help="image size in MiB (random bytes)")
+    parser.add_argument("--mbit", type=int, default=40, help="each machine's link, Mbit/s each way (0: unshaped)")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     if os.geteuid() != 0:
@@ -136,6 +153,8 @@ def main() -> int:
             finally:
                 cluster.close()
             want = small_image(bed, names[0], ref, args.mb << 20)
+            if args.mbit:
+                shape(bed, names, args.mbit)
             size = int(bed.docker(names[0], "image", "inspect", "--format", "{{.Size}}", ref).stdout)
             hop = one_hop(bed, names, work, ref, want)
             print(f"  one hop: {hop:.2f} s", file=sys.stderr)
@@ -148,7 +167,8 @@ def main() -> int:
             stop_docker(bed, names)
             bed.down()
             lock.close()
-    print(f"image distribution on the test bed ({os.cpu_count()} CPUs shared by every guest), image "
+    link = f"each machine's link {args.mbit} Mbit/s each way" if args.mbit else "links unshaped"
+    print(f"image distribution on the test bed ({os.cpu_count()} CPUs shared by every guest; {link}), image "
           f"{size / 2**20:.1f} MiB; one guest-to-guest hop {hop:.2f} s (median of 3)")
     print(f"{'guests':>6} {'tree_s':>7} {'rounds':>6} {'bound':>5} {'tree/hop':>8} {'operator_B':>10} "
           f"{'star_s':>7} {'star_operator_B':>15}")

@@ -151,20 +151,23 @@ def hop_script(ref: str, address: str, port: int, *, save_sudo: bool, load_sudo:
     ssh runs as the mesh user (`mesh_user`: through `sudo -u` when it is not the login user),
     with strict host keys (the mesh wrote every guest's key to known_hosts) and no prompt. The
     exit code says whose side failed: SAVE_FAILED, LOAD_FAILED or SSH_FAILED, with the reason
-    on stderr. A save killed by SIGPIPE (141) is the load's failure, not its own.
+    on stderr. A save killed by SIGPIPE (141) is the load's failure, not its own. Stopped (gpuvm
+    interrupted or timed out: TERM), it stops the whole pipeline, not the shell alone.
     """
-    user = "$(id -un)" if mesh_user is None else shlex.quote(mesh_user)
+    user = '"$(id -un)"' if mesh_user is None else shlex.quote(mesh_user)
     as_user = "" if mesh_user is None else f"sudo -n -u {shlex.quote(mesh_user)} -H "
     save = command_line(["docker", "save", ref], save_sudo)
     load = shlex.quote(command_line(["docker", "load"], load_sudo))
     peer = shlex.quote(address)
     return f"""t=$(mktemp -d) || exit 1
 trap 'rm -rf "$t"' EXIT
+trap 'trap "" TERM; kill 0; exit 143' TERM INT HUP
 home=$(getent passwd {user} | cut -d: -f6)
 last() {{ tr -d '\r' < "$1" | grep -v '^Warning: ' | grep . | tail -n 1; }}
 {{ {save} 2>"$t/save.err"; echo $? > "$t/save"; }} | {as_user}ssh -o BatchMode=yes -o StrictHostKeyChecking=yes \
   -o IdentitiesOnly=yes -o ConnectTimeout={SSH_CONNECT_TIMEOUT} -i "$home/.ssh/{IDENTITY}" -p {int(port)} {peer} {load} \
-  > /dev/null 2> "$t/load.err"
+  > /dev/null 2> "$t/load.err" &
+wait $!  # in the background: a TERM is handled now, not once the pipeline is done
 load=$?
 save=$(cat "$t/save" 2>/dev/null || echo 1)
 if [ "$save" != 0 ] && [ "$save" != 141 ]; then echo "docker save failed (exit $save): $(last "$t/save.err")" >&2; exit {SAVE_FAILED}; fi

@@ -520,10 +520,11 @@ def test_with_a_mesh_the_image_goes_guest_to_guest_in_a_tree(tmp_path):
     planned = observe_and_plan(cluster)
     assert {c.after for g in EIGHT[1:] for c in planned[g]} == {"copied from gpu-vm-01 over the mesh"}
     assert step.STEP.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))), planned) == {}
-    assert world.hops == [("gpu-vm-01", "gpu-vm-02"),
-                          ("gpu-vm-01", "gpu-vm-03"), ("gpu-vm-02", "gpu-vm-04"),
-                          ("gpu-vm-01", "gpu-vm-05"), ("gpu-vm-02", "gpu-vm-06"), ("gpu-vm-03", "gpu-vm-07"),
-                          ("gpu-vm-04", "gpu-vm-08")]
+    rounds = [world.hops[:1], world.hops[1:3], world.hops[3:]]  # the hops of a round run side by side
+    assert [sorted(r) for r in rounds] == [[("gpu-vm-01", "gpu-vm-02")],
+                                           [("gpu-vm-01", "gpu-vm-03"), ("gpu-vm-02", "gpu-vm-04")],
+                                           [("gpu-vm-01", "gpu-vm-05"), ("gpu-vm-02", "gpu-vm-06"),
+                                            ("gpu-vm-03", "gpu-vm-07"), ("gpu-vm-04", "gpu-vm-08")]]
     assert world.loads == [] and step.OPERATOR_BYTES.bytes == 0  # nothing through gpuvm's machine
     assert not any(c.command.startswith("docker save") for e in world.executors.values() for c in e.calls)
     assert len({tuple(i.values()) for i in world.images.values()}) == 1

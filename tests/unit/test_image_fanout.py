@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,29 @@ def test_the_operator_byte_counter_resets():
     fanout.OPERATOR_BYTES.reset()
     fanout.OPERATOR_BYTES.add(5)
     assert (fanout.OPERATOR_BYTES.reset(), fanout.OPERATOR_BYTES.bytes) == (5, 0)
+
+
+def test_a_stopped_hop_stops_its_pipeline(tmp_path):
+    """TERM to the hop's shell (how gpuvm stops a remote command) ends the save and ssh too."""
+    (tmp_path / "docker").write_text('#!/bin/sh\necho $$ > "$STANDIN_DIR/save.pid"\nexec sleep 30\n')
+    (tmp_path / "ssh").write_text('#!/bin/sh\ncat > /dev/null\n')
+    for name in ("docker", "ssh"):
+        (tmp_path / name).chmod(0o755)
+    script = hop_script("gpuvm/dl:abc", "10.0.0.2", 22, save_sudo=False, load_sudo=False)
+    environ = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "STANDIN_DIR": str(tmp_path)}
+    shell = subprocess.Popen(["sh", "-c", script], env=environ, start_new_session=True)
+    pid_file = tmp_path / "save.pid"
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        time.sleep(0.01)
+    save = int(pid_file.read_text())
+    shell.terminate()
+    assert shell.wait(timeout=5) == 143
+    for _ in range(200):  # the save (sleep) is gone too
+        if not Path(f"/proc/{save}").exists() or "Z" in Path(f"/proc/{save}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(save, 9)
+        raise AssertionError("the save outlived its stopped hop")
