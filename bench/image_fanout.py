@@ -87,7 +87,7 @@ def cluster_for(bed: TestBed, names: list[str], work: Path, mesh: bool):
     path = write_runbook(bed, names, work / f"rb-{len(names)}-{mesh}.yaml")
     if not mesh:
         path.write_text(path.read_text().replace("  ssh_mesh: {}\n", ""))
-    state = work / f"state-{len(names)}-{mesh}"
+    state = work / ("state" if mesh else "state-star")  # the mesh key lives in the state directory
     state.mkdir(exist_ok=True)
     return build_cluster(load_runbook(path), state)
 

@@ -50,8 +50,8 @@ STEPS: list[Step] = [
     guest_rdma.STEP,
     guest_nic.STEP,
     guest_mig.STEP,
-    guest_ssh_mesh.STEP,  # before the image: guest.docker copies it guest to guest over the mesh
     guest_docker.STEP,
+    guest_ssh_mesh.STEP,
 ]
 
 Facts = dict[tuple[str, str], Any]  # (step, target) → observed fact

@@ -55,11 +55,16 @@ class Hop:
 
 
 class HopError(RemoteCommandError):
-    """A failed hop; `sender_at_fault`: the sender could not read its own image (it sends no more)."""
+    """A failed hop, and on whose side: `sender` (it could not read its own image: it sends no more),
+    `receiver` (its load failed, or gave another id) or `mesh` (ssh from the one to the other failed)."""
 
-    def __init__(self, message: str, sender_at_fault: bool = False):
+    def __init__(self, message: str, side: str = "receiver"):
         super().__init__(message)
-        self.sender_at_fault = sender_at_fault
+        self.side = side
+
+    @property
+    def sender_at_fault(self) -> bool:
+        return self.side == "sender"
 
 
 def next_round(holders: list[str], pending: list[str], tried: dict[str, set[str]]) -> list[Hop]:

@@ -20,6 +20,7 @@ from gpuvm.runbook.model import Image
 from gpuvm import image as recipes
 from gpuvm.steps import guest_docker as step
 from gpuvm.steps.guest_docker import DockerFact
+from gpuvm.steps.guest_ssh_mesh.key import cluster_key
 
 GUESTS = ["gpu-vm-01", "gpu-vm-02", "gpu-vm-03", "gpu-vm-04"]
 A, B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
@@ -512,13 +513,18 @@ def test_image_build_and_ship_say_how_far_they_got(tmp_path, monkeypatch):
 EIGHT = [f"gpu-vm-{i:02d}" for i in range(1, 9)]
 
 
+def meshed(world: DockerWorld, tmp_path: Path):
+    """Eight guests with a mesh in the runbook and its key made (guest.ssh_mesh has run once)."""
+    cluster_key(tmp_path)
+    return world.cluster(runbook(tmp_path, guests=EIGHT, mesh=True), tmp_path)
+
+
 def test_with_a_mesh_the_image_goes_guest_to_guest_in_a_tree(tmp_path):
     world = DockerWorld(EIGHT)
-    cluster = world.cluster(runbook(tmp_path, guests=EIGHT, mesh=True), tmp_path)
+    cluster = meshed(world, tmp_path)
     step.OPERATOR_BYTES.reset()
     said: list[tuple[str, str]] = []
     planned = observe_and_plan(cluster)
-    assert {c.after for g in EIGHT[1:] for c in planned[g]} == {"copied from gpu-vm-01 over the mesh"}
     assert step.STEP.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))), planned) == {}
     rounds = [world.hops[:1], world.hops[1:3], world.hops[3:]]  # the hops of a round run side by side
     assert [sorted(r) for r in rounds] == [[("gpu-vm-01", "gpu-vm-02")],
@@ -538,7 +544,7 @@ def test_with_a_mesh_the_image_goes_guest_to_guest_in_a_tree(tmp_path):
 def test_a_mismatch_at_a_hop_names_both_guests_and_its_subtree_is_served(tmp_path):
     world = DockerWorld(EIGHT)
     world.load_id["gpu-vm-02"] = B  # every copy to gpu-vm-02 comes out different
-    cluster = world.cluster(runbook(tmp_path, guests=EIGHT, mesh=True), tmp_path)
+    cluster = meshed(world, tmp_path)
     failures = step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster))
     assert list(failures) == ["gpu-vm-02"]
     assert str(failures["gpu-vm-02"]).startswith(f"gpu-vm-02: guest.docker: image gpuvm/dl:")
@@ -552,7 +558,7 @@ def test_a_mismatch_at_a_hop_names_both_guests_and_its_subtree_is_served(tmp_pat
 def test_a_failed_load_is_resumed_by_the_next_run(tmp_path):
     world = DockerWorld(EIGHT)
     world.fail["gpu-vm-05"] = "docker load"
-    cluster = world.cluster(runbook(tmp_path, guests=EIGHT, mesh=True), tmp_path)
+    cluster = meshed(world, tmp_path)
     failures = step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster))
     assert list(failures) == ["gpu-vm-05"] and "no space left on device" in str(failures["gpu-vm-05"])
     del world.fail["gpu-vm-05"]
@@ -566,7 +572,7 @@ def test_a_failed_load_is_resumed_by_the_next_run(tmp_path):
 def test_a_builder_without_a_working_mesh_key_sends_one_copy_through_gpuvm(tmp_path):
     world = DockerWorld(EIGHT)
     world.fail["gpu-vm-01"] = "mesh"
-    cluster = world.cluster(runbook(tmp_path, guests=EIGHT, mesh=True), tmp_path)
+    cluster = meshed(world, tmp_path)
     step.OPERATOR_BYTES.reset()
     assert step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster)) == {}
     assert world.loads == ["gpu-vm-02"]  # the one copy, through gpuvm's machine
@@ -574,3 +580,34 @@ def test_a_builder_without_a_working_mesh_key_sends_one_copy_through_gpuvm(tmp_p
         recipes.image_ref(cluster.runbook.guests.image)]}))
     assert step.OPERATOR_BYTES.bytes == 2 * size  # in from the builder, out to gpu-vm-02
     assert {r for s, r in world.hops if s != "gpu-vm-01"} == set(EIGHT[2:])
+
+
+def test_before_the_mesh_has_a_key_the_image_goes_through_gpuvm(tmp_path):
+    """guest.ssh_mesh runs after guest.docker: on a first apply the guests cannot log in to each other."""
+    world = DockerWorld(EIGHT)
+    cluster = world.cluster(runbook(tmp_path, guests=EIGHT, mesh=True), tmp_path)
+    step.OPERATOR_BYTES.reset()
+    assert step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster)) == {}
+    assert world.hops == [] and sorted(world.loads) == EIGHT[1:]
+    assert step.OPERATOR_BYTES.bytes > 0
+
+
+def test_a_guest_the_mesh_does_not_reach_gets_it_through_gpuvm(tmp_path):
+    world = DockerWorld(EIGHT)
+    cluster = meshed(world, tmp_path)
+    for guest in EIGHT:  # nobody can log in to gpu-vm-07 (its authorized_keys lacks the mesh key)
+        def respond(call, hop=world._hop(guest, EIGHT)):
+            if " 10.0.0.7 " in call.command:
+                world.hops.append((call.command, "gpu-vm-07"))
+                return CommandResult("", 5, "", "ssh over the mesh failed: Permission denied (publickey).")
+            return hop(call)
+        world.executors[guest].responses[re.compile(r"docker save .* \| ssh ")] = respond
+    step.OPERATOR_BYTES.reset()
+    said: list[tuple[str, str]] = []
+    assert step.STEP.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))),
+                               observe_and_plan(cluster)) == {}
+    assert world.loads == ["gpu-vm-07"] and step.OPERATOR_BYTES.bytes > 0
+    assert len([h for h in world.hops if h[1] == "gpu-vm-07"]) == 2  # tried from two guests first
+    assert ("gpu-vm-01", f"image {recipes.image_ref(cluster.runbook.guests.image)}: through gpuvm's machine to "
+            "gpu-vm-07, which the mesh does not reach") in said
+    assert observe_and_plan(cluster) == {g: [] for g in EIGHT}

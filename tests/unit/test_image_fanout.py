@@ -83,7 +83,7 @@ def test_a_receiver_failing_every_try_is_reported_and_the_others_are_served(mock
 def test_a_sender_that_cannot_read_its_image_sends_no_more(mocker):
     def send(hop: Hop) -> None:
         if hop.sender == "g01":
-            raise HopError("docker save failed", sender_at_fault=True)
+            raise HopError("docker save failed", side="sender")
 
     result = fan_out(["b"], names(5), mocker.Mock(side_effect=send))
     assert result.failures == {} and sorted(result.served) == names(5)
@@ -115,7 +115,7 @@ def test_guests_that_have_it_send_and_are_skipped(mocker):
 
 
 def test_no_holder_left_reports_every_receiver(mocker):
-    send = mocker.Mock(side_effect=HopError("docker save failed: no such image", sender_at_fault=True))
+    send = mocker.Mock(side_effect=HopError("docker save failed: no such image", side="sender"))
     result = fan_out(["b"], names(2), send)
     assert sorted(result.failures) == names(2) and result.served == []
     assert "docker save failed" in str(result.failures["g01"])

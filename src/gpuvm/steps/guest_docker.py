@@ -29,8 +29,9 @@ from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Change
 from gpuvm.remote import Cluster, RemoteTarget, run
 from gpuvm.image import Recipe, image_ref, recipe
-from gpuvm.image_fanout import OPERATOR_BYTES, SAVE_FAILED, Hop, HopError, fan_out, hop_script
+from gpuvm.image_fanout import OPERATOR_BYTES, SAVE_FAILED, SSH_FAILED, FanOut, Hop, HopError, fan_out, hop_script
 from gpuvm.steps.guest_ssh_mesh.guests import mesh_user
+from gpuvm.steps.guest_ssh_mesh.key import key_path
 from gpuvm.secrets import redact
 from gpuvm.runbook.model import Image, Runbook
 from gpuvm.steps.base import Context, Say, Step, quiet
@@ -171,8 +172,7 @@ def plan(target: RemoteTarget, fact: DockerFact) -> list[Change]:
     elif target.name == builder:
         how, source = "build", f"built on {builder}"
     else:
-        mesh = target.runbook.guests.ssh_mesh  # type: ignore[union-attr]
-        how, source = "copy", f"copied from {builder}" + (" over the mesh" if mesh and mesh.enabled else "")
+        how, source = "copy", f"copied from {builder}"
     place = PlaceImage(ref, how, builder)
     if fact.image_id is None:
         changes.append(Change(NAME, target.name, f"image {ref}", "present", None, source, action=place))
@@ -344,38 +344,53 @@ def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], par
     except TargetFailures as e:
         have, failures = dict(e.results), dict(e.failures)
     send = {n: t for n, t in receivers.items() if n not in failures and have.get(n) != want}
-    if not _has_mesh(cluster):
+    if not _mesh_keyed(cluster):
         return failures | _ship(cluster.targets[builder], cluster, ref, send, parallel, say)
     holders = [builder] + [n for n in receivers if have.get(n) == want]
     return failures | _tree(cluster, ref, want, holders, send, say)
 
 
-def _has_mesh(cluster: Cluster) -> bool:
+def _mesh_keyed(cluster: Cluster) -> bool:
+    """Whether the runbook has a mesh and its key was made (guest.ssh_mesh, which runs after this step,
+    has run once): else the guests cannot log in to each other yet."""
     mesh = cluster.runbook.guests.ssh_mesh  # type: ignore[union-attr]
-    return mesh is not None and mesh.enabled
+    return mesh is not None and mesh.enabled and key_path(cluster.state_dir).exists()
+
+
+def _unreached(result: FanOut) -> list[str]:
+    """Receivers the mesh could not reach (ssh failed, or no sender was left), not their own failures."""
+    return [n for n, e in result.failures.items() if not (isinstance(e, HopError) and e.side == "receiver")]
 
 
 def _tree(cluster: Cluster, ref: str, want: str, holders: list[str], receivers: dict[str, RemoteTarget],
           say: Say = quiet) -> dict[str, Exception]:
-    """Guest to guest over the mesh (`image_fanout.fan_out`); one copy through gpuvm's machine only
-    when the builder could give none (its mesh key does not work): that guest then serves the rest."""
+    """Guest to guest over the mesh (`image_fanout.fan_out`). Through gpuvm's machine only what the
+    mesh cannot reach: one copy when the builder could send none (that guest then serves the rest),
+    and guests that no sender could log in to (a guest the mesh has not reached yet)."""
     if not receivers:
         return {}
     builder, started = builder_name(cluster.runbook), time.monotonic()
-    result = fan_out(holders, list(receivers), lambda hop: _hop(cluster, ref, want, hop, say))
-    if not result.served and holders == [builder]:
-        first = next(iter(receivers))
-        failed = _ship(cluster.targets[builder], cluster, ref, {first: receivers[first]}, 1, say)
-        if not failed:
-            say(first, f"image {ref}: one copy through gpuvm's machine, the builder could send none over the mesh "
-                       f"({result.failures[first]})")
-            rest = fan_out([first], [n for n in receivers if n != first], lambda hop: _hop(cluster, ref, want, hop, say))
-            result.rounds += rest.rounds
-            result.served, result.failures = [first, *rest.served], rest.failures
+
+    def hop(h: Hop) -> None:
+        _hop(cluster, ref, want, h, say)
+
+    result = fan_out(holders, list(receivers), hop)
+    stuck = _unreached(result)
+    if stuck and not result.served and holders == [builder]:
+        first = stuck[0]
+        if not _ship(cluster.targets[builder], cluster, ref, {first: receivers[first]}, 1, say):
+            say(first, f"image {ref}: one copy through gpuvm's machine: the builder could send none over the mesh")
+            rest = fan_out([first], stuck[1:], hop)
+            result = FanOut(result.rounds + rest.rounds, {n: e for n, e in result.failures.items() if n not in stuck}
+                            | rest.failures, [first, *rest.served])
+            stuck = _unreached(rest)
     failures = {n: e if isinstance(e, HopError) else RemoteCommandError(f"{n}: {NAME}: image {ref}: {e}")
-                for n, e in result.failures.items()}
+                for n, e in result.failures.items() if n not in stuck}
     say(builder, f"image {ref} copied to {len(result.served)} of {len(receivers)} guest(s) over the mesh in "
                  f"{len(result.rounds)} round(s), {time.monotonic() - started:.0f} s")
+    if stuck:  # the mesh does not reach them: the old way, through gpuvm's machine
+        say(builder, f"image {ref}: through gpuvm's machine to {', '.join(stuck)}, which the mesh does not reach")
+        failures |= _ship(cluster.targets[builder], cluster, ref, {n: receivers[n] for n in stuck}, 4, say)
     return failures
 
 
@@ -390,8 +405,8 @@ def _hop(cluster: Cluster, ref: str, want: str, hop: Hop, say: Say = quiet) -> N
                 lambda s: f"copying {ref} from {sender.name} over the mesh: {s:.0f} s") as tick:
         result = sender.executor.run_script(script, timeout=timeout, check=False)
     if result.exit_code != 0:
-        raise HopError(redact(f"{receiver.name}: {NAME}: image {ref} from {sender.name}: {_said(result)}"),
-                       sender_at_fault=result.exit_code == SAVE_FAILED)
+        side = {SAVE_FAILED: "sender", SSH_FAILED: "mesh"}.get(result.exit_code, "receiver")
+        raise HopError(redact(f"{receiver.name}: {NAME}: image {ref} from {sender.name}: {_said(result)}"), side)
     got = inspect_id(receiver, cluster, ref)
     if got != want:
         builder = builder_name(cluster.runbook)
