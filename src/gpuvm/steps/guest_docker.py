@@ -4,12 +4,12 @@ same training image on all.
 The image is rendered from `templates/Dockerfile.j2`; its tag is the first 12 hex digits of the
 recipe's sha256, so "does this guest have the right image?" is one `docker image inspect` and
 never a build. One guest (the runbook's `image.builder`, else the first guest) builds it; the
-others get it over the SSH mesh when the runbook has one (`guest.ssh_mesh`, which runs first): the
+others get it over the SSH mesh once the runbook's mesh has its key (`guest.ssh_mesh` has run): the
 builder sends to a first guest, then every guest that has it sends on, guest to guest, the id
 checked at each hop (`image_fanout.py`), so no image byte passes through the machine running
-gpuvm. Without a mesh they load the builder's `docker save` through gpuvm's machine; with a
-registry every guest pulls it. Because the builder must go first, the engine applies this step
-through `apply_all`.
+gpuvm. Before that (a first apply: the mesh step runs after this one) or without a mesh they load
+the builder's `docker save` through gpuvm's machine; with a registry every guest pulls it.
+Because the builder must go first, the engine applies this step through `apply_all`.
 """
 
 from __future__ import annotations
