@@ -168,7 +168,7 @@ def hop_script(ref: str, address: str, port: int, *, save_sudo: bool, load_sudo:
 trap 'rm -rf "$t"' EXIT
 trap 'trap "" TERM; kill 0; exit 143' TERM INT HUP
 home=$(getent passwd {user} | cut -d: -f6)
-last() {{ tr -d '\r' < "$1" | grep -v '^Warning: ' | grep . | tail -n 1; }}
+last() {{ tr -d '\\r' < "$1" | grep -v '^Warning: ' | grep . | tail -n 1; }}
 {{ {save} 2>"$t/save.err"; echo $? > "$t/save"; }} | {as_user}ssh -o BatchMode=yes -o StrictHostKeyChecking=yes \
   -o IdentitiesOnly=yes -o ConnectTimeout={SSH_CONNECT_TIMEOUT} -i "$home/.ssh/{IDENTITY}" -p {int(port)} {peer} {load} \
   > /dev/null 2> "$t/load.err" &
