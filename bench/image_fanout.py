@@ -104,7 +104,8 @@ def distribute(bed: TestBed, names: list[str], work: Path, ref: str, mesh: bool)
         failures = guest_docker.apply_all(Context(cluster=cluster), planned)
         seconds = time.perf_counter() - start
         if failures:
-            raise SystemExit(f"guest.docker failed on {len(names)} guests: {failures}")
+            raise SystemExit(f"guest.docker failed on {len(failures)} of {len(names)} guests: "
+                             f"{next(iter(failures.values()))}")
         return seconds, (ROUNDS[0] if ROUNDS else 0), OPERATOR_BYTES.reset()
     finally:
         cluster.close()
@@ -149,7 +150,8 @@ def main() -> int:
             try:
                 failures = guest_ssh_mesh.apply_all(Context(cluster=cluster), plan(cluster, guest_ssh_mesh))
                 if failures:
-                    raise SystemExit(f"mesh failed: {failures}")
+                    first = str(next(iter(failures.values()))).splitlines()
+                    raise SystemExit(f"mesh failed on {len(failures)} guest(s); the first: {' / '.join(first[:3])}")
                 ref = image_ref(cluster.runbook.guests.image)
             finally:
                 cluster.close()
