@@ -20,14 +20,15 @@ from gpuvm.runbook.model import Image
 from gpuvm import image as recipes
 from gpuvm.steps import guest_docker as step
 from gpuvm.steps.guest_docker import DockerFact
+from gpuvm.steps.guest_ssh_mesh.key import cluster_key
 
 GUESTS = ["gpu-vm-01", "gpu-vm-02", "gpu-vm-03", "gpu-vm-04"]
 A, B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
 
 
-def runbook(tmp_path: Path, image: str = "{}", guests: list[str] = GUESTS):
+def runbook(tmp_path: Path, image: str = "{}", guests: list[str] = GUESTS, mesh: bool = False):
     text = "hosts: [{name: esx-01}]\nvms:\n" + "".join(f"  - {{name: {g}, host: esx-01}}\n" for g in guests)
-    text += "guests:\n  image: " + image + "\n  hosts:\n"
+    text += "guests:\n  image: " + image + "\n" + ("  ssh_mesh: {}\n" if mesh else "") + "  hosts:\n"
     text += "".join(f"    - {{vm: {g}, ssh: {{address: 10.0.0.{i + 1}, user: gpuadmin, sudo: true}}}}\n"
                     for i, g in enumerate(guests))
     path = tmp_path / "rb.yaml"
@@ -44,7 +45,25 @@ class DockerWorld:
         self.loads: list[str] = []
         self.load_id: dict[str, str] = {}  # guest → id a load gives there (to fake a mismatch)
         self.fail: dict[str, str] = {}  # guest → command prefix that fails there
+        self.hops: list[tuple[str, str]] = []  # (sender, receiver) of every copy over the mesh
         self.executors = {g: self._executor(g, installed, runtimes) for g in guests}
+        for guest in guests:
+            self.executors[guest].responses[re.compile(r"docker save .* \| ssh ")] = self._hop(guest, guests)
+
+    def _hop(self, sender: str, guests):
+        """The hop script on `sender`: the image to the guest at the ssh line's address (10.0.0.<i+1>)."""
+        def respond(call: FakeCall) -> CommandResult:
+            address = re.search(r" -p \d+ (\S+) ", call.command).group(1)
+            receiver = guests[int(address.rsplit(".", 1)[1]) - 1]
+            self.hops.append((sender, receiver))
+            if self.fail.get(receiver) == "docker load":
+                return CommandResult("", 4, "", "docker load failed (exit 1): no space left on device")
+            if self.fail.get(sender) == "mesh":
+                return CommandResult("", 5, "", "ssh over the mesh failed: Permission denied (publickey).")
+            ref = re.search(r"docker save (\S+) ", call.command).group(1)
+            self.images[receiver][ref] = self.load_id.get(receiver, self.images[sender][ref])
+            return ok("")
+        return respond
 
     def _executor(self, guest: str, installed: bool, runtimes) -> FakeExecutor:
         images = self.images[guest]
@@ -494,3 +513,108 @@ def test_image_build_and_ship_say_how_far_they_got(tmp_path, monkeypatch):
                    for s in lines[guest]), (guest, said)
         assert any(re.fullmatch(r"image shipped and loaded: \d+ B in \d+ s \([\d.]+ [KMG]?B/s\)", s)
                    for s in lines[guest]), (guest, said)
+
+
+# -- over the mesh ------------------------------------------------------------------------------
+
+EIGHT = [f"gpu-vm-{i:02d}" for i in range(1, 9)]
+
+
+def meshed(world: DockerWorld, tmp_path: Path):
+    """Eight guests with a mesh in the runbook and its key made (guest.ssh_mesh has run once)."""
+    cluster_key(tmp_path)
+    return world.cluster(runbook(tmp_path, guests=EIGHT, mesh=True), tmp_path)
+
+
+def test_with_a_mesh_the_image_goes_guest_to_guest_in_a_tree(tmp_path):
+    world = DockerWorld(EIGHT)
+    cluster = meshed(world, tmp_path)
+    step.OPERATOR_BYTES.reset()
+    said: list[tuple[str, str]] = []
+    planned = observe_and_plan(cluster)
+    assert step.STEP.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))), planned) == {}
+    rounds = [world.hops[:1], world.hops[1:3], world.hops[3:]]  # the hops of a round run side by side
+    assert [sorted(r) for r in rounds] == [[("gpu-vm-01", "gpu-vm-02")],
+                                           [("gpu-vm-01", "gpu-vm-03"), ("gpu-vm-02", "gpu-vm-04")],
+                                           [("gpu-vm-01", "gpu-vm-05"), ("gpu-vm-02", "gpu-vm-06"),
+                                            ("gpu-vm-03", "gpu-vm-07"), ("gpu-vm-04", "gpu-vm-08")]]
+    assert world.loads == [] and step.OPERATOR_BYTES.bytes == 0  # nothing through gpuvm's machine
+    assert not any(c.command.startswith("docker save") for e in world.executors.values() for c in e.calls)
+    assert len({tuple(i.values()) for i in world.images.values()}) == 1
+    assert ("gpu-vm-01", f"image {recipes.image_ref(cluster.runbook.guests.image)} copied to 7 of 7 guest(s) over "
+            "the mesh in 3 round(s), 0 s") in said
+    [hop] = [c for c in world.executors["gpu-vm-02"].calls if "| " in c.command and "10.0.0.4" in c.command]
+    assert not hop.sudo and "sudo -n docker save gpuvm/dl:" in hop.command and "'sudo -n docker load'" in hop.command
+    assert observe_and_plan(cluster) == {g: [] for g in EIGHT}
+
+
+def test_a_mismatch_at_a_hop_names_both_guests_and_its_subtree_is_served(tmp_path):
+    world = DockerWorld(EIGHT)
+    world.load_id["gpu-vm-02"] = B  # every copy to gpu-vm-02 comes out different
+    cluster = meshed(world, tmp_path)
+    failures = step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster))
+    assert list(failures) == ["gpu-vm-02"]
+    assert str(failures["gpu-vm-02"]).startswith(f"gpu-vm-02: guest.docker: image gpuvm/dl:")
+    assert f"has id {B} on gpu-vm-02, not sha256:" in str(failures["gpu-vm-02"])
+    assert "as on the builder gpu-vm-01" in str(failures["gpu-vm-02"])
+    assert [s for s, r in world.hops if r == "gpu-vm-02"] == ["gpu-vm-01", "gpu-vm-03"]  # tried from two guests
+    assert not any(s == "gpu-vm-02" for s, _ in world.hops)  # it never sent its wrong copy on
+    assert len({world.images[g][next(iter(world.images[g]))] for g in EIGHT if g != "gpu-vm-02"}) == 1
+
+
+def test_a_failed_load_is_resumed_by_the_next_run(tmp_path):
+    world = DockerWorld(EIGHT)
+    world.fail["gpu-vm-05"] = "docker load"
+    cluster = meshed(world, tmp_path)
+    failures = step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster))
+    assert list(failures) == ["gpu-vm-05"] and "no space left on device" in str(failures["gpu-vm-05"])
+    del world.fail["gpu-vm-05"]
+    world.hops.clear()
+    planned = observe_and_plan(cluster)
+    assert [g for g, cs in planned.items() if cs] == ["gpu-vm-05"]
+    assert step.STEP.apply_all(Context(cluster=cluster), {g: cs for g, cs in planned.items() if cs}) == {}
+    assert world.hops == [("gpu-vm-01", "gpu-vm-05")]
+
+
+def test_a_builder_without_a_working_mesh_key_sends_one_copy_through_gpuvm(tmp_path):
+    world = DockerWorld(EIGHT)
+    world.fail["gpu-vm-01"] = "mesh"
+    cluster = meshed(world, tmp_path)
+    step.OPERATOR_BYTES.reset()
+    assert step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster)) == {}
+    assert world.loads == ["gpu-vm-02"]  # the one copy, through gpuvm's machine
+    size = len(json.dumps({"ref": recipes.image_ref(cluster.runbook.guests.image), "id": world.images["gpu-vm-01"][
+        recipes.image_ref(cluster.runbook.guests.image)]}))
+    assert step.OPERATOR_BYTES.bytes == 2 * size  # in from the builder, out to gpu-vm-02
+    assert {r for s, r in world.hops if s != "gpu-vm-01"} == set(EIGHT[2:])
+
+
+def test_before_the_mesh_has_a_key_the_image_goes_through_gpuvm(tmp_path):
+    """guest.ssh_mesh runs after guest.docker: on a first apply the guests cannot log in to each other."""
+    world = DockerWorld(EIGHT)
+    cluster = world.cluster(runbook(tmp_path, guests=EIGHT, mesh=True), tmp_path)
+    step.OPERATOR_BYTES.reset()
+    assert step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster)) == {}
+    assert world.hops == [] and sorted(world.loads) == EIGHT[1:]
+    assert step.OPERATOR_BYTES.bytes > 0
+
+
+def test_a_guest_the_mesh_does_not_reach_gets_it_through_gpuvm(tmp_path):
+    world = DockerWorld(EIGHT)
+    cluster = meshed(world, tmp_path)
+    for guest in EIGHT:  # nobody can log in to gpu-vm-07 (its authorized_keys lacks the mesh key)
+        def respond(call, hop=world._hop(guest, EIGHT)):
+            if " 10.0.0.7 " in call.command:
+                world.hops.append((call.command, "gpu-vm-07"))
+                return CommandResult("", 5, "", "ssh over the mesh failed: Permission denied (publickey).")
+            return hop(call)
+        world.executors[guest].responses[re.compile(r"docker save .* \| ssh ")] = respond
+    step.OPERATOR_BYTES.reset()
+    said: list[tuple[str, str]] = []
+    assert step.STEP.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))),
+                               observe_and_plan(cluster)) == {}
+    assert world.loads == ["gpu-vm-07"] and step.OPERATOR_BYTES.bytes > 0
+    assert len([h for h in world.hops if h[1] == "gpu-vm-07"]) == 2  # tried from two guests first
+    assert ("gpu-vm-01", f"image {recipes.image_ref(cluster.runbook.guests.image)}: through gpuvm's machine to "
+            "gpu-vm-07, which the mesh does not reach") in said
+    assert observe_and_plan(cluster) == {g: [] for g in EIGHT}

@@ -4,7 +4,11 @@ same training image on all.
 The image is rendered from `templates/Dockerfile.j2`; its tag is the first 12 hex digits of the
 recipe's sha256, so "does this guest have the right image?" is one `docker image inspect` and
 never a build. One guest (the runbook's `image.builder`, else the first guest) builds it; the
-others load the builder's `docker save` — or every guest pulls it when a registry is given.
+others get it over the SSH mesh once the runbook's mesh has its key (`guest.ssh_mesh` has run): the
+builder sends to a first guest, then every guest that has it sends on, guest to guest, the id
+checked at each hop (`image_fanout.py`), so no image byte passes through the machine running
+gpuvm. Before that (a first apply: the mesh step runs after this one) or without a mesh they load
+the builder's `docker save` through gpuvm's machine; with a registry every guest pulls it.
 Because the builder must go first, the engine applies this step through `apply_all`.
 
 A guest whose daemon is stopped cannot say which runtimes and images it has: the plan starts the
@@ -19,6 +23,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -29,6 +34,10 @@ from gpuvm.executors.group import run_group
 from gpuvm.plan import Change
 from gpuvm.remote import Cluster, RemoteTarget, run
 from gpuvm.image import Recipe, image_ref, recipe
+from gpuvm.image_fanout import OPERATOR_BYTES, SAVE_FAILED, SSH_FAILED, FanOut, Hop, HopError, fan_out, hop_script
+from gpuvm.steps.guest_ssh_mesh.guests import mesh_user
+from gpuvm.steps.guest_ssh_mesh.key import key_path
+from gpuvm.secrets import redact
 from gpuvm.runbook.model import Image, Runbook
 from gpuvm.steps.base import Context, Say, Step, quiet
 from gpuvm.ticker import Counted, Ticker, amount, rate
@@ -270,8 +279,11 @@ def _save(builder: RemoteTarget, cluster: Cluster, ref: str, sink: BinaryIO, say
     counted = Counted(sink)
     with Ticker(lambda line: say(builder.name, line),
                 lambda s: f"saving {ref} from the builder: {rate(counted.bytes, s)}") as tick:
-        run(builder, cluster, ["docker", "save", ref], stdout_to=counted,  # type: ignore[arg-type]
-            timeout=max(cluster.command_timeout, _image(cluster.runbook).build_timeout))
+        try:
+            run(builder, cluster, ["docker", "save", ref], stdout_to=counted,  # type: ignore[arg-type]
+                timeout=max(cluster.command_timeout, _image(cluster.runbook).build_timeout))
+        finally:
+            OPERATOR_BYTES.add(counted.bytes)
     say(builder.name, f"saved {ref} from the builder: {rate(counted.bytes, tick.elapsed)}")
 
 
@@ -283,11 +295,14 @@ def _load(target: RemoteTarget, cluster: Cluster, saved: Path, stdin_limit: int 
     size, sent = saved.stat().st_size, Counted()
     with Ticker(lambda line: say(target.name, line),
                 lambda s: f"shipping image: {rate(sent.bytes, s)} of {amount(size)} sent") as tick:
-        if size <= stdin_limit:
-            run(target, cluster, ["docker", "load"], stdin=saved.read_bytes(), timeout=timeout)
-            sent.add(size)
-        else:
-            _load_in_chunks(target, cluster, saved, timeout, sent)
+        try:
+            if size <= stdin_limit:
+                run(target, cluster, ["docker", "load"], stdin=saved.read_bytes(), timeout=timeout)
+                sent.add(size)
+            else:
+                _load_in_chunks(target, cluster, saved, timeout, sent)
+        finally:
+            OPERATOR_BYTES.add(size if size <= stdin_limit else sent.bytes)
     say(target.name, f"image shipped and loaded: {rate(size, tick.elapsed)}")
 
 
@@ -353,7 +368,75 @@ def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], par
     inspected = run_group(receivers, lambda t: inspect_id(t, cluster, ref), parallel, name="inspect")
     have, failures = inspected.ok, inspected.failed
     send = {n: t for n, t in receivers.items() if n not in failures and have.get(n) != want}
-    return failures | _ship(cluster.targets[builder], cluster, ref, send, parallel, say)
+    if not _mesh_keyed(cluster):
+        return failures | _ship(cluster.targets[builder], cluster, ref, send, parallel, say)
+    holders = [builder] + [n for n in receivers if have.get(n) == want]
+    return failures | _tree(cluster, ref, want, holders, send, say)
+
+
+def _mesh_keyed(cluster: Cluster) -> bool:
+    """Whether the runbook has a mesh and its key was made (guest.ssh_mesh, which runs after this step,
+    has run once): else the guests cannot log in to each other yet."""
+    mesh = cluster.runbook.guests.ssh_mesh  # type: ignore[union-attr]
+    return mesh is not None and mesh.enabled and key_path(cluster.state_dir).exists()
+
+
+def _unreached(result: FanOut) -> list[str]:
+    """Receivers the mesh could not reach (ssh failed, or no sender was left), not their own failures."""
+    return [n for n, e in result.failures.items() if not (isinstance(e, HopError) and e.side == "receiver")]
+
+
+def _tree(cluster: Cluster, ref: str, want: str, holders: list[str], receivers: dict[str, RemoteTarget],
+          say: Say = quiet) -> dict[str, Exception]:
+    """Guest to guest over the mesh (`image_fanout.fan_out`). Through gpuvm's machine only what the
+    mesh cannot reach: one copy when the builder could send none (that guest then serves the rest),
+    and guests that no sender could log in to (a guest the mesh has not reached yet)."""
+    if not receivers:
+        return {}
+    builder, started = builder_name(cluster.runbook), time.monotonic()
+
+    def hop(h: Hop) -> None:
+        _hop(cluster, ref, want, h, say)
+
+    result = fan_out(holders, list(receivers), hop)
+    stuck = _unreached(result)
+    if stuck and not result.served and holders == [builder]:
+        first = stuck[0]
+        if not _ship(cluster.targets[builder], cluster, ref, {first: receivers[first]}, 1, say):
+            say(first, f"image {ref}: one copy through gpuvm's machine: the builder could send none over the mesh")
+            rest = fan_out([first], stuck[1:], hop)
+            result = FanOut(result.rounds + rest.rounds, {n: e for n, e in result.failures.items() if n not in stuck}
+                            | rest.failures, [first, *rest.served])
+            stuck = _unreached(rest)
+    failures = {n: e if isinstance(e, HopError) else RemoteCommandError(f"{n}: {NAME}: image {ref}: {e}")
+                for n, e in result.failures.items() if n not in stuck}
+    say(builder, f"image {ref} copied to {len(result.served)} of {len(receivers)} guest(s) over the mesh in "
+                 f"{len(result.rounds)} round(s), {time.monotonic() - started:.0f} s")
+    if stuck:  # the mesh does not reach them: the old way, through gpuvm's machine
+        say(builder, f"image {ref}: through gpuvm's machine to {', '.join(stuck)}, which the mesh does not reach")
+        failures |= _ship(cluster.targets[builder], cluster, ref, {n: receivers[n] for n in stuck}, 4, say)
+    return failures
+
+
+def _hop(cluster: Cluster, ref: str, want: str, hop: Hop, say: Say = quiet) -> None:
+    """`docker save | ssh receiver docker load` on the sender, then the receiver's id checked from here."""
+    sender, receiver = cluster.targets[hop.sender], cluster.targets[hop.receiver]
+    user = mesh_user(sender, cluster)
+    script = hop_script(ref, receiver.access.address, receiver.access.port, save_sudo=sender.sudo,
+                        load_sudo=receiver.sudo, mesh_user=None if user == sender.access.user else user)
+    timeout = max(cluster.command_timeout, _image(cluster.runbook).build_timeout)
+    with Ticker(lambda line: say(receiver.name, line),
+                lambda s: f"copying {ref} from {sender.name} over the mesh: {s:.0f} s") as tick:
+        result = sender.executor.run_script(script, timeout=timeout, check=False)
+    if result.exit_code != 0:
+        side = {SAVE_FAILED: "sender", SSH_FAILED: "mesh"}.get(result.exit_code, "receiver")
+        raise HopError(redact(f"{receiver.name}: {NAME}: image {ref} from {sender.name}: {_said(result)}"), side)
+    got = inspect_id(receiver, cluster, ref)
+    if got != want:
+        builder = builder_name(cluster.runbook)
+        raise HopError(f"{receiver.name}: {NAME}: image {ref} copied from {sender.name} has id {got or 'none'} "
+                       f"on {receiver.name}, not {want} as on the builder {builder}")
+    say(receiver.name, f"image {ref} copied from {sender.name} over the mesh in {tick.elapsed:.0f} s")
 
 
 def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel: int = 8) -> dict[str, Exception]:

@@ -1,0 +1,109 @@
+"""The image tree over the mesh for real: eight bed guests with real dockerds, the mesh set up by
+guest.ssh_mesh, a small image on the builder; guest.docker copies it guest to guest (`docker save |
+ssh peer docker load` on the senders), one guest's `docker load` failing, then a re-run finishes."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from fanout import add_guests, small_image, start_docker, stop_docker, write_runbook
+from gpuvm.executors.group import run_group
+from gpuvm.image import image_ref
+from gpuvm.image_fanout import OPERATOR_BYTES
+from gpuvm.remote import build_cluster
+from gpuvm.runbook.loader import load_runbook
+from gpuvm.steps import guest_docker, guest_ssh_mesh
+from gpuvm.steps.base import Context
+
+pytestmark = pytest.mark.integration
+
+IMAGE_BYTES = 8 << 20
+BROKEN = "fan-02"  # a leaf of the tree: its load fails on every try of the first run
+
+
+class Counting:
+    """An executor that counts the bytes gpuvm's process sends and receives through it."""
+
+    def __init__(self, inner, tally: list[int]):
+        self.inner, self.name, self.tally = inner, inner.name, tally
+
+    def run(self, argv, **kwargs):
+        return self._counted(self.inner.run(argv, **kwargs), kwargs)
+
+    def run_script(self, script, **kwargs):
+        self.tally[0] += len(script)
+        return self._counted(self.inner.run_script(script, **kwargs), kwargs)
+
+    def _counted(self, result, kwargs):
+        self.tally[0] += len(kwargs.get("stdin") or b"") + len(result.stdout) + len(result.stderr)
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.fixture
+def eight(testbed, tmp_path):
+    if shutil.which("dockerd") is None:
+        pytest.fail("the fan-out test needs Docker: apt-get install -y docker.io")
+    names, added = add_guests(testbed, 8)
+    try:
+        start_docker(testbed, names)
+        yield names
+    finally:
+        stop_docker(testbed, names)
+        for name in added:
+            testbed.remove(name)
+
+
+def plan(cluster, step):
+    """Every guest observed at once (as the engine does), then planned."""
+    ctx = Context(cluster=cluster)
+    facts = run_group(cluster.targets, lambda t: step.observe(ctx, t), 8).raise_failures()
+    return {n: step.plan(cluster.targets[n], fact) for n, fact in facts.items()}
+
+
+def test_tree_ship_to_eight_guests_with_a_failing_hop_resumed_by_a_rerun(testbed, eight, tmp_path):
+    book = load_runbook(write_runbook(testbed, eight, tmp_path / "runbook.yaml"))
+    ref = image_ref(book.guests.image)
+    want = small_image(testbed, eight[0], ref, IMAGE_BYTES)
+    (tmp_path / "state").mkdir()
+    cluster = build_cluster(book, tmp_path / "state")
+    tally = [0]
+    try:
+        assert guest_ssh_mesh.apply_all(Context(cluster=cluster), plan(cluster, guest_ssh_mesh)) == {}
+        state = testbed.state(BROKEN)["docker"]
+        testbed.set_state(BROKEN, "docker", {**state, "fail": {"load": "write /var/lib/docker/tmp: no space left on device"}})
+        planned = plan(cluster, guest_docker)
+        assert [n for n, cs in planned.items() if cs] == eight[1:]  # the builder has it already
+        for target in cluster.targets.values():
+            target.executor = Counting(target.executor, tally)
+        OPERATOR_BYTES.reset()
+        said: list[tuple[str, str]] = []
+        failures = guest_docker.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))), planned)
+
+        # the hop to BROKEN failed, from two senders; its would-be subtree was served by the others
+        assert list(failures) == [BROKEN], failures
+        message = str(failures[BROKEN])
+        assert re.match(rf"{BROKEN}: guest.docker: image {re.escape(ref)} from (gpu-vm|fan)-\d\d: docker load failed "
+                        r"\(exit 1\): write /var/lib/docker/tmp: no space left on device$", message), message
+        copies = [(t, s) for t, s in said if " over the mesh in " in s and "copied from" in s]
+        assert sorted(t for t, _ in copies) == sorted(n for n in eight[1:] if n != BROKEN)
+        assert any(re.fullmatch(rf"image {re.escape(ref)} copied to 6 of 7 guest\(s\) over the mesh in [45] round\(s\), "
+                                r"\d+ s", s) for t, s in said if t == eight[0]), said
+        testbed.set_state(BROKEN, "docker", state)  # the disk has room again
+
+        replanned = plan(cluster, guest_docker)
+        assert [n for n, cs in replanned.items() if cs] == [BROKEN]  # the others are skipped
+        assert guest_docker.apply_all(Context(cluster=cluster), {BROKEN: replanned[BROKEN]}) == {}
+        assert plan(cluster, guest_docker) == {n: [] for n in eight}
+    finally:
+        cluster.close()
+
+    assert OPERATOR_BYTES.bytes == 0  # gpuvm's own count: no image byte through this machine
+    assert tally[0] < IMAGE_BYTES // 16, tally  # and all gpuvm's SSH traffic together is far below one image
+    ids = {n: testbed.docker(n, "image", "inspect", "--format", "{{.Id}}", ref).stdout.strip() for n in eight}
+    assert ids == {n: want for n in eight}
