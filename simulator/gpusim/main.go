@@ -50,6 +50,7 @@ type options struct {
 	onReboot          string
 	mig               multiFlag
 	vmVersion         string
+	hostPrefix        string
 }
 
 func parseFlags() *options {
@@ -77,6 +78,7 @@ func parseFlags() *options {
 	flag.Var(&o.latency, "latency", "METHOD=DURATION, e.g. ReconfigVM_Task=1s (repeatable)")
 	flag.StringVar(&o.onReboot, "on-reboot", "", "command run (via sh -c, with GPUSIM_HOST set) when a host reboots, e.g. to reboot a test host's ESXi shell")
 	flag.Var(&o.mig, "mig", "HOST=all or HOST=0,1: GPUs (by index in PCI order) in MIG mode, for MIG-backed vGPU (repeatable)")
+	flag.StringVar(&o.hostPrefix, "host-prefix", "", "put before every host's name (and so its VMs'): several simulators standing for the vCenters of one fleet")
 	flag.StringVar(&o.vmVersion, "vm-version", "vmx-19", "hardware version of the VMs created (ESXi 7.0 U2 and later: vmx-19)")
 	flag.Parse()
 	return o
@@ -124,7 +126,8 @@ func run(o *options) error {
 	defer model.Remove()
 
 	g := &gpusim{gpu: gpu, rebind: o.rebind, faults: faults, hosts: map[string]*gpuHost{}, onReboot: o.onReboot,
-		onPowerOn: o.onPowerOn, datastoreGB: o.datastoreGB, cloneDiskGB: o.cloneDiskGB, clones: map[types.ManagedObjectReference]string{}}
+		onPowerOn: o.onPowerOn, datastoreGB: o.datastoreGB, cloneDiskGB: o.cloneDiskGB, clones: map[types.ManagedObjectReference]string{},
+		hostPrefix: o.hostPrefix}
 	if err := g.buildHosts(); err != nil {
 		return err
 	}
