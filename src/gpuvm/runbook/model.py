@@ -653,10 +653,10 @@ class Runbook(Strict):
             host = self.host(vm.host) if vm is not None else None
         return host.vcenter if host is not None and host.vcenter else self.vcenters[0].name
 
-    def part(self, vcenter: str) -> "Runbook":
-        """This runbook with only `vcenter`'s hosts, VMs and their guests (its other settings kept)."""
-        hosts = [h for h in self.hosts if self.vcenter_of(h.name) == vcenter]
-        vms = [v for v in self.vms if self.vcenter_of(v.host) == vcenter]
+    def part(self, *vcenters: str) -> "Runbook":
+        """This runbook with only these vCenters' hosts, VMs and their guests (its other settings kept)."""
+        hosts = [h for h in self.hosts if self.vcenter_of(h.name) in vcenters]
+        vms = [v for v in self.vms if self.vcenter_of(v.host) in vcenters]
         names = {v.name for v in vms}
         guests = self.guests
         if guests is not None:
