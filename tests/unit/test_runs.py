@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from gpuvm import runs
+from gpuvm.runbook.model import DEFAULT_VCENTER, Runbook
+from gpuvm.vsphere.fleet import Fleet
 from gpuvm.errors import DriftError, InputError, TargetFailures
 from gpuvm.plan import Change, Plan
 from gpuvm.vsphere.facts import Inventory
@@ -21,7 +23,7 @@ CHANGE = Change("vm.hardware", "train-01", "vm", "cpus", 4, 8)
 def _book(mesh: bool = False):
     guests = SimpleNamespace(ssh_mesh=SimpleNamespace(enabled=mesh)) if mesh else None
     return SimpleNamespace(guests=guests, hosts=[SimpleNamespace(name="esx-02")], vms=[SimpleNamespace(host="esx-01")],
-                           ssh=SimpleNamespace(boot_timeout=42.0), vcenter=None)
+                           ssh=SimpleNamespace(boot_timeout=42.0), vcenter=None, vcenters=[])
 
 
 @pytest.fixture
@@ -29,6 +31,7 @@ def world(mocker, monkeypatch, tmp_path):
     """A runbook, an inventory, and SSH targets whose cluster and reachability the test sets."""
     state = SimpleNamespace(book=_book(), cluster=None, facts={}, down={}, inventory=Inventory(), session=object(),
                             locked=None)
+    state.fleet = Fleet({DEFAULT_VCENTER: state.inventory})  # one vCenter, the short form
     monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
 
     def locks(session, hosts, run, journal=None):
@@ -42,9 +45,9 @@ def world(mocker, monkeypatch, tmp_path):
         yield state.cluster, state.facts, state.down
 
     mocker.patch.object(runs, "load_runbook", side_effect=lambda path: state.book)
-    mocker.patch.object(runs, "observe_inventory", side_effect=lambda book, access, snapshot=None: state.inventory)
+    mocker.patch.object(runs, "observe_fleet", side_effect=lambda book, access, snapshot=None: state.fleet)
     mocker.patch.object(runs, "connect", side_effect=lambda book, access: nullcontext(state.session))
-    mocker.patch.object(runs, "read_inventory", side_effect=lambda session: state.inventory)
+    mocker.patch.object(runs, "read_all", side_effect=lambda sessions: {name: state.inventory for name in sessions})
     mocker.patch.object(runs, "remote", side_effect=remote)
     mocker.patch.object(runs, "HostLocks", side_effect=locks)
     return state
@@ -92,7 +95,7 @@ def test_verify_checks_the_mesh_of_every_guest(world, mocker):
 def test_plan_from_a_snapshot_plans_without_ssh(world, mocker, tmp_path):
     make_plan = mocker.patch.object(runs, "make_plan", return_value=(Plan(), None))
     runs.plan_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), snapshot=Path("lab.json"))
-    make_plan.assert_called_once_with(world.book, world.inventory)
+    make_plan.assert_called_once_with(world.book, world.fleet)
     runs.remote.assert_not_called()
 
 
@@ -103,7 +106,7 @@ def test_plan_live_passes_unreachable_guests_to_the_planner_and_reads_no_journal
     plan = Plan(changes=[CHANGE])
     make_plan = mocker.patch.object(runs, "make_plan", return_value=(plan, None))
     assert runs.plan_runbook(RUNBOOK, runs.Access(state_dir=tmp_path)) is plan
-    make_plan.assert_called_once_with(world.book, world.inventory, world.cluster, world.facts, world.down)
+    make_plan.assert_called_once_with(world.book, world.fleet, world.cluster, world.facts, world.down)
 
 
 def test_apply_with_nothing_to_do_shows_the_plan_and_asks_nothing(world, mocker):
@@ -175,7 +178,7 @@ def test_connect_warns_through_the_callers_callback_when_tls_is_off(mocker, inse
     mocker.patch.object(runs, "resolve_target", return_value=target)
     session = mocker.patch.object(runs, "Session")
     warnings: list[str] = []
-    with runs.connect(_book(), runs.Access(insecure=insecure, warn=warnings.append)):
+    with runs.connect(Runbook(), runs.Access(insecure=insecure, warn=warnings.append)):
         session.assert_called_once_with(target)
     assert warnings == ([
         "TLS certificate verification is OFF for https://vc.example/sdk: anyone on the network path can "
