@@ -645,18 +645,24 @@ class Runbook(Strict):
 
     def vcenter_of(self, target: str) -> str:
         """The vCenter of a host, VM or guest of the runbook (checked: `check_references`)."""
-        if not self.vcenters:
-            return DEFAULT_VCENTER
-        host = self.host(target)
-        if host is None:
-            vm = next((v for v in self.vms if v.name == target), None)
-            host = self.host(vm.host) if vm is not None else None
-        return host.vcenter if host is not None and host.vcenter else self.vcenters[0].name
+        by_host = self.vcenters_by_host()
+        vm = next((v for v in self.vms if v.name == target), None) if target not in by_host else None
+        return by_host.get(vm.host if vm is not None else target, self._first_vcenter())
+
+    def vcenters_by_host(self) -> dict[str, str]:
+        """Each declared host's vCenter."""
+        first = self._first_vcenter()
+        return {h.name: h.vcenter or first for h in self.hosts}
+
+    def _first_vcenter(self) -> str:
+        return self.vcenters[0].name if self.vcenters else DEFAULT_VCENTER
 
     def part(self, *vcenters: str) -> "Runbook":
         """This runbook with only these vCenters' hosts, VMs and their guests (its other settings kept)."""
-        hosts = [h for h in self.hosts if self.vcenter_of(h.name) in vcenters]
-        vms = [v for v in self.vms if self.vcenter_of(v.host) in vcenters]
+        by_host = self.vcenters_by_host()
+        first = self._first_vcenter()
+        hosts = [h for h in self.hosts if by_host[h.name] in vcenters]
+        vms = [v for v in self.vms if by_host.get(v.host, first) in vcenters]
         names = {v.name for v in vms}
         guests = self.guests
         if guests is not None:
@@ -725,15 +731,15 @@ class Runbook(Strict):
             if host.vcenter is not None and host.vcenter not in names:
                 raise self.error(("hosts", i, "vcenter"), f"vCenter '{host.vcenter}' is not in vcenters "
                                  f"(declared: {declared})")
+        by_host = self.vcenters_by_host()
         for i, vm in enumerate(self.vms):
             if vm.vcenter is None:
                 continue
             if vm.vcenter not in names:
                 raise self.error(("vms", i, "vcenter"), f"vCenter '{vm.vcenter}' is not in vcenters (declared: {declared})")
-            host = self.host(vm.host)
-            if host is not None and self.vcenter_of(host.name) != vm.vcenter:
+            if vm.host in by_host and by_host[vm.host] != vm.vcenter:
                 raise self.error(("vms", i, "vcenter"), f"VM '{vm.name}' is in vCenter '{vm.vcenter}' but its host "
-                                 f"'{vm.host}' is in '{self.vcenter_of(host.name)}'")
+                                 f"'{vm.host}' is in '{by_host[vm.host]}'")
 
     def _check_guests(self, vms: dict[str, int]) -> None:
         if self.guests is None:
