@@ -183,3 +183,38 @@ def test_connect_warns_through_the_callers_callback_when_tls_is_off(mocker, inse
     assert warnings == ([
         "TLS certificate verification is OFF for https://vc.example/sdk: anyone on the network path can "
         "impersonate vCenter and read the password"] if insecure else [])
+
+
+def test_apply_over_two_vcenters_locks_and_acts_in_each_through_its_own_session(mocker, tmp_path):
+    """Issue 27: each vCenter's hosts are locked in that vCenter, and each host and VM is changed
+    (its intents recorded) through its own vCenter's session; the guests through none."""
+    from tests.unit.test_runbook_vcenters import TWO
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(TWO.split("guests:")[0])
+    sessions = {"east": SimpleNamespace(name="east"), "west": SimpleNamespace(name="west")}
+    mocker.patch.object(runs, "connect_all", return_value=nullcontext((sessions, {})))
+    mocker.patch.object(runs, "read_all", side_effect=lambda reached: {n: Inventory(source=n) for n in reached})
+    locked = []
+
+    def locks(session, hosts, run, journal=None):
+        locked.append((session.name, sorted(hosts)))
+        return nullcontext(mocker.Mock(name="HostLocks"))
+
+    @contextmanager
+    def remote(book, access, parallel=8):
+        yield None, {}, {}
+
+    mocker.patch.object(runs, "HostLocks", side_effect=locks)
+    mocker.patch.object(runs, "remote", side_effect=remote)
+    mocker.patch.object(runs, "make_plan", return_value=(Plan(changes=[CHANGE]), "desired"))
+    mocker.patch.object(runs, "check_allowed")
+    outcome = SimpleNamespace(done={}, failed={}, skipped={}, seconds=0.1)
+    apply_plan = mocker.patch.object(runs, "apply_plan", return_value=outcome)
+    runs.apply_runbook(path, runs.Access(state_dir=tmp_path))
+    assert locked == [("east", ["esx-e1"]), ("west", ["esx-w1"])]
+    context, regions = apply_plan.call_args.args[2], apply_plan.call_args.kwargs["regions"]
+    assert context.session is None  # guests: no vCenter
+    assert {t: (c.session.name, c.inventory.source, c.intents.session.name) for t, c in regions.items()} == {
+        "esx-e1": ("east", "east", "east"), "vm-e1": ("east", "east", "east"),
+        "esx-w1": ("west", "west", "west"), "vm-w1": ("west", "west", "west")}
