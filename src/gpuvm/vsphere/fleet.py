@@ -9,15 +9,18 @@ one vCenter (`vcenter:`, the short form) nothing changes: its failure is the run
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+import pickle
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from gpuvm.errors import ConnectError
+from gpuvm.errors import ConnectError, GpuvmError
 from gpuvm.runbook.model import Runbook
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.inventory import read_inventory
-from gpuvm.vsphere.session import Session
+from gpuvm.secrets import redact
+from gpuvm.vsphere.session import Session, Target
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -44,11 +47,33 @@ def each(items: Mapping[str, T], work: Callable[[T], R]) -> tuple[dict[str, R], 
 
 
 def read_all(reached: Mapping[str, Session]) -> dict[str, Inventory]:
-    """Every vCenter's inventory, read at once (one request each, plus paging)."""
-    inventories, failed = each(reached, read_inventory)
-    if failed:  # reached a moment ago: a vCenter gone now fails the run, not just its targets
-        raise next(iter(failed.values()))
+    """Every vCenter's inventory, read at once (one request each, plus paging). Several are read in
+    child processes, one each: decoding an answer is Python work, which threads would take in turns."""
+    if len(reached) == 1:
+        return {name: read_inventory(session) for name, session in reached.items()}
+    fork = multiprocessing.get_context("fork")  # the child has the code loaded: no start-up to pay
+    with ProcessPoolExecutor(max_workers=len(reached), mp_context=fork) as pool:
+        futures = {name: pool.submit(_read_alone, session.target) for name, session in reached.items()}
+    inventories = {}
+    for name, future in futures.items():
+        kind, value = future.result()
+        if kind != "ok":  # reached a moment ago: a vCenter gone now fails the run, not just its targets
+            raise (ConnectError if kind == "connect" else GpuvmError)(value)
+        inventories[name] = pickle.loads(value)
     return inventories
+
+
+def _read_alone(target: Target) -> tuple[str, Any]:
+    """In a child process: log in (its own session: the parent's connections are not shared), read,
+    log out. The inventory pickled, or the error's kind and message (an exception's own pickling may
+    not carry it over)."""
+    try:
+        with Session(target) as session:
+            return "ok", pickle.dumps(read_inventory(session), protocol=pickle.HIGHEST_PROTOCOL)
+    except ConnectError as e:
+        return "connect", str(e)
+    except Exception as e:  # one line for the user, never a traceback from a child
+        return "error", f"{target.url}: reading the inventory failed: {redact(str(e) or type(e).__name__)}"
 
 
 @dataclass
