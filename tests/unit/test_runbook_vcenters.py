@@ -74,3 +74,31 @@ def test_a_wrong_vcenter_reference_names_file_line_field(tmp_path, old, new, exp
 def test_a_named_vcenter_in_a_one_vcenter_runbook_is_refused(tmp_path):
     with pytest.raises(InputError, match=r":3: hosts\[0\]\.vcenter: vCenter 'east' is not declared"):
         _load(tmp_path, "vcenter: {url: https://vc.example.com/sdk}\nhosts:\n  - {name: esx-01, vcenter: east}\n")
+
+
+def test_a_vcenters_missing_password_is_named_at_its_own_entry_before_any_login(tmp_path, monkeypatch, mocker):
+    from gpuvm import runs
+
+    for key in ("GOVC_URL", "GOVC_USERNAME", "GOVC_PASSWORD"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("EAST_PASSWORD", "east-secret")
+    monkeypatch.delenv("WEST_PASSWORD", raising=False)
+    book = _load(tmp_path, TWO.replace("password_env: EAST_PASSWORD}", "password_env: EAST_PASSWORD, user: u}")
+                 .replace("password_env: WEST_PASSWORD}", "password_env: WEST_PASSWORD, user: u}"))
+    session = mocker.patch.object(runs, "Session")
+    with pytest.raises(InputError, match=r"fleet\.yaml:3: vcenters\[1\]\.password_env: .*WEST_PASSWORD"):
+        with runs.connect_all(book, runs.Access()):
+            pass
+    session.assert_not_called()  # settings are checked for every vCenter before anyone is contacted
+
+
+def test_validate_leaves_govc_url_alone_when_every_vcenter_names_its_url(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+
+    monkeypatch.setenv("GOVC_URL", "ftp://nowhere")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(TWO)
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0 and "valid (2 host(s), 2 VM(s))" in result.output, result.output
