@@ -47,14 +47,16 @@ def each(items: Mapping[str, T], work: Callable[[T], R]) -> tuple[dict[str, R], 
 
 
 def read_all(reached: Mapping[str, Session]) -> dict[str, Inventory]:
-    """Every vCenter's inventory, read at once (one request each, plus paging). Several are read in
-    child processes, one each: decoding an answer is Python work, which threads would take in turns."""
-    if len(reached) == 1:
-        return {name: read_inventory(session) for name, session in reached.items()}
+    """Every vCenter's inventory, read at once (one request each, plus paging). With several, the
+    first is read here and the others in child processes, one each: decoding an answer is Python
+    work, which threads would take in turns."""
+    first, *others = reached
+    if not others:
+        return {first: read_inventory(reached[first])}
     fork = multiprocessing.get_context("fork")  # the child has the code loaded: no start-up to pay
-    with ProcessPoolExecutor(max_workers=len(reached), mp_context=fork) as pool:
-        futures = {name: pool.submit(_read_alone, session.target) for name, session in reached.items()}
-    inventories = {}
+    with ProcessPoolExecutor(max_workers=len(others), mp_context=fork) as pool:
+        futures = {name: pool.submit(_read_alone, reached[name].target) for name in others}
+        inventories = {first: read_inventory(reached[first])}  # while the children read theirs
     for name, future in futures.items():
         kind, value = future.result()
         if kind != "ok":  # reached a moment ago: a vCenter gone now fails the run, not just its targets
