@@ -75,3 +75,13 @@ def test_a_clone_uses_its_own_vcenters_template_and_datastore_of_a_name_every_vc
     plan, desired = engine.make_plan(book, Fleet({"east": east, "west": west}))
     created = [c for c in plan.changes if c.target == "vm-w2" and c.step == "vm.lifecycle"]
     assert created and created[0].action.clone.template == "ubuntu", plan.changes
+
+
+def test_every_vcenter_down_leaves_every_target_unobserved_and_nothing_read(tmp_path):
+    from gpuvm.vsphere.fleet import read_all
+
+    book = _book(tmp_path)
+    down = {name: ConnectError(f"https://vc-{name}/sdk: cannot connect") for name in ("east", "west")}
+    fleet = Fleet.of(book, read_all({}), down)
+    plan, _ = engine.make_plan(book.part(), fleet)
+    assert set(plan.unobserved) == {"esx-e1", "vm-e1", "esx-w1", "vm-w1"} and not plan.changes

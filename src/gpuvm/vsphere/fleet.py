@@ -8,18 +8,18 @@ one vCenter (`vcenter:`, the short form) nothing changes: its failure is the run
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 import multiprocessing
 import pickle
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gpuvm.errors import ConnectError, GpuvmError
 from gpuvm.runbook.model import Runbook
+from gpuvm.secrets import redact
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.inventory import read_inventory
-from gpuvm.secrets import redact
 from gpuvm.vsphere.session import Session, Target
 
 T = TypeVar("T")
@@ -50,6 +50,8 @@ def read_all(reached: Mapping[str, Session]) -> dict[str, Inventory]:
     """Every vCenter's inventory, read at once (one request each, plus paging). With several, the
     first is read here and the others in child processes, one each: decoding an answer is Python
     work, which threads would take in turns."""
+    if not reached:  # every vCenter down: nothing to read, every target not observed
+        return {}
     first, *others = reached
     if not others:
         return {first: read_inventory(reached[first])}
