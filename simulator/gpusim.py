@@ -89,6 +89,7 @@ class Simulator:
         workdir: str | Path | None = None,
         username: str = DEFAULT_USERNAME,
         password: str = DEFAULT_PASSWORD,
+        host_prefix: str = "",
     ) -> None:
         self.hosts = hosts
         self.vms_per_host = vms_per_host
@@ -112,6 +113,7 @@ class Simulator:
         self.binary = Path(binary) if binary else binary_path()
         self.username = username
         self.password = password
+        self.host_prefix = host_prefix  # before every host's (and so VM's) name: one of several vCenters
         self._workdir_arg = Path(workdir) if workdir else None
         self._tmpdir: tempfile.TemporaryDirectory | None = None
         self.workdir: Path | None = None
@@ -138,6 +140,8 @@ class Simulator:
         ]
         if self.tls and self.cert_file is not None:
             cmd.append(f"-cert-out={self.cert_file}")
+        if self.host_prefix:
+            cmd.append(f"-host-prefix={self.host_prefix}")
         if self.on_reboot:
             cmd.append(f"-on-reboot={self.on_reboot}")
         if self.on_power_on:

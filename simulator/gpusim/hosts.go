@@ -161,6 +161,7 @@ type gpusim struct {
 	onPowerOn   string
 	datastoreGB int
 	cloneDiskGB int
+	hostPrefix  string                                  // before every host's name (-host-prefix)
 	clones      map[types.ManagedObjectReference]string // cloned VM -> its datastore
 
 	mu    sync.Mutex
@@ -183,7 +184,7 @@ func (g *gpusim) buildHosts() error {
 	}
 	for i, ref := range cluster.Host {
 		hs := simulator.Map.Get(ref).(*simulator.HostSystem)
-		name := fmt.Sprintf("esx-%02d", i+1)
+		name := g.hostPrefix + fmt.Sprintf("esx-%02d", i+1)
 		g.configureHost(hs, name)
 	}
 	// remove any standalone hosts the model made (none with Host=0)

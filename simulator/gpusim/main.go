@@ -51,6 +51,7 @@ type options struct {
 	mig               multiFlag
 	vgpuManager       multiFlag
 	vmVersion         string
+	hostPrefix        string
 }
 
 func parseFlags() *options {
@@ -79,6 +80,7 @@ func parseFlags() *options {
 	flag.StringVar(&o.onReboot, "on-reboot", "", "command run (via sh -c, with GPUSIM_HOST set) when a host reboots, e.g. to reboot a test host's ESXi shell")
 	flag.Var(&o.mig, "mig", "HOST=all or HOST=0,1: GPUs (by index in PCI order) in MIG mode, for MIG-backed vGPU (repeatable)")
 	flag.Var(&o.vgpuManager, "vgpu-manager", "HOST=VERSION or HOST=none: the NVIDIA vGPU manager the host runs (default "+defaultManager+"; none: no vGPU types, vGPU VMs do not power on; repeatable)")
+	flag.StringVar(&o.hostPrefix, "host-prefix", "", "put before every host's name (and so its VMs'): several simulators standing for the vCenters of one fleet")
 	flag.StringVar(&o.vmVersion, "vm-version", "vmx-19", "hardware version of the VMs created (ESXi 7.0 U2 and later: vmx-19)")
 	flag.Parse()
 	return o
@@ -126,7 +128,8 @@ func run(o *options) error {
 	defer model.Remove()
 
 	g := &gpusim{gpu: gpu, rebind: o.rebind, faults: faults, hosts: map[string]*gpuHost{}, onReboot: o.onReboot,
-		onPowerOn: o.onPowerOn, datastoreGB: o.datastoreGB, cloneDiskGB: o.cloneDiskGB, clones: map[types.ManagedObjectReference]string{}}
+		onPowerOn: o.onPowerOn, datastoreGB: o.datastoreGB, cloneDiskGB: o.cloneDiskGB, clones: map[types.ManagedObjectReference]string{},
+		hostPrefix: o.hostPrefix}
 	if err := g.buildHosts(); err != nil {
 		return err
 	}

@@ -38,6 +38,7 @@ from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, esxi_vgpu_manager, g
                          vm_version)
 from gpuvm.steps.base import Context, Options, Step, WhileOff
 from gpuvm.vsphere.facts import Inventory
+from gpuvm.vsphere.fleet import Fleet
 
 STEPS: list[Step] = [
     esxi_vgpu_manager.STEP,  # the NVIDIA host driver, before the steps that read its nvidia-smi
@@ -131,25 +132,38 @@ def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[
     return changes
 
 
-def make_plan(runbook: Runbook, inventory: Inventory, cluster: Cluster | None = None,
-              facts: Facts | None = None, unreachable: Mapping[str, Exception | str] | None = None
-              ) -> tuple[Plan, Desired]:
+def make_plan(runbook: Runbook, inventory: Inventory | Fleet, cluster: Cluster | None = None,
+              facts: Facts | None = None, unreachable: Mapping[str, Exception | str] | None = None) -> tuple[Plan, Desired]:
     """The plan reads no history: what gpuvm owns is on the objects (`HostFacts.owned`, intents).
-    SSH targets in `unreachable` (→ why: `observe_reachable`'s errors) are not observed: the plan
-    lists them and is incomplete."""
-    desired = resolve(runbook, inventory, esxi_topology.discovered(facts or {}))
-    plan = Plan(notes=list(desired.notes) + outstanding(inventory, desired.hosts, desired.vms),
-                unobserved={name: str(why) for name, why in (unreachable or {}).items()})
+    SSH targets in `unreachable` (→ why: `observe_reachable`'s errors) are not observed: the plan lists them and is incomplete.
+    With several vCenters (a `Fleet`), each vCenter's hosts and VMs are resolved and planned against
+    its own inventory, the guests across all; the targets of a vCenter not reached are not observed."""
+    fleet = inventory if isinstance(inventory, Fleet) else Fleet({"": inventory})
+    nvlink = esxi_topology.discovered(facts or {})
+    regions = [(part, known, resolve(part, known, nvlink)) for part, known in fleet.parts(runbook)]
+    desired = regions[0][2] if len(regions) == 1 else \
+        Desired(hosts={n: h for _, _, d in regions for n, h in d.hosts.items()},
+                vms={n: v for _, _, d in regions for n, v in d.vms.items()},
+                notes=[note for _, _, d in regions for note in d.notes])
+    inventory = fleet.merged(runbook)  # after resolve: it adds the clones to be made to their vCenter's VMs
+    plan = Plan(notes=desired.notes + [note for _, known, d in regions for note in outstanding(known, d.hosts, d.vms)],
+                unobserved={name: str(why) for name, why in (unreachable or {}).items()} | fleet.unobserved)
     if cluster is None and (runbook.guests or any(h.ssh for h in runbook.hosts)):
         plan.notes.append(Note("-", "plan", "SSH steps (ESXi shell, guests) are not planned from a snapshot",
                                level="info"))
     ctx = Context(inventory=inventory, cluster=cluster, planned=plan.changes)
+    in_vcenter = [(Context(inventory=known, cluster=cluster, planned=plan.changes), d) for _, known, d in regions]
     for step in STEPS:
-        plan.changes.extend(plan_step(step, ctx, desired, facts or {}))
+        if step.role in ("host", "vm") and len(in_vcenter) > 1:  # each vCenter's targets against its own inventory
+            for region_ctx, region_desired in in_vcenter:
+                plan.changes.extend(plan_step(step, region_ctx, region_desired, facts or {}))
+        else:
+            plan.changes.extend(plan_step(step, ctx, desired, facts or {}))
     plan.notes.extend(reboot_memo.notes(reboot_memo.repeats(plan.changes, inventory)))  # a reboot that did not help
     roles = {n: t.role for n, t in cluster.targets.items()} if cluster is not None else {}
     plan.notes += [unobserved_note(name, roles.get(name, "guest"), why, plan, inventory)
                    for name, why in (unreachable or {}).items()]
+    plan.notes += [Note(name, "observe", why) for name, why in fleet.unobserved.items()]
     return plan, desired
 
 
@@ -237,27 +251,40 @@ def _unseen_hosts(ctx: Context) -> set[str]:
 class _Runner:
     """Applies one step's changes: journal, progress, per-target errors."""
 
-    def __init__(self, step: Step, ctx: Context, journal: Journal, progress: Progress | None, targets: dict[str, Any]):
+    def __init__(self, step: Step, ctx: Context, journal: Journal, progress: Progress | None, targets: dict[str, Any],
+                 regions: Mapping[str, Context] | None = None):
         self.step, self.ctx, self.journal, self.progress, self.targets = step, ctx, journal, progress, targets
+        self.regions = regions or {}  # host or VM → the context of its vCenter (several vCenters)
         ctx.say = self._say  # a long step's own progress lines (guest.docker's build and ship)
 
     def __call__(self, item: tuple[str, list[Change]]) -> None:
         target, changes = item
-        check_lease(self.ctx, f"{self.step.name} on {target}")
+        ctx = self.regions.get(target, self.ctx)
+        check_lease(ctx, f"{self.step.name} on {target}")
         self._start(target, changes)
         try:
-            self.step.apply(self.ctx, self.targets[target], changes)
+            self.step.apply(ctx, self.targets[target], changes)
         except Exception as error:
             self._finish(target, changes, error)
             raise
         self._finish(target, changes, None)
 
     def all(self, by_target: dict[str, list[Change]], parallel: int) -> dict[str, Exception]:
-        """Apply through the step's `apply_all` (it orders its targets); failures by target."""
+        """Apply through the step's `apply_all` (it orders its targets), once per vCenter; failures by target."""
+        groups: dict[int, tuple[Context, dict[str, list[Change]]]] = {}
+        for target, changes in by_target.items():
+            ctx = self.regions.get(target, self.ctx)
+            groups.setdefault(id(ctx), (ctx, {}))[1][target] = changes
+        failures: dict[str, Exception] = {}
+        for ctx, group in groups.values():
+            failures |= self._all(ctx, group, parallel)
+        return failures
+
+    def _all(self, ctx: Context, by_target: dict[str, list[Change]], parallel: int) -> dict[str, Exception]:
         for target, changes in by_target.items():
             self._start(target, changes)
         try:
-            failures = self.step.apply_all(self.ctx, by_target, parallel)  # type: ignore[misc]
+            failures = self.step.apply_all(ctx, by_target, parallel)  # type: ignore[misc]
         except Exception as error:  # the step itself broke: every target failed with it
             failures = {target: error for target in by_target}
         for target, changes in by_target.items():
@@ -307,14 +334,16 @@ def _run_order() -> list[Step | None]:
 
 
 def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int = 8,
-               progress: Progress | None = None, keep: Keep | None = None) -> Outcome:
+               progress: Progress | None = None, keep: Keep | None = None,
+               regions: Mapping[str, Context] | None = None) -> Outcome:
     """Every change, step by step; the journal records the run's start and end (interrupted too).
-    `keep` narrows what guests are planned again to (`--target`)."""
+    `keep` narrows what guests are planned again to (`--target`). `regions`: with several vCenters,
+    each host's and VM's context (its vCenter's session, inventory, intents); `ctx` serves the rest."""
     outcome = Outcome()
     start = time.monotonic()
     journal.record("run-start", changes=len(plan.changes))
     try:
-        _apply_steps(plan, desired, ctx, journal, parallel, progress, outcome, keep)
+        _apply_steps(plan, desired, ctx, journal, parallel, progress, outcome, keep, regions or {})
     except BaseException as e:  # Ctrl-C or SIGTERM (cli.common makes it a KeyboardInterrupt), a journal not written
         try:
             journal.record("run-end", interrupted=type(e).__name__, failed=len(outcome.failed),
@@ -328,11 +357,14 @@ def apply_plan(plan: Plan, desired: Desired, ctx: Context, journal: Journal, par
 
 
 def _apply_steps(plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int,
-                 progress: Progress | None, outcome: Outcome, keep: Keep | None) -> None:
-    run = _StepRun(plan, desired, ctx, journal, parallel, progress, outcome)
-    ctx.while_off = WhileOff(frozenset(s.name for s in _while_off_steps()), run.while_off)
+                 progress: Progress | None, outcome: Outcome, keep: Keep | None, regions: Mapping[str, Context]) -> None:
+    run = _StepRun(plan, desired, ctx, journal, parallel, progress, outcome, regions)
+    leased = [ctx, *{id(c): c for c in regions.values()}.values()]
+    for each_ctx in leased:  # a reboot in any vCenter changes its VMs while they are off
+        each_ctx.while_off = WhileOff(frozenset(s.name for s in _while_off_steps()), run.while_off)
     for step in _run_order():
-        check_lease(ctx, f"step {step.name}" if step else "observing the guests again")
+        for each_ctx in leased:
+            check_lease(each_ctx, f"step {step.name}" if step else "observing the guests again")
         if step is None:
             run.failed_targets |= _replan_guests(plan, desired, ctx, journal, outcome, parallel, progress, keep)
         else:
@@ -353,8 +385,8 @@ class _StepRun:
     depends on it. Thread-safe: `while_off` is called from the hosts a reboot batch handles at once."""
 
     def __init__(self, plan: Plan, desired: Desired, ctx: Context, journal: Journal, parallel: int,
-                 progress: Progress | None, outcome: Outcome):
-        self.plan, self.desired, self.ctx, self.journal = plan, desired, ctx, journal
+                 progress: Progress | None, outcome: Outcome, regions: Mapping[str, Context]):
+        self.plan, self.desired, self.ctx, self.journal, self.regions = plan, desired, ctx, journal, regions
         self.parallel, self.progress, self.outcome = parallel, progress, outcome
         self.failed_targets: set[str] = set()
         self.unseen_hosts = _unseen_hosts(ctx)
@@ -380,7 +412,8 @@ class _StepRun:
                     runnable[target] = (target, changes)
         if not runnable:
             return set(by_target)
-        runner = _Runner(step, self.ctx, self.journal, self.progress, targets_of(step, self.desired, self.ctx.cluster))
+        runner = _Runner(step, self.ctx, self.journal, self.progress, targets_of(step, self.desired, self.ctx.cluster),
+                         self.regions)
         if step.apply_all is not None:  # the step orders its targets itself (build once, then ship)
             failures = runner.all({t: changes for t, (_, changes) in runnable.items()}, self.parallel)
         else:

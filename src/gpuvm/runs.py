@@ -9,6 +9,7 @@ place that drives the engine (`make_plan`, `apply_plan`, ...).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 
 from gpuvm.apply_options import ApplyOptions
 from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_reachable, raise_failures
-from gpuvm.errors import ConnectError, DriftError, TargetFailures
+from gpuvm.errors import ConnectError, DriftError, InputError, TargetFailures, listed
 from gpuvm.journal import Journal, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.outstanding import STEP as OUTSTANDING
@@ -25,12 +26,13 @@ from gpuvm.plan import Note, Plan
 from gpuvm.desired import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
-from gpuvm.runbook.model import Runbook
+from gpuvm.runbook.model import DEFAULT_VCENTER, Runbook
 from gpuvm.runbook.setups import select_setup
 from gpuvm.steps import reboot_memo
 from gpuvm.steps.base import Context, Options
 from gpuvm.targeting import Scope, select
 from gpuvm.vsphere.facts import Inventory
+from gpuvm.vsphere.fleet import Fleet, each, read_all
 from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.lock import HostLocks
@@ -57,25 +59,68 @@ def connect(runbook: Runbook, access: Access) -> Iterator[Session]:
     """The runbook's vCenter session, logged in (out on exit). A bad setting, or a login or TLS
     failure, names the runbook's file:line of the vcenter field responsible."""
     with ExitStack() as stack:
-        target = resolve_target(runbook.vcenter, access.insecure, lambda field: runbook.where(tuple(field.split("."))))
-        if target.insecure:
-            (access.warn or _log.warning)(f"TLS certificate verification is OFF for {target.url}: "
-                                          "anyone on the network path can impersonate vCenter and read the password")
-        try:
-            session = stack.enter_context(Session(target))
-        except ConnectError as e:
-            if e.field is None or getattr(runbook.vcenter, e.field) is None:  # from govc's variables
-                raise
-            raise ConnectError(f"{runbook.where(('vcenter', e.field))}: {e}", e.field) from None
-        yield session
+        yield _login(runbook, DEFAULT_VCENTER, _target(runbook, DEFAULT_VCENTER, access), stack)
+
+
+def _target(runbook: Runbook, name: str, access: Access) -> Target:
+    """Where and as whom to log in to vCenter `name` (its settings checked: file:line of a bad one)."""
+    loc = runbook.vcenter_loc(name)
+    target = resolve_target(runbook.all_vcenters[name], access.insecure,
+                            lambda field: runbook.where(loc + tuple(field.split(".")[1:])))
+    if target.insecure:
+        (access.warn or _log.warning)(f"TLS certificate verification is OFF for {target.url}: "
+                                      "anyone on the network path can impersonate vCenter and read the password")
+    return target
+
+
+def _login(runbook: Runbook, name: str, target: Target, stack: ExitStack) -> Session:
+    """A session to vCenter `name`, logged out when `stack` closes; a failure names the field responsible."""
+    config = runbook.all_vcenters[name]
+    try:
+        return stack.enter_context(Session(target))
+    except ConnectError as e:
+        if e.field is None or getattr(config, e.field) is None:  # from govc's variables
+            raise
+        raise ConnectError(f"{runbook.where(runbook.vcenter_loc(name) + (e.field,))}: {e}", e.field) from None
+
+
+@contextmanager
+def connect_all(runbook: Runbook, access: Access) -> Iterator[tuple[dict[str, Session], dict[str, ConnectError]]]:
+    """A session to every vCenter of the runbook, logged in at once: (sessions by vCenter name, those
+    not reached → why). Every vCenter's settings are checked first. One vCenter: `connect`."""
+    if not runbook.vcenters:
+        with connect(runbook, access) as session:
+            yield {DEFAULT_VCENTER: session}, {}
+        return
+    targets = {name: _target(runbook, name, access) for name in runbook.all_vcenters}
+    with ExitStack() as stack:
+        guard = threading.Lock()  # logins run in threads; the stack is shared
+
+        def login(name: str) -> Session:
+            with ExitStack() as own:
+                session = _login(runbook, name, targets[name], own)
+                with guard:
+                    stack.push(own.pop_all())
+                return session
+
+        yield each({name: name for name in targets}, login)
+
+
+def observe_fleet(runbook: Runbook, access: Access, snapshot: Path | None = None) -> Fleet:
+    """Every vCenter's inventory, read live at once (or one vCenter's from a snapshot)."""
+    if snapshot is not None:
+        if len(runbook.vcenters) > 1:
+            raise InputError(f"--snapshot: a snapshot holds one vCenter's inventory; {runbook.file} names "
+                             f"{len(runbook.vcenters)} ({listed(runbook.all_vcenters)})")
+        return Fleet({DEFAULT_VCENTER: Inventory.load(snapshot)})
+    with connect_all(runbook, access) as (sessions, down):
+        return Fleet.of(runbook, read_all(sessions), down)
 
 
 def observe_inventory(runbook: Runbook, access: Access, snapshot: Path | None = None) -> Inventory:
-    """The inventory: from a snapshot file, or read live from vCenter in one request."""
-    if snapshot is not None:
-        return Inventory.load(snapshot)
-    with connect(runbook, access) as session:
-        return read_inventory(session)
+    """The inventory: from a snapshot file, or read live from vCenter in one request (several
+    vCenters: theirs, merged)."""
+    return observe_fleet(runbook, access, snapshot).merged(runbook)
 
 
 @contextmanager
@@ -121,13 +166,18 @@ def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, se
     snapshot, vSphere only; else live, SSH steps too."""
     book = select_setup(load_runbook(runbook), setup)
     select(book, targets)  # unknown names refused before anything is read
-    inventory = observe_inventory(book, access, snapshot)
+    fleet = observe_fleet(book, access, snapshot)
     if snapshot is not None:
-        plan, _ = make_plan(book, inventory)
-        return narrowed(plan, book, targets, inventory)[0]
-    with remote(book, access) as (cluster, facts, down):
-        plan, _ = make_plan(book, inventory, cluster, facts, down)
-    return narrowed(plan, book, targets, inventory)[0]
+        plan, _ = make_plan(book, fleet)
+        return narrowed(plan, book, targets, fleet.merged(book))[0]
+    with remote(reached(book, fleet), access) as (cluster, facts, down):
+        plan, _ = make_plan(reached(book, fleet), fleet, cluster, facts, down)
+    return narrowed(plan, book, targets, fleet.merged(book))[0]
+
+
+def reached(book: Runbook, fleet: Fleet) -> Runbook:
+    """The runbook without the hosts, VMs and guests of the vCenters not reached (not observed)."""
+    return book.part(*fleet.inventories) if fleet.unobserved else book
 
 
 @dataclass
@@ -208,20 +258,27 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
     """`apply_runbook` for a runbook already loaded (a campaign's setup is built, not read)."""
     select(book, targets)  # unknown names refused before anything is touched
     journal = Journal(make_state_dir(access.state_dir))
-    hosts = {h.name for h in book.hosts} | {vm.host for vm in book.vms}
-    with (connect(book, access) as session, HostLocks(session, hosts, journal.run_id, journal=journal) as locks,
-          remote(book, access, options.parallel) as (cluster, seen, down)):
-        facts = read_inventory(session)  # read under the lock: what no other run is changing now
-        plan, desired = make_plan(book, facts, cluster, seen, down)
+    with ExitStack() as stack:
+        sessions, lost = stack.enter_context(connect_all(book, access))
+        locks = [stack.enter_context(HostLocks(session, _hosts(book.part(name) if book.vcenters else book),
+                                               journal.run_id, journal=journal))
+                 for name, session in sessions.items()]
+        fleet = Fleet.of(book, read_all(sessions), lost)  # read under the locks: what no other run is changing now
+        live = reached(book, fleet)
+        cluster, seen, down = stack.enter_context(remote(live, access, options.parallel))
+        plan, desired = make_plan(live, fleet, cluster, seen, down)
+        facts = fleet.merged(book)
         plan, scope = narrowed(plan, book, targets, facts)
         if scope is not None:
             down = {name: why for name, why in down.items() if scope.covers(name)}
         if show_plan is not None:
             show_plan(plan)
-        intents = IntentStore(session, journal.run_id)
+        intents = {name: IntentStore(session, journal.run_id) for name, session in sessions.items()}
         if not down:  # every guest observed: a host with nothing waiting has nothing left to reboot for
-            reboot_memo.settle(intents, session, plan.changes, facts,
-                               [h.name for h in book.hosts if scope is None or scope.covers(h.name)])
+            for name, session in sessions.items():
+                part = live.part(name) if book.vcenters else live
+                reboot_memo.settle(intents[name], session, plan.changes, fleet.inventories[name],
+                                   [h.name for h in part.hosts if scope is None or scope.covers(h.name)])
         if plan.empty and not down:
             return Applied(plan)
         reboot_memo.refuse(reboot_memo.repeats(plan.changes, facts), options.allow_repeat_reboot)
@@ -231,17 +288,30 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
         steps = Options(allow_power_off=options.allow_power_off, allow_host_reboot=options.allow_host_reboot,
                         shutdown_timeout=options.shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
                         max_unavailable=options.max_unavailable)
-        context = Context(session, facts, steps, cluster, down, planned=plan.changes, journal=journal,
-                          intents=intents)
-        outcome = apply_plan(plan, desired, context, journal, options.parallel, progress, keep=scope)
-        locks.check("the end of the run")  # a lease lost during the last step: exit 8, not a list of refusals
+        contexts = {name: Context(session, fleet.inventories[name], steps, cluster, down, planned=plan.changes,
+                                  journal=journal, intents=intents[name]) for name, session in sessions.items()}
+        if len(contexts) == 1 and not lost:
+            context, regions = next(iter(contexts.values())), {}
+        else:  # each host and VM through its own vCenter; the guests through none
+            context = Context(None, facts, steps, cluster, down, planned=plan.changes, journal=journal)
+            regions = {target: contexts[name] for name in contexts
+                       for target in [*(h.name for h in live.part(name).hosts), *(v.name for v in live.part(name).vms)]}
+        outcome = apply_plan(plan, desired, context, journal, options.parallel, progress, keep=scope, regions=regions)
+        for each_lock in locks:
+            each_lock.check("the end of the run")  # a lease lost during the last step: exit 8, not a list of refusals
     return Applied(plan, outcome, journal.path)
+
+
+def _hosts(book: Runbook) -> set[str]:
+    """The hosts a run locks: the runbook's, and those its VMs are on."""
+    return {h.name for h in book.hosts} | {vm.host for vm in book.vms}
 
 
 def plan_loaded(book: Runbook, access: Access) -> tuple[Plan, Desired]:
     """The live plan of a loaded runbook and the desired state it was made for (to check flags)."""
-    with connect(book, access) as session, remote(book, access) as (cluster, seen, down):
-        return make_plan(book, read_inventory(session), cluster, seen, down)
+    fleet = observe_fleet(book, access)
+    with remote(reached(book, fleet), access) as (cluster, seen, down):
+        return make_plan(reached(book, fleet), fleet, cluster, seen, down)
 
 
 class PlanDrift(DriftError):
@@ -298,10 +368,11 @@ def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targ
     hosts, VMs and guests (the mesh's pairs are checked when every guest is targeted)."""
     book = select_setup(load_runbook(runbook), setup)
     selection = select(book, targets)  # unknown names refused before anything is read
-    inventory = observe_inventory(book, access)
+    fleet = observe_fleet(book, access)
+    inventory = fleet.merged(book)
     chosen = selection.targets(inventory) if selection else None
-    with remote(book, access) as (cluster, facts, down):
-        plan, _ = make_plan(book, inventory, cluster, facts, down)
+    with remote(reached(book, fleet), access) as (cluster, facts, down):
+        plan, _ = make_plan(reached(book, fleet), fleet, cluster, facts, down)
         if selection is not None:
             plan = selection.drift(plan, inventory)
         held = [note for note in plan.notes if note.step == OUTSTANDING]  # an interrupted run's unfinished acts

@@ -1,4 +1,4 @@
-"""`--target NAME`: plan, apply or verify some hosts, VMs and guests only.
+"""`--target NAME`: plan, apply or verify some hosts, VMs and guests only (or a vCenter's: all its hosts).
 
 A host implies its VMs and their guests (and its ESXi shell); a VM implies its guest (guests are
 named after their VM). What the targets left out would have to do first is never half-done: a
@@ -61,11 +61,17 @@ def select(runbook: Runbook, names: Sequence[str]) -> Selection | None:
         return None
     hosts = {h.name for h in runbook.hosts} | {vm.host for vm in runbook.vms}
     vms = {vm.name for vm in runbook.vms} | {g.vm for g in (runbook.guests.hosts if runbook.guests else [])}
-    unknown = [n for n in dict.fromkeys(names) if n not in hosts | vms]
+    vcenters = {vc.name for vc in runbook.vcenters}  # a vCenter's name: all its hosts (and so their VMs)
+    unknown = [n for n in dict.fromkeys(names) if n not in hosts | vms | vcenters]
     if unknown:
+        known_vcenters = f"; vCenters: {', '.join(sorted(vcenters))}" if vcenters else ""
         raise InputError(f"--target {', '.join(unknown)}: no host, VM or guest of that name in {runbook.file} "
-                         f"(hosts: {', '.join(sorted(hosts)) or 'none'}; VMs and guests: {', '.join(sorted(vms)) or 'none'})")
-    return Selection(frozenset(names), {vm.name: vm.host for vm in runbook.vms})
+                         f"(hosts: {', '.join(sorted(hosts)) or 'none'}; VMs and guests: {', '.join(sorted(vms)) or 'none'}"
+                         f"{known_vcenters})")
+    expanded = [h for n in names if n in vcenters and n not in hosts | vms
+                for h in sorted({h.name for h in runbook.part(n).hosts} | {vm.host for vm in runbook.part(n).vms})]
+    chosen = [n for n in names if n not in vcenters or n in hosts | vms] + expanded
+    return Selection(frozenset(chosen), {vm.name: vm.host for vm in runbook.vms})
 
 
 def vms_by_host(selection: Selection, inventory: Inventory) -> set[tuple[str, str | None]]:

@@ -11,6 +11,8 @@ import pytest
 
 from gpuvm import runs
 from gpuvm.apply_options import ApplyOptions
+from gpuvm.runbook.model import DEFAULT_VCENTER, Runbook
+from gpuvm.vsphere.fleet import Fleet
 from gpuvm.errors import DriftError, InputError, TargetFailures
 from gpuvm.plan import Change, Plan
 from gpuvm.vsphere.facts import Inventory
@@ -22,7 +24,7 @@ CHANGE = Change("vm.hardware", "train-01", "vm", "cpus", 4, 8)
 def _book(mesh: bool = False):
     guests = SimpleNamespace(ssh_mesh=SimpleNamespace(enabled=mesh)) if mesh else None
     return SimpleNamespace(guests=guests, hosts=[SimpleNamespace(name="esx-02")], vms=[SimpleNamespace(host="esx-01")],
-                           ssh=SimpleNamespace(boot_timeout=42.0), vcenter=None)
+                           ssh=SimpleNamespace(boot_timeout=42.0), vcenter=None, vcenters=[])
 
 
 @pytest.fixture
@@ -30,6 +32,7 @@ def world(mocker, monkeypatch, tmp_path):
     """A runbook, an inventory, and SSH targets whose cluster and reachability the test sets."""
     state = SimpleNamespace(book=_book(), cluster=None, facts={}, down={}, inventory=Inventory(), session=object(),
                             locked=None)
+    state.fleet = Fleet({DEFAULT_VCENTER: state.inventory})  # one vCenter, the short form
     monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
 
     def locks(session, hosts, run, journal=None):
@@ -43,9 +46,9 @@ def world(mocker, monkeypatch, tmp_path):
         yield state.cluster, state.facts, state.down
 
     mocker.patch.object(runs, "load_runbook", side_effect=lambda path: state.book)
-    mocker.patch.object(runs, "observe_inventory", side_effect=lambda book, access, snapshot=None: state.inventory)
+    mocker.patch.object(runs, "observe_fleet", side_effect=lambda book, access, snapshot=None: state.fleet)
     mocker.patch.object(runs, "connect", side_effect=lambda book, access: nullcontext(state.session))
-    mocker.patch.object(runs, "read_inventory", side_effect=lambda session: state.inventory)
+    mocker.patch.object(runs, "read_all", side_effect=lambda sessions: {name: state.inventory for name in sessions})
     mocker.patch.object(runs, "remote", side_effect=remote)
     mocker.patch.object(runs, "HostLocks", side_effect=locks)
     return state
@@ -93,7 +96,7 @@ def test_verify_checks_the_mesh_of_every_guest(world, mocker):
 def test_plan_from_a_snapshot_plans_without_ssh(world, mocker, tmp_path):
     make_plan = mocker.patch.object(runs, "make_plan", return_value=(Plan(), None))
     runs.plan_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), snapshot=Path("lab.json"))
-    make_plan.assert_called_once_with(world.book, world.inventory)
+    make_plan.assert_called_once_with(world.book, world.fleet)
     runs.remote.assert_not_called()
 
 
@@ -104,7 +107,7 @@ def test_plan_live_passes_unreachable_guests_to_the_planner_and_reads_no_journal
     plan = Plan(changes=[CHANGE])
     make_plan = mocker.patch.object(runs, "make_plan", return_value=(plan, None))
     assert runs.plan_runbook(RUNBOOK, runs.Access(state_dir=tmp_path)) is plan
-    make_plan.assert_called_once_with(world.book, world.inventory, world.cluster, world.facts, world.down)
+    make_plan.assert_called_once_with(world.book, world.fleet, world.cluster, world.facts, world.down)
 
 
 def test_apply_with_nothing_to_do_shows_the_plan_and_asks_nothing(world, mocker):
@@ -176,8 +179,43 @@ def test_connect_warns_through_the_callers_callback_when_tls_is_off(mocker, inse
     mocker.patch.object(runs, "resolve_target", return_value=target)
     session = mocker.patch.object(runs, "Session")
     warnings: list[str] = []
-    with runs.connect(_book(), runs.Access(insecure=insecure, warn=warnings.append)):
+    with runs.connect(Runbook(), runs.Access(insecure=insecure, warn=warnings.append)):
         session.assert_called_once_with(target)
     assert warnings == ([
         "TLS certificate verification is OFF for https://vc.example/sdk: anyone on the network path can "
         "impersonate vCenter and read the password"] if insecure else [])
+
+
+def test_apply_over_two_vcenters_locks_and_acts_in_each_through_its_own_session(mocker, tmp_path):
+    """Issue 27: each vCenter's hosts are locked in that vCenter, and each host and VM is changed
+    (its intents recorded) through its own vCenter's session; the guests through none."""
+    from tests.unit.test_runbook_vcenters import TWO
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(TWO.split("guests:")[0])
+    sessions = {"east": SimpleNamespace(name="east"), "west": SimpleNamespace(name="west")}
+    mocker.patch.object(runs, "connect_all", return_value=nullcontext((sessions, {})))
+    mocker.patch.object(runs, "read_all", side_effect=lambda reached: {n: Inventory(source=n) for n in reached})
+    locked = []
+
+    def locks(session, hosts, run, journal=None):
+        locked.append((session.name, sorted(hosts)))
+        return nullcontext(mocker.Mock(name="HostLocks"))
+
+    @contextmanager
+    def remote(book, access, parallel=8):
+        yield None, {}, {}
+
+    mocker.patch.object(runs, "HostLocks", side_effect=locks)
+    mocker.patch.object(runs, "remote", side_effect=remote)
+    mocker.patch.object(runs, "make_plan", return_value=(Plan(changes=[CHANGE]), "desired"))
+    mocker.patch.object(runs, "check_allowed")
+    outcome = SimpleNamespace(done={}, failed={}, skipped={}, seconds=0.1)
+    apply_plan = mocker.patch.object(runs, "apply_plan", return_value=outcome)
+    runs.apply_runbook(path, runs.Access(state_dir=tmp_path))
+    assert locked == [("east", ["esx-e1"]), ("west", ["esx-w1"])]
+    context, regions = apply_plan.call_args.args[2], apply_plan.call_args.kwargs["regions"]
+    assert context.session is None  # guests: no vCenter
+    assert {t: (c.session.name, c.inventory.source, c.intents.session.name) for t, c in regions.items()} == {
+        "esx-e1": ("east", "east", "east"), "vm-e1": ("east", "east", "east"),
+        "esx-w1": ("west", "west", "west"), "vm-w1": ("west", "west", "west")}

@@ -77,7 +77,7 @@ def validate(runbook: Path = RUNBOOK) -> None:
 
     book = load(runbook)
     govc_url = os.environ.get("GOVC_URL")
-    if book.vcenter is not None and not book.vcenter.url and govc_url and (problem := url_problem(govc_url)):
+    if any(not vc.url for vc in book.all_vcenters.values()) and govc_url and (problem := url_problem(govc_url)):
         raise InputError(f"GOVC_URL (the runbook names no vcenter.url): {shown(without_password(govc_url))} {problem}")
     typer.echo(f"{runbook}: valid ({len(book.hosts)} host(s), {len(book.vms)} VM(s))")
 

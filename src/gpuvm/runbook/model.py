@@ -72,6 +72,15 @@ class VCenter(Strict):
         return value
 
 
+class NamedVCenter(VCenter):
+    """One of several vCenters (`vcenters:`): hosts and VMs name theirs with `vcenter: <name>`."""
+
+    name: Name  # how hosts and VMs name it (vcenter: <name>), and a --target for all its hosts and VMs
+
+
+DEFAULT_VCENTER = "default"  # the name of the one vCenter of a runbook that gives `vcenter:` (or neither)
+
+
 def url_problem(url: str) -> str | None:
     """Why `url` cannot be a vCenter address (None when it can): scheme, host and port checked."""
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
@@ -216,6 +225,7 @@ class SshSettings(Strict):
 
 class Host(Strict):
     name: Name  # as named in vCenter
+    vcenter: Name | None = None  # the vCenter it is in (a name in vcenters); needed with several
     passthrough: list[PciSelector] = []  # devices to enable for PCI passthrough
     graphics: GraphicsMode | None = None  # shared_direct: needed for NVIDIA vGPU
     allow_maintenance: bool = False  # may gpuvm enter maintenance mode ...
@@ -320,6 +330,7 @@ class CloudInit(Strict):
 class Vm(Strict):
     name: Name  # as named in vCenter
     host: Name  # the host it runs on (a clone is made there)
+    vcenter: Name | None = None  # the vCenter it is in; default: its host's
     cpus: int | None = Field(default=None, ge=1, le=768)  # at most the host's logical CPUs
     memory_gb: int | None = Field(default=None, ge=1, le=24576)  # fully reserved when the VM has passthrough devices
     firmware: Literal["efi", "bios"] = "efi"  # GPU passthrough needs efi
@@ -628,6 +639,7 @@ class Runbook(Strict):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
     vcenter: VCenter = VCenter()  # where and how gpuvm logs in to vCenter
+    vcenters: list[NamedVCenter] = []  # several vCenters, each named (instead of vcenter)
     topology: TopologyPolicy = "warn"  # GPUs of a VM on one NUMA node, in NVLink pairs, its NICs on their node
     hosts: list[Host] = []  # the ESXi hosts gpuvm configures
     vms: list[Vm] = []  # the VMs gpuvm configures; a missing one with a template is created
@@ -672,11 +684,52 @@ class Runbook(Strict):
     def host(self, name: str) -> Host | None:
         return next((h for h in self.hosts if h.name == name), None)
 
+    @property
+    def all_vcenters(self) -> dict[str, VCenter]:
+        """Every vCenter of the runbook by name: `vcenters`, or `vcenter` named "default"."""
+        if self.vcenters:
+            return {vc.name: vc for vc in self.vcenters}
+        return {DEFAULT_VCENTER: self.vcenter}
+
+    def vcenter_loc(self, name: str) -> tuple[str | int, ...]:
+        """Where a vCenter's settings are in the runbook ('vcenter', or 'vcenters', i)."""
+        index = next((i for i, vc in enumerate(self.vcenters) if vc.name == name), None)
+        return ("vcenter",) if index is None else ("vcenters", index)
+
+    def vcenter_of(self, target: str) -> str:
+        """The vCenter of a host, VM or guest of the runbook (checked: `check_references`)."""
+        by_host = self.vcenters_by_host()
+        vm = next((v for v in self.vms if v.name == target), None) if target not in by_host else None
+        return by_host.get(vm.host if vm is not None else target, self._first_vcenter())
+
+    def vcenters_by_host(self) -> dict[str, str]:
+        """Each declared host's vCenter."""
+        first = self._first_vcenter()
+        return {h.name: h.vcenter or first for h in self.hosts}
+
+    def _first_vcenter(self) -> str:
+        return self.vcenters[0].name if self.vcenters else DEFAULT_VCENTER
+
+    def part(self, *vcenters: str) -> "Runbook":
+        """This runbook with only these vCenters' hosts, VMs and their guests (its other settings kept)."""
+        by_host = self.vcenters_by_host()
+        first = self._first_vcenter()
+        hosts = [h for h in self.hosts if by_host[h.name] in vcenters]
+        vms = [v for v in self.vms if by_host.get(v.host, first) in vcenters]
+        names = {v.name for v in vms}
+        guests = self.guests
+        if guests is not None:
+            guests = guests.model_copy(update={"hosts": [g for g in guests.hosts if g.vm in names]})
+        part = self.model_copy(update={"hosts": hosts, "vms": vms, "guests": guests})
+        part._file, part._locator, part._digest = self._file, self._locator, self._digest
+        return part
+
     def strict_topology(self, vm: Vm) -> bool:
         return (vm.topology or self.topology) == "strict"
 
     def check_references(self) -> None:
         """Checks that need only the runbook: unique names, VMs on declared hosts."""
+        self._check_vcenters()
         seen: dict[str, int] = {}
         for i, host in enumerate(self.hosts):
             if host.name in seen:
@@ -704,6 +757,42 @@ class Runbook(Strict):
         self._check_guests(vms)
         if self.benchmarks is not None:
             check_benchmarks(self, local=not (self.guests and self.guests.hosts))
+
+    def _check_vcenters(self) -> None:
+        """`vcenter` or `vcenters`; names unique; every host and VM names a declared vCenter (with
+        several), a VM its host's. Host and VM names are unique across all vCenters (targets are
+        named by them alone)."""
+        if not self.vcenters:
+            for loc, item in [*((("hosts", i), h) for i, h in enumerate(self.hosts)),
+                              *((("vms", i), v) for i, v in enumerate(self.vms))]:
+                if item.vcenter not in (None, DEFAULT_VCENTER):
+                    raise self.error(loc + ("vcenter",), f"vCenter '{item.vcenter}' is not declared (the runbook "
+                                     "gives one vcenter; name several under vcenters)")
+            return
+        if "vcenter" in self.model_fields_set:
+            raise self.error(("vcenter",), "give vcenter (one) or vcenters (several), not both")
+        names: dict[str, int] = {}
+        for i, vc in enumerate(self.vcenters):
+            if vc.name in names:
+                raise self.error(("vcenters", i, "name"), f"vCenter '{vc.name}' is declared twice "
+                                 f"(also vcenters[{names[vc.name]}])")
+            names[vc.name] = i
+        declared = listed(names)
+        for i, host in enumerate(self.hosts):
+            if host.vcenter is None and len(names) > 1:
+                raise self.error(("hosts", i, "vcenter"), f"host '{host.name}' names no vCenter (one of: {declared})")
+            if host.vcenter is not None and host.vcenter not in names:
+                raise self.error(("hosts", i, "vcenter"), f"vCenter '{host.vcenter}' is not in vcenters "
+                                 f"(declared: {declared})")
+        by_host = self.vcenters_by_host()
+        for i, vm in enumerate(self.vms):
+            if vm.vcenter is None:
+                continue
+            if vm.vcenter not in names:
+                raise self.error(("vms", i, "vcenter"), f"vCenter '{vm.vcenter}' is not in vcenters (declared: {declared})")
+            if vm.host in by_host and by_host[vm.host] != vm.vcenter:
+                raise self.error(("vms", i, "vcenter"), f"VM '{vm.name}' is in vCenter '{vm.vcenter}' but its host "
+                                 f"'{vm.host}' is in '{by_host[vm.host]}'")
 
     def _check_guests(self, vms: dict[str, int]) -> None:
         if self.guests is None:

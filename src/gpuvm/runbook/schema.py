@@ -101,9 +101,18 @@ _FIELD = re.compile(r"^\s{4}([A-Za-z_][A-Za-z0-9_]*)\s*:")
 
 def field_comments(model: type[BaseModel]) -> dict[str, str]:
     """Each field's comment in the class body: the one on its line (or its continuation lines), else
-    the comment lines right above it."""
+    the comment lines right above it. A field a base model declares has the base's comment."""
+    found: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if isinstance(cls, type) and issubclass(cls, BaseModel) and cls.__module__ != BaseModel.__module__:
+            found |= _own_comments(cls, model)
+    return found
+
+
+def _own_comments(cls: type[BaseModel], model: type[BaseModel]) -> dict[str, str]:
+    """The comments of `model`'s fields in the body of `cls` (itself or one of its bases)."""
     try:
-        source = inspect.getsource(model)
+        source = inspect.getsource(cls)
     except (OSError, TypeError):
         return {}
     lines = source.splitlines()

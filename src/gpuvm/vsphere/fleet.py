@@ -1,0 +1,112 @@
+"""Several vCenters in one run: a session to each, logged in in parallel; their inventories, read in
+parallel; and `Fleet`, what the engine plans across them.
+
+A vCenter that cannot be reached (no answer, TLS or login refused) does not stop the others: its
+hosts, VMs and guests are "not observed" (exit 3), as an SSH target that does not answer is. With
+one vCenter (`vcenter:`, the short form) nothing changes: its failure is the run's error.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from gpuvm.errors import ConnectError, GpuvmError
+from gpuvm.executors.group import run_group
+from gpuvm.runbook.model import Runbook
+from gpuvm.secrets import redact
+from gpuvm.vsphere.facts import Inventory
+from gpuvm.vsphere.inventory import read_inventory
+from gpuvm.vsphere.session import Session, Target
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def each(items: Mapping[str, T], work: Callable[[T], R]) -> tuple[dict[str, R], dict[str, ConnectError]]:
+    """`work` on every item at once (one thread each: vCenters are few), results and connection
+    failures by name; any other error is raised (the first, in the items' order)."""
+    if len(items) == 1:  # one vCenter: no thread, its error as it was
+        ((name, item),) = items.items()
+        return {name: work(item)}, {}
+    outcome = run_group(items, work, len(items), name="vcenter")
+    failed = {name: error for name, error in outcome.failed.items() if isinstance(error, ConnectError)}
+    for name, error in outcome.failed.items():
+        if name not in failed:
+            raise error
+    return dict(outcome.ok), failed
+
+
+def read_all(reached: Mapping[str, Session]) -> dict[str, Inventory]:
+    """Every vCenter's inventory, read at once (one request each, plus paging). With several, the
+    first is read here and the others in child processes, one each: decoding an answer is Python
+    work, which threads would take in turns."""
+    if not reached:  # every vCenter down: nothing to read, every target not observed
+        return {}
+    first, *others = reached
+    if not others:
+        return {first: read_inventory(reached[first])}
+    fork = multiprocessing.get_context("fork")  # the child has the code loaded: no start-up to pay
+    with ProcessPoolExecutor(max_workers=len(others), mp_context=fork) as pool:
+        futures = {name: pool.submit(_read_alone, reached[name].target) for name in others}
+        inventories = {first: read_inventory(reached[first])}  # while the children read theirs
+    for name, future in futures.items():
+        kind, value = future.result()
+        if kind != "ok":  # reached a moment ago: a vCenter gone now fails the run, not just its targets
+            raise (ConnectError if kind == "connect" else GpuvmError)(value)
+        inventories[name] = pickle.loads(value)
+    return inventories
+
+
+def _read_alone(target: Target) -> tuple[str, Any]:
+    """In a child process: log in (its own session: the parent's connections are not shared), read,
+    log out. The inventory pickled, or the error's kind and message (an exception's own pickling may
+    not carry it over)."""
+    try:
+        with Session(target) as session:
+            return "ok", pickle.dumps(read_inventory(session), protocol=pickle.HIGHEST_PROTOCOL)
+    except ConnectError as e:
+        return "connect", str(e)
+    except Exception as e:  # one line for the user, never a traceback from a child
+        return "error", f"{target.url}: reading the inventory failed: {redact(str(e) or type(e).__name__)}"
+
+
+@dataclass
+class Fleet:
+    """The inventories of a runbook's vCenters, by vCenter name, and the targets of those not reached."""
+
+    inventories: dict[str, Inventory]
+    unobserved: dict[str, str] = field(default_factory=dict)  # hosts, VMs, guests of vCenters not reached → why
+
+    @classmethod
+    def of(cls, book: Runbook, inventories: dict[str, Inventory], down: Mapping[str, Exception]) -> "Fleet":
+        unobserved: dict[str, str] = {}
+        for name, error in down.items():
+            part = book.part(name)
+            why = f"vCenter {name} not reached: {error}"
+            unobserved |= {h.name: why for h in part.hosts} | {v.name: why for v in part.vms}
+        return cls(inventories, unobserved)
+
+    def parts(self, book: Runbook) -> list[tuple[Runbook, Inventory]]:
+        """Each vCenter's part of the runbook with its inventory (one vCenter: the runbook itself)."""
+        if len(self.inventories) == 1 and not self.unobserved:
+            return [(book, next(iter(self.inventories.values())))]
+        return [(book.part(name), inventory) for name, inventory in self.inventories.items()]
+
+    def merged(self, book: Runbook) -> Inventory:
+        """One inventory of every vCenter: the runbook's hosts and VMs from their own vCenter (what the
+        steps that span vCenters read: outstanding acts, reboot memos, unobserved guests' VMs)."""
+        if len(self.inventories) == 1:
+            return next(iter(self.inventories.values()))
+        merged = Inventory(source=", ".join(i.source for i in self.inventories.values()))
+        for name, inventory in self.inventories.items():
+            part = book.part(name)
+            mine = {h.name for h in part.hosts} | {v.host for v in part.vms} | {v.name for v in part.vms}
+            for kind in ("hosts", "vms", "templates", "datastores", "folders", "pools", "networks"):
+                into, source = getattr(merged, kind), getattr(inventory, kind)
+                into.update({k: v for k, v in source.items() if k in mine or k not in into})
+        return merged

@@ -1,0 +1,104 @@
+"""Several vCenters in one runbook (`vcenters:`): names, references, and each error at file:line: field."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpuvm.errors import InputError
+from gpuvm.runbook.loader import load_runbook
+
+TWO = """\
+vcenters:
+  - {name: east, url: https://vc-east.example.com/sdk, password_env: EAST_PASSWORD}
+  - {name: west, url: https://vc-west.example.com/sdk, password_env: WEST_PASSWORD}
+hosts:
+  - {name: esx-e1, vcenter: east}
+  - {name: esx-w1, vcenter: west}
+vms:
+  - {name: vm-e1, host: esx-e1}
+  - {name: vm-w1, host: esx-w1, vcenter: west}
+guests:
+  hosts:
+    - {vm: vm-e1, ssh: {address: 10.0.0.1}}
+    - {vm: vm-w1, ssh: {address: 10.0.0.2}}
+"""
+
+
+def _load(tmp_path, text):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    return load_runbook(path)
+
+
+def test_each_host_vm_and_guest_belongs_to_its_vcenter(tmp_path):
+    book = _load(tmp_path, TWO)
+    assert list(book.all_vcenters) == ["east", "west"]
+    assert [book.vcenter_of(n) for n in ("esx-e1", "vm-e1", "esx-w1", "vm-w1")] == ["east", "east", "west", "west"]
+    west = book.part("west")
+    assert [h.name for h in west.hosts] == ["esx-w1"] and [v.name for v in west.vms] == ["vm-w1"]
+    assert [g.vm for g in west.guests.hosts] == ["vm-w1"]
+    assert west.where(("vcenters", 1, "url")).startswith(f"{tmp_path / 'fleet.yaml'}:3:")  # errors still point into the file
+
+
+def test_one_vcenter_is_the_short_form_named_default(tmp_path):
+    book = _load(tmp_path, "vcenter: {url: https://vc.example.com/sdk}\nhosts:\n  - {name: esx-01, vcenter: default}\n")
+    assert list(book.all_vcenters) == ["default"] and book.vcenter_of("esx-01") == "default"
+
+
+CASES = [
+    ("{name: esx-w1, vcenter: west}", "{name: esx-w1, vcenter: north}",
+     r":6: hosts\[1\]\.vcenter: vCenter 'north' is not in vcenters \(declared: east, west\)"),
+    ("{name: esx-w1, vcenter: west}", "{name: esx-w1}", r":6: hosts\[1\]\.vcenter: host 'esx-w1' names no vCenter \(one of: east, west\)"),
+    ("host: esx-w1, vcenter: west}", "host: esx-w1, vcenter: east}",
+     r":9: vms\[1\]\.vcenter: VM 'vm-w1' is in vCenter 'east' but its host 'esx-w1' is in 'west'"),
+    ("host: esx-w1, vcenter: west}", "host: esx-w1, vcenter: south}", r":9: vms\[1\]\.vcenter: vCenter 'south' is not in vcenters"),
+    ("  - {name: west,", "  - {name: east,", r":3: vcenters\[1\]\.name: vCenter 'east' is declared twice \(also vcenters\[0\]\)"),
+    ("vcenters:\n", "vcenter: {url: https://vc.example.com/sdk}\nvcenters:\n", r":1: vcenter: give vcenter \(one\) or vcenters"),
+    ("{name: esx-w1, vcenter: west}", "{name: esx-e1, vcenter: west}", r":6: hosts\[1\]\.name: host 'esx-e1' is declared twice"),
+    ("  - {name: west,", "  - {name: 'we st',", r":3: vcenters\[1\]\.name: 'we st' is not a valid name"),
+    ("  - {name: west, ", "  - {", r":3: vcenters\[1\]\.name: required field is missing"),
+]
+
+
+@pytest.mark.parametrize("old,new,expected", CASES, ids=[c[2][:50] for c in CASES])
+def test_a_wrong_vcenter_reference_names_file_line_field(tmp_path, old, new, expected):
+    assert old in TWO
+    with pytest.raises(InputError) as caught:
+        _load(tmp_path, TWO.replace(old, new, 1))
+    assert caught.value.exit_code == 2
+    assert re.search(expected, str(caught.value)), str(caught.value)
+
+
+def test_a_named_vcenter_in_a_one_vcenter_runbook_is_refused(tmp_path):
+    with pytest.raises(InputError, match=r":3: hosts\[0\]\.vcenter: vCenter 'east' is not declared"):
+        _load(tmp_path, "vcenter: {url: https://vc.example.com/sdk}\nhosts:\n  - {name: esx-01, vcenter: east}\n")
+
+
+def test_a_vcenters_missing_password_is_named_at_its_own_entry_before_any_login(tmp_path, monkeypatch, mocker):
+    from gpuvm import runs
+
+    for key in ("GOVC_URL", "GOVC_USERNAME", "GOVC_PASSWORD"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("EAST_PASSWORD", "east-secret")
+    monkeypatch.delenv("WEST_PASSWORD", raising=False)
+    book = _load(tmp_path, TWO.replace("password_env: EAST_PASSWORD}", "password_env: EAST_PASSWORD, user: u}")
+                 .replace("password_env: WEST_PASSWORD}", "password_env: WEST_PASSWORD, user: u}"))
+    session = mocker.patch.object(runs, "Session")
+    with pytest.raises(InputError, match=r"fleet\.yaml:3: vcenters\[1\]\.password_env: .*WEST_PASSWORD"):
+        with runs.connect_all(book, runs.Access()):
+            pass
+    session.assert_not_called()  # settings are checked for every vCenter before anyone is contacted
+
+
+def test_validate_leaves_govc_url_alone_when_every_vcenter_names_its_url(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+
+    monkeypatch.setenv("GOVC_URL", "ftp://nowhere")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(TWO)
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0 and "valid (2 host(s), 2 VM(s))" in result.output, result.output
