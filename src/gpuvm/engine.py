@@ -423,7 +423,7 @@ def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: 
     while waiting and time.monotonic() < deadline:
         for name in sorted(waiting):
             try:
-                cluster.targets[name].executor.run(["true"], timeout=30)
+                cluster.executors[name].run(["true"], timeout=30)
             except GpuvmError:
                 continue
             waiting.discard(name)

@@ -1,8 +1,8 @@
 """The one step contract: a `Step` names its targets' role and provides observe, plan and apply.
 
 Every verb takes the step's *target*, the per-target desired state: a `DesiredHost` (role
-"host"), a `DesiredVm` ("vm"), or a `RemoteTarget` (an ESXi shell, "esxi", or a guest OS,
-"guest"); each has a `.name`.
+"host"), a `DesiredVm` ("vm"), a `DesiredEsxi` (an ESXi shell, "esxi") or a `DesiredGuest` (a
+guest OS, "guest"); each has a `.name`. SSH steps run commands through `ctx.cluster` (`remote.run`).
 
 - `wanted(target)`: whether the runbook asks this step of the target at all (default: yes).
 - `observe(ctx, target) -> fact`: read the world. vSphere steps take their slice of the one bulk

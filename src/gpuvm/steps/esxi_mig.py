@@ -13,7 +13,8 @@ from gpuvm.errors import InputError, RemoteCommandError
 from gpuvm.mig import MigLayoutError, select
 from gpuvm.parsers.nvidia_smi import MigMode, parse_mig_query_csv
 from gpuvm.plan import Change, Disruption
-from gpuvm.remote import RemoteTarget, run
+from gpuvm.desired.ssh import DesiredEsxi
+from gpuvm.remote import run
 from gpuvm.steps.base import Context, Step
 
 NAME = "esxi.mig"
@@ -25,20 +26,19 @@ class EnableMig:
     gpu: int
 
 
-def wanted(target: RemoteTarget) -> bool:
-    return target.host is not None and target.host.mig is not None
+def wanted(target: DesiredEsxi) -> bool:
+    return target.mig is not None
 
 
-def observe(ctx: Context, target: RemoteTarget) -> list[MigMode]:
+def observe(ctx: Context, target: DesiredEsxi) -> list[MigMode]:
     return parse_mig_query_csv(run(target, ctx.cluster, QUERY).stdout)
 
 
-def plan(target: RemoteTarget, fact: list[MigMode]) -> list[Change]:
-    host = target.host
-    assert host is not None and host.mig is not None
+def plan(target: DesiredEsxi, fact: list[MigMode]) -> list[Change]:
+    assert target.mig is not None
     modes = {m.index: m for m in fact}
     try:
-        indices = select(host.mig, sorted(modes))
+        indices = select(target.mig, sorted(modes))
     except MigLayoutError as e:
         raise target.error(NAME, ("mig",), str(e)) from None
     return [c for i in indices for c in _plan_gpu(target.name, modes[i])]
@@ -58,7 +58,7 @@ def _plan_gpu(name: str, gpu: MigMode) -> list[Change]:
     return []
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredEsxi, changes: list[Change]) -> None:
     for change in changes:
         if not isinstance(change.action, EnableMig):
             continue  # enabled before, waiting for the reboot

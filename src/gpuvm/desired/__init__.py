@@ -1,0 +1,1 @@
+from gpuvm.desired.ssh import DesiredEsxi, DesiredGuest
