@@ -6,8 +6,9 @@ A case gives a target and a fact, and what the step must make of them:
     desired: {...}        # vSphere steps: the DesiredHost / DesiredVm
     inventory: {...}      # vSphere steps whose fact is not their inventory slice: that slice,
                           # or {hosts: [...], vms: [...]} where the step reads more of the inventory
-    runbook: {...}        # SSH steps: the runbook (hosts, vms, guests) the target comes from ...
-    target: gpu-vm-01     # ... and the target's name in it
+    esxi: {...}           # esxi.* steps: the DesiredEsxi (name, login, its settings; `where` for errors)
+    guest: {...}          # guest.* steps: the DesiredGuest
+    others: [{...}]       # SSH steps whose apply reaches other targets (the image's builder, the mesh's peers)
     fact: ...             # what the step's observe returns, as data
     changes:              # plan: the changes, in order (omitted keys are not compared)
       - {resource: ..., field: ..., before: ..., after: ..., disruption: host-reboot,
@@ -20,8 +21,6 @@ A case gives a target and a fact, and what the step must make of them:
                                                  # (a list: what successive reads return, the last one repeating)
     calls:                                       # vSphere: every method called on a managed object
       - {object: VirtualMachine:vm-1, method: ReconfigVM_Task, kwargs: {spec: {numCPUs: 8}}}
-
-Strings in expectations may use {image_ref}: the training image's name:tag for the case's runbook.
 """
 
 from __future__ import annotations
@@ -42,11 +41,10 @@ from gpuvm.engine import STEPS
 from gpuvm.errors import InputError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor
-from gpuvm.image import image_ref
+from gpuvm.desired.ssh import DesiredEsxi, DesiredGuest
 from gpuvm.plan import Change
-from gpuvm.remote import RemoteOptions, build_cluster
+from gpuvm.remote import Cluster
 from gpuvm.resolve import DesiredHost, DesiredVm
-from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps.base import Context, Step
 from gpuvm.vsphere.facts import HostFacts, Inventory, VmFacts
 
@@ -76,15 +74,13 @@ def test_case(path: Path, tmp_path: Path, mocker) -> None:
             step.plan(target, fact)
         return
     changes = step.plan(target, fact)
-    subst = _substitutions(ctx)
-    assert [_shown(c, case_change) for c, case_change in zip(changes, case["changes"])] == \
-        [_expand(c, subst) for c in case["changes"]]
+    assert [_shown(c, case_change) for c, case_change in zip(changes, case["changes"])] == case["changes"]
     assert len(changes) == len(case["changes"]), [c.to_dict() for c in changes]
     if "commands" in case:
         fake.responses.update({re.compile(k): _response(v) for k, v in case.get("responses", {}).items()})
         fake.responses[re.compile("")] = _response({})  # anything else succeeds, silently
         _apply(step, ctx, target, changes)
-        assert fake.commands == _expand(case["commands"], subst)
+        assert fake.commands == case["commands"]
     if "calls" in case:
         refs = _mock_session(mocker, ctx, case.get("state", {}))
         for name, module in list(sys.modules.items()):  # no task is left running on any object
@@ -113,11 +109,12 @@ def _target(step: Step, case: dict, tmp_path: Path) -> tuple[Any, Context, FakeE
         else:
             inventory = Inventory(vms={desired.name: VmFacts.model_validate(facts)})
         return desired, Context(inventory=inventory), None
-    path = tmp_path / "runbook.yaml"
-    YAML().dump(case["runbook"], path)  # block style: input errors name real lines
-    fake = FakeExecutor(case["target"])
-    cluster = build_cluster(load_runbook(path), tmp_path, RemoteOptions(executor_factory=lambda name, access: fake))
-    return cluster.targets[case["target"]], Context(cluster=cluster), fake
+    kind = TypeAdapter(DesiredEsxi if step.role == "esxi" else DesiredGuest)
+    target, *others = [kind.validate_python(t) for t in [case[step.role], *case.get("others", [])]]
+    fake = FakeExecutor(target.name)
+    targets = {t.name: t for t in [target, *others]}
+    cluster = Cluster(tmp_path, targets, {name: fake for name in targets})  # one executor records every command
+    return target, Context(cluster=cluster), fake
 
 
 def _fact(step: Step, data: Any) -> Any:
@@ -129,21 +126,6 @@ def _fact(step: Step, data: Any) -> Any:
 
 def _response(data: dict) -> CommandResult:
     return CommandResult("", data.get("exit", 0), data.get("stdout", ""), data.get("stderr", ""))
-
-
-def _substitutions(ctx: Context) -> dict[str, str]:
-    guests = ctx.cluster.runbook.guests if ctx.cluster else None
-    return {"image_ref": image_ref(guests.image)} if guests and guests.image else {}
-
-
-def _expand(value: Any, subst: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        return value.format(**subst) if subst and "{" in value else value
-    if isinstance(value, list):
-        return [_expand(v, subst) for v in value]
-    if isinstance(value, dict):
-        return {k: _expand(v, subst) for k, v in value.items()}
-    return value
 
 
 def _shown(change: Change, expected: dict) -> dict:

@@ -83,7 +83,7 @@ def verify_mesh(cluster: Cluster, parallel: int = 8, among: list[str] | None = N
     One command per guest, every guest at once; within a guest, all its peers are tried at once.
     """
     guests = {n: t for n, t in mesh_guests(cluster).items() if among is None or n in among}
-    peers = [Peer(n, t.access.address, t.access.port, "", "") for n, t in guests.items()]
+    peers = [Peer(n, t.login.address, t.login.port, "", "") for n, t in guests.items()]
 
     def check(target: DesiredGuest) -> list[FailedPair]:
         others = [p for p in peers if p.name != target.name]
