@@ -110,11 +110,25 @@ def _target(step: Step, case: dict, tmp_path: Path) -> tuple[Any, Context, FakeE
             inventory = Inventory(vms={desired.name: VmFacts.model_validate(facts)})
         return desired, Context(inventory=inventory), None
     kind = TypeAdapter(DesiredEsxi if step.role == "esxi" else DesiredGuest)
-    target, *others = [kind.validate_python(t) for t in [case[step.role], *case.get("others", [])]]
+    target, *others = [_known(t, kind.validate_python(t)) for t in [case[step.role], *case.get("others", [])]]
     fake = FakeExecutor(target.name)
     targets = {t.name: t for t in [target, *others]}
     cluster = Cluster(tmp_path, targets, {name: fake for name in targets})  # one executor records every command
     return target, Context(cluster=cluster), fake
+
+
+def _known(data: Any, value: Any) -> Any:
+    """`value`, validated from `data`, once every key of `data` is a field of it (pydantic ignores a
+    misspelt key of a dataclass: the case would test its default)."""
+    if dataclasses.is_dataclass(value) and isinstance(data, dict):
+        unknown = set(data) - {f.name for f in dataclasses.fields(value)}
+        assert not unknown, f"not fields of {type(value).__name__}: {sorted(unknown)}"
+        for key, item in data.items():
+            _known(item, getattr(value, key))
+    elif isinstance(data, list) and isinstance(value, tuple):
+        for item, inner in zip(data, value):
+            _known(item, inner)
+    return value
 
 
 def _fact(step: Step, data: Any) -> Any:
