@@ -3,8 +3,9 @@ same training image on all.
 
 The image is rendered from `templates/Dockerfile.j2`; its tag is the first 12 hex digits of the
 recipe's sha256, so "does this guest have the right image?" is one `docker image inspect` and
-never a build. One guest (the runbook's `image.builder`, else the first guest) builds it; the
-others load the builder's `docker save` — or every guest pulls it when a registry is given.
+never a build. One guest (the runbook's `image.builder`, else the first guest: chosen by
+`resolve_ssh`) builds it; the others load the builder's `docker save` — or every guest pulls it
+when a registry is given.
 Because the builder must go first, the engine applies this step through `apply_all`.
 
 A guest whose daemon is stopped cannot say which runtimes and images it has: the plan starts the
@@ -27,9 +28,8 @@ from gpuvm.errors import GpuvmError, InputError, RemoteCommandError, TargetFailu
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.group import run_parallel
 from gpuvm.plan import Change
-from gpuvm.remote import Cluster, RemoteTarget, run
-from gpuvm.image import Recipe, image_ref, recipe
-from gpuvm.runbook.model import Image, Runbook
+from gpuvm.desired.ssh import DesiredGuest, GuestImage
+from gpuvm.remote import Cluster, run
 from gpuvm.steps.base import Context, Say, Step, quiet
 from gpuvm.ticker import Counted, Ticker, amount, rate
 from gpuvm.untrusted import UntrustedValueError, checked, image_id, shown
@@ -74,20 +74,15 @@ class PlaceImage:
     only_if_missing: bool = False  # the daemon was stopped: done only if, once started, the image is not there
 
 
-def builder_name(runbook: Runbook) -> str:
-    guests = runbook.guests
-    return guests.image.builder or guests.hosts[0].vm  # type: ignore[union-attr]
-
-
-def _image(runbook: Runbook) -> Image:
-    return runbook.guests.image  # type: ignore[union-attr]
+def _image(target: DesiredGuest) -> GuestImage:
+    assert target.image is not None  # wanted
+    return target.image
 
 
 # -- observe ------------------------------------------------------------------------------------
 
-def wanted(target: RemoteTarget) -> bool:
-    guests = target.runbook.guests
-    return target.guest is not None and guests is not None and guests.image is not None
+def wanted(target: DesiredGuest) -> bool:
+    return target.image is not None
 
 
 def _missing(result) -> bool:
@@ -99,7 +94,7 @@ def _said(result: CommandResult) -> str:
     return result.last_line or f"exit {result.exit_code}"
 
 
-def inspect_id(target: RemoteTarget, cluster: Cluster, ref: str) -> str | None:
+def inspect_id(target: DesiredGuest, cluster: Cluster, ref: str) -> str | None:
     """The image id of `ref` on the target; None when it has no such image (or no docker)."""
     result = run(target, cluster, ["docker", "image", "inspect", "--format", "{{.Id}}", ref], check=False)
     if result.ok:
@@ -109,19 +104,19 @@ def inspect_id(target: RemoteTarget, cluster: Cluster, ref: str) -> str | None:
     raise RemoteCommandError(f"{target.name}: {NAME}: cannot inspect image {ref}: {_said(result)}")
 
 
-def observe(ctx: Context, target: RemoteTarget) -> DockerFact:
-    cluster = ctx.cluster
-    ref, builder = image_ref(_image(cluster.runbook)), builder_name(cluster.runbook)
+def observe(ctx: Context, target: DesiredGuest) -> DockerFact:
+    cluster, image = ctx.cluster, _image(target)
+    ref, builder = image.ref, image.builder
     version = run(target, cluster, ["docker", "version", "--format", "{{.Server.Version}}"], check=False)
     if not version.ok or not version.stdout.strip():  # no docker, or its daemon does not answer
         server, error = (None, None) if _missing(version) else ("", _said(version))
-        toolkit = _image(cluster.runbook).gpus and _toolkit(target, cluster)
+        toolkit = image.gpus and _toolkit(target, cluster)
         return DockerFact(server, error, False, toolkit, None, _builder_id(target, cluster, builder, ref))
     runtimes = run(target, cluster, ["docker", "info", "--format", "{{json .Runtimes}}"]).stdout
     nvidia = "nvidia" in parse_runtimes(runtimes)
     own = inspect_id(target, cluster, ref)
     builder_id = own if target.name == builder else _builder_id(target, cluster, builder, ref)
-    toolkit = nvidia or (_image(cluster.runbook).gpus and _toolkit(target, cluster))
+    toolkit = nvidia or (image.gpus and _toolkit(target, cluster))
     server = checked(version.stdout.strip(), "a version", "docker version")
     return DockerFact(server, None, nvidia, toolkit, own, builder_id)
 
@@ -135,12 +130,12 @@ def parse_runtimes(text: str) -> list[str]:
     return sorted(data) if isinstance(data, dict) else []
 
 
-def _toolkit(target: RemoteTarget, cluster: Cluster) -> bool:
+def _toolkit(target: DesiredGuest, cluster: Cluster) -> bool:
     result = run(target, cluster, ["dpkg-query", "-W", "-f", "${Status}", "nvidia-container-toolkit"], check=False)
     return result.ok and "install ok installed" in result.stdout
 
 
-def _builder_id(target: RemoteTarget, cluster: Cluster, builder: str, ref: str) -> str | None:
+def _builder_id(target: DesiredGuest, cluster: Cluster, builder: str, ref: str) -> str | None:
     if target.name == builder:
         return None
     try:
@@ -151,8 +146,9 @@ def _builder_id(target: RemoteTarget, cluster: Cluster, builder: str, ref: str) 
 
 # -- plan (pure) --------------------------------------------------------------------------------
 
-def plan(target: RemoteTarget, fact: DockerFact) -> list[Change]:
-    image, builder = _image(target.runbook), builder_name(target.runbook)
+def plan(target: DesiredGuest, fact: DockerFact) -> list[Change]:
+    image = _image(target)
+    builder = image.builder
     changes: list[Change] = []
     stopped = bool(fact.daemon_error)  # runtimes and images unknown until the daemon runs
     unknown = "unknown: the docker daemon is stopped"
@@ -167,7 +163,7 @@ def plan(target: RemoteTarget, fact: DockerFact) -> list[Change]:
         changes.append(Change(NAME, target.name, "docker runtime nvidia", "present", before,
                               "nvidia-container-toolkit" + (", if missing once the daemon runs" if stopped else ""),
                               action=AddNvidiaRuntime(not fact.toolkit_installed, only_if_missing=stopped)))
-    ref = recipe(image).ref
+    ref = image.ref
     if image.registry:
         how, source = "pull", f"pulled from {image.registry}"
     elif target.name == builder:
@@ -193,7 +189,7 @@ def _placement(changes: list[Change]) -> PlaceImage | None:
     return next((c.action for c in changes if isinstance(c.action, PlaceImage)), None)
 
 
-def _set_up(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
+def _set_up(target: DesiredGuest, changes: list[Change], cluster: Cluster) -> None:
     """Packages, daemon and runtime (root's: through sudo for any login but root's): all but the image.
     A runtime planned while the daemon was stopped is looked at once it runs, before anything is installed."""
     actions = [c.action for c in changes]
@@ -213,7 +209,7 @@ def _set_up(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> No
         run(target, cluster, ["systemctl", "restart", "docker"], sudo=target.root)
 
 
-def _apt_install(target: RemoteTarget, cluster: Cluster, packages: list[str]) -> None:
+def _apt_install(target: DesiredGuest, cluster: Cluster, packages: list[str]) -> None:
     if not packages:
         return
     env = ["env", "DEBIAN_FRONTEND=noninteractive"]
@@ -226,7 +222,7 @@ def _apt_install(target: RemoteTarget, cluster: Cluster, packages: list[str]) ->
         raise RemoteCommandError(f"apt-get install {' '.join(packages)} failed: {_said(result)}{hint}")
 
 
-def _has_nvidia_runtime(target: RemoteTarget, cluster: Cluster) -> bool:
+def _has_nvidia_runtime(target: DesiredGuest, cluster: Cluster) -> bool:
     return "nvidia" in parse_runtimes(run(target, cluster, ["docker", "info", "--format", "{{json .Runtimes}}"]).stdout)
 
 
@@ -241,45 +237,43 @@ def _still_missing(cluster: Cluster, name: str, place: PlaceImage) -> bool:
     return own != inspect_id(cluster.targets[place.builder], cluster, place.ref)
 
 
-def _check_recipe(target: RemoteTarget, place: PlaceImage, cluster: Cluster) -> Recipe:
-    current = recipe(_image(cluster.runbook))
+def _check_recipe(target: DesiredGuest, place: PlaceImage) -> GuestImage:
+    current = _image(target)
     if place.ref != current.ref:
         raise InputError(f"the plan is for image {place.ref} but the runbook "
                          f"now renders {current.ref}; plan again")
     return current
 
 
-def _build(target: RemoteTarget, cluster: Cluster, current: Recipe, say: Say = quiet) -> None:
-    image = _image(cluster.runbook)
+def _build(target: DesiredGuest, cluster: Cluster, image: GuestImage, say: Say = quiet) -> None:
     network = ["--network=host"] if image.build_network == "host" else []
-    with Ticker(lambda line: say(target.name, line), lambda s: f"building image {current.ref}: {s:.0f} s") as tick:
-        run(target, cluster, ["docker", "build", *network, "-t", current.ref, "-"],
-            stdin=current.dockerfile.encode(), timeout=max(cluster.command_timeout, image.build_timeout))
-    say(target.name, f"image {current.ref} built in {tick.elapsed:.0f} s")
+    with Ticker(lambda line: say(target.name, line), lambda s: f"building image {image.ref}: {s:.0f} s") as tick:
+        run(target, cluster, ["docker", "build", *network, "-t", image.ref, "-"],
+            stdin=image.dockerfile.encode(), timeout=max(cluster.command_timeout, image.build_timeout))
+    say(target.name, f"image {image.ref} built in {tick.elapsed:.0f} s")
 
 
-def _pull(target: RemoteTarget, cluster: Cluster, current: Recipe, say: Say = quiet) -> None:
-    image = _image(cluster.runbook)
-    remote = f"{image.registry.rstrip('/')}/{current.ref}"  # type: ignore[union-attr]
+def _pull(target: DesiredGuest, cluster: Cluster, image: GuestImage, say: Say = quiet) -> None:
+    remote = f"{image.registry.rstrip('/')}/{image.ref}"  # type: ignore[union-attr]
     with Ticker(lambda line: say(target.name, line), lambda s: f"pulling {remote}: {s:.0f} s"):
         run(target, cluster, ["docker", "pull", remote], timeout=max(cluster.command_timeout, image.build_timeout))
-    run(target, cluster, ["docker", "tag", remote, current.ref])
+    run(target, cluster, ["docker", "tag", remote, image.ref])
 
 
-def _save(builder: RemoteTarget, cluster: Cluster, ref: str, sink: BinaryIO, say: Say = quiet) -> None:
+def _save(builder: DesiredGuest, cluster: Cluster, ref: str, sink: BinaryIO, say: Say = quiet) -> None:
     counted = Counted(sink)
     with Ticker(lambda line: say(builder.name, line),
                 lambda s: f"saving {ref} from the builder: {rate(counted.bytes, s)}") as tick:
         run(builder, cluster, ["docker", "save", ref], stdout_to=counted,  # type: ignore[arg-type]
-            timeout=max(cluster.command_timeout, _image(cluster.runbook).build_timeout))
+            timeout=max(cluster.command_timeout, _image(builder).build_timeout))
     say(builder.name, f"saved {ref} from the builder: {rate(counted.bytes, tick.elapsed)}")
 
 
-def _load(target: RemoteTarget, cluster: Cluster, saved: Path, stdin_limit: int = STDIN_LIMIT,
+def _load(target: DesiredGuest, cluster: Cluster, saved: Path, stdin_limit: int = STDIN_LIMIT,
           say: Say = quiet) -> None:
     """`docker load` the saved image: on stdin when small, else sent in chunks to a temp file first.
     Progress: bytes sent and rate, every few seconds and at the end."""
-    timeout = max(cluster.command_timeout, _image(cluster.runbook).build_timeout)
+    timeout = max(cluster.command_timeout, _image(target).build_timeout)
     size, sent = saved.stat().st_size, Counted()
     with Ticker(lambda line: say(target.name, line),
                 lambda s: f"shipping image: {rate(sent.bytes, s)} of {amount(size)} sent") as tick:
@@ -291,7 +285,7 @@ def _load(target: RemoteTarget, cluster: Cluster, saved: Path, stdin_limit: int 
     say(target.name, f"image shipped and loaded: {rate(size, tick.elapsed)}")
 
 
-def _load_in_chunks(target: RemoteTarget, cluster: Cluster, saved: Path, timeout: float, sent: Counted) -> None:
+def _load_in_chunks(target: DesiredGuest, cluster: Cluster, saved: Path, timeout: float, sent: Counted) -> None:
     remote = run(target, cluster, ["mktemp", "/tmp/gpuvm-image.XXXXXX"], sudo=False).stdout.strip()
     if not re.fullmatch(r"/tmp/gpuvm-image\.[A-Za-z0-9]{6,}", remote):  # a file name from the guest
         raise UntrustedValueError(f"`mktemp` answered {shown(remote)}, not a /tmp/gpuvm-image.XXXXXX file")
@@ -305,7 +299,7 @@ def _load_in_chunks(target: RemoteTarget, cluster: Cluster, saved: Path, timeout
         run(target, cluster, ["rm", "-f", remote], sudo=False, check=False)
 
 
-def _ship(builder: RemoteTarget, cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget],
+def _ship(builder: DesiredGuest, cluster: Cluster, ref: str, receivers: dict[str, DesiredGuest],
           parallel: int = 4, say: Say = quiet) -> dict[str, Exception]:
     """Save once on the builder into a local temp file, then load it on every receiver (bounded)."""
     if not receivers:
@@ -323,7 +317,7 @@ def _ship(builder: RemoteTarget, cluster: Cluster, ref: str, receivers: dict[str
         return _parallel(receivers, lambda t: _load(t, cluster, saved, say=say), parallel)
 
 
-def _parallel(targets: dict[str, RemoteTarget], fn, parallel: int = 8) -> dict[str, Exception]:
+def _parallel(targets: dict[str, DesiredGuest], fn, parallel: int = 8) -> dict[str, Exception]:
     try:
         run_parallel(targets, fn, parallel)
     except TargetFailures as e:
@@ -347,10 +341,9 @@ def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dic
     return {n: e for n, e in failures.items() if n in names}
 
 
-def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], parallel: int,
+def _copy_to(cluster: Cluster, ref: str, builder: str, receivers: dict[str, DesiredGuest], parallel: int,
              say: Say = quiet) -> dict[str, Exception]:
     """Ship the builder's image to the receivers whose copy differs from it."""
-    builder = builder_name(cluster.runbook)
     try:
         want = inspect_id(cluster.targets[builder], cluster, ref)
     except GpuvmError as e:
@@ -389,10 +382,10 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
         return failures
     first = next(iter(placements))
     try:
-        current = _check_recipe(targets[first], placements[first], cluster)
+        current = _check_recipe(targets[first], placements[first])
     except GpuvmError as e:
         return failures | {n: e for n in placements}
-    by_how: dict[str, dict[str, RemoteTarget]] = {"build": {}, "pull": {}, "copy": {}}
+    by_how: dict[str, dict[str, DesiredGuest]] = {"build": {}, "pull": {}, "copy": {}}
     for name, place in placements.items():
         by_how[place.how][name] = targets[name]
     for name, target in by_how["build"].items():  # the builder: at most one, before any copy
@@ -401,13 +394,13 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
         except Exception as e:
             failures[name] = e
     failures.update(_parallel(by_how["pull"], lambda t: _pull(t, cluster, current, ctx.say), parallel))
-    failures.update(_copy_to(cluster, current.ref, by_how["copy"], min(parallel, 4), ctx.say))
+    failures.update(_copy_to(cluster, current.ref, current.builder, by_how["copy"], min(parallel, 4), ctx.say))
     checked = [n for n in placements if n not in failures]
-    failures.update(_verify(cluster, current.ref, checked, builder_name(cluster.runbook)))
+    failures.update(_verify(cluster, current.ref, checked, current.builder))
     return failures
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
     """This guest alone: set up, then build, pull or fetch the image from the builder."""
     failure = apply_all(ctx, {target.name: changes}, 1).get(target.name)
     if failure is not None:
