@@ -10,7 +10,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from gpuvm.desired import DesiredEsxi, DesiredGuest
-from gpuvm.desired.ssh import DriverInstall, GuestImage, GuestMesh, Login, RdmaStack
+from gpuvm.desired.ssh import DriverInstall, GuestImage, GuestLicence, GuestMesh, Login, RdmaStack, VgpuManager
 from gpuvm.engine import STEPS
 from gpuvm.image import recipe
 from gpuvm.resolve_ssh import resolve_ssh
@@ -81,6 +81,21 @@ def test_the_builder_named_and_what_is_left_out(tmp_path):
     _, bare = _resolved(tmp_path, "hosts: [{name: esx-01}]\nvms: [{name: vm-1, host: esx-01}]\n"
                                   "guests:\n  hosts: [{vm: vm-1, ssh: {address: 10.0.0.1}}]\n")
     assert bare == {"vm-1": DesiredGuest("vm-1", Login("10.0.0.1"), ("guests", "hosts", 0))}
+
+
+def test_the_vgpu_manager_and_the_licence_each_target_needs(tmp_path):
+    bundle = "/vmfs/volumes/ds1/NVD-AIE-800_535.154.02-1OEM.800.1.0.20613240_1.zip"
+    text = RUNBOOK.replace("    ats: true\n", f"    ats: true\n    nvidia_host_driver: {{bundle: {bundle}, "
+                           f"version: 535.154.02, sha256: {SHA}, state: absent}}\n").replace(
+        "{name: gpu-vm-01, host: esx-01}", "{name: gpu-vm-01, host: esx-01, gpus: {mode: passthrough, count: 1}}"
+    ).replace("  ssh_mesh:", "  licensing: {token_file: nls.tok, passthrough: vcs, min_validity: 172800}\n  ssh_mesh:")
+    _, targets = _resolved(tmp_path, text)
+    assert targets["esx-01"].host_driver == VgpuManager(bundle, "535.154.02", SHA, state="absent")
+    assert not targets["esx-01"].runs_manager
+    line = text.splitlines().index("  licensing: {token_file: nls.tok, passthrough: vcs, min_validity: 172800}") + 1
+    assert targets["gpu-vm-01"].licence == GuestLicence(tmp_path / "nls.tok", 4, 172800, 120,
+                                                        f"{tmp_path / 'rb.yaml'}:{line}: guests.licensing.token_file")
+    assert targets["gpu-vm-02"].licence is None  # a VM without GPUs needs no licence
 
 
 def test_an_error_names_the_runbook_line_of_the_field(tmp_path):
