@@ -511,7 +511,7 @@ def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: 
     while waiting and time.monotonic() < deadline:
         for name in sorted(waiting):
             try:
-                cluster.targets[name].executor.run(["true"], timeout=30)
+                cluster.executors[name].run(["true"], timeout=30)
             except HostKeyError:
                 pass  # it answers, with a key gpuvm refuses: the observation that follows says so
             except GpuvmError:

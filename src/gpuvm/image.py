@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpuvm.errors import InputError
-from gpuvm.steps.guest_ssh_mesh.files import IDENTITY as MESH_IDENTITY
 from gpuvm.runbook.model import Image
+from gpuvm.ssh_keys import MESH_IDENTITY
 from gpuvm.templating import environment
 
 HOST_KEYS_DIR = "/etc/ssh/vm"  # where containers see the VM's /etc/ssh (read-only): sshd's host keys

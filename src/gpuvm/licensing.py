@@ -16,9 +16,9 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
+from gpuvm.desired.ssh import GuestLicence
 from gpuvm.errors import DriftError, InputError, RemoteCommandError
 from gpuvm.files import KEY_BYTES, read_capped
 from gpuvm.parsers.nvidia_smi_q import license_state, parse_nvidia_smi_q
@@ -35,19 +35,9 @@ QUERY = ["nvidia-smi", "-q"]
 NO_DRIVER = 9  # nvidia-smi: "couldn't communicate with the NVIDIA driver"
 
 
-@dataclass(frozen=True)
-class WantedLicence:
-    """What the runbook asks of one guest's licensing."""
-
-    token_file: Path  # the client configuration token, on this machine
-    feature_type: int  # gridd.conf's FeatureType
-    min_validity: float  # seconds a licence must still be valid for
-    acquire_timeout: float  # seconds apply waits for nvidia-gridd to report Licensed
-    where: str  # `file:line: field` of the token_file setting, for errors
-
-
-def wanted_licence(runbook: Any, guest: Any) -> WantedLicence | None:
-    """The one place that reads the runbook's licensing settings for a guest: None where the guest
+def wanted_licence(runbook: Any, guest: Any) -> GuestLicence | None:
+    """The one place that reads the runbook's licensing settings for a guest (`resolve_ssh` gives it
+    to the guest's desired state; `bench run` checks it): None where the guest
     needs no licence (no `guests.licensing`, a VM without GPUs, or passthrough GPUs with
     `passthrough: none`, which a data-centre driver runs unlicensed)."""
     licensing = runbook.guests.licensing if runbook.guests is not None else None
@@ -62,11 +52,11 @@ def wanted_licence(runbook: Any, guest: Any) -> WantedLicence | None:
         return None
     path = licensing.token_file.expanduser()
     path = path if path.is_absolute() else runbook.file.parent / path
-    return WantedLicence(path, feature, licensing.min_validity, licensing.acquire_timeout,
+    return GuestLicence(path, feature, licensing.min_validity, licensing.acquire_timeout,
                          runbook.where(("guests", "licensing", "token_file")))
 
 
-def read_token(want: WantedLicence) -> bytes:
+def read_token(want: GuestLicence) -> bytes:
     """The token's bytes, remembered as a secret (masked wherever gpuvm prints or records text)."""
     try:
         data = read_capped(want.token_file, KEY_BYTES, "client configuration token")
@@ -78,7 +68,7 @@ def read_token(want: WantedLicence) -> bytes:
     return data
 
 
-def token_digest(want: WantedLicence) -> str:
+def token_digest(want: GuestLicence) -> str:
     return hashlib.sha256(read_token(want)).hexdigest()
 
 

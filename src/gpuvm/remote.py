@@ -11,39 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+from gpuvm.desired.ssh import DesiredEsxi, DesiredGuest
 from gpuvm.errors import InputError, listed
 from gpuvm.executors.base import Executor
 from gpuvm.files import KEY_BYTES, check_capped
-from gpuvm.runbook.model import Guest, Host, Runbook, SshAccess
+from gpuvm.resolve_ssh import resolve_ssh
+from gpuvm.runbook.model import Runbook, SshAccess
 from gpuvm.secrets import secret_from_env
 
 Role = Literal["esxi", "guest"]
-
-
-@dataclass
-class RemoteTarget:
-    name: str  # the host's name, or the guest's VM name
-    role: Role
-    access: SshAccess
-    executor: Executor
-    runbook: Runbook
-    where: tuple[str | int, ...]  # its entry in the runbook: ("hosts", 0) or ("guests", "hosts", 2)
-    host: Host | None = None
-    guest: Guest | None = None
-
-    @property
-    def sudo(self) -> bool:
-        return self.access.sudo
-
-    @property
-    def root(self) -> bool:
-        """Whether commands that need root go through sudo: unless the login user is root."""
-        return self.sudo or self.access.user != "root"
-
-    def error(self, step: str, loc: tuple[str | int, ...], message: str) -> InputError:
-        """An input error at a field of this target's runbook entry: `file:line: field: step: guest X: …`."""
-        kind = "host" if self.role == "esxi" else "guest"
-        return self.runbook.error(self.where + loc, f"{step}: {kind} {self.name}: {message}")
+SshTarget = DesiredEsxi | DesiredGuest
 
 
 @dataclass
@@ -54,19 +31,25 @@ class RemoteOptions:
 
 @dataclass
 class Cluster:
-    """Everything remote steps share: the runbook, every target, the state directory, timeouts."""
+    """Everything remote steps share: every target's desired state and its connection, the state
+    directory, the known_hosts files, timeouts."""
 
-    runbook: Runbook
     state_dir: Path
-    targets: dict[str, RemoteTarget] = field(default_factory=dict)
+    targets: dict[str, SshTarget] = field(default_factory=dict)  # by name: the steps' targets
+    executors: dict[str, Executor] = field(default_factory=dict)  # by name: how to run commands there
     command_timeout: float = 600
+    own_known_hosts: Path | None = None  # the runbook's `ssh.known_hosts`
 
-    def of_role(self, role: Role) -> dict[str, RemoteTarget]:
+    def of_role(self, role: Role) -> dict[str, SshTarget]:
         return {n: t for n, t in self.targets.items() if t.role == role}
 
+    def known_hosts_files(self) -> list[Path]:
+        """The known_hosts files gpuvm trusts, those that exist: the user's, the state's, the runbook's."""
+        return known_hosts_files(self.own_known_hosts, self.state_dir)
+
     def close(self) -> None:
-        for target in self.targets.values():
-            target.executor.close()
+        for executor in self.executors.values():
+            executor.close()
 
 
 def _relative(runbook: Runbook, path: Path | None) -> Path | None:
@@ -76,9 +59,8 @@ def _relative(runbook: Runbook, path: Path | None) -> Path | None:
     return path if path.is_absolute() else runbook.file.parent / path
 
 
-def known_hosts_files(runbook: Runbook, state_dir: Path) -> list[Path]:
-    """The known_hosts files gpuvm trusts, those that exist: the user's, the state's, the runbook's."""
-    own = _relative(runbook, runbook.ssh.known_hosts)
+def known_hosts_files(own: Path | None, state_dir: Path) -> list[Path]:
+    """The known_hosts files gpuvm trusts, those that exist: the user's, the state's, the runbook's (`own`)."""
     paths = [Path("~/.ssh/known_hosts").expanduser(), state_dir / "known_hosts"] + ([own] if own else [])
     return [p for p in paths if p.exists()]
 
@@ -94,7 +76,7 @@ def ssh_executor(runbook: Runbook, state_dir: Path, options: RemoteOptions, name
     passphrase = secret_from_env(access.passphrase_env, runbook.where(where + ("passphrase_env",))) \
         if access.passphrase_env else None
     own = _relative(runbook, runbook.ssh.known_hosts)
-    known = known_hosts_files(runbook, state_dir)
+    known = known_hosts_files(own, state_dir)
     key_file = _relative(runbook, access.key_file)  # checked once for every login: check_key_files
     return SshExecutor(name, access.address, access.user, port=access.port,
                        key_file=key_file, password=password, passphrase=passphrase,
@@ -103,23 +85,18 @@ def ssh_executor(runbook: Runbook, state_dir: Path, options: RemoteOptions, name
 
 
 def build_cluster(runbook: Runbook, state_dir: Path, options: RemoteOptions | None = None) -> Cluster:
+    """The runbook's SSH targets (`resolve_ssh`), each with its executor (connections open lazily)."""
     options = options or RemoteOptions()
-    cluster = Cluster(runbook, state_dir, command_timeout=runbook.ssh.command_timeout)
+    cluster = Cluster(state_dir, resolve_ssh(runbook), command_timeout=runbook.ssh.command_timeout,
+                      own_known_hosts=_relative(runbook, runbook.ssh.known_hosts))
     logins: list[tuple[str, SshAccess, tuple[str | int, ...]]] = \
         [(h.name, h.ssh, ("hosts", i, "ssh")) for i, h in enumerate(runbook.hosts) if h.ssh is not None]
     logins += [(g.vm, g.ssh, ("guests", "hosts", i, "ssh"))
                for i, g in enumerate(runbook.guests.hosts if runbook.guests else [])]
     if options.executor_factory is None:
         check_key_files(runbook, logins)
-    for i, host in enumerate(runbook.hosts):
-        if host.ssh is not None:
-            executor = ssh_executor(runbook, state_dir, options, host.name, host.ssh, ("hosts", i, "ssh"))
-            cluster.targets[host.name] = RemoteTarget(host.name, "esxi", host.ssh, executor, runbook, ("hosts", i),
-                                                      host=host)
-    for i, guest in enumerate(runbook.guests.hosts if runbook.guests else []):
-        where = ("guests", "hosts", i)
-        executor = ssh_executor(runbook, state_dir, options, guest.vm, guest.ssh, where + ("ssh",))
-        cluster.targets[guest.vm] = RemoteTarget(guest.vm, "guest", guest.ssh, executor, runbook, where, guest=guest)
+    for name, access, where in logins:
+        cluster.executors[name] = ssh_executor(runbook, state_dir, options, name, access, where)
     return cluster
 
 
@@ -147,8 +124,8 @@ def check_key_files(runbook: Runbook, logins: list[tuple[str, SshAccess, tuple[s
         raise InputError("\n".join(problems))
 
 
-def run(target: RemoteTarget, cluster: Cluster, argv: list[str], *, sudo: bool | None = None,
+def run(target: SshTarget, cluster: Cluster, argv: list[str], *, sudo: bool | None = None,
         check: bool = True, **kwargs: Any):
     """Run argv on a target with its sudo setting and the runbook's command timeout."""
     kwargs.setdefault("timeout", cluster.command_timeout)
-    return target.executor.run(argv, sudo=target.sudo if sudo is None else sudo, check=check, **kwargs)
+    return cluster.executors[target.name].run(argv, sudo=target.sudo if sudo is None else sudo, check=check, **kwargs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 
+MESH_IDENTITY = "id_ed25519_gpuvm"  # the SSH mesh key's file in ~/.ssh (guests and containers)
+
 
 def blob_fingerprint(blob: bytes) -> str:
     """OpenSSH's SHA256 fingerprint: `SHA256:` + unpadded base64 of the key blob's digest."""

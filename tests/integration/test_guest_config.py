@@ -95,9 +95,9 @@ def test_esxi_mig_pending_until_the_host_reboots(testbed, tmp_path):
         esxi_mig.apply(Context(cluster=cluster), cluster.targets["esx-01"], pending)  # nothing to run: waiting for the reboot
         assert [g["mig_pending"] for g in testbed.state("esx-01")["gpus"]] == ["Enabled"] * 4
 
-        cluster.targets["esx-01"].executor.run(["gpuvm-fake-reboot"])
+        cluster.executors["esx-01"].run(["gpuvm-fake-reboot"])
         assert plan_of(esxi_mig, cluster, "esx-01") == []
-        modes = nvidia_smi.parse_mig_query_csv(cluster.targets["esx-01"].executor.run(esxi_mig.QUERY).stdout)
+        modes = nvidia_smi.parse_mig_query_csv(cluster.executors["esx-01"].run(esxi_mig.QUERY).stdout)
         assert {(m.current, m.pending) for m in modes} == {("Enabled", "Enabled")}
     finally:
         cluster.close()
@@ -144,9 +144,9 @@ def test_guest_mig_layouts(testbed, tmp_path):
 
         converge(guest_mig, cluster, ["gpu-vm-01", "gpu-vm-02"])
 
-        one = nvidia_smi.parse_gpu_list(cluster.targets["gpu-vm-01"].executor.run(["nvidia-smi", "-L"]).stdout)
+        one = nvidia_smi.parse_gpu_list(cluster.executors["gpu-vm-01"].run(["nvidia-smi", "-L"]).stdout)
         assert [[d.profile for d in g.mig_devices] for g in one] == [["3g.40gb", "3g.40gb"]] * 4
-        two = nvidia_smi.parse_gpu_list(cluster.targets["gpu-vm-02"].executor.run(["nvidia-smi", "-L"]).stdout)
+        two = nvidia_smi.parse_gpu_list(cluster.executors["gpu-vm-02"].run(["nvidia-smi", "-L"]).stdout)
         assert [sorted(d.profile for d in g.mig_devices) for g in two] == [
             ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]] * 2 + [["7g.80gb"], []]
         assert [g["mig_current"] for g in testbed.state("gpu-vm-02")["gpus"]] == ["Enabled"] * 3 + ["Disabled"]
@@ -206,7 +206,7 @@ rdma_ports:
 
 
 def links(cluster, name):
-    return {e["ifname"]: e for e in json.loads(cluster.targets[name].executor.run(["ip", "-j", "addr", "show"]).stdout)}
+    return {e["ifname"]: e for e in json.loads(cluster.executors[name].run(["ip", "-j", "addr", "show"]).stdout)}
 
 
 def test_guest_nic(testbed, tmp_path):
@@ -236,7 +236,7 @@ def test_guest_nic(testbed, tmp_path):
         assert "UP" in nic["flags"] and nic["mtu"] == 9000
         assert ipaddress.ip_interface("192.168.100.11/24") in [
             ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}") for a in nic["addr_info"]]
-        run = cluster.targets["gpu-vm-01"].executor.run
+        run = cluster.executors["gpu-vm-01"].run
         params = mlxconfig.parse_mlxconfig_params(
             run(["mlxconfig", "-d", "ca:00.0", "-e", "q", "ATS_ENABLED"], sudo=True).stdout)
         assert (params["ATS_ENABLED"].current, params["ATS_ENABLED"].next_boot) == ("False(0)", "True(1)")  # host reboot

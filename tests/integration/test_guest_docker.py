@@ -10,7 +10,6 @@ from gpuvm.steps.base import Context
 from gpuvm.executors import SshExecutor
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
-from gpuvm import image as recipes
 from gpuvm.steps import guest_docker as step
 
 pytestmark = pytest.mark.integration
@@ -57,8 +56,8 @@ def cluster(testbed, tmp_path):
     (tmp_path / "runbook.yaml").write_text(text)
     (tmp_path / "state").mkdir()
     c = build_cluster(load_runbook(tmp_path / "runbook.yaml"), tmp_path / "state")
-    for target in c.targets.values():
-        target.executor = Recording(target.executor)
+    for name, executor in list(c.executors.items()):
+        c.executors[name] = Recording(executor)
     yield c
     c.close()
 
@@ -81,7 +80,7 @@ def docker_state(testbed):
 
 
 def test_plan_build_ship_replan(testbed, cluster):
-    ref = recipes.image_ref(cluster.runbook.guests.image)
+    ref = cluster.targets["gpu-vm-01"].image.ref  # the recipe resolve_ssh rendered
     assert re.fullmatch(r"gpuvm/horovod:[0-9a-f]{12}", ref)
     before = docker_state(testbed)
 
@@ -91,12 +90,12 @@ def test_plan_build_ship_replan(testbed, cluster):
         **{g: [(f"image {ref}", "present", None, "copied from gpu-vm-01")] for g in GUESTS[1:]},
     }
     assert docker_state(testbed) == before
-    for target in cluster.targets.values():  # observing only reads
-        assert all(re.match(r"docker (version|info|image inspect) ", line) for line in target.executor.lines)
-        target.executor.lines.clear()
+    for executor in cluster.executors.values():  # observing only reads
+        assert all(re.match(r"docker (version|info|image inspect) ", line) for line in executor.lines)
+        executor.lines.clear()
 
     assert step.STEP.apply_all(Context(cluster=cluster), planned) == {}
-    lines = {g: cluster.targets[g].executor.lines for g in GUESTS}
+    lines = {g: cluster.executors[g].lines for g in GUESTS}
     assert [g for g in GUESTS for line in lines[g] if line.startswith("docker build")] == ["gpu-vm-01"]
     assert sum(line.startswith("docker save") for line in lines["gpu-vm-01"]) == 1
     assert all(lines[g].count("docker load") == 1 for g in GUESTS[1:])
@@ -108,18 +107,18 @@ def test_plan_build_ship_replan(testbed, cluster):
         ex.close()
     assert len(ids) == 1 and re.fullmatch(r"sha256:[0-9a-f]{64}", ids.pop())
 
-    for target in cluster.targets.values():
-        target.executor.lines.clear()
+    for executor in cluster.executors.values():
+        executor.lines.clear()
     replanned = observe_and_plan(cluster)
     assert replanned == {g: [] for g in GUESTS}
     assert step.STEP.apply_all(Context(cluster=cluster), {g: cs for g, cs in replanned.items() if cs}) == {}
     assert not any(line.startswith(("docker build", "docker save", "docker load"))
-                   for t in cluster.targets.values() for line in t.executor.lines)
+                   for executor in cluster.executors.values() for line in executor.lines)
 
 
 def test_one_guest_lost_its_image(testbed, cluster):
     assert step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster)) == {}
-    ref = recipes.image_ref(cluster.runbook.guests.image)
+    ref = cluster.targets["gpu-vm-01"].image.ref
     state = testbed.state("gpu-vm-03")["docker"]
     testbed.set_state("gpu-vm-03", "docker", {**state, "images": {}})
     planned = observe_and_plan(cluster)

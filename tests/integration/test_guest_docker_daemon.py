@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from gpuvm import image as recipes
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_docker as step
@@ -42,9 +41,9 @@ def plan_all(cluster):
 
 
 def test_a_stopped_daemon_is_started_by_a_non_root_login_without_rebuilding(testbed, cluster):
-    assert all(t.access.user != "root" and not t.access.sudo for t in cluster.targets.values())
+    assert all(t.login.user != "root" and not t.login.sudo for t in cluster.targets.values())
     assert step.STEP.apply_all(Context(cluster=cluster), plan_all(cluster)) == {}
-    ref = recipes.image_ref(cluster.runbook.guests.image)
+    ref = cluster.targets["gpu-vm-02"].image.ref
     built = testbed.state("gpu-vm-02")["docker"]["images"][ref]
     testbed.set_state("gpu-vm-02", "docker", {**testbed.state("gpu-vm-02")["docker"], "running": False})
 
@@ -57,7 +56,7 @@ def test_a_stopped_daemon_is_started_by_a_non_root_login_without_rebuilding(test
         ("docker runtime nvidia", unknown, "nvidia-container-toolkit, if missing once the daemon runs"),
         (f"image {ref}", unknown, "copied from gpu-vm-01, if missing once the daemon runs")]
 
-    lines = record(cluster.targets["gpu-vm-02"])
+    lines = record(cluster.executors["gpu-vm-02"])
     assert step.STEP.apply_all(Context(cluster=cluster), planned) == {}
     after = testbed.state("gpu-vm-02")["docker"]
     assert after["running"] is True and after["images"][ref] == built
@@ -66,14 +65,14 @@ def test_a_stopped_daemon_is_started_by_a_non_root_login_without_rebuilding(test
     assert plan_all(cluster) == {g: [] for g in GUESTS}
 
 
-def record(target) -> list[str]:
-    """The command lines the target runs from now on (sudo prefix included)."""
+def record(executor) -> list[str]:
+    """The command lines the executor runs from now on (sudo prefix included)."""
     lines: list[str] = []
-    inner = target.executor._run
+    inner = executor._run
 
     def run(line, **kwargs):
         lines.append(line)
         return inner(line, **kwargs)
 
-    target.executor._run = run
+    executor._run = run
     return lines

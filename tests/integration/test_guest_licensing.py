@@ -67,7 +67,7 @@ def plan_all(cluster):
 
 def test_licensed_then_nothing_to_do_and_a_removed_token_is_drift(bed, tmp_path):
     cluster = cluster_for(bed, tmp_path)
-    assert all(cluster.targets[g].access.user != "root" for g in GUESTS)  # root's commands go through sudo
+    assert all(cluster.targets[g].login.user != "root" for g in GUESTS)  # root's commands go through sudo
     planned = plan_all(cluster)
     assert {g: [(c.resource, c.field, c.after) for c in cs][1:] for g, cs in planned.items()} == {
         "gpu-vm-01": [("/etc/nvidia/gridd.conf", "FeatureType", "1"), ("licence (nvidia-gridd)", "License Status", "Licensed")],

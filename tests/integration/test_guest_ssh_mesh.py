@@ -47,10 +47,10 @@ def cluster(testbed, tmp_path):
 
 def _reset(cluster) -> None:
     """Leave the bed's guests as they were: only the bed's client key authorised."""
-    for target in cluster.of_role("guest").values():
-        target.executor.run_script(f"cd {HOME} && rm -f {IDENTITY} {IDENTITY}.pub known_hosts config && "
-                                   "grep -v gpuvm-mesh authorized_keys > a.new; mv a.new authorized_keys; "
-                                   "chmod 600 authorized_keys")
+    for name in cluster.of_role("guest"):
+        cluster.executors[name].run_script(f"cd {HOME} && rm -f {IDENTITY} {IDENTITY}.pub known_hosts config && "
+                                           "grep -v gpuvm-mesh authorized_keys > a.new; mv a.new authorized_keys; "
+                                           "chmod 600 authorized_keys")
 
 
 def observe_all(cluster) -> dict:
@@ -63,8 +63,8 @@ def plan_all(cluster) -> dict:
 
 
 def snapshot(cluster) -> dict:
-    return {n: t.executor.run_script(f"ls -la {HOME}; cat {HOME}/* 2>/dev/null | sha256sum").stdout
-            for n, t in cluster.of_role("guest").items()}
+    return {n: cluster.executors[n].run_script(f"ls -la {HOME}; cat {HOME}/* 2>/dev/null | sha256sum").stdout
+            for n in cluster.of_role("guest")}
 
 
 def test_dry_run_changes_nothing(cluster):
@@ -88,14 +88,14 @@ def test_apply_replan_empty_then_real_ssh_between_every_pair(cluster, testbed):
 
     # every ordered pair, with plain ssh as gpuadmin: only the tool's key, config and known_hosts
     addresses = {g: testbed.address(g) for g in GUESTS}
-    for origin, target in cluster.of_role("guest").items():
+    for origin in cluster.of_role("guest"):
         for peer in GUESTS:
             if peer == origin:
                 continue
             # -F default config (ours); no agent; the bed's client key is not in the guest
-            out = target.executor.run(["ssh", "-o", "BatchMode=yes", addresses[peer], "hostname"])
+            out = cluster.executors[origin].run(["ssh", "-o", "BatchMode=yes", addresses[peer], "hostname"])
             assert out.stdout == f"{peer}\n"
-    g1 = cluster.targets["gpu-vm-01"].executor
+    g1 = cluster.executors["gpu-vm-01"]
     stat = g1.run(["stat", "-c", "%n %U %a", HOME, f"{HOME}/{IDENTITY}", f"{HOME}/authorized_keys",
                    f"{HOME}/known_hosts", f"{HOME}/config"]).stdout.split("\n")
     assert stat[:5] == [f"{HOME} gpuadmin 700", f"{HOME}/{IDENTITY} gpuadmin 600",
@@ -113,7 +113,7 @@ def test_apply_replan_empty_then_real_ssh_between_every_pair(cluster, testbed):
 
 def test_broken_authorized_keys_reports_exactly_the_pairs_into_that_guest(cluster):
     assert mesh.apply_all(Context(cluster=cluster), plan_all(cluster)) == {}
-    victim = cluster.targets["gpu-vm-03"].executor
+    victim = cluster.executors["gpu-vm-03"]
     victim.run_script(f"grep -v gpuvm-mesh {HOME}/authorized_keys > /tmp/a; cat /tmp/a > {HOME}/authorized_keys")
     pairs = verify.verify_mesh(cluster, parallel=4)
     assert sorted((p.origin, p.peer) for p in pairs) == [("gpu-vm-01", "gpu-vm-03"), ("gpu-vm-02", "gpu-vm-03"),
@@ -137,8 +137,8 @@ def test_other_mesh_user_through_sudo(testbed, tmp_path):
     path.write_text(path.read_text().replace("ssh_mesh: {}", "ssh_mesh: {user: mpiuser}"))
     cluster = build_cluster(load_runbook(path), state_dir(tmp_path / "state"))
     add = "id -u mpiuser >/dev/null 2>&1 || useradd -m -d /home/mpiuser -s /bin/sh mpiuser; usermod -p '*' mpiuser"
-    for target in cluster.of_role("guest").values():
-        target.executor.run(["sh", "-c", add], sudo=True)
+    for name in cluster.of_role("guest"):
+        cluster.executors[name].run(["sh", "-c", add], sudo=True)
     try:
         plans = plan_all(cluster)
         assert {c.field for c in plans["gpu-vm-01"]} == {"directory", "identity", "authorized_keys",
@@ -147,13 +147,13 @@ def test_other_mesh_user_through_sudo(testbed, tmp_path):
             mesh.apply(Context(cluster=cluster), cluster.targets[name], changes)
             assert mesh.plan(cluster.targets[name], mesh.observe(Context(cluster=cluster), cluster.targets[name])) == []
         assert plan_all(cluster) == {g: [] for g in GUESTS}
-        g1 = cluster.targets["gpu-vm-01"].executor
+        g1 = cluster.executors["gpu-vm-01"]
         assert g1.run(["stat", "-c", "%U %a", "/home/mpiuser/.ssh"], sudo=True).stdout == "mpiuser 700\n"
         out = g1.run(["sudo", "-n", "-u", "mpiuser", "-H", "ssh", testbed.address("gpu-vm-04"), "id", "-un"])
         assert out.stdout == "mpiuser\n"
     finally:
-        for target in cluster.of_role("guest").values():
-            target.executor.run(["sh", "-c", "userdel -r mpiuser 2>/dev/null; true"], sudo=True)
+        for name in cluster.of_role("guest"):
+            cluster.executors[name].run(["sh", "-c", "userdel -r mpiuser 2>/dev/null; true"], sudo=True)
         cluster.close()
 
 
@@ -185,11 +185,11 @@ def test_root_never_follows_a_link_in_the_mesh_users_ssh_dir(testbed, tmp_path, 
     path = write_runbook(testbed, tmp_path / "runbook.yaml")
     path.write_text(path.read_text().replace("ssh_mesh: {}", "ssh_mesh: {user: mpiuser}"))
     cluster = build_cluster(load_runbook(path), state_dir(tmp_path / "state"))
-    victim = cluster.targets["gpu-vm-02"].executor
+    victim = cluster.executors["gpu-vm-02"]
     planted = "/home/mpiuser/.ssh" + ("" if link == "." else f"/{link}")
-    for target in cluster.of_role("guest").values():
-        target.executor.run(["sh", "-c", "id -u mpiuser >/dev/null 2>&1 || useradd -m -d /home/mpiuser -s /bin/sh "
-                                         "mpiuser; usermod -p '*' mpiuser"], sudo=True)
+    for name in cluster.of_role("guest"):
+        cluster.executors[name].run(["sh", "-c", "id -u mpiuser >/dev/null 2>&1 || useradd -m -d /home/mpiuser "
+                                                 "-s /bin/sh mpiuser; usermod -p '*' mpiuser"], sudo=True)
     victim.run(["sh", "-c", f"umask 077; printf '{CANARY_TEXT}\\n' > {CANARY}; mkdir -p {CANARY}.d; "
                             f"echo inside > {CANARY}.d/kept; [ {link} = . ] || mkdir -p /home/mpiuser/.ssh; "
                             f"chown -R mpiuser: /home/mpiuser; ln -s {points_to} {planted}; chown -h mpiuser: {planted}"],
@@ -223,9 +223,9 @@ def test_root_never_follows_a_link_in_the_mesh_users_ssh_dir(testbed, tmp_path, 
         assert leaked == ""
         assert victim.run(["readlink", planted], sudo=True).stdout.strip() == points_to  # the user's link kept
     finally:
-        for target in cluster.of_role("guest").values():
-            target.executor.run(["sh", "-c", f"userdel -r mpiuser 2>/dev/null; rm -rf {CANARY} {CANARY}.d; true"],
-                                sudo=True)
+        for name in cluster.of_role("guest"):
+            cluster.executors[name].run(["sh", "-c", f"userdel -r mpiuser 2>/dev/null; rm -rf {CANARY} {CANARY}.d; "
+                                                     "true"], sudo=True)
         cluster.close()
 
 
@@ -234,18 +234,18 @@ def test_a_ssh_dir_owned_by_root_is_named_not_chowned(testbed, tmp_path):
     path = write_runbook(testbed, tmp_path / "runbook.yaml")
     path.write_text(path.read_text().replace("ssh_mesh: {}", "ssh_mesh: {user: mpiuser}"))
     cluster = build_cluster(load_runbook(path), state_dir(tmp_path / "state"))
-    target = cluster.targets["gpu-vm-03"]
-    target.executor.run(["sh", "-c", "id -u mpiuser >/dev/null 2>&1 || useradd -m -d /home/mpiuser -s /bin/sh mpiuser; "
-                                     "usermod -p '*' mpiuser; mkdir -p /home/mpiuser/.ssh; chmod 755 /home/mpiuser/.ssh"],
-                        sudo=True)
+    target, executor = cluster.targets["gpu-vm-03"], cluster.executors["gpu-vm-03"]
+    executor.run(["sh", "-c", "id -u mpiuser >/dev/null 2>&1 || useradd -m -d /home/mpiuser -s /bin/sh mpiuser; "
+                              "usermod -p '*' mpiuser; mkdir -p /home/mpiuser/.ssh; chmod 755 /home/mpiuser/.ssh"],
+                 sudo=True)
     try:
         changes = mesh.plan(target, mesh.observe(Context(cluster=cluster), target))
         assert ("directory", "owner root, mode 755") in [(c.field, c.before) for c in changes]
         with pytest.raises(RemoteCommandError, match="/home/mpiuser/.ssh is owned by root, not mpiuser: gpuvm changes "
                                                      "no ownership as root; chown it to mpiuser"):
             mesh.apply(Context(cluster=cluster), target, changes)
-        assert target.executor.run(["sh", "-c", "stat -c '%U %a' /home/mpiuser/.ssh; ls -A /home/mpiuser/.ssh"],
-                                   sudo=True).stdout == "root 755\n"
+        assert executor.run(["sh", "-c", "stat -c '%U %a' /home/mpiuser/.ssh; ls -A /home/mpiuser/.ssh"],
+                            sudo=True).stdout == "root 755\n"
     finally:
-        target.executor.run(["sh", "-c", "userdel -r mpiuser 2>/dev/null; true"], sudo=True)
+        executor.run(["sh", "-c", "userdel -r mpiuser 2>/dev/null; true"], sudo=True)
         cluster.close()

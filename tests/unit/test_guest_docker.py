@@ -253,9 +253,9 @@ def fact(image_id=None, builder_id=None, version="24.0.7", error=None, runtime=T
     ("{registry: r.example:5000}", "gpu-vm-04", fact(None, A), [("present", None, "pulled from r.example:5000", "pull")]),
 ])
 def test_plan_image(tmp_path, image, target, f, expected):
-    cluster = DockerWorld().cluster(runbook(tmp_path, image), tmp_path)
+    cluster = DockerWorld().cluster(rb := runbook(tmp_path, image), tmp_path)
     changes = step.plan(cluster.targets[target], f)
-    ref = recipes.image_ref(cluster.runbook.guests.image)
+    ref = recipes.image_ref(rb.guests.image)
     assert [(c.field, c.before, c.after, c.action.how) for c in changes] == expected
     assert all(c.resource == f"image {ref}" and c.step == "guest.docker" and c.target == target for c in changes)
 
@@ -277,7 +277,7 @@ IMAGE = "image <the recipe's ref>"  # filled in by the test
 def test_plan_engine_and_toolkit(tmp_path, f, expected):
     cluster = DockerWorld().cluster(runbook(tmp_path), tmp_path)
     changes = step.plan(cluster.targets["gpu-vm-01"], f)
-    ref = recipes.image_ref(cluster.runbook.guests.image)
+    ref = cluster.targets['gpu-vm-01'].image.ref
     assert [(c.resource, c.field, c.before, c.after, packages(c.action)) for c in changes] == \
         [(f"image {ref}" if e[0] == IMAGE else e[0], *e[1:]) for e in expected]
 
@@ -292,9 +292,9 @@ def packages(action) -> list[str]:
 
 def test_observe_fresh_guests(tmp_path):
     world = DockerWorld()
-    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
     assert step.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(None, None)
-    world.images["gpu-vm-01"][recipes.image_ref(cluster.runbook.guests.image)] = A
+    world.images["gpu-vm-01"][recipes.image_ref(rb.guests.image)] = A
     assert step.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(None, A)
     assert step.observe(Context(cluster=cluster), cluster.targets["gpu-vm-01"]) == fact(A, A)
     assert all(c.sudo for c in world.executors["gpu-vm-02"].calls)  # the guests' sudo setting
@@ -329,7 +329,7 @@ def test_unexpected_inspect_failure_names_target_and_step(tmp_path):
 
 def test_apply_all_builds_once_and_ships_to_the_rest(tmp_path):
     world = DockerWorld()
-    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
     planned = observe_and_plan(cluster)
     assert [c.after for cs in planned.values() for c in cs] == ["built on gpu-vm-01"] + ["copied from gpu-vm-01"] * 3
     assert step.STEP.apply_all(Context(cluster=cluster), planned) == {}
@@ -338,7 +338,7 @@ def test_apply_all_builds_once_and_ships_to_the_rest(tmp_path):
     saves = [c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker save")]
     assert len(saves) == 1
     build = next(c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker build"))
-    assert build.sudo and build.stdin == recipes.recipe(cluster.runbook.guests.image).dockerfile.encode()
+    assert build.sudo and build.stdin == recipes.recipe(rb.guests.image).dockerfile.encode()
     assert build.timeout == 10800
     assert len({tuple(i.values()) for i in world.images.values()}) == 1
     assert observe_and_plan(cluster) == {g: [] for g in GUESTS}
@@ -371,10 +371,10 @@ def test_apply_all_sets_up_docker_and_the_toolkit_first(tmp_path):
 
 def test_copies_that_already_match_are_not_sent_again(tmp_path):
     world = DockerWorld()
-    cluster = world.cluster(runbook(tmp_path), tmp_path)
-    ref = recipes.image_ref(cluster.runbook.guests.image)
+    cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
+    ref = recipes.image_ref(rb.guests.image)
     world.images["gpu-vm-02"][ref] = "sha256:" + hashlib.sha256(
-        recipes.recipe(cluster.runbook.guests.image).dockerfile.encode()).hexdigest()  # what the build will give
+        recipes.recipe(rb.guests.image).dockerfile.encode()).hexdigest()  # what the build will give
     planned = observe_and_plan(cluster)
     assert [c.field for c in planned["gpu-vm-02"]] == ["id"]
     assert step.STEP.apply_all(Context(cluster=cluster), planned) == {}
@@ -415,9 +415,9 @@ def test_one_failed_load_does_not_hide_the_others(tmp_path):
 
 def test_registry_pulls_everywhere_and_tags_locally(tmp_path):
     world = DockerWorld()
-    cluster = world.cluster(runbook(tmp_path, "{registry: r.example:5000}"), tmp_path)
+    cluster = world.cluster(rb := runbook(tmp_path, "{registry: r.example:5000}"), tmp_path)
     assert step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster)) == {}
-    ref = recipes.image_ref(cluster.runbook.guests.image)
+    ref = recipes.image_ref(rb.guests.image)
     for guest in GUESTS:
         assert f"sudo -n docker pull r.example:5000/{ref}" in world.executors[guest].commands
         assert world.images[guest][ref] == A
@@ -440,7 +440,7 @@ def test_a_stale_plan_is_refused(tmp_path):
     world = DockerWorld()
     cluster = world.cluster(runbook(tmp_path), tmp_path)
     planned = observe_and_plan(cluster)
-    cluster.runbook = runbook(tmp_path, "{horovod: 0.28.1}")
+    cluster = world.cluster(runbook(tmp_path, "{horovod: 0.28.1}"), tmp_path)  # apply reads the runbook again
     failures = step.STEP.apply_all(Context(cluster=cluster), planned)
     assert sorted(failures) == GUESTS and "plan again" in str(failures["gpu-vm-01"])
     assert world.builds == []
@@ -541,7 +541,7 @@ def test_with_a_mesh_the_image_goes_guest_to_guest_in_a_tree(tmp_path):
     assert world.loads == [] and step.OPERATOR_BYTES.bytes == 0  # nothing through gpuvm's machine
     assert not any(c.command.startswith("docker save") for e in world.executors.values() for c in e.calls)
     assert len({tuple(i.values()) for i in world.images.values()}) == 1
-    assert ("gpu-vm-01", f"image {recipes.image_ref(cluster.runbook.guests.image)} copied to 7 of 7 guest(s) over "
+    assert ("gpu-vm-01", f"image {cluster.targets['gpu-vm-01'].image.ref} copied to 7 of 7 guest(s) over "
             "the mesh in 3 round(s), 0 s") in said
     [hop] = [c for c in world.executors["gpu-vm-02"].calls if "| " in c.command and "10.0.0.4" in c.command]
     assert not hop.sudo and "sudo -n docker save gpuvm/dl:" in hop.command and "'sudo -n docker load'" in hop.command
@@ -583,8 +583,8 @@ def test_a_builder_without_a_working_mesh_key_sends_one_copy_through_gpuvm(tmp_p
     step.OPERATOR_BYTES.reset()
     assert step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster)) == {}
     assert world.loads == ["gpu-vm-02"]  # the one copy, through gpuvm's machine
-    size = len(json.dumps({"ref": recipes.image_ref(cluster.runbook.guests.image), "id": world.images["gpu-vm-01"][
-        recipes.image_ref(cluster.runbook.guests.image)]}))
+    size = len(json.dumps({"ref": cluster.targets['gpu-vm-01'].image.ref, "id": world.images["gpu-vm-01"][
+        cluster.targets['gpu-vm-01'].image.ref]}))
     assert step.OPERATOR_BYTES.bytes == 2 * size  # in from the builder, out to gpu-vm-02
     assert {r for s, r in world.hops if s != "gpu-vm-01"} == set(EIGHT[2:])
 
@@ -615,6 +615,6 @@ def test_a_guest_the_mesh_does_not_reach_gets_it_through_gpuvm(tmp_path):
                                observe_and_plan(cluster)) == {}
     assert world.loads == ["gpu-vm-07"] and step.OPERATOR_BYTES.bytes > 0
     assert len([h for h in world.hops if h[1] == "gpu-vm-07"]) == 2  # tried from two guests first
-    assert ("gpu-vm-01", f"image {recipes.image_ref(cluster.runbook.guests.image)}: through gpuvm's machine to "
+    assert ("gpu-vm-01", f"image {cluster.targets['gpu-vm-01'].image.ref}: through gpuvm's machine to "
             "gpu-vm-07, which the mesh does not reach") in said
     assert observe_and_plan(cluster) == {g: [] for g in EIGHT}

@@ -69,7 +69,7 @@ def _cluster(tmp_path, executors: dict):
 def _observed(mocker) -> None:
     """SSH steps that every target wants and that observe cheaply: `true` (the fakes decide)."""
     def observe(ctx, target):
-        target.executor.run(["true"])
+        ctx.cluster.executors[target.name].run(["true"])
         return "fact"
     steps = [dataclasses.replace(s, observe=observe, wanted=lambda t: True) if s.over_ssh else s
              for s in engine.STEPS]

@@ -6,9 +6,10 @@ A case gives a target and a fact, and what the step must make of them:
     desired: {...}        # vSphere steps: the DesiredHost / DesiredVm
     inventory: {...}      # vSphere steps whose fact is not their inventory slice: that slice,
                           # or {hosts: [...], vms: [...]} where the step reads more of the inventory
-    runbook: {...}        # SSH steps: the runbook (hosts, vms, guests) the target comes from ...
-    files: {name: text}   # SSH steps: files the runbook names, written next to it (a licence token)
-    target: gpu-vm-01     # ... and the target's name in it
+    esxi: {...}           # esxi.* steps: the DesiredEsxi (name, login, its settings; `where` for errors)
+    guest: {...}          # guest.* steps: the DesiredGuest
+    others: [{...}]       # SSH steps whose apply reaches other targets (the image's builder, the mesh's peers)
+    files: {name: text}   # SSH steps: files on this machine the target names (a licence token), by relative path
     fact: ...             # what the step's observe returns, as data
     changes:              # plan: the changes, in order (omitted keys are not compared)
       - {resource: ..., field: ..., before: ..., after: ..., disruption: host-reboot,
@@ -22,8 +23,6 @@ A case gives a target and a fact, and what the step must make of them:
                                                  # (a list: what successive reads return, the last one repeating)
     calls:                                       # vSphere: every method called on a managed object
       - {object: VirtualMachine:vm-1, method: ReconfigVM_Task, kwargs: {spec: {numCPUs: 8}}}
-
-Strings in expectations may use {image_ref}: the training image's name:tag for the case's runbook.
 """
 
 from __future__ import annotations
@@ -44,11 +43,9 @@ from gpuvm.engine import STEPS
 from gpuvm.errors import GpuvmError, InputError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor
-from gpuvm.image import image_ref
 from gpuvm.plan import Change
-from gpuvm.remote import RemoteOptions, build_cluster
-from gpuvm.desired import DesiredHost, DesiredVm
-from gpuvm.runbook.loader import load_runbook
+from gpuvm.desired import DesiredEsxi, DesiredGuest, DesiredHost, DesiredVm
+from gpuvm.remote import Cluster
 from gpuvm.steps.base import Context, Step
 from gpuvm.vsphere.facts import HostFacts, Inventory, VmFacts
 
@@ -68,8 +65,11 @@ def test_every_step_has_cases():
 
 
 @pytest.mark.parametrize("path", _cases())
-def test_case(path: Path, tmp_path: Path, mocker) -> None:
+def test_case(path: Path, tmp_path: Path, mocker, monkeypatch) -> None:
     case = _load(path)
+    monkeypatch.chdir(tmp_path)  # where `files` are, and a relative path in the target finds them
+    for name, text in case.get("files", {}).items():
+        (tmp_path / name).write_text(text)
     step = BY_NAME[path.parent.name]
     target, ctx, fake = _target(step, case, tmp_path)
     fact = _fact(step, case["fact"])
@@ -78,9 +78,7 @@ def test_case(path: Path, tmp_path: Path, mocker) -> None:
             step.plan(target, fact)
         return
     changes = step.plan(target, fact)
-    subst = _substitutions(ctx)
-    assert [_shown(c, case_change) for c, case_change in zip(changes, case["changes"])] == \
-        [_expand(c, subst) for c in case["changes"]]
+    assert [_shown(c, case_change) for c, case_change in zip(changes, case["changes"])] == case["changes"]
     assert len(changes) == len(case["changes"]), [c.to_dict() for c in changes]
     if "commands" in case:
         fake.responses.update({re.compile(k): _response(v) for k, v in case.get("responses", {}).items()})
@@ -90,7 +88,7 @@ def test_case(path: Path, tmp_path: Path, mocker) -> None:
                 _apply(step, ctx, target, changes)
         else:
             _apply(step, ctx, target, changes)
-        assert fake.commands == _expand(case["commands"], subst)
+        assert fake.commands == case["commands"]
     if "calls" in case:
         refs = _mock_session(mocker, ctx, case.get("state", {}))
         for name, module in list(sys.modules.items()):  # no task is left running on any object
@@ -119,13 +117,26 @@ def _target(step: Step, case: dict, tmp_path: Path) -> tuple[Any, Context, FakeE
         else:
             inventory = Inventory(vms={desired.name: VmFacts.model_validate(facts)})
         return desired, Context(inventory=inventory), None
-    path = tmp_path / "runbook.yaml"
-    for name, text in case.get("files", {}).items():
-        (tmp_path / name).write_text(text)
-    YAML().dump(case["runbook"], path)  # block style: input errors name real lines
-    fake = FakeExecutor(case["target"])
-    cluster = build_cluster(load_runbook(path), tmp_path, RemoteOptions(executor_factory=lambda name, access: fake))
-    return cluster.targets[case["target"]], Context(cluster=cluster), fake
+    kind = TypeAdapter(DesiredEsxi if step.role == "esxi" else DesiredGuest)
+    target, *others = [_known(t, kind.validate_python(t)) for t in [case[step.role], *case.get("others", [])]]
+    fake = FakeExecutor(target.name)
+    targets = {t.name: t for t in [target, *others]}
+    cluster = Cluster(tmp_path, targets, {name: fake for name in targets})  # one executor records every command
+    return target, Context(cluster=cluster), fake
+
+
+def _known(data: Any, value: Any) -> Any:
+    """`value`, validated from `data`, once every key of `data` is a field of it (pydantic ignores a
+    misspelt key of a dataclass: the case would test its default)."""
+    if dataclasses.is_dataclass(value) and isinstance(data, dict):
+        unknown = set(data) - {f.name for f in dataclasses.fields(value)}
+        assert not unknown, f"not fields of {type(value).__name__}: {sorted(unknown)}"
+        for key, item in data.items():
+            _known(item, getattr(value, key))
+    elif isinstance(data, list) and isinstance(value, tuple):
+        for item, inner in zip(data, value):
+            _known(item, inner)
+    return value
 
 
 def _fact(step: Step, data: Any) -> Any:
@@ -137,21 +148,6 @@ def _fact(step: Step, data: Any) -> Any:
 
 def _response(data: dict) -> CommandResult:
     return CommandResult("", data.get("exit", 0), data.get("stdout", ""), data.get("stderr", ""))
-
-
-def _substitutions(ctx: Context) -> dict[str, str]:
-    guests = ctx.cluster.runbook.guests if ctx.cluster else None
-    return {"image_ref": image_ref(guests.image)} if guests and guests.image else {}
-
-
-def _expand(value: Any, subst: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        return value.format(**subst) if subst and "{" in value else value
-    if isinstance(value, list):
-        return [_expand(v, subst) for v in value]
-    if isinstance(value, dict):
-        return {k: _expand(v, subst) for k, v in value.items()}
-    return value
 
 
 def _shown(change: Change, expected: dict) -> dict:

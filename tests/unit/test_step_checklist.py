@@ -21,9 +21,10 @@ from gpuvm.runbook.model import Runbook
 REPO = Path(__file__).parents[2]
 SRC = REPO / "src" / "gpuvm"
 STAND_INS = {p.name for p in (REPO / "testbed" / "bin").iterdir() if not p.name.startswith("_")}
-# Where runbook fields become a target's desired state: the resolver and the SSH targets (and, once
-# they exist, the desired-state modules).
-RESOLVE_LAYER = [SRC / "resolve.py", SRC / "remote.py", *SRC.glob("desired*.py"), *SRC.glob("desired/*.py")]
+# Where runbook fields become a target's desired state: the resolvers (vSphere and SSH, with the
+# licensing settings' one reader), the SSH connections and the desired-state modules.
+RESOLVE_LAYER = [SRC / "resolve.py", SRC / "resolve_ssh.py", SRC / "licensing.py", SRC / "remote.py",
+                 *SRC.glob("desired*.py"), *SRC.glob("desired/*.py")]
 
 # Tools the steps' commands run that every test host has for real (Debian's, on the bed's hosts'
 # shared /usr): not stand-ins.

@@ -1,8 +1,9 @@
 """The one step contract: a `Step` names its targets' role and provides observe, plan and apply.
 
 Every verb takes the step's *target*, the per-target desired state: a `DesiredHost` (role
-"host"), a `DesiredVm` ("vm"), or a `RemoteTarget` (an ESXi shell, "esxi", or a guest OS,
-"guest"); each has a `.name`. `Step[TargetT, FactT]` is generic over the target and the fact its
+"host"), a `DesiredVm` ("vm"), a `DesiredEsxi` (an ESXi shell, "esxi") or a `DesiredGuest` (a
+guest OS, "guest"); each has a `.name`. SSH steps run commands through `ctx.cluster` (`remote.run`)
+and never read the runbook. `Step[TargetT, FactT]` is generic over the target and the fact its
 observe returns, so a type checker matches each step's verbs to one another.
 
 - `wanted(target)`: whether the runbook asks this step of the target at all (default: yes).

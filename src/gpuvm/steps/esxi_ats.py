@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from gpuvm.parsers.esxcli import KernelSetting, esxcli_bool, parse_kernel_setting
 from gpuvm.plan import Change, Disruption
-from gpuvm.remote import RemoteTarget, run
+from gpuvm.desired.ssh import DesiredEsxi
+from gpuvm.remote import run
 from gpuvm.steps.base import Context, Step
 
 NAME = "esxi.ats"
@@ -22,18 +23,17 @@ class SetKernelSetting:
     value: str  # "TRUE" | "FALSE"
 
 
-def wanted(target: RemoteTarget) -> bool:
-    return target.host is not None and target.host.ats is not None
+def wanted(target: DesiredEsxi) -> bool:
+    return target.ats is not None
 
 
-def observe(ctx: Context, target: RemoteTarget) -> KernelSetting:
-    option = target.host.ats_option  # type: ignore[union-attr]
-    result = run(target, ctx.cluster, ["esxcli", "system", "settings", "kernel", "list", "-o", option])
-    return parse_kernel_setting(result.stdout, option)
+def observe(ctx: Context, target: DesiredEsxi) -> KernelSetting:
+    result = run(target, ctx.cluster, ["esxcli", "system", "settings", "kernel", "list", "-o", target.ats_option])
+    return parse_kernel_setting(result.stdout, target.ats_option)
 
 
-def plan(target: RemoteTarget, fact: KernelSetting) -> list[Change]:
-    want = bool(target.host.ats)  # type: ignore[union-attr]
+def plan(target: DesiredEsxi, fact: KernelSetting) -> list[Change]:
+    want = bool(target.ats)
     configured, running = esxcli_bool(fact.configured), esxcli_bool(fact.runtime)
     value = "TRUE" if want else "FALSE"
     if configured != want:
@@ -45,7 +45,7 @@ def plan(target: RemoteTarget, fact: KernelSetting) -> list[Change]:
     return []
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredEsxi, changes: list[Change]) -> None:
     for change in changes:
         if isinstance(action := change.action, SetKernelSetting):
             run(target, ctx.cluster, ["esxcli", "system", "settings", "kernel", "set", "-s", action.option,

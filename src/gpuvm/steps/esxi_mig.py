@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuvm.desired.ssh import DesiredEsxi
 from gpuvm.errors import InputError, RemoteCommandError
 from gpuvm.mig import MigLayoutError, select
 from gpuvm.parsers.nvidia_smi import MigMode, parse_mig_query_csv
 from gpuvm.plan import Change, Disruption
-from gpuvm.remote import RemoteTarget, run
+from gpuvm.remote import run
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.installer import missing
 
@@ -29,11 +30,11 @@ class EnableMig:
     gpu: int
 
 
-def wanted(target: RemoteTarget) -> bool:
-    return target.host is not None and target.host.mig is not None
+def wanted(target: DesiredEsxi) -> bool:
+    return target.mig is not None
 
 
-def observe(ctx: Context, target: RemoteTarget) -> list[MigMode] | None:
+def observe(ctx: Context, target: DesiredEsxi) -> list[MigMode] | None:
     """The GPUs' MIG modes; None: no nvidia-smi, or no driver it can reach (no vGPU manager runs)."""
     result = run(target, ctx.cluster, QUERY, check=False)
     if missing(result) or result.exit_code == NO_DRIVER:
@@ -43,19 +44,17 @@ def observe(ctx: Context, target: RemoteTarget) -> list[MigMode] | None:
     return parse_mig_query_csv(result.stdout)
 
 
-def plan(target: RemoteTarget, fact: list[MigMode] | None) -> list[Change]:
-    host = target.host
-    assert host is not None and host.mig is not None
+def plan(target: DesiredEsxi, fact: list[MigMode] | None) -> list[Change]:
+    assert target.mig is not None
     if fact is None:
-        manager = host.nvidia_host_driver
-        if manager is None or manager.state != "present":
+        if not target.runs_manager:
             raise target.error(NAME, ("mig",), "nvidia-smi does not answer in the ESXi shell: no NVIDIA vGPU manager "
                                                "runs (hosts[].nvidia_host_driver installs it)")
         return [Change(NAME, target.name, "GPUs", "mig.mode", "unknown (no vGPU manager runs yet)",
                        "Enabled, on the apply after the reboot that starts the manager", Disruption.NONE)]
     modes = {m.index: m for m in fact}
     try:
-        indices = select(host.mig, sorted(modes))
+        indices = select(target.mig, sorted(modes))
     except MigLayoutError as e:
         raise target.error(NAME, ("mig",), str(e)) from None
     return [c for i in indices for c in _plan_gpu(target.name, modes[i])]
@@ -75,7 +74,7 @@ def _plan_gpu(name: str, gpu: MigMode) -> list[Change]:
     return []
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredEsxi, changes: list[Change]) -> None:
     for change in changes:
         if not isinstance(change.action, EnableMig):
             continue  # enabled before, waiting for the reboot

@@ -16,7 +16,8 @@ from typing import Any, Mapping
 from gpuvm.errors import RemoteCommandError
 from gpuvm.parsers.nvidia_topo import BUS_IDS, TOPO, parse_bus_ids, parse_topo_matrix
 from gpuvm.plan import Change
-from gpuvm.remote import RemoteTarget, run
+from gpuvm.desired.ssh import DesiredEsxi
+from gpuvm.remote import run
 from gpuvm.steps.base import Context, Step
 from gpuvm.desired import Nvlink
 
@@ -30,7 +31,7 @@ class GpuLinks:
     unread: str = ""  # why nothing was read
 
 
-def observe(ctx: Context, target: RemoteTarget) -> GpuLinks:
+def observe(ctx: Context, target: DesiredEsxi) -> GpuLinks:
     topo = run(target, ctx.cluster, TOPO.split(), check=False)
     if topo.exit_code != 0:
         said = (topo.stderr or topo.stdout).strip().splitlines()
@@ -49,9 +50,9 @@ def _shown(pairs: Any) -> str:
     return ", ".join(f"{a[5:]}+{b[5:]}" for a, b in pairs) or "none"
 
 
-def plan(target: RemoteTarget, fact: GpuLinks) -> list[Change]:
+def plan(target: DesiredEsxi, fact: GpuLinks) -> list[Change]:
     """Nothing to change; a declared `nvlink` is refused where the shell shows other pairs."""
-    declared = target.host.nvlink if target.host else None
+    declared = target.nvlink
     if declared is None or not fact.gpus:
         return []
     found = {frozenset(p) for p in fact.pairs}
@@ -62,7 +63,7 @@ def plan(target: RemoteTarget, fact: GpuLinks) -> list[Change]:
     return []
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredEsxi, changes: list[Change]) -> None:
     """`plan` makes no changes."""
 
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
+from gpuvm.desired.ssh import DesiredEsxi, VgpuManager
 from gpuvm.errors import RemoteCommandError
 from gpuvm.parsers.esxcli import Component, parse_components
 from gpuvm.plan import Change, Disruption
-from gpuvm.remote import RemoteTarget, run
-from gpuvm.runbook.model import HostDriver
+from gpuvm.remote import run
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.installer import INSTALL_TIMEOUT, file_sha256, missing
 
@@ -69,7 +69,7 @@ class RemoveManager:
         _esxcli(ctx.cluster.targets[host], ctx, ["software", "component", "remove", "-n", self.component])
 
 
-def _esxcli(target: RemoteTarget, ctx: Context, args: list[str]) -> None:
+def _esxcli(target: DesiredEsxi, ctx: Context, args: list[str]) -> None:
     result = run(target, ctx.cluster, ["esxcli", *args], check=False,
                  timeout=max(ctx.cluster.command_timeout, INSTALL_TIMEOUT))
     if not result.ok:  # esxcli's error: "[MetadataDownloadError]", then what went wrong
@@ -78,16 +78,16 @@ def _esxcli(target: RemoteTarget, ctx: Context, args: list[str]) -> None:
                                  + " ".join(lines[:2])[:500])
 
 
-def _driver(target: RemoteTarget) -> HostDriver:
-    assert target.host is not None and target.host.nvidia_host_driver is not None
-    return target.host.nvidia_host_driver
+def _driver(target: DesiredEsxi) -> VgpuManager:
+    assert target.host_driver is not None  # wanted
+    return target.host_driver
 
 
-def wanted(target: RemoteTarget) -> bool:
-    return target.host is not None and target.host.nvidia_host_driver is not None
+def wanted(target: DesiredEsxi) -> bool:
+    return target.host_driver is not None
 
 
-def observe(ctx: Context, target: RemoteTarget) -> ManagerFact:
+def observe(ctx: Context, target: DesiredEsxi) -> ManagerFact:
     name = _driver(target).component
     components = parse_components(run(target, ctx.cluster, LIST).stdout)
     nvidia = [c for c in components if (c.name == name if name else _is_host_driver(c))]
@@ -105,7 +105,7 @@ def _is_host_driver(component: Component) -> bool:
         word in component.name.lower() for word in NOT_HOST_DRIVER)
 
 
-def plan(target: RemoteTarget, fact: ManagerFact) -> list[Change]:
+def plan(target: DesiredEsxi, fact: ManagerFact) -> list[Change]:
     want = _driver(target)
     installed = fact.installed.driver_version if fact.installed else None
     if want.state == "absent":
@@ -117,28 +117,28 @@ def plan(target: RemoteTarget, fact: ManagerFact) -> list[Change]:
         shown = f"{installed} ({fact.installed.name})" if fact.installed else "none"
         replaces = fact.installed.name if fact.installed and want.component is None and _other_name(fact, want) else None
         return [Change(NAME, target.name, RESOURCE, "installed", shown, want.version, Disruption.HOST_REBOOT,
-                       InstallManager(want.version, want.bundle, _host_path(want), want.sha256 or "", replaces))]
+                       InstallManager(want.version, want.bundle, _host_path(want), want.sha256, replaces))]
     if fact.running != want.version:  # installed before, waiting for the reboot
         return [Change(NAME, target.name, RESOURCE, "running", fact.running or "not loaded", want.version,
                        Disruption.HOST_REBOOT)]
     return []
 
 
-def _other_name(fact: ManagerFact, want: HostDriver) -> bool:
+def _other_name(fact: ManagerFact, want: VgpuManager) -> bool:
     """Whether the bundle's file name names another component than the one installed (NVD-VGPU-800
     replaced by NVD-AIE-800): esxcli upgrades a component in place, not across names."""
     assert fact.installed is not None
     return not posixpath.basename(want.bundle).startswith(fact.installed.name + "_")
 
 
-def _host_path(want: HostDriver) -> str:
+def _host_path(want: VgpuManager) -> str:
     """Where the bundle is on the host: its path, or where a URL is fetched to."""
     if want.bundle.startswith("/"):
         return want.bundle
     return posixpath.join(DOWNLOADS, posixpath.basename(want.bundle.split("?", 1)[0]) or "nvidia-host-driver.zip")
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredEsxi, changes: list[Change]) -> None:
     """Only the bundle's checks: the install is host.reboot's, in maintenance mode (module docstring)."""
     for change in changes:
         if isinstance(action := change.action, InstallManager):
@@ -148,7 +148,7 @@ def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
             check_bundle(ctx, target, action)
 
 
-def check_bundle(ctx: Context, target: RemoteTarget, action: InstallManager) -> None:
+def check_bundle(ctx: Context, target: DesiredEsxi, action: InstallManager) -> None:
     """The bundle on the host has the runbook's sha256, or nothing is installed."""
     listing = run(target, ctx.cluster, ["ls", action.path], check=False)
     if not listing.ok:

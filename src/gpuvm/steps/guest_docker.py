@@ -3,12 +3,13 @@ same training image on all.
 
 The image is rendered from `templates/Dockerfile.j2`; its tag is the first 12 hex digits of the
 recipe's sha256, so "does this guest have the right image?" is one `docker image inspect` and
-never a build. One guest (the runbook's `image.builder`, else the first guest) builds it; the
-others get it over the SSH mesh once the runbook's mesh has its key (`guest.ssh_mesh` has run): the
-builder sends to a first guest, then every guest that has it sends on, guest to guest, the id
-checked at each hop (`image_fanout.py`), so no image byte passes through the machine running
-gpuvm. Before that (a first apply: the mesh step runs after this one) or without a mesh they load
-the builder's `docker save` through gpuvm's machine; with a registry every guest pulls it.
+never a build. One guest (the runbook's `image.builder`, else the first guest: chosen by
+`resolve_ssh`) builds it; the others get it over the SSH mesh once the runbook's mesh has its key
+(`guest.ssh_mesh`, which runs before this step, has made it): the builder sends to a first guest,
+then every guest that has it sends on, guest to guest, the id checked at each hop
+(`image_fanout.py`), so no image byte passes through the machine running gpuvm. Without a mesh (or
+its key) they load the builder's `docker save` through gpuvm's machine; with a registry every guest
+pulls it.
 Because the builder must go first, the engine applies this step through `apply_all`.
 
 A guest whose daemon is stopped cannot say which runtimes and images it has: the plan starts the
@@ -32,13 +33,11 @@ from gpuvm.errors import GpuvmError, InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.group import run_group
 from gpuvm.plan import Change
-from gpuvm.remote import Cluster, RemoteTarget, run
-from gpuvm.image import Recipe, image_ref, recipe
+from gpuvm.desired.ssh import DesiredGuest, GuestImage
 from gpuvm.image_fanout import OPERATOR_BYTES, SAVE_FAILED, SSH_FAILED, FanOut, Hop, HopError, fan_out, hop_script
-from gpuvm.steps.guest_ssh_mesh.guests import mesh_user
-from gpuvm.steps.guest_ssh_mesh.key import key_path
+from gpuvm.remote import Cluster, run
 from gpuvm.secrets import redact
-from gpuvm.runbook.model import Image, Runbook
+from gpuvm.steps.guest_ssh_mesh.key import key_path
 from gpuvm.steps.base import Context, Say, Step, quiet
 from gpuvm.ticker import Counted, Ticker, amount, rate
 from gpuvm.untrusted import UntrustedValueError, checked, image_id, shown
@@ -83,20 +82,15 @@ class PlaceImage:
     only_if_missing: bool = False  # the daemon was stopped: done only if, once started, the image is not there
 
 
-def builder_name(runbook: Runbook) -> str:
-    guests = runbook.guests
-    return guests.image.builder or guests.hosts[0].vm  # type: ignore[union-attr]
-
-
-def _image(runbook: Runbook) -> Image:
-    return runbook.guests.image  # type: ignore[union-attr]
+def _image(target: DesiredGuest) -> GuestImage:
+    assert target.image is not None  # wanted
+    return target.image
 
 
 # -- observe ------------------------------------------------------------------------------------
 
-def wanted(target: RemoteTarget) -> bool:
-    guests = target.runbook.guests
-    return target.guest is not None and guests is not None and guests.image is not None
+def wanted(target: DesiredGuest) -> bool:
+    return target.image is not None
 
 
 def _missing(result) -> bool:
@@ -108,7 +102,7 @@ def _said(result: CommandResult) -> str:
     return result.last_line or f"exit {result.exit_code}"
 
 
-def inspect_id(target: RemoteTarget, cluster: Cluster, ref: str) -> str | None:
+def inspect_id(target: DesiredGuest, cluster: Cluster, ref: str) -> str | None:
     """The image id of `ref` on the target; None when it has no such image (or no docker)."""
     result = run(target, cluster, ["docker", "image", "inspect", "--format", "{{.Id}}", ref], check=False)
     if result.ok:
@@ -118,19 +112,19 @@ def inspect_id(target: RemoteTarget, cluster: Cluster, ref: str) -> str | None:
     raise RemoteCommandError(f"{target.name}: {NAME}: cannot inspect image {ref}: {_said(result)}")
 
 
-def observe(ctx: Context, target: RemoteTarget) -> DockerFact:
-    cluster = ctx.cluster
-    ref, builder = image_ref(_image(cluster.runbook)), builder_name(cluster.runbook)
+def observe(ctx: Context, target: DesiredGuest) -> DockerFact:
+    cluster, image = ctx.cluster, _image(target)
+    ref, builder = image.ref, image.builder
     version = run(target, cluster, ["docker", "version", "--format", "{{.Server.Version}}"], check=False)
     if not version.ok or not version.stdout.strip():  # no docker, or its daemon does not answer
         server, error = (None, None) if _missing(version) else ("", _said(version))
-        toolkit = _image(cluster.runbook).gpus and _toolkit(target, cluster)
+        toolkit = image.gpus and _toolkit(target, cluster)
         return DockerFact(server, error, False, toolkit, None, _builder_id(target, cluster, builder, ref))
     runtimes = run(target, cluster, ["docker", "info", "--format", "{{json .Runtimes}}"]).stdout
     nvidia = "nvidia" in parse_runtimes(runtimes)
     own = inspect_id(target, cluster, ref)
     builder_id = own if target.name == builder else _builder_id(target, cluster, builder, ref)
-    toolkit = nvidia or (_image(cluster.runbook).gpus and _toolkit(target, cluster))
+    toolkit = nvidia or (image.gpus and _toolkit(target, cluster))
     server = checked(version.stdout.strip(), "a version", "docker version")
     return DockerFact(server, None, nvidia, toolkit, own, builder_id)
 
@@ -144,12 +138,12 @@ def parse_runtimes(text: str) -> list[str]:
     return sorted(data) if isinstance(data, dict) else []
 
 
-def _toolkit(target: RemoteTarget, cluster: Cluster) -> bool:
+def _toolkit(target: DesiredGuest, cluster: Cluster) -> bool:
     result = run(target, cluster, ["dpkg-query", "-W", "-f", "${Status}", "nvidia-container-toolkit"], check=False)
     return result.ok and "install ok installed" in result.stdout
 
 
-def _builder_id(target: RemoteTarget, cluster: Cluster, builder: str, ref: str) -> str | None:
+def _builder_id(target: DesiredGuest, cluster: Cluster, builder: str, ref: str) -> str | None:
     if target.name == builder:
         return None
     try:
@@ -160,8 +154,9 @@ def _builder_id(target: RemoteTarget, cluster: Cluster, builder: str, ref: str) 
 
 # -- plan (pure) --------------------------------------------------------------------------------
 
-def plan(target: RemoteTarget, fact: DockerFact) -> list[Change]:
-    image, builder = _image(target.runbook), builder_name(target.runbook)
+def plan(target: DesiredGuest, fact: DockerFact) -> list[Change]:
+    image = _image(target)
+    builder = image.builder
     changes: list[Change] = []
     stopped = bool(fact.daemon_error)  # runtimes and images unknown until the daemon runs
     unknown = "unknown: the docker daemon is stopped"
@@ -176,7 +171,7 @@ def plan(target: RemoteTarget, fact: DockerFact) -> list[Change]:
         changes.append(Change(NAME, target.name, "docker runtime nvidia", "present", before,
                               "nvidia-container-toolkit" + (", if missing once the daemon runs" if stopped else ""),
                               action=AddNvidiaRuntime(not fact.toolkit_installed, only_if_missing=stopped)))
-    ref = recipe(image).ref
+    ref = image.ref
     if image.registry:
         how, source = "pull", f"pulled from {image.registry}"
     elif target.name == builder:
@@ -202,7 +197,7 @@ def _placement(changes: list[Change]) -> PlaceImage | None:
     return next((c.action for c in changes if isinstance(c.action, PlaceImage)), None)
 
 
-def _set_up(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> None:
+def _set_up(target: DesiredGuest, changes: list[Change], cluster: Cluster) -> None:
     """Packages, daemon and runtime (root's: through sudo for any login but root's): all but the image.
     A runtime planned while the daemon was stopped is looked at once it runs, before anything is installed."""
     actions = [c.action for c in changes]
@@ -222,7 +217,7 @@ def _set_up(target: RemoteTarget, changes: list[Change], cluster: Cluster) -> No
         run(target, cluster, ["systemctl", "restart", "docker"], sudo=target.root)
 
 
-def _apt_install(target: RemoteTarget, cluster: Cluster, packages: list[str]) -> None:
+def _apt_install(target: DesiredGuest, cluster: Cluster, packages: list[str]) -> None:
     if not packages:
         return
     env = ["env", "DEBIAN_FRONTEND=noninteractive"]
@@ -235,7 +230,7 @@ def _apt_install(target: RemoteTarget, cluster: Cluster, packages: list[str]) ->
         raise RemoteCommandError(f"apt-get install {' '.join(packages)} failed: {_said(result)}{hint}")
 
 
-def _has_nvidia_runtime(target: RemoteTarget, cluster: Cluster) -> bool:
+def _has_nvidia_runtime(target: DesiredGuest, cluster: Cluster) -> bool:
     return "nvidia" in parse_runtimes(run(target, cluster, ["docker", "info", "--format", "{{json .Runtimes}}"]).stdout)
 
 
@@ -250,48 +245,46 @@ def _still_missing(cluster: Cluster, name: str, place: PlaceImage) -> bool:
     return own != inspect_id(cluster.targets[place.builder], cluster, place.ref)
 
 
-def _check_recipe(target: RemoteTarget, place: PlaceImage, cluster: Cluster) -> Recipe:
-    current = recipe(_image(cluster.runbook))
+def _check_recipe(target: DesiredGuest, place: PlaceImage) -> GuestImage:
+    current = _image(target)
     if place.ref != current.ref:
         raise InputError(f"the plan is for image {place.ref} but the runbook "
                          f"now renders {current.ref}; plan again")
     return current
 
 
-def _build(target: RemoteTarget, cluster: Cluster, current: Recipe, say: Say = quiet) -> None:
-    image = _image(cluster.runbook)
+def _build(target: DesiredGuest, cluster: Cluster, image: GuestImage, say: Say = quiet) -> None:
     network = ["--network=host"] if image.build_network == "host" else []
-    with Ticker(lambda line: say(target.name, line), lambda s: f"building image {current.ref}: {s:.0f} s") as tick:
-        run(target, cluster, ["docker", "build", *network, "-t", current.ref, "-"],
-            stdin=current.dockerfile.encode(), timeout=max(cluster.command_timeout, image.build_timeout))
-    say(target.name, f"image {current.ref} built in {tick.elapsed:.0f} s")
+    with Ticker(lambda line: say(target.name, line), lambda s: f"building image {image.ref}: {s:.0f} s") as tick:
+        run(target, cluster, ["docker", "build", *network, "-t", image.ref, "-"],
+            stdin=image.dockerfile.encode(), timeout=max(cluster.command_timeout, image.build_timeout))
+    say(target.name, f"image {image.ref} built in {tick.elapsed:.0f} s")
 
 
-def _pull(target: RemoteTarget, cluster: Cluster, current: Recipe, say: Say = quiet) -> None:
-    image = _image(cluster.runbook)
-    remote = f"{image.registry.rstrip('/')}/{current.ref}"  # type: ignore[union-attr]
+def _pull(target: DesiredGuest, cluster: Cluster, image: GuestImage, say: Say = quiet) -> None:
+    remote = f"{image.registry.rstrip('/')}/{image.ref}"  # type: ignore[union-attr]
     with Ticker(lambda line: say(target.name, line), lambda s: f"pulling {remote}: {s:.0f} s"):
         run(target, cluster, ["docker", "pull", remote], timeout=max(cluster.command_timeout, image.build_timeout))
-    run(target, cluster, ["docker", "tag", remote, current.ref])
+    run(target, cluster, ["docker", "tag", remote, image.ref])
 
 
-def _save(builder: RemoteTarget, cluster: Cluster, ref: str, sink: BinaryIO, say: Say = quiet) -> None:
+def _save(builder: DesiredGuest, cluster: Cluster, ref: str, sink: BinaryIO, say: Say = quiet) -> None:
     counted = Counted(sink)
     with Ticker(lambda line: say(builder.name, line),
                 lambda s: f"saving {ref} from the builder: {rate(counted.bytes, s)}") as tick:
         try:
             run(builder, cluster, ["docker", "save", ref], stdout_to=counted,  # type: ignore[arg-type]
-                timeout=max(cluster.command_timeout, _image(cluster.runbook).build_timeout))
+                timeout=max(cluster.command_timeout, _image(builder).build_timeout))
         finally:
             OPERATOR_BYTES.add(counted.bytes)
     say(builder.name, f"saved {ref} from the builder: {rate(counted.bytes, tick.elapsed)}")
 
 
-def _load(target: RemoteTarget, cluster: Cluster, saved: Path, stdin_limit: int = STDIN_LIMIT,
+def _load(target: DesiredGuest, cluster: Cluster, saved: Path, stdin_limit: int = STDIN_LIMIT,
           say: Say = quiet) -> None:
     """`docker load` the saved image: on stdin when small, else sent in chunks to a temp file first.
     Progress: bytes sent and rate, every few seconds and at the end."""
-    timeout = max(cluster.command_timeout, _image(cluster.runbook).build_timeout)
+    timeout = max(cluster.command_timeout, _image(target).build_timeout)
     size, sent = saved.stat().st_size, Counted()
     with Ticker(lambda line: say(target.name, line),
                 lambda s: f"shipping image: {rate(sent.bytes, s)} of {amount(size)} sent") as tick:
@@ -306,7 +299,7 @@ def _load(target: RemoteTarget, cluster: Cluster, saved: Path, stdin_limit: int 
     say(target.name, f"image shipped and loaded: {rate(size, tick.elapsed)}")
 
 
-def _load_in_chunks(target: RemoteTarget, cluster: Cluster, saved: Path, timeout: float, sent: Counted) -> None:
+def _load_in_chunks(target: DesiredGuest, cluster: Cluster, saved: Path, timeout: float, sent: Counted) -> None:
     remote = run(target, cluster, ["mktemp", "/tmp/gpuvm-image.XXXXXX"], sudo=False).stdout.strip()
     if not re.fullmatch(r"/tmp/gpuvm-image\.[A-Za-z0-9]{6,}", remote):  # a file name from the guest
         raise UntrustedValueError(f"`mktemp` answered {shown(remote)}, not a /tmp/gpuvm-image.XXXXXX file")
@@ -320,7 +313,7 @@ def _load_in_chunks(target: RemoteTarget, cluster: Cluster, saved: Path, timeout
         run(target, cluster, ["rm", "-f", remote], sudo=False, check=False)
 
 
-def _ship(builder: RemoteTarget, cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget],
+def _ship(builder: DesiredGuest, cluster: Cluster, ref: str, receivers: dict[str, DesiredGuest],
           parallel: int = 4, say: Say = quiet) -> dict[str, Exception]:
     """Save once on the builder into a local temp file, then load it on every receiver (bounded)."""
     if not receivers:
@@ -351,10 +344,9 @@ def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dic
     return {n: e for n, e in failures.items() if n in names}
 
 
-def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], parallel: int,
+def _copy_to(cluster: Cluster, ref: str, builder: str, receivers: dict[str, DesiredGuest], parallel: int,
              say: Say = quiet) -> dict[str, Exception]:
     """Ship the builder's image to the receivers whose copy differs from it."""
-    builder = builder_name(cluster.runbook)
     try:
         want = inspect_id(cluster.targets[builder], cluster, ref)
     except GpuvmError as e:
@@ -368,17 +360,17 @@ def _copy_to(cluster: Cluster, ref: str, receivers: dict[str, RemoteTarget], par
     inspected = run_group(receivers, lambda t: inspect_id(t, cluster, ref), parallel, name="inspect")
     have, failures = inspected.ok, inspected.failed
     send = {n: t for n, t in receivers.items() if n not in failures and have.get(n) != want}
-    if not _mesh_keyed(cluster):
+    if not _mesh_keyed(cluster, {builder: cluster.targets[builder], **receivers}):
         return failures | _ship(cluster.targets[builder], cluster, ref, send, parallel, say)
     holders = [builder] + [n for n in receivers if have.get(n) == want]
-    return failures | _tree(cluster, ref, want, holders, send, say)
+    return failures | _tree(cluster, ref, want, builder, holders, send, say)
 
 
-def _mesh_keyed(cluster: Cluster) -> bool:
-    """Whether the runbook has a mesh and its key was made (guest.ssh_mesh, which runs after this step,
-    has run once): else the guests cannot log in to each other yet."""
-    mesh = cluster.runbook.guests.ssh_mesh  # type: ignore[union-attr]
-    return mesh is not None and mesh.enabled and key_path(cluster.state_dir).exists()
+def _mesh_keyed(cluster: Cluster, receivers: dict[str, DesiredGuest]) -> bool:
+    """Whether the guests are in a mesh and its key was made (guest.ssh_mesh runs before this step):
+    else they cannot log in to each other."""
+    in_mesh = all(t.mesh is not None for t in receivers.values())
+    return in_mesh and key_path(cluster.state_dir).exists()
 
 
 def _unreached(result: FanOut) -> list[str]:
@@ -386,17 +378,17 @@ def _unreached(result: FanOut) -> list[str]:
     return [n for n, e in result.failures.items() if not (isinstance(e, HopError) and e.side == "receiver")]
 
 
-def _tree(cluster: Cluster, ref: str, want: str, holders: list[str], receivers: dict[str, RemoteTarget],
-          say: Say = quiet) -> dict[str, Exception]:
+def _tree(cluster: Cluster, ref: str, want: str, builder: str, holders: list[str],
+          receivers: dict[str, DesiredGuest], say: Say = quiet) -> dict[str, Exception]:
     """Guest to guest over the mesh (`image_fanout.fan_out`). Through gpuvm's machine only what the
     mesh cannot reach: one copy when the builder could send none (that guest then serves the rest),
     and guests that no sender could log in to (a guest the mesh has not reached yet)."""
     if not receivers:
         return {}
-    builder, started = builder_name(cluster.runbook), time.monotonic()
+    started = time.monotonic()
 
     def hop(h: Hop) -> None:
-        _hop(cluster, ref, want, h, say)
+        _hop(cluster, ref, want, builder, h, say)
 
     result = fan_out(holders, list(receivers), hop)
     stuck = _unreached(result)
@@ -418,22 +410,21 @@ def _tree(cluster: Cluster, ref: str, want: str, holders: list[str], receivers: 
     return failures
 
 
-def _hop(cluster: Cluster, ref: str, want: str, hop: Hop, say: Say = quiet) -> None:
+def _hop(cluster: Cluster, ref: str, want: str, builder: str, hop: Hop, say: Say = quiet) -> None:
     """`docker save | ssh receiver docker load` on the sender, then the receiver's id checked from here."""
     sender, receiver = cluster.targets[hop.sender], cluster.targets[hop.receiver]
-    user = mesh_user(sender, cluster)
-    script = hop_script(ref, receiver.access.address, receiver.access.port, save_sudo=sender.sudo,
-                        load_sudo=receiver.sudo, mesh_user=None if user == sender.access.user else user)
-    timeout = max(cluster.command_timeout, _image(cluster.runbook).build_timeout)
+    user = sender.mesh.user  # type: ignore[union-attr]  # _mesh_keyed: every guest here is in the mesh
+    script = hop_script(ref, receiver.login.address, receiver.login.port, save_sudo=sender.sudo,
+                        load_sudo=receiver.sudo, mesh_user=None if user == sender.login.user else user)
+    timeout = max(cluster.command_timeout, _image(sender).build_timeout)
     with Ticker(lambda line: say(receiver.name, line),
                 lambda s: f"copying {ref} from {sender.name} over the mesh: {s:.0f} s") as tick:
-        result = sender.executor.run_script(script, timeout=timeout, check=False)
+        result = cluster.executors[sender.name].run_script(script, timeout=timeout, check=False)
     if result.exit_code != 0:
         side = {SAVE_FAILED: "sender", SSH_FAILED: "mesh"}.get(result.exit_code, "receiver")
         raise HopError(redact(f"{receiver.name}: {NAME}: image {ref} from {sender.name}: {_said(result)}"), side)
     got = inspect_id(receiver, cluster, ref)
     if got != want:
-        builder = builder_name(cluster.runbook)
         raise HopError(f"{receiver.name}: {NAME}: image {ref} copied from {sender.name} has id {got or 'none'} "
                        f"on {receiver.name}, not {want} as on the builder {builder}")
     say(receiver.name, f"image {ref} copied from {sender.name} over the mesh in {tick.elapsed:.0f} s")
@@ -459,10 +450,10 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
         return failures
     first = next(iter(placements))
     try:
-        current = _check_recipe(targets[first], placements[first], cluster)
+        current = _check_recipe(targets[first], placements[first])
     except GpuvmError as e:
         return failures | {n: e for n in placements}
-    by_how: dict[str, dict[str, RemoteTarget]] = {"build": {}, "pull": {}, "copy": {}}
+    by_how: dict[str, dict[str, DesiredGuest]] = {"build": {}, "pull": {}, "copy": {}}
     for name, place in placements.items():
         by_how[place.how][name] = targets[name]
     for name, target in by_how["build"].items():  # the builder: at most one, before any copy
@@ -472,13 +463,13 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
             failures[name] = e
     pulled = run_group(by_how["pull"], lambda t: _pull(t, cluster, current, ctx.say), parallel, name="pull")
     failures.update(pulled.failed)
-    failures.update(_copy_to(cluster, current.ref, by_how["copy"], min(parallel, 4), ctx.say))
+    failures.update(_copy_to(cluster, current.ref, current.builder, by_how["copy"], min(parallel, 4), ctx.say))
     checked = [n for n in placements if n not in failures]
-    failures.update(_verify(cluster, current.ref, checked, builder_name(cluster.runbook)))
+    failures.update(_verify(cluster, current.ref, checked, current.builder))
     return failures
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
     """This guest alone: set up, then build, pull or fetch the image from the builder."""
     failure = apply_all(ctx, {target.name: changes}, 1).get(target.name)
     if failure is not None:

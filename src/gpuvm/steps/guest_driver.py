@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.plan import Change, Disruption
-from gpuvm.remote import Cluster, RemoteTarget, run
-from gpuvm.runbook.model import NvidiaDriver
+from gpuvm.desired.ssh import DesiredGuest
+from gpuvm.remote import Cluster, run
 from gpuvm.steps.base import Context, Step
-from gpuvm.steps.installer import fetch_and_run, guest_setting, missing
+from gpuvm.steps.installer import fetch_and_run, missing
 from gpuvm.untrusted import checked
 
 NAME = "guest.driver"
@@ -35,15 +35,11 @@ class InstallDriver:
     sha256: str  # the installer's, from the runbook: checked on the guest before it runs
 
 
-def _driver(target: RemoteTarget) -> NvidiaDriver:
-    return guest_setting(target, "driver")
+def wanted(target: DesiredGuest) -> bool:
+    return target.driver is not None
 
 
-def wanted(target: RemoteTarget) -> bool:
-    return guest_setting(target, "driver") is not None
-
-
-def driver_version(target: RemoteTarget, cluster: Cluster) -> str | None:
+def driver_version(target: DesiredGuest, cluster: Cluster) -> str | None:
     """The running driver's version (several GPUs: one line each, one version); None: no driver."""
     result = run(target, cluster, QUERY, sudo=False, check=False)
     if missing(result) or result.exit_code == NO_DRIVER:
@@ -60,20 +56,21 @@ def parse_driver_versions(text: str) -> str | None:
     return ", ".join(sorted(found)) or None
 
 
-def observe(ctx: Context, target: RemoteTarget) -> str | None:
+def observe(ctx: Context, target: DesiredGuest) -> str | None:
     return driver_version(target, ctx.cluster)
 
 
-def plan(target: RemoteTarget, running: str | None) -> list[Change]:
-    want = _driver(target)
+def plan(target: DesiredGuest, running: str | None) -> list[Change]:
+    want = target.driver
+    assert want is not None
     if running == want.version:
         return []
     disruption = Disruption.NONE if running is None else Disruption.VM_POWER_OFF
     return [Change(NAME, target.name, "NVIDIA driver", "driver_version", running, want.version, disruption,
-                   InstallDriver(want.version, want.installer.format(version=want.version), want.sha256 or ""))]
+                   InstallDriver(want.version, want.url, want.sha256))]
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
     for change in changes:
         action: InstallDriver = change.action
         fetch_and_run(target, ctx.cluster, action.url, action.sha256, f"NVIDIA-Linux-x86_64-{action.version}.run",

@@ -19,12 +19,13 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from gpuvm.desired.ssh import DesiredGuest, GuestLicence
 from gpuvm.errors import InputError, RemoteCommandError
-from gpuvm.licensing import (GRIDD_CONF, GRIDD_TEMPLATE, TOKEN_DIR, TOKEN_MODE, TOKEN_NAME, Licence, WantedLicence,
-                             expires_in, feature_type, licence_problem, problem, read_licence, read_token,
-                             shown_digest, token_digest, wanted_licence, with_feature_type)
+from gpuvm.licensing import (GRIDD_CONF, GRIDD_TEMPLATE, TOKEN_DIR, TOKEN_MODE, TOKEN_NAME, Licence, expires_in,
+                             feature_type, licence_problem, problem, read_licence, read_token, shown_digest,
+                             token_digest, with_feature_type)
 from gpuvm.plan import Change
-from gpuvm.remote import RemoteTarget, run
+from gpuvm.remote import Cluster, run
 from gpuvm.steps.base import Context, Step
 from gpuvm.untrusted import UntrustedValueError, shown
 
@@ -36,9 +37,9 @@ LIST_TOKENS = (f"for f in {TOKEN_DIR}/client_configuration_token_*.tok; do [ -f 
                "printf '%s %s %s\\n' \"$(stat -c %a \"$f\")\" \"$(sha256sum < \"$f\" | cut -d' ' -f1)\" \"${f##*/}\"; done")
 
 
-def _wanted(target: RemoteTarget) -> WantedLicence | None:
-    """The runbook's licensing settings for this guest (the one place this step reads them)."""
-    return wanted_licence(target.runbook, target.guest)
+def _wanted(target: DesiredGuest) -> GuestLicence:
+    assert target.licence is not None  # wanted
+    return target.licence
 
 
 @dataclass(frozen=True)
@@ -74,17 +75,17 @@ class RestartGridd:
     """systemctl restart nvidia-gridd, then read the licence back until it is Licensed."""
 
 
-def wanted(target: RemoteTarget) -> bool:
-    return _wanted(target) is not None
+def wanted(target: DesiredGuest) -> bool:
+    return target.licence is not None
 
 
-def observe(ctx: Context, target: RemoteTarget) -> LicensingFact:
+def observe(ctx: Context, target: DesiredGuest) -> LicensingFact:
     want = _wanted(target)
-    assert want is not None
     cluster = ctx.cluster
-    listing = target.executor.run_script(LIST_TOKENS, sudo=target.root, check=False, timeout=cluster.command_timeout)
+    executor = cluster.executors[target.name]
+    listing = executor.run_script(LIST_TOKENS, sudo=target.root, check=False, timeout=cluster.command_timeout)
     conf = run(target, cluster, ["cat", GRIDD_CONF], sudo=target.root, check=False)
-    licence = read_licence(target.executor, timeout=cluster.command_timeout)
+    licence = read_licence(executor, timeout=cluster.command_timeout)
     return LicensingFact(token_digest(want), parse_tokens(listing.stdout), feature_type(conf.stdout if conf.ok else None),
                          licence.status, licence.licensed, expires_in(licence, datetime.now(UTC)))
 
@@ -102,9 +103,8 @@ def parse_tokens(text: str) -> tuple[TokenFile, ...]:
     return tuple(tokens)
 
 
-def plan(target: RemoteTarget, fact: LicensingFact) -> list[Change]:
+def plan(target: DesiredGuest, fact: LicensingFact) -> list[Change]:
     want = _wanted(target)
-    assert want is not None
     changes: list[Change] = []
     ours = [t for t in fact.tokens if t.name == TOKEN_NAME and t.sha256 == fact.want_token and t.mode == f"{TOKEN_MODE:o}"]
     others = tuple(t.name for t in fact.tokens if t.name != TOKEN_NAME)
@@ -123,9 +123,8 @@ def plan(target: RemoteTarget, fact: LicensingFact) -> list[Change]:
     return changes
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
     want = _wanted(target)
-    assert want is not None
     cluster = ctx.cluster
     for change in changes:
         action = change.action
@@ -134,29 +133,29 @@ def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
             if hashlib.sha256(data).hexdigest() != action.sha256:
                 raise InputError(f"{want.where}: {want.token_file} changed since the plan was made; plan again")
             run(target, cluster, ["mkdir", "-p", TOKEN_DIR], sudo=target.root)
-            target.executor.put(data, f"{TOKEN_DIR}/{TOKEN_NAME}", mode=TOKEN_MODE, sudo=target.root)
+            cluster.executors[target.name].put(data, f"{TOKEN_DIR}/{TOKEN_NAME}", mode=TOKEN_MODE, sudo=target.root)
             if action.remove:
                 run(target, cluster, ["rm", "-f", "--", *(f"{TOKEN_DIR}/{name}" for name in action.remove)],
                     sudo=target.root)
         elif isinstance(action, SetFeatureType):
-            target.executor.put(with_feature_type(_current_conf(ctx, target), action.value).encode(), GRIDD_CONF,
-                                mode=0o644, sudo=target.root)
+            cluster.executors[target.name].put(with_feature_type(_current_conf(ctx, target), action.value).encode(),
+                                               GRIDD_CONF, mode=0o644, sudo=target.root)
         elif isinstance(action, RestartGridd):
             run(target, cluster, ["systemctl", "restart", "nvidia-gridd"], sudo=target.root)
-            _await_licence(target, want)
+            _await_licence(target, cluster, want)
 
 
-def _current_conf(ctx: Context, target: RemoteTarget) -> str:
+def _current_conf(ctx: Context, target: DesiredGuest) -> str:
     """gridd.conf as it is now; where there is none, the driver's template (as the guide starts it)."""
     script = f"cat {shlex.quote(GRIDD_CONF)} 2>/dev/null || cat {shlex.quote(GRIDD_TEMPLATE)} 2>/dev/null || true"
-    return target.executor.run_script(script, sudo=target.root, timeout=ctx.cluster.command_timeout).stdout
+    return ctx.cluster.executors[target.name].run_script(script, sudo=target.root, timeout=ctx.cluster.command_timeout).stdout
 
 
-def _await_licence(target: RemoteTarget, want: WantedLicence) -> Licence:
+def _await_licence(target: DesiredGuest, cluster: Cluster, want: GuestLicence) -> Licence:
     """Read the licence until it is good, or `acquire_timeout` passed: then say what it is."""
     deadline = time.monotonic() + want.acquire_timeout
     while True:
-        licence = read_licence(target.executor, timeout=60)
+        licence = read_licence(cluster.executors[target.name], timeout=60)
         why = licence_problem(licence, want.min_validity, datetime.now(UTC))
         if why is None:
             return licence

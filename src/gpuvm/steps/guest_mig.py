@@ -21,7 +21,8 @@ from gpuvm.executors.base import CommandResult
 from gpuvm.mig import GpuLayout, MigLayoutError, canonical, describe, expand, gpu_model
 from gpuvm.parsers.nvidia_smi import GpuInstance, MigMode, parse_gpu_instances, parse_mig_query_csv
 from gpuvm.plan import Change, Disruption
-from gpuvm.remote import Cluster, RemoteTarget, run
+from gpuvm.desired.ssh import DesiredGuest
+from gpuvm.remote import Cluster, run
 from gpuvm.steps.base import Context, Step
 
 NAME = "guest.mig"
@@ -48,11 +49,11 @@ class SetInstances:
     create: tuple[str, ...]  # GPU instance profiles, largest first
 
 
-def wanted(target: RemoteTarget) -> bool:
-    return target.guest is not None and target.guest.mig is not None
+def wanted(target: DesiredGuest) -> bool:
+    return target.mig is not None
 
 
-def observe(ctx: Context, target: RemoteTarget) -> tuple[GpuMig, ...]:
+def observe(ctx: Context, target: DesiredGuest) -> tuple[GpuMig, ...]:
     cluster = ctx.cluster
     modes = parse_mig_query_csv(run(target, cluster, QUERY).stdout)
     instances: dict[int, list[str]] = {}
@@ -63,7 +64,7 @@ def observe(ctx: Context, target: RemoteTarget) -> tuple[GpuMig, ...]:
                         canonical(instances.get(m.index, []), gpu_model(m.name))) for m in modes)
 
 
-def _list_instances(target: RemoteTarget, cluster: Cluster, gpu: int | None = None) -> list[GpuInstance]:
+def _list_instances(target: DesiredGuest, cluster: Cluster, gpu: int | None = None) -> list[GpuInstance]:
     argv = ["nvidia-smi", "mig", "-lgi"] + (["-i", str(gpu)] if gpu is not None else [])
     result = run(target, cluster, argv, sudo=target.root, check=False)
     if result.exit_code != 0 and not any(s in result.stdout + result.stderr for s in NOTHING_THERE):
@@ -71,22 +72,22 @@ def _list_instances(target: RemoteTarget, cluster: Cluster, gpu: int | None = No
     return parse_gpu_instances(result.stdout)
 
 
-def _failed(target: RemoteTarget, result: CommandResult, gpu: int | None = None) -> RemoteCommandError:
+def _failed(target: DesiredGuest, result: CommandResult, gpu: int | None = None) -> RemoteCommandError:
     where = f"GPU {gpu}: " if gpu is not None else ""
     return RemoteCommandError(f"{target.name}: {NAME}: {where}`{result.command}` exited {result.exit_code}: "
                               f"{result.last_line or 'no output'}")
 
 
-def plan(target: RemoteTarget, fact: tuple[GpuMig, ...]) -> list[Change]:
+def plan(target: DesiredGuest, fact: tuple[GpuMig, ...]) -> list[Change]:
     """Per GPU the layout names: a mode change and/or an instance change. A layout that does not fit
     the GPUs found is an InputError at the guest's `mig` line."""
-    guest = target.guest
-    assert guest is not None and guest.mig is not None
+    mig = target.mig
+    assert mig is not None
     try:
-        layouts = expand(guest.mig, {g.index: g.name for g in fact})
+        layouts = expand(mig, {g.index: g.name for g in fact})
         return [c for gpu in fact if gpu.index in layouts for c in _plan_gpu(target.name, gpu, layouts[gpu.index])]
     except MigLayoutError as e:
-        label = guest.mig if isinstance(guest.mig, str) else "mig-parted entries"
+        label = mig if isinstance(mig, str) else "mig-parted entries"
         raise target.error(NAME, ("mig",), f"layout {label}: {e}") from None
 
 
@@ -114,7 +115,7 @@ def _plan_gpu(name: str, gpu: GpuMig, want: GpuLayout) -> list[Change]:
     return [c for c in ordered if c is not None]
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
     cluster = ctx.cluster
     by_gpu: dict[int, dict[type, Any]] = {}
     for change in changes:
@@ -129,11 +130,11 @@ def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
             _create(target, cluster, gpu, list(instances.create))
 
 
-def _mode_of(target: RemoteTarget, cluster: Cluster, gpu: int) -> MigMode:
+def _mode_of(target: DesiredGuest, cluster: Cluster, gpu: int) -> MigMode:
     return parse_mig_query_csv(run(target, cluster, QUERY[:1] + ["-i", str(gpu)] + QUERY[1:]).stdout)[0]
 
 
-def _set_mode(target: RemoteTarget, cluster: Cluster, gpu: int, mode: str, reset: bool) -> None:
+def _set_mode(target: DesiredGuest, cluster: Cluster, gpu: int, mode: str, reset: bool) -> None:
     if reset:
         result = run(target, cluster, ["nvidia-smi", "--gpu-reset", "-i", str(gpu)], sudo=target.root, check=False)
         if result.exit_code != 0:
@@ -148,14 +149,14 @@ def _set_mode(target: RemoteTarget, cluster: Cluster, gpu: int, mode: str, reset
                                  "reset; apply again with --allow-power-off to reset it, or reboot the VM")
 
 
-def _destroy(target: RemoteTarget, cluster: Cluster, gpu: int) -> None:
+def _destroy(target: DesiredGuest, cluster: Cluster, gpu: int) -> None:
     for flag in ("-dci", "-dgi"):  # compute instances first: a GPU instance in use cannot go
         result = run(target, cluster, ["nvidia-smi", "mig", flag, "-i", str(gpu)], sudo=target.root, check=False)
         if result.exit_code != 0 and not any(s in result.stdout + result.stderr for s in NOTHING_THERE):
             raise _failed(target, result, gpu)
 
 
-def _create(target: RemoteTarget, cluster: Cluster, gpu: int, profiles: list[str]) -> None:
+def _create(target: DesiredGuest, cluster: Cluster, gpu: int, profiles: list[str]) -> None:
     """Create the instances. nvidia-smi puts each at its first free placement, so an order can fail
     where another fits (3g.40gb first takes slices 0-3; then 2g.20gb + 2 x 1g.10gb do not fit):
     like mig-parted, try the orders of the profiles, largest first, until one fits."""

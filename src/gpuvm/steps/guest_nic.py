@@ -16,8 +16,8 @@ from gpuvm.errors import RemoteCommandError
 from gpuvm.parsers.ibdev2netdev import PortMap, parse_ibdev2netdev
 from gpuvm.parsers.ip import Link, parse_ip_addr_json
 from gpuvm.plan import Change
-from gpuvm.remote import Cluster, RemoteTarget, run
-from gpuvm.runbook.model import RdmaPort
+from gpuvm.desired.ssh import DesiredGuest, RdmaPort
+from gpuvm.remote import Cluster, run
 from gpuvm.steps.base import Context, Step
 
 NAME = "guest.nic"
@@ -47,29 +47,26 @@ class NicFact:
     links: dict[str, Link] = field(default_factory=dict)  # from `ip -j addr show`
 
 
-def wanted(target: RemoteTarget) -> bool:
-    return target.guest is not None and bool(target.guest.rdma_ports)
+def wanted(target: DesiredGuest) -> bool:
+    return bool(target.rdma_ports)
 
 
-def observe(ctx: Context, target: RemoteTarget) -> NicFact:
-    guest, cluster = target.guest, ctx.cluster
-    assert guest is not None
+def observe(ctx: Context, target: DesiredGuest) -> NicFact:
+    cluster = ctx.cluster
     ports: tuple[PortMap, ...] = ()
-    if any(p.device for p in guest.rdma_ports):
+    if any(p.device for p in target.rdma_ports):
         ports = tuple(parse_ibdev2netdev(run(target, cluster, ["ibdev2netdev"]).stdout))
     return NicFact(ports, parse_ip_addr_json(run(target, cluster, ["ip", "-j", "addr", "show"]).stdout))
 
 
-def plan(target: RemoteTarget, fact: NicFact) -> list[Change]:
-    guest = target.guest
-    assert guest is not None
+def plan(target: DesiredGuest, fact: NicFact) -> list[Change]:
     changes: list[Change] = []
-    for i, port in enumerate(guest.rdma_ports):
+    for i, port in enumerate(target.rdma_ports):
         changes += _plan_port(target.name, port, _link(target, fact, i, port))
     return changes
 
 
-def _link(target: RemoteTarget, fact: NicFact, i: int, port: RdmaPort) -> Link:
+def _link(target: DesiredGuest, fact: NicFact, i: int, port: RdmaPort) -> Link:
     name = port.interface
     if port.device is not None:
         mapped = next((p.netdev for p in fact.ports if (p.ibdev, p.port) == (port.device, port.port)), None)
@@ -114,14 +111,14 @@ def argv(action: SetMtu | LinkUp | SetAddress) -> list[list[str]]:
     return drop + [["ip", "addr", "add", action.address, "dev", action.interface]]
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
     for change in changes:
         for command in argv(change.action):
             run(target, ctx.cluster, command, sudo=target.root)
     _check_links(target, ctx.cluster, changes)
 
 
-def _check_links(target: RemoteTarget, cluster: Cluster, changes: list[Change]) -> None:
+def _check_links(target: DesiredGuest, cluster: Cluster, changes: list[Change]) -> None:
     """Read the interfaces back: what was set must show."""
     if not changes:
         return

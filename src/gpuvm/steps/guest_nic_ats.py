@@ -20,7 +20,8 @@ from gpuvm.errors import RemoteCommandError
 from gpuvm.parsers.mlxconfig import AtsState, ats_state
 from gpuvm.parsers.mst import MstDevice, parse_mst_status
 from gpuvm.plan import Change, Disruption
-from gpuvm.remote import Cluster, RemoteTarget, run
+from gpuvm.desired.ssh import DesiredGuest
+from gpuvm.remote import Cluster, run
 from gpuvm.steps.base import Context, Step
 
 NAME = "guest.nic_ats"
@@ -39,20 +40,20 @@ class Card:
     ats: AtsState
 
 
-def wanted(target: RemoteTarget) -> bool:
-    return target.guest is not None and target.guest.nic_ats is not None
+def wanted(target: DesiredGuest) -> bool:
+    return target.nic_ats is not None
 
 
 def query(device: str) -> list[str]:
     return ["mlxconfig", "-d", device, "-e", "q", "ATS_ENABLED"]
 
 
-def observe(ctx: Context, target: RemoteTarget) -> list[Card]:
+def observe(ctx: Context, target: DesiredGuest) -> list[Card]:
     return [Card(pci, dev, ats_state(run(target, ctx.cluster, query(dev), sudo=target.root).stdout))
             for pci, dev in _cards(_mst_devices(target, ctx.cluster))]
 
 
-def _mst_devices(target: RemoteTarget, cluster: Cluster) -> list[MstDevice]:
+def _mst_devices(target: DesiredGuest, cluster: Cluster) -> list[MstDevice]:
     """`mst status -v`. Observing never runs `mst start` (a dry run loads no driver): without the
     mst device files, mlxconfig is given the card's PCI address instead."""
     return parse_mst_status(run(target, cluster, ["mst", "status", "-v"], sudo=target.root).stdout)
@@ -66,8 +67,8 @@ def _cards(devices: list[MstDevice]) -> list[tuple[str, str]]:
     return list(cards.values())
 
 
-def plan(target: RemoteTarget, cards: list[Card]) -> list[Change]:
-    want = target.guest.nic_ats  # type: ignore[union-attr]
+def plan(target: DesiredGuest, cards: list[Card]) -> list[Change]:
+    want = target.nic_ats
     if not cards:
         raise target.error(NAME, ("nic_ats",), "nic_ats is set but `mst status -v` lists no Mellanox device")
     changes = []
@@ -82,7 +83,7 @@ def plan(target: RemoteTarget, cards: list[Card]) -> list[Change]:
     return changes
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
     for change in changes:
         if isinstance(action := change.action, SetCardAts):
             value = "true" if action.value else "false"

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.plan import Change, Disruption
-from gpuvm.remote import RemoteTarget, run
-from gpuvm.runbook.model import Rdma
+from gpuvm.desired.ssh import DesiredGuest, RdmaStack
+from gpuvm.remote import run
 from gpuvm.steps.base import Context, Step
-from gpuvm.steps.installer import INSTALL_TIMEOUT, fetch_and_run, guest_setting, missing
+from gpuvm.steps.installer import INSTALL_TIMEOUT, fetch_and_run, missing
 from gpuvm.untrusted import checked
 
 NAME = "guest.rdma"
@@ -40,12 +40,13 @@ class InstallMofed:
     sha256: str  # the tarball's, from the runbook: checked on the guest before it is unpacked
 
 
-def _rdma(target: RemoteTarget) -> Rdma:
-    return guest_setting(target, "rdma")
+def _rdma(target: DesiredGuest) -> RdmaStack:
+    assert target.rdma is not None
+    return target.rdma
 
 
-def wanted(target: RemoteTarget) -> bool:
-    return guest_setting(target, "rdma") is not None
+def wanted(target: DesiredGuest) -> bool:
+    return target.rdma is not None
 
 
 def parse_ofed_info(text: str) -> str | None:
@@ -61,7 +62,7 @@ def parse_dpkg_status(text: str) -> str | None:
     return checked(version, "a version", "dpkg-query rdma-core") if status.split()[-1:] == ["installed"] else None
 
 
-def observe(ctx: Context, target: RemoteTarget) -> str | None:
+def observe(ctx: Context, target: DesiredGuest) -> str | None:
     """The installed version of the chosen stack; None: not installed."""
     if _rdma(target).stack == "mofed":
         result = run(target, ctx.cluster, ["ofed_info", "-s"], sudo=False, check=False)
@@ -71,21 +72,20 @@ def observe(ctx: Context, target: RemoteTarget) -> str | None:
     return parse_dpkg_status(result.stdout) if result.ok else None
 
 
-def plan(target: RemoteTarget, installed: str | None) -> list[Change]:
+def plan(target: DesiredGuest, installed: str | None) -> list[Change]:
     rdma = _rdma(target)
     if rdma.stack == "mofed":
         if installed == rdma.version:
             return []
-        url = (rdma.installer or "").format(version=rdma.version)
         return [Change(NAME, target.name, "RDMA user space", "MLNX_OFED", installed, rdma.version, Disruption.NONE,
-                       InstallMofed(rdma.version or "", url, rdma.sha256 or ""))]
+                       InstallMofed(rdma.version or "", rdma.url, rdma.sha256))]
     if installed is not None and rdma.version in (None, installed):
         return []
     return [Change(NAME, target.name, "RDMA user space", "rdma-core", installed, rdma.version or "installed",
                    Disruption.NONE, InstallInbox(rdma.version))]
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
     cluster = ctx.cluster
     for change in changes:
         action = change.action

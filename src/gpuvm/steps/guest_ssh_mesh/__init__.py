@@ -24,13 +24,13 @@ from gpuvm.executors.group import run_group
 from gpuvm.steps.guest_ssh_mesh import verify
 from gpuvm.steps.guest_ssh_mesh.files import (IDENTITY, MeshFiles, Peer, config_block, has_key, known_host_lines,
                                               merge_known_hosts, mode_problem, split_config, wanted_files)
-from gpuvm.steps.guest_ssh_mesh.guests import container_port, mesh_guests, mesh_user, peer_host_keys
+from gpuvm.steps.guest_ssh_mesh.guests import mesh_guests, mesh_user, peer_host_keys
 from gpuvm.ssh_keys import line_fingerprint
 from gpuvm.steps.guest_ssh_mesh.key import MeshKey, cluster_key, load_cluster_key
 from gpuvm.steps.guest_ssh_mesh.name import NAME
 from gpuvm.steps.guest_ssh_mesh.ssh_dir import read_files, write_files
 from gpuvm.plan import Change
-from gpuvm.remote import RemoteTarget
+from gpuvm.desired.ssh import DesiredGuest
 from gpuvm.steps.base import Context, Step
 
 
@@ -50,16 +50,19 @@ class WriteMeshFile:
     home: str
 
 
-def wanted(target: RemoteTarget) -> bool:
-    guests = target.runbook.guests
-    return target.guest is not None and guests is not None and guests.ssh_mesh is not None and guests.ssh_mesh.enabled
+def wanted(target: DesiredGuest) -> bool:
+    return target.mesh is not None
 
 
-def observe(ctx: Context, target: RemoteTarget) -> MeshFact:
+def _container_port(target: DesiredGuest) -> int | None:
+    return target.mesh.container_port if target.mesh else None
+
+
+def observe(ctx: Context, target: DesiredGuest) -> MeshFact:
     cluster = ctx.cluster
-    files = read_files(target, cluster, mesh_user(target, cluster))
+    files = read_files(target, cluster, mesh_user(target))
     peers, _ = peer_host_keys(cluster)
-    return MeshFact(files, load_cluster_key(cluster.state_dir), peers, container_port(cluster))
+    return MeshFact(files, load_cluster_key(cluster.state_dir), peers, _container_port(target))
 
 
 def _resource(files: MeshFiles, name: str) -> str:
@@ -73,7 +76,7 @@ def _fingerprint_or(public_line: str | None) -> str:
         return "(unreadable)"
 
 
-def plan(target: RemoteTarget, fact: MeshFact) -> list[Change]:
+def plan(target: DesiredGuest, fact: MeshFact) -> list[Change]:
     files, key = fact.files, fact.key
     write = WriteMeshFile(files.user, files.home)
     fp = f"mesh key {key.fingerprint}" if key else "new mesh key (made on apply)"
@@ -119,15 +122,15 @@ def plan(target: RemoteTarget, fact: MeshFact) -> list[Change]:
     return changes
 
 
-def apply(ctx: Context, target: RemoteTarget, changes: list[Change]) -> None:
+def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
     cluster = ctx.cluster
     if not changes:
         return
-    user = mesh_user(target, cluster)
+    user = mesh_user(target)
     key = cluster_key(cluster.state_dir)
     files = read_files(target, cluster, user)  # again: merge with what is there now, not at plan time
     peers, _ = peer_host_keys(cluster)
-    content = wanted_files({c.field for c in changes}, files, key, peers, container_port(cluster))
+    content = wanted_files({c.field for c in changes}, files, key, peers, _container_port(target))
     write_files(target, cluster, user, files.home, content)
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuvm.ssh_keys import known_hosts_name
+from gpuvm.ssh_keys import MESH_IDENTITY, known_hosts_name
 from gpuvm.steps.guest_ssh_mesh.key import MeshKey
 
-IDENTITY = "id_ed25519_gpuvm"
+IDENTITY = MESH_IDENTITY
 BEGIN, END = "# BEGIN gpuvm", "# END gpuvm"
 
 

@@ -18,35 +18,30 @@ from gpuvm.executors.known_hosts import read_known_hosts
 from gpuvm.ssh_keys import known_hosts_name
 from gpuvm.steps.guest_ssh_mesh.name import NAME
 from gpuvm.steps.guest_ssh_mesh.files import Peer
-from gpuvm.remote import Cluster, RemoteTarget, known_hosts_files
+from gpuvm.desired.ssh import DesiredGuest
+from gpuvm.remote import Cluster
 from gpuvm.secrets import redact
 
 
-def mesh_guests(cluster: Cluster) -> dict[str, RemoteTarget]:
-    return {n: t for n, t in cluster.of_role("guest").items() if t.guest is not None}
+def mesh_guests(cluster: Cluster) -> dict[str, DesiredGuest]:
+    return cluster.of_role("guest")  # type: ignore[return-value]
 
 
-def mesh_user(target: RemoteTarget, cluster: Cluster) -> str:
-    mesh = cluster.runbook.guests.ssh_mesh  # type: ignore[union-attr]
-    return (mesh.user if mesh and mesh.user else None) or target.access.user
+def mesh_user(target: DesiredGuest) -> str:
+    return target.mesh.user if target.mesh else target.login.user
 
 
-def as_other_user(target: RemoteTarget, user: str) -> bool:
+def as_other_user(target: DesiredGuest, user: str) -> bool:
     """Whether `user` is not the login user (its files are then read and written through sudo)."""
-    return user != target.access.user
+    return user != target.login.user
 
 
-def as_mesh_user(target: RemoteTarget, user: str, script: str) -> str:
+def as_mesh_user(target: DesiredGuest, user: str, script: str) -> str:
     """`script` made to run as `user`: the login user's own files directly; another user's through
     `sudo -u` (as the mesh check logs in), so no root process opens a path in that user's home."""
     if not as_other_user(target, user):
         return script
     return f"sudo -n -u {shlex.quote(user)} -H sh -c {shlex.quote(script)}"
-
-
-def container_port(cluster: Cluster) -> int | None:
-    mesh = cluster.runbook.guests.ssh_mesh  # type: ignore[union-attr]
-    return mesh.container_port if mesh else None
 
 
 def peer_host_keys(cluster: Cluster) -> tuple[tuple[Peer, ...], dict[str, Exception]]:
@@ -60,7 +55,7 @@ def peer_host_keys(cluster: Cluster) -> tuple[tuple[Peer, ...], dict[str, Except
     peers, unreachable = [], {}
     known: paramiko.HostKeys | None = None
     for name, target in mesh_guests(cluster).items():
-        line = getattr(target.executor, "host_key_line", None)
+        line = getattr(cluster.executors[name], "host_key_line", None)
         try:
             if line is None:  # not a connection (a local or scripted executor): no "does not answer"
                 raise GpuvmError(f"{name}: {NAME}: the executor cannot tell the host key")
@@ -72,27 +67,27 @@ def peer_host_keys(cluster: Cluster) -> tuple[tuple[Peer, ...], dict[str, Except
             if (last := _last_key(known, target)) is None:
                 continue
             key_type, key = last
-        peers.append(Peer(name, target.access.address, target.access.port, key_type, key))
+        peers.append(Peer(name, target.login.address, target.login.port, key_type, key))
     return tuple(peers), unreachable
 
 
 def _known_keys(cluster: Cluster) -> paramiko.HostKeys:
     keys = paramiko.HostKeys()
-    read_known_hosts(known_hosts_files(cluster.runbook, cluster.state_dir)).add_to(keys)
+    read_known_hosts(cluster.known_hosts_files()).add_to(keys)
     return keys
 
 
-def _last_key(known: paramiko.HostKeys, target: RemoteTarget) -> tuple[str, str] | None:
+def _last_key(known: paramiko.HostKeys, target: DesiredGuest) -> tuple[str, str] | None:
     """(type, base64) of the host key gpuvm trusts for the target's address: the first one known, the
     type paramiko asks a known host for first, so the one its connections verified."""
-    found = known.lookup(known_hosts_name(target.access.address, target.access.port))
+    found = known.lookup(known_hosts_name(target.login.address, target.login.port))
     if not found:
         return None
     key_type = next(iter(found.keys()))
     return key_type, found[key_type].get_base64()
 
 
-def script_error(target: RemoteTarget, what: str, result) -> RemoteCommandError:
+def script_error(target: DesiredGuest, what: str, result) -> RemoteCommandError:
     """The error for a mesh script that failed on a guest: its last error line, not the script's text."""
     detail = result.last_line or "no output"
     return RemoteCommandError(redact(f"{target.name}: {NAME}: {what} failed (exit {result.exit_code}): {detail}"))

@@ -21,7 +21,8 @@ import tarfile
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY, MeshFiles
 from gpuvm.steps.guest_ssh_mesh.guests import as_mesh_user, script_error
 from gpuvm.parsers._common import unparseable
-from gpuvm.remote import Cluster, RemoteTarget
+from gpuvm.desired.ssh import DesiredGuest
+from gpuvm.remote import Cluster
 from gpuvm.untrusted import UntrustedValueError, shown
 
 FILES = (".", IDENTITY, IDENTITY + ".pub", "authorized_keys", "known_hosts", "config")
@@ -94,9 +95,9 @@ def _refuse(value: str, what: str) -> str:
     raise UntrustedValueError(f"the guest answered {shown(value)} as {what}; refusing to use it")
 
 
-def read_files(target: RemoteTarget, cluster: Cluster, user: str) -> MeshFiles:
+def read_files(target: DesiredGuest, cluster: Cluster, user: str) -> MeshFiles:
     script = as_mesh_user(target, user, _read_script(user))
-    result = target.executor.run_script(script, timeout=cluster.command_timeout, check=False)
+    result = cluster.executors[target.name].run_script(script, timeout=cluster.command_timeout, check=False)
     if result.exit_code != 0:
         raise script_error(target, f"reading ~{user}/.ssh", result)
     return parse_mesh_files(user, result.stdout)
@@ -137,10 +138,11 @@ def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
     return buffer.getvalue()
 
 
-def write_files(target: RemoteTarget, cluster: Cluster, user: str, home: str,
+def write_files(target: DesiredGuest, cluster: Cluster, user: str, home: str,
                 content: dict[str, tuple[bytes, int]]) -> None:
     """Write `content` (name → (bytes, mode)) into `home`/.ssh, as `user`."""
     script = as_mesh_user(target, user, _write_script(user, home))
-    result = target.executor.run_script(script, stdin=_tar(content), timeout=cluster.command_timeout, check=False)
+    result = cluster.executors[target.name].run_script(script, stdin=_tar(content), timeout=cluster.command_timeout,
+                                                       check=False)
     if result.exit_code != 0:
         raise script_error(target, f"writing ~{user}/.ssh", result)

@@ -14,7 +14,8 @@ from gpuvm.executors.group import run_group
 from gpuvm.steps.guest_ssh_mesh.name import NAME
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY, Peer
 from gpuvm.steps.guest_ssh_mesh.guests import as_mesh_user, mesh_guests, mesh_user, script_error
-from gpuvm.remote import Cluster, RemoteTarget
+from gpuvm.desired.ssh import DesiredGuest
+from gpuvm.remote import Cluster
 from gpuvm.secrets import redact
 
 VERIFY_CONNECT_TIMEOUT = 5
@@ -71,7 +72,7 @@ def parse_verify(origin: str, peers: list[Peer], output: str) -> list[FailedPair
     return failed
 
 
-def _detail(target: RemoteTarget, error: Exception) -> str:
+def _detail(target: DesiredGuest, error: Exception) -> str:
     text = str(error)
     return text[len(target.name) + 2:] if text.startswith(target.name + ": ") else text
 
@@ -82,16 +83,17 @@ def verify_mesh(cluster: Cluster, parallel: int = 8, among: list[str] | None = N
     One command per guest, every guest at once; within a guest, all its peers are tried at once.
     """
     guests = {n: t for n, t in mesh_guests(cluster).items() if among is None or n in among}
-    peers = [Peer(n, t.access.address, t.access.port, "", "") for n, t in guests.items()]
+    peers = [Peer(n, t.login.address, t.login.port, "", "") for n, t in guests.items()]
 
-    def check(target: RemoteTarget) -> list[FailedPair]:
+    def check(target: DesiredGuest) -> list[FailedPair]:
         others = [p for p in peers if p.name != target.name]
         if not others:
             return []
-        user = mesh_user(target, cluster)
+        user = mesh_user(target)
         script = _verify_script(user, others)
         timeout = max(cluster.command_timeout, VERIFY_CONNECT_TIMEOUT * 4)
-        result = target.executor.run_script(as_mesh_user(target, user, script), timeout=timeout, check=False)
+        result = cluster.executors[target.name].run_script(as_mesh_user(target, user, script), timeout=timeout,
+                                                           check=False)
         if result.exit_code != 0:
             raise script_error(target, "the mesh check", result)
         return parse_verify(target.name, others, result.stdout)
