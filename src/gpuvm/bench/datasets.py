@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from gpuvm.bench.fan_out import at_once
 from gpuvm.bench.campaign import LOCAL, PlannedPoint
 from gpuvm.bench.commands import BUNDLED
 from gpuvm.errors import GpuvmError, RemoteCommandError, TargetFailures
@@ -94,7 +95,7 @@ def write_datasets(executors: Mapping[str, Executor], datasets: Sequence[Dataset
 
         first, rest = dataset.targets[0], dataset.targets[1:]
         outcomes: dict[str, str] = {}
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-dataset") as pool:
+        with ThreadPoolExecutor(max_workers=at_once(rest), thread_name_prefix="gpuvm-dataset") as pool:
             for wave in ((first,), rest) if rest else ((first,),):
                 with Ticker(note, lambda s, wave=wave: f"dataset {dataset.path}: checking or writing on "
                                                        f"{', '.join(wave)}: {s:.0f} s"):

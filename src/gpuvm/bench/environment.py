@@ -17,6 +17,7 @@ import socket
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from gpuvm.bench.fan_out import at_once
 from gpuvm.bench.results import Environment, GpuState, Results
 from gpuvm.errors import GpuvmError
 from gpuvm.executors.base import Executor
@@ -48,7 +49,7 @@ def capture(executors: Mapping[str, Executor], targets: Sequence[str], local: bo
             return None
         return parse_probe(result.stdout) if "@@load" in result.stdout else None
 
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-env") as pool:
+    with ThreadPoolExecutor(max_workers=at_once(targets), thread_name_prefix="gpuvm-env") as pool:
         found = dict(zip(targets, pool.map(one, targets), strict=True))
     name = (lambda t: socket.gethostname()) if local else (lambda t: t)
     return {name(t): env for t, env in found.items() if env is not None}

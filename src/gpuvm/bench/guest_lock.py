@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
+from gpuvm.bench.fan_out import at_once
 from gpuvm.errors import GpuvmError, LockedError, TargetFailures
 from gpuvm.executors.base import Executor
 from gpuvm.runbook.strict import shown
@@ -92,7 +93,7 @@ class GuestLocks:
 
     def __enter__(self) -> GuestLocks:
         targets = sorted(self.executors)
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-lock") as pool:
+        with ThreadPoolExecutor(max_workers=at_once(targets), thread_name_prefix="gpuvm-lock") as pool:
             outcomes = dict(zip(targets, pool.map(self._attempt, targets), strict=True))
         self.held = [t for t, why in outcomes.items() if why is None]
         failed = {t: e for t, e in outcomes.items() if isinstance(e, GpuvmError)}

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from gpuvm.bench.fan_out import at_once
 from gpuvm.bench.campaign import LOCAL, Job, PlannedPoint, container_sshd_port, has_rdma, taking_part, uploads
 from gpuvm.bench.commands import (
     DEFAULT_PROGRAMS,
@@ -117,8 +118,9 @@ class CampaignRunner:
     def prepare(self) -> None:
         """Workdirs, uploads, hostfiles and datasets on every launcher and participant. Errors
         propagate: nothing has been measured yet."""
-        for target in self._targets():
-            self.executors[target].run(["mkdir", "-p", self.workdir], timeout=60)
+        targets = self._targets()
+        with ThreadPoolExecutor(max_workers=at_once(targets), thread_name_prefix="gpuvm-prepare") as pool:
+            list(pool.map(lambda t: self.executors[t].run(["mkdir", "-p", self.workdir], timeout=60), targets))
         for upload in uploads(self.runbook, self.points, self.local):
             path = str(PurePosixPath(self.workdir) / upload.destination)
             executor = self.executors[upload.target]
@@ -169,7 +171,7 @@ class CampaignRunner:
             return [line for line in result.stdout.splitlines() if line in wanted[target]]
 
         wanted = {target: needs for target, needs in wanted.items() if needs}
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-check") as pool:
+        with ThreadPoolExecutor(max_workers=at_once(wanted), thread_name_prefix="gpuvm-check") as pool:
             absent = dict(zip(wanted, pool.map(missing, wanted), strict=True))
         failures: dict[str, GpuvmError | Exception] = {
             target: InputError("; ".join(wanted[target][token][1] for token in tokens))
@@ -195,7 +197,7 @@ class CampaignRunner:
             result = self.executors[target].run_script(script, timeout=120, check=False)
             return None if result.exit_code == 0 else f"{target}: {last_line(result.stdout + result.stderr)}"
 
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-workers") as pool:
+        with ThreadPoolExecutor(max_workers=at_once(self._targets()), thread_name_prefix="gpuvm-workers") as pool:
             errors = [e for e in pool.map(start, self._targets()) if e]
         if errors:
             raise RemoteCommandError(redact("cannot start the worker containers (sshd): " + "; ".join(errors)))
@@ -212,7 +214,7 @@ class CampaignRunner:
                 return str(e)
             return None if result.exit_code == 0 else (last_line(result.stdout + result.stderr) or "still there")
 
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-workers") as pool:
+        with ThreadPoolExecutor(max_workers=at_once(self._targets()), thread_name_prefix="gpuvm-workers") as pool:
             left = dict(zip(self._targets(), pool.map(stop, self._targets()), strict=True))
         return {t: why for t, why in left.items() if why}
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from gpuvm.bench.fan_out import at_once
 from gpuvm.errors import GpuvmError
 from gpuvm.executors.base import Executor
 from gpuvm.secrets import redact
@@ -45,5 +46,5 @@ def software_versions(executors: Mapping[str, Executor], targets: Sequence[str],
                 found[key] = printable(redact(text[0].strip())[:200])  # a guest's text, into the report
         return found
 
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpuvm-versions") as pool:
+    with ThreadPoolExecutor(max_workers=at_once(targets), thread_name_prefix="gpuvm-versions") as pool:
         return dict(zip(targets, pool.map(versions, targets), strict=True))
