@@ -102,6 +102,15 @@ def _mac(address: str, port: int) -> str:
     return "02:%02x:" % port + ":".join("%02x" % int(octet) for octet in address.split("."))
 
 
+def _copy_unless_gone(src: str, dst: str) -> str:
+    """copy2, skipping a file that went away meanwhile: useradd's /etc/passwd.lock and the like,
+    while another bed on this machine (the tests' and a benchmark's) sets its user up."""
+    try:
+        return shutil.copy2(src, dst)
+    except FileNotFoundError:
+        return dst
+
+
 def _run(*argv: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=check, capture_output=True, text=True, **kwargs)
 
@@ -543,7 +552,7 @@ class TestBed:
         os.chmod(d / "fake", 0o777)
         # /etc: a copy of this machine's (users, sudoers, ssh client config), with the host's
         # own sshd config, host key and /etc/hosts naming every bed host
-        shutil.copytree("/etc", d / "etc", symlinks=True)
+        shutil.copytree("/etc", d / "etc", symlinks=True, copy_function=_copy_unless_gone)
         etc_ssh = d / "etc" / "ssh"
         for old in etc_ssh.glob("ssh_host_*"):
             old.unlink()
