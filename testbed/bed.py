@@ -66,6 +66,23 @@ DOCKER_GROUP = "docker"  # the guest user is in it, as on a real guest: the sock
 REQUIRED_TOOLS = ("ip", "unshare", "ssh-keygen", "sudo", "useradd")
 DOCKER_CLI = "/usr/bin/docker"  # Debian's docker.io (the bed's PATH has the stand-in first)
 NAT_COMMENT = "gpuvm-testbed-uplink"
+
+
+@dataclass(frozen=True)
+class BedNames:
+    """The machine-wide names a bed uses: two beds with different names never touch each other's
+    namespaces, links or subnet (the tests' bed and a benchmark's large bed side by side)."""
+
+    bridge: str = BRIDGE
+    fabric: str = FABRIC
+    netns_prefix: str = NETNS_PREFIX
+    veth_prefix: str = VETH_PREFIX
+    fabric_prefix: str = FABRIC_PREFIX
+    subnet: str = SUBNET
+
+
+TEST_NAMES = BedNames()
+BENCH_NAMES = BedNames("gpbbr0", "gpbbr1", "gpb-", "gbh-", "gbf-", "10.251.0")  # bench/: never the tests' bed
 FORWARD_SAVED = "/run/gpuvm-testbed-ip_forward"  # ip_forward before uplink(), restored by down()
 
 
@@ -83,6 +100,15 @@ class BedHost:
 def _mac(address: str, port: int) -> str:
     """A locally administered MAC for a bed host's port, the same whenever that address is used."""
     return "02:%02x:" % port + ":".join("%02x" % int(octet) for octet in address.split("."))
+
+
+def _copy_unless_gone(src: str, dst: str) -> str:
+    """copy2, skipping a file that went away meanwhile: useradd's /etc/passwd.lock and the like,
+    while another bed on this machine (the tests' and a benchmark's) sets its user up."""
+    try:
+        return shutil.copy2(src, dst)
+    except FileNotFoundError:
+        return dst
 
 
 def _run(*argv: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
@@ -143,10 +169,11 @@ class TestBed:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, root: Path, esxi: int = 2, guests: int = 4):
+    def __init__(self, root: Path, esxi: int = 2, guests: int = 4, names: BedNames = TEST_NAMES):
         if esxi + guests > 200:
-            raise ValueError("at most 200 hosts fit in 10.250.0.11-.210")
+            raise ValueError(f"at most 200 hosts fit in {names.subnet}.11-.210")
         self.root = Path(root).resolve()
+        self.naming = names
         self.esxi = esxi
         self.guests = guests
         self.client_key = self.root / "client_key"
@@ -167,13 +194,13 @@ class TestBed:
         return "esxi" if name.startswith("esx-") else "guest"
 
     def address(self, name: str) -> str:
-        return self.booted.get(name) or f"{SUBNET}.{11 + self._names.index(name)}"
+        return self.booted.get(name) or f"{self.naming.subnet}.{11 + self._names.index(name)}"
 
     def host_dir(self, name: str) -> Path:
         return self.root / "hosts" / name
 
     def netns(self, name: str) -> str:
-        return NETNS_PREFIX + name
+        return self.naming.netns_prefix + name
 
     @property
     def hosts(self) -> list[BedHost]:
@@ -237,8 +264,8 @@ class TestBed:
                 nics = meta["network"]["ethernets"].values()
                 address = next(a for nic in nics for a in nic.get("addresses", []))  # static only
                 keys = json.loads(base64.b64decode(userdata).decode().partition("\n")[2])["ssh_authorized_keys"]
-                if len(NETNS_PREFIX + name) > 15 or len(VETH_PREFIX + name) > 15:
-                    raise ValueError(f"{name}: at most {15 - len(VETH_PREFIX)} characters (interface names)")
+                if len(self.naming.netns_prefix + name) > 15 or len(self.naming.veth_prefix + name) > 15:
+                    raise ValueError(f"{name}: at most {15 - len(self.naming.veth_prefix)} characters (interface names)")
                 self.booted[name] = address.split("/")[0]
                 self._names.append(name)
                 shutil.rmtree(self.host_dir(name), ignore_errors=True)  # a fresh disk: a new VM of that name
@@ -255,7 +282,7 @@ class TestBed:
             self.stop_docker(name)
         _kill_netns_processes(self.netns(name))
         _run("ip", "netns", "del", self.netns(name), check=False)
-        for link in (VETH_PREFIX + name, FABRIC_PREFIX + name):
+        for link in (self.naming.veth_prefix + name, self.naming.fabric_prefix + name):
             _run("ip", "link", "del", link, check=False)
         self.booted.pop(name, None)
         self._names = [n for n in self._names if n != name]
@@ -269,15 +296,16 @@ class TestBed:
         netns_list = _run("ip", "netns", "list", check=False).stdout.split("\n")
         for line in netns_list:
             netns = line.split(" ")[0].strip()
-            if netns.startswith(NETNS_PREFIX):
+            if netns.startswith(self.naming.netns_prefix):
                 _kill_netns_processes(netns)
                 _run("ip", "netns", "del", netns, check=False)
         links = _run("ip", "-o", "link", "show", check=False).stdout.splitlines()
         for line in links:
             ifname = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-            if ifname.startswith((VETH_PREFIX, FABRIC_PREFIX)) or ifname in (BRIDGE, FABRIC):
+            n = self.naming
+            if ifname.startswith((n.veth_prefix, n.fabric_prefix)) or ifname in (n.bridge, n.fabric):
                 _run("ip", "link", "del", ifname, check=False)
-        for path in Path("/sys/fs/cgroup").glob(f"**/{NETNS_PREFIX}*"):  # a crashed run's containers
+        for path in Path("/sys/fs/cgroup").glob(f"**/{self.naming.netns_prefix}*"):  # a crashed run's containers
             _remove_cgroups(path.name)
         self._drop_uplink()
 
@@ -392,11 +420,12 @@ class TestBed:
             shutil.rmtree(docker_dir / sub, ignore_errors=True)
 
     def cgroup(self, name: str) -> str:
-        return NETNS_PREFIX + name
+        return self.naming.netns_prefix + name
 
     def uplink(self) -> None:
         """NAT from the bed's bridge to this machine's default route (for image builds); undone by down()."""
-        rule = ["POSTROUTING", "-s", f"{SUBNET}.0/24", "!", "-d", f"{SUBNET}.0/24", "-j", "MASQUERADE",
+        net = f"{self.naming.subnet}.0/24"
+        rule = ["POSTROUTING", "-s", net, "!", "-d", net, "-j", "MASQUERADE",
                 "-m", "comment", "--comment", NAT_COMMENT]
         if _run("iptables", "-t", "nat", "-C", *rule, check=False).returncode != 0:
             _run("iptables", "-t", "nat", "-A", *rule)
@@ -479,33 +508,33 @@ class TestBed:
             os.chmod(sudoers, 0o440)
 
     def _make_bridge(self) -> None:
-        _run("ip", "link", "add", BRIDGE, "type", "bridge")
-        _run("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
-        _run("ip", "link", "set", BRIDGE, "up")
-        _run("ip", "link", "add", FABRIC, "type", "bridge")  # no address: only the guests talk on it
-        _run("ip", "link", "set", FABRIC, "up")
+        _run("ip", "link", "add", self.naming.bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"{self.naming.subnet}.1/24", "dev", self.naming.bridge)
+        _run("ip", "link", "set", self.naming.bridge, "up")
+        _run("ip", "link", "add", self.naming.fabric, "type", "bridge")  # no address: only the guests talk on it
+        _run("ip", "link", "set", self.naming.fabric, "up")
 
     def _make_netns(self, name: str) -> None:
-        netns, veth = self.netns(name), VETH_PREFIX + name
+        netns, veth = self.netns(name), self.naming.veth_prefix + name
         _run("ip", "netns", "add", netns)
         # The MAC follows the address: a guest booted again at an address (a new VM of that name)
         # answers at the MAC every neighbour cache already holds, or connections wait out the
         # stale entry (30 s and more), as a real guest's gratuitous ARP would spare them.
         _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "address", _mac(self.address(name), 0),
              "netns", netns)
-        _run("ip", "link", "set", veth, "master", BRIDGE, "up")
+        _run("ip", "link", "set", veth, "master", self.naming.bridge, "up")
         ip = ["ip", "-n", netns]
         _run(*ip, "link", "set", "lo", "up")
         _run(*ip, "addr", "add", f"{self.address(name)}/24", "dev", "eth0")
         _run(*ip, "link", "set", "eth0", "up")
-        _run(*ip, "route", "add", "default", "via", f"{SUBNET}.1")
+        _run(*ip, "route", "add", "default", "via", f"{self.naming.subnet}.1")
         if self.role(name) == "guest":
             # port 1 is cabled: a veth to the fabric bridge, so traffic the derived network (NCCL,
             # btl_tcp_if_include) sends over it reaches the other guests; port 2 is not
-            fabric = FABRIC_PREFIX + name
+            fabric = self.naming.fabric_prefix + name
             _run("ip", "link", "add", fabric, "type", "veth", "peer", "name", NIC_NAMES[0],
                  "address", _mac(self.address(name), 1), "netns", netns)
-            _run("ip", "link", "set", fabric, "master", FABRIC, "up")
+            _run("ip", "link", "set", fabric, "master", self.naming.fabric, "up")
             for i, nic in enumerate(NIC_NAMES[1:], 2):
                 # The kernel may lack the dummy driver; a veth pair whose peer stays up is the
                 # same to `ip` and to ibdev2netdev (its operstate follows `ip link set ... up|down`).
@@ -525,7 +554,7 @@ class TestBed:
         os.chmod(d / "fake", 0o777)
         # /etc: a copy of this machine's (users, sudoers, ssh client config), with the host's
         # own sshd config, host key and /etc/hosts naming every bed host
-        shutil.copytree("/etc", d / "etc", symlinks=True)
+        shutil.copytree("/etc", d / "etc", symlinks=True, copy_function=_copy_unless_gone)
         etc_ssh = d / "etc" / "ssh"
         for old in etc_ssh.glob("ssh_host_*"):
             old.unlink()

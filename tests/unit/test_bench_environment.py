@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import subprocess
 from pathlib import Path
 
@@ -168,3 +169,15 @@ def test_a_campaign_records_each_machines_environment_with_every_repeat(tmp_path
     assert sorted(two) == ["vm1", "vm2"] and two["vm2"].frameworks["torch"] == "2.3.1+cu121"
     probes = [c for ex in machines.values() for c in ex.calls if "@@load" in c.command]
     assert len(probes) == 3  # one script per machine per repeat
+
+
+def test_capture_talks_to_every_guest_of_a_large_campaign_at_once():
+    # 16 guests answer only once all 16 have been asked: eight at a time would wait out the barrier
+    everyone = threading.Barrier(16, timeout=5)
+
+    def answer(call):
+        everyone.wait()
+        return CommandResult("", 0, probe_answer(""), "")
+
+    executors = {f"vm{i}": FakeExecutor(f"vm{i}", {re.compile("@@load"): answer}) for i in range(16)}
+    assert sorted(capture(executors, list(executors))) == sorted(executors)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from gpuvm.bench.fan_out import at_once
 from gpuvm.bench.campaign import LOCAL, PlannedPoint
 from gpuvm.bench.commands import BUNDLED
 from gpuvm.errors import RemoteCommandError
@@ -97,7 +98,7 @@ def write_datasets(executors: Mapping[str, Executor], datasets: Sequence[Dataset
         for wave in ((first,), rest) if rest else ((first,),):
             with Ticker(note, lambda s, wave=wave: f"dataset {dataset.path}: checking or writing on "
                                                    f"{', '.join(wave)}: {s:.0f} s"):
-                written = run_group({t: t for t in wave}, write, name="dataset")
+                written = run_group({t: t for t in wave}, write, at_once(wave), name="dataset")
             outcomes |= written.ok
             failures |= written.failed
         by_outcome: dict[str, list[str]] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 
+from gpuvm.bench.fan_out import at_once
 from gpuvm.bench.results import Environment, GpuState, Results
 from gpuvm.errors import GpuvmError
 from gpuvm.executors.base import Executor
@@ -48,7 +49,7 @@ def capture(executors: Mapping[str, Executor], targets: Sequence[str], local: bo
             return None
         return parse_probe(result.stdout) if "@@load" in result.stdout else None
 
-    found = run_group({t: t for t in targets}, one, name="env").raise_first()
+    found = run_group({t: t for t in targets}, one, at_once(targets), name="env").raise_first()
     name = (lambda t: socket.gethostname()) if local else (lambda t: t)
     return {name(t): env for t, env in found.items() if env is not None}
 

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 
 from gpuvm.errors import GpuvmError, LeaseLostError, LockedError
 from gpuvm.executors.base import Executor
+from gpuvm.bench.fan_out import at_once
 from gpuvm.executors.group import run_group
 from gpuvm.runbook.strict import shown
 
@@ -112,7 +113,7 @@ class GuestLocks:
                 f"to end (a campaign that died leaves it for at most {self.ttl} s)")
 
     def __enter__(self) -> GuestLocks:
-        outcome = run_group({t: t for t in sorted(self.executors)}, self._acquire, name="lock")
+        outcome = run_group({t: t for t in sorted(self.executors)}, self._acquire, at_once(self.executors), name="lock")
         self.held = [t for t, why in outcome.ok.items() if why is None]
         refused = {t: why for t, why in outcome.ok.items() if why is not None}
         if outcome.failed or refused:

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from gpuvm.bench.fan_out import at_once
 from gpuvm.bench.campaign import LOCAL, Job, PlannedPoint, container_sshd_port, has_rdma, taking_part, uploads
 from gpuvm.bench.commands import (
     DEFAULT_PROGRAMS,
@@ -117,8 +118,9 @@ class CampaignRunner:
     def prepare(self) -> None:
         """Workdirs, uploads, hostfiles and datasets on every launcher and participant. Errors
         propagate: nothing has been measured yet."""
-        for target in self._targets():
-            self.executors[target].run(["mkdir", "-p", self.workdir], timeout=60)
+        targets = self._targets()
+        run_group({t: t for t in targets}, lambda t: self.executors[t].run(["mkdir", "-p", self.workdir], timeout=60),
+                  at_once(targets), name="prepare").raise_first()
         for upload in uploads(self.runbook, self.points, self.local):
             path = str(PurePosixPath(self.workdir) / upload.destination)
             executor = self.executors[upload.target]
@@ -169,7 +171,7 @@ class CampaignRunner:
             return [line for line in result.stdout.splitlines() if line in wanted[target]]
 
         wanted = {target: needs for target, needs in wanted.items() if needs}
-        absent = run_group({t: t for t in wanted}, missing, name="check").raise_first()
+        absent = run_group({t: t for t in wanted}, missing, at_once(wanted), name="check").raise_first()
         GroupResult(failed={target: InputError("; ".join(wanted[target][token][1] for token in tokens))
                             for target, tokens in absent.items() if tokens}).raise_failures()
 
@@ -190,7 +192,7 @@ class CampaignRunner:
             result = self.executors[target].run_script(script, timeout=120, check=False)
             return None if result.exit_code == 0 else f"{target}: {last_line(result.stdout + result.stderr)}"
 
-        started = run_group({t: t for t in self._targets()}, start, name="workers").raise_first()
+        started = run_group({t: t for t in self._targets()}, start, at_once(self._targets()), name="workers").raise_first()
         errors = [e for e in started.values() if e]
         if errors:
             raise RemoteCommandError(redact("cannot start the worker containers (sshd): " + "; ".join(errors)))
@@ -207,7 +209,7 @@ class CampaignRunner:
                 return str(e)
             return None if result.exit_code == 0 else (last_line(result.stdout + result.stderr) or "still there")
 
-        left = run_group({t: t for t in self._targets()}, stop, name="workers").raise_first()
+        left = run_group({t: t for t in self._targets()}, stop, at_once(self._targets()), name="workers").raise_first()
         return {t: why for t, why in left.items() if why}
 
     def software(self) -> dict[str, dict[str, str]]:

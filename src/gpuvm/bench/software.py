@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuvm.bench.fan_out import at_once
 from gpuvm.errors import GpuvmError
 from gpuvm.executors.base import Executor
 from gpuvm.executors.group import run_group
@@ -45,4 +46,4 @@ def software_versions(executors: Mapping[str, Executor], targets: Sequence[str],
                 found[key] = printable(redact(text[0].strip())[:200])  # a guest's text, into the report
         return found
 
-    return run_group({t: t for t in targets}, versions, name="versions").raise_first()
+    return run_group({t: t for t in targets}, versions, at_once(targets), name="versions").raise_first()
