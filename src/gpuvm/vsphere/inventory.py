@@ -68,40 +68,48 @@ SWITCH_PROPERTIES = ["uuid", "config.uplinkPortgroup"]  # its uuid goes into a N
 PAGE_SIZE = 5000  # objects per page; vCenter may return fewer
 
 
-def retrieve(session: Session) -> list[Any]:
-    """All host and VM objects with the properties above, in one request (plus paging)."""
+def filter_spec(view: Any) -> Any:
+    """The PropertyCollector's filter: every object under `view`, with the property paths above."""
+    from pyVmomi import vim, vmodl
+
+    collector = vmodl.query.PropertyCollector
+    traverse = collector.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)
+    return collector.FilterSpec(
+        objectSet=[collector.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
+        propSet=[
+            collector.PropertySpec(type=vim.HostSystem, pathSet=HOST_PROPERTIES),
+            collector.PropertySpec(type=vim.VirtualMachine, pathSet=VM_PROPERTIES),
+            collector.PropertySpec(type=vim.Datastore, pathSet=DATASTORE_PROPERTIES),
+            collector.PropertySpec(type=vim.Folder, pathSet=FOLDER_PROPERTIES),
+            collector.PropertySpec(type=vim.ResourcePool, pathSet=POOL_PROPERTIES),
+            collector.PropertySpec(type=vim.Network, pathSet=NETWORK_PROPERTIES),
+            collector.PropertySpec(type=vim.dvs.DistributedVirtualPortgroup, pathSet=PORTGROUP_PROPERTIES),
+            collector.PropertySpec(type=vim.DistributedVirtualSwitch, pathSet=SWITCH_PROPERTIES),
+        ],
+    )
+
+
+VIEW_TYPES = ["HostSystem", "VirtualMachine", "Datastore", "Folder", "ResourcePool", "Network",
+              "DistributedVirtualSwitch"]
+
+
+def retrieve(session: Session, **decoding: Any) -> list[Any]:
+    """All host and VM objects with the properties above, in one request (plus paging).
+    `decoding` goes to `session.call` (read_inventory leaves out the devices it never reads)."""
     from pyVmomi import vim, vmodl
 
     content = session.content
-    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine, vim.Datastore,
-                                                                        vim.Folder, vim.ResourcePool, vim.Network,
-                                                                        vim.DistributedVirtualSwitch], True)
+    view = content.viewManager.CreateContainerView(content.rootFolder, [getattr(vim, t) for t in VIEW_TYPES], True)
     try:
-        traverse = vmodl.query.PropertyCollector.TraversalSpec(name="view", path="view", skip=False,
-                                                               type=vim.view.ContainerView)
-        spec = vmodl.query.PropertyCollector.FilterSpec(
-            objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
-            propSet=[
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.HostSystem, pathSet=HOST_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.VirtualMachine, pathSet=VM_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.Datastore, pathSet=DATASTORE_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.Folder, pathSet=FOLDER_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.ResourcePool, pathSet=POOL_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.Network, pathSet=NETWORK_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.dvs.DistributedVirtualPortgroup,
-                                                           pathSet=PORTGROUP_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.DistributedVirtualSwitch, pathSet=SWITCH_PROPERTIES),
-            ],
-        )
         collector = content.propertyCollector
         options = vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=PAGE_SIZE)
-        result = session.call(collector, "RetrievePropertiesEx", [spec], options)  # decoded by lxml
+        result = session.call(collector, "RetrievePropertiesEx", [filter_spec(view)], options, **decoding)
         objects: list[Any] = []
         while result is not None:
             objects.extend(result.objects)
             if not result.token:
                 break
-            result = session.call(collector, "ContinueRetrievePropertiesEx", result.token)
+            result = session.call(collector, "ContinueRetrievePropertiesEx", result.token, **decoding)
         return objects
     finally:
         view.DestroyView()
