@@ -123,6 +123,8 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=512)
     parser.add_argument("--vms-per-host", type=int, default=8)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--baseline-src", type=Path, help="also time `gpuvm plan` with this src/ first on "
+                        "PYTHONPATH (an older gpuvm, e.g. `git archive <commit> src | tar -x -C DIR`)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -137,17 +139,22 @@ def main() -> int:
             os.environ.update(env)
             target = resolve_target(load_runbook(runbook).vcenter)
             requests = templates(sim, target, work)
-            floor, inside, plan, wire = [], [], [], {}
+            floor, inside, plan, baseline, wire = [], [], [], [], {}
             for _ in range(args.runs):
                 seconds, wire = timed_floor(script, requests, env)
                 floor.append(seconds)
                 inside.append(wire["seconds"])
-                plan.append(timed_plan(runbook, env))
+                plan.append(timed_plan(runbook, {**env, "PYTHONPATH": str(REPO / "src")}))
+                if args.baseline_src:
+                    baseline.append(timed_plan(runbook, {**env, "PYTHONPATH": str(args.baseline_src)}))
     floor_s, plan_s = statistics.median(floor), statistics.median(plan)
     print(f"{args.hosts} hosts x {args.vms_per_host} VMs, medians of {args.runs} run(s), alternating:")
     print(f"  wire floor (whole process): {floor_s:.2f} s  ({wire['bytes'] / 1e6:.1f} MB in {wire['pages']} page(s), "
           f"{statistics.median(inside):.2f} s from its start to its logout)")
     print(f"  gpuvm plan (whole process): {plan_s:.2f} s")
+    if baseline:
+        print(f"  gpuvm plan, {args.baseline_src} (whole process): {statistics.median(baseline):.2f} s, "
+              f"x wire floor {statistics.median(baseline) / floor_s:.2f}")
     print(f"plan_x_wire_floor={plan_s / floor_s:.2f}")
     return 0
 

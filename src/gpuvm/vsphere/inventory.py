@@ -115,6 +115,42 @@ def retrieve(session: Session, **decoding: Any) -> list[Any]:
         view.DestroyView()
 
 
+DEVICE_TAG = "{urn:vim25}VirtualDevice"  # an item of config.hardware.device
+XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
+
+
+class _UnreadDevices:
+    """Drops from an answer's lxml tree the VM devices read_inventory never reads (all but PCI
+    passthrough devices and NICs: disks, controllers, consoles…): a third of the elements of a
+    large inventory answer, which then need no decoding. Devices keep their order (the first NIC)."""
+
+    def __init__(self) -> None:
+        self._read: dict[str | None, bool] = {}  # xsi:type as written → read_inventory reads it
+
+    def __call__(self, root: Any) -> None:
+        read = self._read
+        for device in list(root.iter(DEVICE_TAG)):
+            kind = device.get(XSI_TYPE)
+            keep = read.get(kind)
+            if keep is None:
+                keep = read[kind] = self._is_read(device, kind)
+            if not keep:
+                device.getparent().remove(device)
+
+    @staticmethod
+    def _is_read(device: Any, kind: str | None) -> bool:
+        from pyVmomi import VmomiSupport, vim
+
+        if not kind:
+            return True  # a plain VirtualDevice: left to the decoder
+        prefix, _, name = kind.rpartition(":")
+        try:
+            cls = VmomiSupport.GetWsdlType(device.nsmap.get(prefix or None, ""), name)
+        except KeyError:
+            return True  # unknown here: the decoder decides (pyVmomi decodes it if lxml cannot)
+        return issubclass(cls, (vim.vm.device.VirtualPCIPassthrough, vim.vm.device.VirtualEthernetCard))
+
+
 def _props(obj: Any) -> dict[str, Any]:
     return {p.name: p.val for p in (obj.propSet or [])}
 
@@ -242,7 +278,7 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
 def read_inventory(session: Session) -> Inventory:
     from pyVmomi import vim
 
-    objects = retrieve(session)
+    objects = retrieve(session, prune=_UnreadDevices())
     fields = call("read custom attributes", lambda: session.content.customFieldsManager.field)
     intent_key, owned_key = field_key(fields), field_key(fields, owned.FIELD)
     hosts: dict[str, HostFacts] = {}

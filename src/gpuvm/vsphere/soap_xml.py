@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import io
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
 SOAP_BODY = "{http://schemas.xmlsoap.org/soap/envelope/}Body"
@@ -27,9 +27,11 @@ class Unsupported(Exception):
     """The answer holds something this decoder leaves to pyVmomi."""
 
 
-def decode(body: bytes, result_type: type, stub: Any, fault: bool = False) -> Any:
+def decode(body: bytes, result_type: type, stub: Any, fault: bool = False,
+           prune: Callable[[Any], None] | None = None) -> Any:
     """A SOAP answer as pyVmomi would decode it: by lxml when it can, else (and for a fault) by
-    pyVmomi. The garbage collector waits meanwhile: the objects made hold no cycles to collect, and
+    pyVmomi. `prune(root)` may first remove elements from lxml's tree that the caller never reads
+    (pyVmomi, when it decodes instead, decodes them all). The garbage collector waits meanwhile: the objects made hold no cycles to collect, and
     its passes over them would cost more than the decoding."""
     from pyVmomi import SoapAdapter
 
@@ -37,7 +39,7 @@ def decode(body: bytes, result_type: type, stub: Any, fault: bool = False) -> An
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return decode_response(body, result_type, stub)
+            return decode_response(body, result_type, stub, prune)
         except Unsupported:
             pass
         finally:
@@ -46,11 +48,13 @@ def decode(body: bytes, result_type: type, stub: Any, fault: bool = False) -> An
     return SoapAdapter.SoapResponseDeserializer(stub).Deserialize(io.BytesIO(body), result_type)
 
 
-def decode_response(body: bytes, result_type: type, stub: Any) -> Any:
+def decode_response(body: bytes, result_type: type, stub: Any, prune: Callable[[Any], None] | None = None) -> Any:
     """The `returnval` of a SOAP response (bytes) as an object of `result_type` (pyVmomi's)."""
     from lxml import etree
 
     root = etree.fromstring(body, parser=etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True))
+    if prune is not None:
+        prune(root)
     answer = root.find(SOAP_BODY)
     if answer is None or len(answer) != 1:
         raise Unsupported("not a SOAP answer with one body element")
