@@ -7,7 +7,9 @@ lxml (soap_xml.py) into the objects pyVmomi would build, several times faster th
 
 from __future__ import annotations
 
-from typing import Any
+import gc
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from gpuvm.pci import pci_id, unsigned16
 from gpuvm.vsphere.facts import (DatastoreFacts, Graphics, HostFacts, Inventory, NetworkFacts, PciDevice, VmFacts, VmNic,
@@ -120,22 +122,23 @@ XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
 
 
 class _UnreadDevices:
-    """Drops from an answer's lxml tree the VM devices read_inventory never reads (all but PCI
+    """Empties, in an answer's lxml tree, the VM devices read_inventory never reads (all but PCI
     passthrough devices and NICs: disks, controllers, consoles…): a third of the elements of a
-    large inventory answer, which then need no decoding. Devices keep their order (the first NIC)."""
+    large inventory answer, which then need no decoding. Each stays in its place as a bare
+    VirtualDevice (emptied in place: lxml's remove() would cost four times as much)."""
 
     def __init__(self) -> None:
         self._read: dict[str | None, bool] = {}  # xsi:type as written → read_inventory reads it
 
     def __call__(self, root: Any) -> None:
         read = self._read
-        for device in list(root.iter(DEVICE_TAG)):
+        for device in root.iter(DEVICE_TAG):
             kind = device.get(XSI_TYPE)
             keep = read.get(kind)
             if keep is None:
                 keep = read[kind] = self._is_read(device, kind)
             if not keep:
-                device.getparent().remove(device)
+                device.clear()  # its children, its xsi:type too: decoded as a bare VirtualDevice
 
     @staticmethod
     def _is_read(device: Any, kind: str | None) -> bool:
@@ -275,7 +278,25 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
     )
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The garbage collector waits while the read's objects are made: they hold no cycles to collect,
+    and its passes over hundreds of thousands of them would cost more than making them."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def read_inventory(session: Session) -> Inventory:
+    with _collector_paused():
+        return _read_inventory(session)
+
+
+def _read_inventory(session: Session) -> Inventory:
     from pyVmomi import vim
 
     objects = retrieve(session, prune=_UnreadDevices())
