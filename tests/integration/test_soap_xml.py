@@ -120,29 +120,47 @@ def test_lxml_decodes_the_inventory_read_as_pyvmomi_does(lab):
     assert pg.moid in facts.hosts["esx-01"].networks and facts.networks["VM Network"][0].moid in facts.hosts["esx-02"].networks
 
 
-def test_the_facts_read_without_the_unread_devices_are_those_of_pyvmomis_full_decoding(lab, mocker):
-    """read_inventory leaves out of lxml's tree the VM devices it never reads (soap_xml decodes the
-    rest): its facts are those read_inventory makes of pyVmomi's own decoding of every device."""
-    from gpuvm.vsphere import soap_xml
+def pyvmomi_inventory(session: Session) -> Any:
+    """read_inventory of pyVmomi's own decoding of every answer."""
+    call = session.call
+    session.call = lambda mo, method, *args, **_: getattr(mo, method)(*args)  # type: ignore[method-assign]
+    try:
+        return inventory.read_inventory(session)
+    finally:
+        session.call = call  # type: ignore[method-assign]
 
-    decodes = mocker.spy(soap_xml, "decode_response")
+
+def test_the_facts_of_inventory_xmls_reading_are_those_of_pyvmomis_decoding(lab, mocker):
+    """read_inventory reads the answer with inventory_xml (the properties it asks for, only the VM
+    devices it reads): the facts are those it makes of pyVmomi's decoding of the whole answer."""
+    from gpuvm.vsphere import inventory_xml
+
+    pages = mocker.spy(inventory_xml, "parse_page")
     with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
         fast = inventory.read_inventory(session)
-        assert decodes.spy_exception is None
-        pruned = [c for c in decodes.call_args_list if c.args[3] is not None]
-        assert len(pruned) == 1  # the one RetrievePropertiesEx (one page here)
-        call = session.call
-        session.call = lambda mo, method, *args, **_: getattr(mo, method)(*args)  # type: ignore[method-assign]
-        try:
-            slow = inventory.read_inventory(session)
-        finally:
-            session.call = call  # type: ignore[method-assign]
+        assert pages.call_count == 1 and pages.spy_exception is None and len(pages.spy_return.objects) == 22
+        slow = pyvmomi_inventory(session)
     assert fast.model_dump(exclude={"taken"}) == slow.model_dump(exclude={"taken"})
-    vm = fast.vms["esx-01-vm1"]  # a GPU and a NIC kept, among the devices left out
+    vm = fast.vms["esx-01-vm1"]  # a GPU and a NIC read among the devices left unread
     assert [d.kind for d in vm.pci] == ["classic"] and vm.nic is not None and vm.nic.type == "VirtualVmxnet3"
     assert vm.intents["power-off"].data == {"restore": "poweredOn"} and "reboot" in fast.hosts["esx-01"].intents
     assert fast.templates and fast.folders["gpu-train"] and fast.pools["training"] and fast.networks["gpu-net"]
     assert any(h.pci and h.pci[0].numa_node is not None for h in fast.hosts.values())
+    assert fast.hosts["esx-01"].booted and fast.hosts["esx-01"].vm_moids and fast.vms["esx-01-vm1"].extra_config
+
+
+def test_a_page_inventory_xml_cannot_read_is_decoded_by_soap_xml_with_the_same_facts(lab, mocker):
+    from gpuvm.vsphere import inventory_xml, soap_xml
+
+    mocker.patch.dict(inventory_xml.READERS)
+    del inventory_xml.READERS["config.firmware"]  # a property it does not know: the page goes on to soap_xml
+    decodes = mocker.spy(soap_xml, "decode_response")
+    with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+        fast = inventory.read_inventory(session)
+        assert isinstance(decodes.spy_return, vmodl.query.PropertyCollector.RetrieveResult)
+        slow = pyvmomi_inventory(session)
+    assert fast.model_dump(exclude={"taken"}) == slow.model_dump(exclude={"taken"})
+    assert fast.vms["esx-01-vm1"].firmware == "efi"
 
 
 def test_faults_raised_faults_in_the_data_decoded_by_pyvmomi_requests_counted(lab):

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from gpuvm.pci import pci_id, unsigned16
 from gpuvm.vsphere.facts import (DatastoreFacts, Graphics, HostFacts, Inventory, NetworkFacts, PciDevice, VmFacts, VmNic,
                                   VmPciDevice)
-from gpuvm.vsphere import owned
+from gpuvm.vsphere import inventory_xml, owned
 from gpuvm.vsphere.intent import field_key, values_of
 from gpuvm.vsphere.session import Session
 from gpuvm.vsphere.tasks import call
@@ -115,43 +115,6 @@ def retrieve(session: Session, **decoding: Any) -> list[Any]:
         return objects
     finally:
         view.DestroyView()
-
-
-DEVICE_TAG = "{urn:vim25}VirtualDevice"  # an item of config.hardware.device
-XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
-
-
-class _UnreadDevices:
-    """Empties, in an answer's lxml tree, the VM devices read_inventory never reads (all but PCI
-    passthrough devices and NICs: disks, controllers, consoles…): a third of the elements of a
-    large inventory answer, which then need no decoding. Each stays in its place as a bare
-    VirtualDevice (emptied in place: lxml's remove() would cost four times as much)."""
-
-    def __init__(self) -> None:
-        self._read: dict[str | None, bool] = {}  # xsi:type as written → read_inventory reads it
-
-    def __call__(self, root: Any) -> None:
-        read = self._read
-        for device in root.iter(DEVICE_TAG):
-            kind = device.get(XSI_TYPE)
-            keep = read.get(kind)
-            if keep is None:
-                keep = read[kind] = self._is_read(device, kind)
-            if not keep:
-                device.clear()  # its children, its xsi:type too: decoded as a bare VirtualDevice
-
-    @staticmethod
-    def _is_read(device: Any, kind: str | None) -> bool:
-        from pyVmomi import VmomiSupport, vim
-
-        if not kind:
-            return True  # a plain VirtualDevice: left to the decoder
-        prefix, _, name = kind.rpartition(":")
-        try:
-            cls = VmomiSupport.GetWsdlType(device.nsmap.get(prefix or None, ""), name)
-        except KeyError:
-            return True  # unknown here: the decoder decides (pyVmomi decodes it if lxml cannot)
-        return issubclass(cls, (vim.vm.device.VirtualPCIPassthrough, vim.vm.device.VirtualEthernetCard))
 
 
 def _props(obj: Any) -> dict[str, Any]:
@@ -299,7 +262,7 @@ def read_inventory(session: Session) -> Inventory:
 def _read_inventory(session: Session) -> Inventory:
     from pyVmomi import vim
 
-    objects = retrieve(session, prune=_UnreadDevices())
+    objects = retrieve(session, parse=inventory_xml.parse_page)
     fields = call("read custom attributes", lambda: session.content.customFieldsManager.field)
     intent_key, owned_key = field_key(fields), field_key(fields, owned.FIELD)
     hosts: dict[str, HostFacts] = {}
@@ -311,29 +274,29 @@ def _read_inventory(session: Session) -> Inventory:
     switches: dict[str, str] = {}  # distributed switch moid → uuid
     uplinks: set[str] = set()  # the switches' uplink port groups: not a network for a VM
     vm_objects = []
-    for obj in objects:
-        props = _props(obj)
-        if isinstance(obj.obj, vim.HostSystem):
-            facts = host_facts(obj.obj._moId, props, intent_key, owned_key)
+    for item in objects:  # (reference, properties) from inventory_xml; ObjectContent where it left the page
+        obj, props = item if isinstance(item, tuple) else (item.obj, _props(item))
+        if isinstance(obj, vim.HostSystem):
+            facts = host_facts(obj._moId, props, intent_key, owned_key)
             hosts[facts.name] = facts
             host_names[facts.moid] = facts.name
-        elif isinstance(obj.obj, vim.Datastore):
-            datastores[props["name"]] = DatastoreFacts(name=props["name"], moid=obj.obj._moId,
+        elif isinstance(obj, vim.Datastore):
+            datastores[props["name"]] = DatastoreFacts(name=props["name"], moid=obj._moId,
                                                        free_gb=int(props.get("summary.freeSpace") or 0) >> 30)
-        elif isinstance(obj.obj, vim.Folder):
+        elif isinstance(obj, vim.Folder):
             if "VirtualMachine" in (props.get("childType") or []):
-                folders.setdefault(props["name"], []).append(obj.obj._moId)
-        elif isinstance(obj.obj, vim.ResourcePool):  # vApps too: a vApp is a resource pool
+                folders.setdefault(props["name"], []).append(obj._moId)
+        elif isinstance(obj, vim.ResourcePool):  # vApps too: a vApp is a resource pool
             owner = props.get("owner")
-            pools.setdefault(props["name"], []).append((obj.obj._moId, owner._moId if owner is not None else ""))
-        elif isinstance(obj.obj, vim.Network):  # distributed port groups too
-            networks.append((props, NetworkFacts(name=props["name"], moid=obj.obj._moId,
+            pools.setdefault(props["name"], []).append((obj._moId, owner._moId if owner is not None else ""))
+        elif isinstance(obj, vim.Network):  # distributed port groups too
+            networks.append((props, NetworkFacts(name=props["name"], moid=obj._moId,
                                                  portgroup_key=props.get("key") or "")))
-        elif isinstance(obj.obj, vim.DistributedVirtualSwitch):
-            switches[obj.obj._moId] = props.get("uuid") or ""
+        elif isinstance(obj, vim.DistributedVirtualSwitch):
+            switches[obj._moId] = props.get("uuid") or ""
             uplinks.update(ref._moId for ref in props.get("config.uplinkPortgroup") or [])
         else:
-            vm_objects.append((obj.obj._moId, props))
+            vm_objects.append((obj._moId, props))
     by_name: dict[str, list[NetworkFacts]] = {}
     for props, net in networks:
         if net.moid in uplinks:
