@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -105,16 +106,25 @@ def templates(sim: Simulator, target, work: Path) -> Path:
     return path
 
 
-def timed_floor(script: Path, requests: Path, env: dict[str, str]) -> tuple[float, dict]:
-    start = time.perf_counter()
+def children_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes: steadier than wall time on a
+    busy machine, and the client's own cost (the floor's wall time is mostly the server's)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_floor(script: Path, requests: Path, env: dict[str, str], cpu: list[float]) -> tuple[float, dict]:
+    start, start_cpu = time.perf_counter(), children_cpu()
     out = subprocess.run([sys.executable, "-I", "-S", str(script), str(requests)], check=True,
                          capture_output=True, text=True, env=env)
+    cpu.append(children_cpu() - start_cpu)
     return time.perf_counter() - start, json.loads(out.stdout)
 
 
-def timed_plan(runbook: Path, env: dict[str, str]) -> float:
-    start = time.perf_counter()
+def timed_plan(runbook: Path, env: dict[str, str], cpu: list[float]) -> float:
+    start, start_cpu = time.perf_counter(), children_cpu()
     subprocess.run([GPUVM, "plan", str(runbook)], check=True, stdout=subprocess.DEVNULL, env=env)
+    cpu.append(children_cpu() - start_cpu)
     return time.perf_counter() - start
 
 
@@ -140,21 +150,24 @@ def main() -> int:
             target = resolve_target(load_runbook(runbook).vcenter)
             requests = templates(sim, target, work)
             floor, inside, plan, baseline, wire = [], [], [], [], {}
+            cpu: dict[str, list[float]] = {"floor": [], "plan": [], "baseline": []}
             for _ in range(args.runs):
-                seconds, wire = timed_floor(script, requests, env)
+                seconds, wire = timed_floor(script, requests, env, cpu["floor"])
                 floor.append(seconds)
                 inside.append(wire["seconds"])
-                plan.append(timed_plan(runbook, {**env, "PYTHONPATH": str(REPO / "src")}))
+                plan.append(timed_plan(runbook, {**env, "PYTHONPATH": str(REPO / "src")}, cpu["plan"]))
                 if args.baseline_src:
-                    baseline.append(timed_plan(runbook, {**env, "PYTHONPATH": str(args.baseline_src)}))
+                    baseline.append(timed_plan(runbook, {**env, "PYTHONPATH": str(args.baseline_src)},
+                                               cpu["baseline"]))
     floor_s, plan_s = statistics.median(floor), statistics.median(plan)
+    cpu_s = {name: statistics.median(values) for name, values in cpu.items() if values}
     print(f"{args.hosts} hosts x {args.vms_per_host} VMs, medians of {args.runs} run(s), alternating:")
     print(f"  wire floor (whole process): {floor_s:.2f} s  ({wire['bytes'] / 1e6:.1f} MB in {wire['pages']} page(s), "
-          f"{statistics.median(inside):.2f} s from its start to its logout)")
-    print(f"  gpuvm plan (whole process): {plan_s:.2f} s")
+          f"{statistics.median(inside):.2f} s from its start to its logout; {cpu_s['floor']:.2f} s CPU)")
+    print(f"  gpuvm plan (whole process): {plan_s:.2f} s ({cpu_s['plan']:.2f} s CPU)")
     if baseline:
-        print(f"  gpuvm plan, {args.baseline_src} (whole process): {statistics.median(baseline):.2f} s, "
-              f"x wire floor {statistics.median(baseline) / floor_s:.2f}")
+        print(f"  gpuvm plan, {args.baseline_src} (whole process): {statistics.median(baseline):.2f} s "
+              f"({cpu_s['baseline']:.2f} s CPU), x wire floor {statistics.median(baseline) / floor_s:.2f}")
     print(f"plan_x_wire_floor={plan_s / floor_s:.2f}")
     return 0
 
