@@ -47,6 +47,7 @@ def test_the_last_page_has_no_token_and_an_empty_answer_no_page(stub):
 @pytest.mark.parametrize("extra", [
     '<missingSet><path>name</path><fault><fault xsi:type="NotAuthenticated"/></fault></missingSet>',
     '<propSet><name>summary.quickStats</name><val xsi:type="HostListSummaryQuickStats"/></propSet>',
+    '<propSet><name>hardware.cpuInfo.numCpuThreads</name><val xsi:type="xsd:short"/></propSet>',
 ])
 def test_a_fault_in_the_data_or_a_property_it_does_not_ask_for_is_left_to_soap_xml(stub, extra):
     with pytest.raises(Unsupported):

@@ -1,8 +1,9 @@
 """Read every host and VM in one PropertyCollector request (ContainerView + RetrievePropertiesEx).
 
 Explicit property paths, the paging token followed, the view destroyed in `finally`. Never walk
-managed-object attributes in a loop: each would be a network round trip. The answers are decoded by
-lxml (soap_xml.py) into the objects pyVmomi would build, several times faster than pyVmomi.
+managed-object attributes in a loop: each would be a network round trip. The answers are read by
+lxml straight into the property values converted here (inventory_xml.py), several times faster than
+pyVmomi's decoding; a page it cannot read is decoded by soap_xml.py, or pyVmomi, as any answer.
 """
 
 from __future__ import annotations

@@ -90,7 +90,10 @@ def parse_page(body: bytes, result_type: type, stub: Any) -> Page | None:
     page = Page()
     for child in answer[0][0]:
         if child.tag == OBJECTS:
-            page.objects.append(reader.object(child))
+            try:
+                page.objects.append(reader.object(child))
+            except (ValueError, TypeError) as e:  # a value not as vSphere writes it (an int without text…)
+                raise Unsupported(str(e)) from None
         elif child.tag == TOKEN:
             page.token = child.text
         else:
