@@ -6,8 +6,9 @@ plan's time. This reads a RetrievePropertiesEx (or ContinueRetrievePropertiesEx)
 gpuvm asks for (inventory.py's property lists): the scalar and reference properties straight from
 their text, only the VM devices read_inventory reads (PCI passthrough devices and NICs, decoded by
 soap_xml as pyVmomi would), and the other structured properties by soap_xml. Each object comes out as
-(reference, {property path: value}), the values of the types pyVmomi gives, so read_inventory's
-conversion to facts is the same for both. Anything else in the answer (a property it does not know,
+(reference, {property path: value}), the values of the types pyVmomi gives (a host's PCI devices,
+passthrough states and NUMA nodes: plain namespaces with the fields host_facts reads), so
+read_inventory's conversion to facts is the same for both. Anything else in the answer (a property it does not know,
 a fault in `missingSet`) raises `Unsupported`: the page is then decoded by soap_xml or pyVmomi.
 tests/integration/test_soap_xml.py compares the facts of both paths.
 """
@@ -15,6 +16,7 @@ tests/integration/test_soap_xml.py compares the facts of both paths.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Callable
 
 from gpuvm.vsphere.soap_xml import SOAP_BODY, XSI_TYPE, Decoder, Unsupported, boolean, xml_tree
@@ -58,6 +60,43 @@ def _devices(decoder: "_Reader", val: Any) -> list[Any]:
     return decoder.devices(val)
 
 
+def _fields(element: Any) -> dict[str, str | None]:
+    """A data object's scalar fields by name (a repeated one: its last)."""
+    return {child.tag[len(VIM):]: child.text for child in element}
+
+
+def _pci_devices(decoder: "_Reader", val: Any) -> list[SimpleNamespace]:
+    """hardware.pciDevice: the fields host_facts reads (ids as vSphere's signed shorts)."""
+    devices = []
+    for device in val:
+        f = _fields(device)
+        devices.append(SimpleNamespace(id=f.get("id") or "", vendorId=int(f.get("vendorId") or 0),
+                                       deviceId=int(f.get("deviceId") or 0), classId=int(f.get("classId") or 0),
+                                       vendorName=f.get("vendorName"), deviceName=f.get("deviceName")))
+    return devices
+
+
+def _passthru(decoder: "_Reader", val: Any) -> list[SimpleNamespace]:
+    """config.pciPassthruInfo (SR-IOV subtypes too): the fields host_facts reads."""
+    infos = []
+    for info in val:
+        f = _fields(info)
+        infos.append(SimpleNamespace(id=f.get("id") or "", passthruCapable=boolean(f.get("passthruCapable") or "false"),
+                                     passthruEnabled=boolean(f.get("passthruEnabled") or "false"),
+                                     passthruActive=boolean(f.get("passthruActive") or "false")))
+    return infos
+
+
+def _numa(decoder: "_Reader", val: Any) -> SimpleNamespace:
+    """hardware.numaInfo: each node's typeId and PCI ids (its many cpuID skipped by lxml, in C)."""
+    nodes = []
+    for node in val.iterchildren(VIM + "numaNode"):
+        type_id = node.findtext(VIM + "typeId")
+        nodes.append(SimpleNamespace(typeId=int(type_id) if type_id is not None else None,
+                                     pciId=[pci.text or "" for pci in node.iterchildren(VIM + "pciId")]))
+    return SimpleNamespace(numaNode=nodes)
+
+
 # The properties of inventory.py's lists read from their text (enums as their text: facts keep str()).
 READERS: dict[str, Callable[["_Reader", Any], Any]] = {
     "name": _text, "key": _text, "uuid": _text, "hardware.systemInfo.uuid": _text,
@@ -72,10 +111,10 @@ READERS: dict[str, Callable[["_Reader", Any], Any]] = {
     "network": _refs, "vm": _refs, "datastore": _refs, "config.uplinkPortgroup": _refs,
     "childType": _strings, "config.sharedPassthruGpuTypes": _strings,
     "config.hardware.device": _devices,
+    "hardware.pciDevice": _pci_devices, "config.pciPassthruInfo": _passthru, "hardware.numaInfo": _numa,
 }
 # decoded by soap_xml into pyVmomi's objects (few, or read field by field by facts)
-DECODED = {"hardware.pciDevice", "hardware.numaInfo", "config.pciPassthruInfo", "config.graphicsConfig",
-           "config.graphicsInfo", "runtime.bootTime", "config.extraConfig", "customValue"}
+DECODED = {"config.graphicsConfig", "config.graphicsInfo", "runtime.bootTime", "config.extraConfig", "customValue"}
 
 
 def parse_page(body: bytes, result_type: type, stub: Any) -> Page | None:
