@@ -2,7 +2,8 @@
 against the simulator at 128 and 512 hosts with 8 VMs each.
 
 Next to them, measured in the same run on the same simulator: the floor (one RetrievePropertiesEx
-with gpuvm's property lists, decoded by pyVmomi, in-process) and the naive per-object pyVmomi walk
+with gpuvm's property lists, decoded by pyVmomi, in-process), gpuvm's own read of it (its pages read
+by vsphere/inventory_xml.py, as read_inventory reads them) and the naive per-object pyVmomi walk
 most scripts do. Requests are counted on the wire by gpusim itself (`Simulator.requests`), logins
 included. Commands alternate, and each figure is the median of `--runs` runs (the naive walk runs
 once per size: it is the slow baseline). Run: `.venv/bin/python bench/plan_scaling.py
@@ -27,7 +28,7 @@ sys.path.insert(0, str(REPO / "simulator"))
 from gpusim import Simulator  # noqa: E402
 
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
-from gpuvm.vsphere import inventory  # noqa: E402
+from gpuvm.vsphere import inventory, inventory_xml  # noqa: E402
 from gpuvm.vsphere.session import Session, resolve_target  # noqa: E402
 
 GPUVM = str(Path(sys.executable).parent / "gpuvm")
@@ -71,6 +72,11 @@ def pyvmomi_read(session: Session) -> list:
     return inventory.retrieve(session)
 
 
+def gpuvm_read(session: Session) -> list:
+    """gpuvm's read as read_inventory makes it: the pages read by inventory_xml."""
+    return inventory.retrieve(session, parse=inventory_xml.parse_page)
+
+
 def timed_in_process(sim: Simulator, target, read) -> tuple[float, int]:
     """Seconds of `read(session)` after login, and the requests it made on the wire."""
     with Session(target) as session:
@@ -107,7 +113,7 @@ def measure(hosts: int, vms_per_host: int, runs: int, work: Path) -> dict[str, o
                 samples[name].append(seconds)
             seconds, requests["floor"] = timed_in_process(sim, target, pyvmomi_read)
             samples["floor"].append(seconds)
-            seconds, requests["gpuvm read"] = timed_in_process(sim, target, inventory.retrieve)
+            seconds, requests["gpuvm read"] = timed_in_process(sim, target, gpuvm_read)
             samples["gpuvm read"].append(seconds)
         naive_s, requests["naive walk"] = timed_in_process(sim, target, naive_walk)
     medians = {name: statistics.median(values) for name, values in samples.items()}

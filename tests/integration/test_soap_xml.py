@@ -13,6 +13,7 @@ from pyVmomi import VmomiSupport, vim, vmodl
 from gpusim import Simulator
 from gpuvm.runbook.model import VCenter
 from gpuvm.vsphere import inventory
+from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.session import Session, resolve_target
 
 from .vcenter import env_for, pyvmomi
@@ -35,9 +36,11 @@ def add(vm: Any, backing: Any, **config: Any) -> None:
 
 @pytest.fixture(scope="module")
 def lab():
-    """Two hosts: passthrough on and active (rebind), graphics changed; VMs with a classic DirectPath
-    GPU and extraConfig, a running dynamic DirectPath VM (assignedId), a vGPU."""
-    with Simulator(hosts=2, vms_per_host=3, rebind=True) as sim, pyvmomi(sim) as si:
+    """Two hosts: passthrough on and active (rebind), graphics changed, an intent; VMs with a classic
+    DirectPath GPU, extraConfig and a NIC after other devices, a running dynamic DirectPath VM
+    (assignedId), a vGPU, an intent; a template, a VM folder, a resource pool, a network."""
+    with Simulator(hosts=2, vms_per_host=3, rebind=True, templates=["ubuntu-gpu"], vm_folders=["gpu-train"],
+                   resource_pools=["training"], networks=["gpu-net:esx-02"]) as sim, pyvmomi(sim) as si:
         content = si.RetrieveContent()
         view = content.viewManager.CreateContainerView(content.rootFolder, [vim.ManagedEntity], True)
         objects = {o.name: o for o in view.view if isinstance(o, (vim.HostSystem, vim.VirtualMachine))}
@@ -57,14 +60,22 @@ def lab():
         objects["esx-02"].configManager.graphicsManager.UpdateGraphicsConfig(vim.host.GraphicsConfig(
             hostDefaultGraphicsType="sharedDirect", sharedPassthruAssignmentPolicy="performance"))
         add(objects["esx-02-vm1"], Device.VmiopBackingInfo(vgpu="grid_a100-20c"))
+        nic = vim.vm.device.VirtualVmxnet3(key=-2, backing=vim.vm.device.VirtualEthernetCard.NetworkBackingInfo(
+            deviceName="VM Network"))
+        wait(objects["esx-01-vm1"].ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=[
+            vim.vm.device.VirtualDeviceSpec(operation="add", device=nic)])))
         os.environ.update(env_for(sim))
+        with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+            store = IntentStore(session, "run1")
+            store.record(objects["esx-01"], "reboot", "for changes", changes=["a"])
+            store.record(objects["esx-01-vm1"], "power-off", "reboot of esx-01", restore="poweredOn")
         yield sim
 
 
 def pyvmomi_retrieve(session: Session) -> list[Any]:
     """inventory.retrieve, decoded by pyVmomi (the stub's own call)."""
     call = session.call
-    session.call = lambda mo, method, *args: getattr(mo, method)(*args)  # type: ignore[method-assign]
+    session.call = lambda mo, method, *args, **_: getattr(mo, method)(*args)  # type: ignore[method-assign]
     try:
         return inventory.retrieve(session)
     finally:
@@ -92,8 +103,8 @@ def test_lxml_decodes_the_inventory_read_as_pyvmomi_does(lab):
         fast = inventory.retrieve(session)
         slow = pyvmomi_retrieve(session)
         kinds = collections.Counter(type(o.obj).__name__ for o in fast)
-        assert len(fast) == len(slow) and kinds == {"vim.HostSystem": 2, "vim.VirtualMachine": 6, "vim.Datastore": 1,
-                                                    "vim.Folder": 4, "vim.ResourcePool": 1, "vim.Network": 1,
+        assert len(fast) == len(slow) and kinds == {"vim.HostSystem": 2, "vim.VirtualMachine": 7, "vim.Datastore": 1,
+                                                    "vim.Folder": 5, "vim.ResourcePool": 2, "vim.Network": 2,
                                                     "vim.dvs.DistributedVirtualPortgroup": 2,
                                                     "vim.DistributedVirtualSwitch": 1}, kinds
         for a, b in zip(sorted(fast, key=lambda o: o.obj._moId), sorted(slow, key=lambda o: o.obj._moId)):
@@ -107,6 +118,49 @@ def test_lxml_decodes_the_inventory_read_as_pyvmomi_does(lab):
     pg = facts.networks["DC0_DVPG0"][0]  # a distributed port group: its key and its switch's uuid
     assert pg.portgroup_key == pg.moid and pg.switch_uuid and not facts.networks["VM Network"][0].distributed
     assert pg.moid in facts.hosts["esx-01"].networks and facts.networks["VM Network"][0].moid in facts.hosts["esx-02"].networks
+
+
+def pyvmomi_inventory(session: Session) -> Any:
+    """read_inventory of pyVmomi's own decoding of every answer."""
+    call = session.call
+    session.call = lambda mo, method, *args, **_: getattr(mo, method)(*args)  # type: ignore[method-assign]
+    try:
+        return inventory.read_inventory(session)
+    finally:
+        session.call = call  # type: ignore[method-assign]
+
+
+def test_the_facts_of_inventory_xmls_reading_are_those_of_pyvmomis_decoding(lab, mocker):
+    """read_inventory reads the answer with inventory_xml (the properties it asks for, only the VM
+    devices it reads): the facts are those it makes of pyVmomi's decoding of the whole answer."""
+    from gpuvm.vsphere import inventory_xml
+
+    pages = mocker.spy(inventory_xml, "parse_page")
+    with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+        fast = inventory.read_inventory(session)
+        assert pages.call_count == 1 and pages.spy_exception is None and len(pages.spy_return.objects) == 22
+        slow = pyvmomi_inventory(session)
+    assert fast.model_dump(exclude={"taken"}) == slow.model_dump(exclude={"taken"})
+    vm = fast.vms["esx-01-vm1"]  # a GPU and a NIC read among the devices left unread
+    assert [d.kind for d in vm.pci] == ["classic"] and vm.nic is not None and vm.nic.type == "VirtualVmxnet3"
+    assert vm.intents["power-off"].data == {"restore": "poweredOn"} and "reboot" in fast.hosts["esx-01"].intents
+    assert fast.templates and fast.folders["gpu-train"] and fast.pools["training"] and fast.networks["gpu-net"]
+    assert any(h.pci and h.pci[0].numa_node is not None for h in fast.hosts.values())
+    assert fast.hosts["esx-01"].booted and fast.hosts["esx-01"].vm_moids and fast.vms["esx-01-vm1"].extra_config
+
+
+def test_a_page_inventory_xml_cannot_read_is_decoded_by_soap_xml_with_the_same_facts(lab, mocker):
+    from gpuvm.vsphere import inventory_xml, soap_xml
+
+    mocker.patch.dict(inventory_xml.READERS)
+    del inventory_xml.READERS["config.firmware"]  # a property it does not know: the page goes on to soap_xml
+    decodes = mocker.spy(soap_xml, "decode_response")
+    with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+        fast = inventory.read_inventory(session)
+        assert isinstance(decodes.spy_return, vmodl.query.PropertyCollector.RetrieveResult)
+        slow = pyvmomi_inventory(session)
+    assert fast.model_dump(exclude={"taken"}) == slow.model_dump(exclude={"taken"})
+    assert fast.vms["esx-01-vm1"].firmware == "efi"
 
 
 def test_faults_raised_faults_in_the_data_decoded_by_pyvmomi_requests_counted(lab):

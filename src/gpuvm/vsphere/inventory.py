@@ -1,18 +1,21 @@
 """Read every host and VM in one PropertyCollector request (ContainerView + RetrievePropertiesEx).
 
 Explicit property paths, the paging token followed, the view destroyed in `finally`. Never walk
-managed-object attributes in a loop: each would be a network round trip. The answers are decoded by
-lxml (soap_xml.py) into the objects pyVmomi would build, several times faster than pyVmomi.
+managed-object attributes in a loop: each would be a network round trip. The answers are read by
+lxml straight into the property values converted here (inventory_xml.py), several times faster than
+pyVmomi's decoding; a page it cannot read is decoded by soap_xml.py, or pyVmomi, as any answer.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import gc
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from gpuvm.pci import pci_id, unsigned16
 from gpuvm.vsphere.facts import (DatastoreFacts, Graphics, HostFacts, Inventory, NetworkFacts, PciDevice, VmFacts, VmNic,
                                   VmPciDevice)
-from gpuvm.vsphere import owned
+from gpuvm.vsphere import inventory_xml, owned
 from gpuvm.vsphere.intent import field_key, values_of
 from gpuvm.vsphere.session import Session
 from gpuvm.vsphere.tasks import call
@@ -68,40 +71,48 @@ SWITCH_PROPERTIES = ["uuid", "config.uplinkPortgroup"]  # its uuid goes into a N
 PAGE_SIZE = 5000  # objects per page; vCenter may return fewer
 
 
-def retrieve(session: Session) -> list[Any]:
-    """All host and VM objects with the properties above, in one request (plus paging)."""
+def filter_spec(view: Any) -> Any:
+    """The PropertyCollector's filter: every object under `view`, with the property paths above."""
+    from pyVmomi import vim, vmodl
+
+    collector = vmodl.query.PropertyCollector
+    traverse = collector.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)
+    return collector.FilterSpec(
+        objectSet=[collector.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
+        propSet=[
+            collector.PropertySpec(type=vim.HostSystem, pathSet=HOST_PROPERTIES),
+            collector.PropertySpec(type=vim.VirtualMachine, pathSet=VM_PROPERTIES),
+            collector.PropertySpec(type=vim.Datastore, pathSet=DATASTORE_PROPERTIES),
+            collector.PropertySpec(type=vim.Folder, pathSet=FOLDER_PROPERTIES),
+            collector.PropertySpec(type=vim.ResourcePool, pathSet=POOL_PROPERTIES),
+            collector.PropertySpec(type=vim.Network, pathSet=NETWORK_PROPERTIES),
+            collector.PropertySpec(type=vim.dvs.DistributedVirtualPortgroup, pathSet=PORTGROUP_PROPERTIES),
+            collector.PropertySpec(type=vim.DistributedVirtualSwitch, pathSet=SWITCH_PROPERTIES),
+        ],
+    )
+
+
+VIEW_TYPES = ["HostSystem", "VirtualMachine", "Datastore", "Folder", "ResourcePool", "Network",
+              "DistributedVirtualSwitch"]
+
+
+def retrieve(session: Session, **decoding: Any) -> list[Any]:
+    """All host and VM objects with the properties above, in one request (plus paging).
+    `decoding` goes to `session.call` (read_inventory leaves out the devices it never reads)."""
     from pyVmomi import vim, vmodl
 
     content = session.content
-    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine, vim.Datastore,
-                                                                        vim.Folder, vim.ResourcePool, vim.Network,
-                                                                        vim.DistributedVirtualSwitch], True)
+    view = content.viewManager.CreateContainerView(content.rootFolder, [getattr(vim, t) for t in VIEW_TYPES], True)
     try:
-        traverse = vmodl.query.PropertyCollector.TraversalSpec(name="view", path="view", skip=False,
-                                                               type=vim.view.ContainerView)
-        spec = vmodl.query.PropertyCollector.FilterSpec(
-            objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
-            propSet=[
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.HostSystem, pathSet=HOST_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.VirtualMachine, pathSet=VM_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.Datastore, pathSet=DATASTORE_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.Folder, pathSet=FOLDER_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.ResourcePool, pathSet=POOL_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.Network, pathSet=NETWORK_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.dvs.DistributedVirtualPortgroup,
-                                                           pathSet=PORTGROUP_PROPERTIES),
-                vmodl.query.PropertyCollector.PropertySpec(type=vim.DistributedVirtualSwitch, pathSet=SWITCH_PROPERTIES),
-            ],
-        )
         collector = content.propertyCollector
         options = vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=PAGE_SIZE)
-        result = session.call(collector, "RetrievePropertiesEx", [spec], options)  # decoded by lxml
+        result = session.call(collector, "RetrievePropertiesEx", [filter_spec(view)], options, **decoding)
         objects: list[Any] = []
         while result is not None:
             objects.extend(result.objects)
             if not result.token:
                 break
-            result = session.call(collector, "ContinueRetrievePropertiesEx", result.token)
+            result = session.call(collector, "ContinueRetrievePropertiesEx", result.token, **decoding)
         return objects
     finally:
         view.DestroyView()
@@ -231,10 +242,28 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
     )
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The garbage collector waits while the read's objects are made: they hold no cycles to collect,
+    and its passes over hundreds of thousands of them would cost more than making them."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def read_inventory(session: Session) -> Inventory:
+    with _collector_paused():
+        return _read_inventory(session)
+
+
+def _read_inventory(session: Session) -> Inventory:
     from pyVmomi import vim
 
-    objects = retrieve(session)
+    objects = retrieve(session, parse=inventory_xml.parse_page)
     fields = call("read custom attributes", lambda: session.content.customFieldsManager.field)
     intent_key, owned_key = field_key(fields), field_key(fields, owned.FIELD)
     hosts: dict[str, HostFacts] = {}
@@ -246,29 +275,29 @@ def read_inventory(session: Session) -> Inventory:
     switches: dict[str, str] = {}  # distributed switch moid → uuid
     uplinks: set[str] = set()  # the switches' uplink port groups: not a network for a VM
     vm_objects = []
-    for obj in objects:
-        props = _props(obj)
-        if isinstance(obj.obj, vim.HostSystem):
-            facts = host_facts(obj.obj._moId, props, intent_key, owned_key)
+    for item in objects:  # (reference, properties) from inventory_xml; ObjectContent where it left the page
+        obj, props = item if isinstance(item, tuple) else (item.obj, _props(item))
+        if isinstance(obj, vim.HostSystem):
+            facts = host_facts(obj._moId, props, intent_key, owned_key)
             hosts[facts.name] = facts
             host_names[facts.moid] = facts.name
-        elif isinstance(obj.obj, vim.Datastore):
-            datastores[props["name"]] = DatastoreFacts(name=props["name"], moid=obj.obj._moId,
+        elif isinstance(obj, vim.Datastore):
+            datastores[props["name"]] = DatastoreFacts(name=props["name"], moid=obj._moId,
                                                        free_gb=int(props.get("summary.freeSpace") or 0) >> 30)
-        elif isinstance(obj.obj, vim.Folder):
+        elif isinstance(obj, vim.Folder):
             if "VirtualMachine" in (props.get("childType") or []):
-                folders.setdefault(props["name"], []).append(obj.obj._moId)
-        elif isinstance(obj.obj, vim.ResourcePool):  # vApps too: a vApp is a resource pool
+                folders.setdefault(props["name"], []).append(obj._moId)
+        elif isinstance(obj, vim.ResourcePool):  # vApps too: a vApp is a resource pool
             owner = props.get("owner")
-            pools.setdefault(props["name"], []).append((obj.obj._moId, owner._moId if owner is not None else ""))
-        elif isinstance(obj.obj, vim.Network):  # distributed port groups too
-            networks.append((props, NetworkFacts(name=props["name"], moid=obj.obj._moId,
+            pools.setdefault(props["name"], []).append((obj._moId, owner._moId if owner is not None else ""))
+        elif isinstance(obj, vim.Network):  # distributed port groups too
+            networks.append((props, NetworkFacts(name=props["name"], moid=obj._moId,
                                                  portgroup_key=props.get("key") or "")))
-        elif isinstance(obj.obj, vim.DistributedVirtualSwitch):
-            switches[obj.obj._moId] = props.get("uuid") or ""
+        elif isinstance(obj, vim.DistributedVirtualSwitch):
+            switches[obj._moId] = props.get("uuid") or ""
             uplinks.update(ref._moId for ref in props.get("config.uplinkPortgroup") or [])
         else:
-            vm_objects.append((obj.obj._moId, props))
+            vm_objects.append((obj._moId, props))
     by_name: dict[str, list[NetworkFacts]] = {}
     for props, net in networks:
         if net.moid in uplinks:

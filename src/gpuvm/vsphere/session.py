@@ -248,20 +248,21 @@ class Session:
     def content(self) -> Any:
         return self._content
 
-    def call(self, mo: Any, method: str, *args: Any) -> Any:
+    def call(self, mo: Any, method: str, *args: Any, parse: Callable[[bytes, type, Any], Any] | None = None) -> Any:
         """`mo.<method>(*args)`, its answer decoded by lxml (vsphere/soap_xml.py): several times
         faster than pyVmomi's decoder for a large answer (the inventory read). Counted like every
-        call; a fault is raised as pyVmomi raises it; a lost session is logged in again once."""
+        call; a fault is raised as pyVmomi raises it; a lost session is logged in again once. `parse`
+        is the caller's own reading of the answer, tried first (soap_xml.decode)."""
         from pyVmomi import vim
 
         generation = self._relogin.generation
         try:
-            return self._post(mo, method, args)
+            return self._post(mo, method, args, parse)
         except vim.fault.NotAuthenticated:
             self._relogin(generation)
-            return self._post(mo, method, args)
+            return self._post(mo, method, args, parse)
 
-    def _post(self, mo: Any, method: str, args: tuple[Any, ...]) -> Any:
+    def _post(self, mo: Any, method: str, args: tuple[Any, ...], parse: Callable[[bytes, type, Any], Any] | None) -> Any:
         """One SOAP request made as pyVmomi's stub makes it, the answer decoded by soap_xml."""
         from http.client import HTTPException
 
@@ -287,7 +288,7 @@ class Session:
             body = gzip.decompress(body)
         if response.status not in (200, 500):
             raise HTTPException(f"{response.status} {response.reason}")
-        answer = decode(body, info.result, stub, fault=response.status == 500)
+        answer = decode(body, info.result, stub, fault=response.status == 500, parse=parse)
         if response.status == 500:
             raise answer
         return answer

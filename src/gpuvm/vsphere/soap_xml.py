@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import io
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
 SOAP_BODY = "{http://schemas.xmlsoap.org/soap/envelope/}Body"
@@ -27,35 +27,46 @@ class Unsupported(Exception):
     """The answer holds something this decoder leaves to pyVmomi."""
 
 
-def decode(body: bytes, result_type: type, stub: Any, fault: bool = False) -> Any:
+def decode(body: bytes, result_type: type, stub: Any, fault: bool = False,
+           parse: Callable[[bytes, type, Any], Any] | None = None) -> Any:
     """A SOAP answer as pyVmomi would decode it: by lxml when it can, else (and for a fault) by
-    pyVmomi. The garbage collector waits meanwhile: the objects made hold no cycles to collect, and
-    its passes over them would cost more than the decoding."""
+    pyVmomi. `parse(body, result_type, stub)`, when given, is tried first: a caller's own reading of
+    the answer (inventory_xml.py's), which raises `Unsupported` for what it leaves to the others. The
+    garbage collector waits meanwhile: the objects made hold no cycles to collect, and its passes
+    over them would cost more than the decoding."""
     from pyVmomi import SoapAdapter
 
     if not fault:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return decode_response(body, result_type, stub)
-        except Unsupported:
-            pass
+            for decoder in (parse, decode_response):
+                if decoder is not None:
+                    try:
+                        return decoder(body, result_type, stub)
+                    except Unsupported:
+                        pass
         finally:
             if collecting:
                 gc.enable()
     return SoapAdapter.SoapResponseDeserializer(stub).Deserialize(io.BytesIO(body), result_type)
 
 
-def decode_response(body: bytes, result_type: type, stub: Any) -> Any:
-    """The `returnval` of a SOAP response (bytes) as an object of `result_type` (pyVmomi's)."""
+def xml_tree(body: bytes) -> Any:
+    """An answer's lxml tree (no entities, no network: the answer comes from a server)."""
     from lxml import etree
 
-    root = etree.fromstring(body, parser=etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True))
+    return etree.fromstring(body, parser=etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True))
+
+
+def decode_response(body: bytes, result_type: type, stub: Any) -> Any:
+    """The `returnval` of a SOAP response (bytes) as an object of `result_type` (pyVmomi's)."""
+    root = xml_tree(body)
     answer = root.find(SOAP_BODY)
     if answer is None or len(answer) != 1:
         raise Unsupported("not a SOAP answer with one body element")
     values = list(answer[0])
-    decoder = _Decoder(stub)
+    decoder = Decoder(stub)
     if issubclass(result_type, list):  # one returnval per item (RetrieveContents)
         items = result_type()
         items.extend(decoder.value(value, result_type.Item) for value in values)
@@ -67,7 +78,7 @@ def decode_response(body: bytes, result_type: type, stub: Any) -> Any:
     return decoder.value(values[0], result_type)
 
 
-class _Decoder:
+class Decoder:
     def __init__(self, stub: Any):
         from pyVmomi import SoapAdapter, VmomiSupport
 
@@ -81,6 +92,15 @@ class _Decoder:
         self._kinds: dict[tuple[type, str | None], tuple[type, str]] = {}
         self._references: dict[str, type] = {}  # a reference's type as written → its class
         self._fields: dict[type, tuple[dict[str, Any], dict[str, Any], list[tuple[str, type]]]] = {}
+
+    def type_of(self, element: Any, declared: type) -> type:
+        """The type `element` decodes as, where `declared` is expected."""
+        xsi = element.get(XSI_TYPE)
+        try:
+            return self._kinds[(declared, xsi)][0]
+        except KeyError:
+            self._kinds[(declared, xsi)] = self._kind(element, declared, xsi)
+            return self._kinds[(declared, xsi)][0]
 
     def value(self, element: Any, declared: type) -> Any:
         xsi = element.get(XSI_TYPE)
@@ -99,12 +119,12 @@ class _Decoder:
         if how is CONVERT:
             return kind(element.text or "")
         if how is BOOL:
-            return _boolean(element.text or "")
+            return boolean(element.text or "")
         if how is ENUM:
             return getattr(kind, element.text or "")
         if how is TIME:
             return _time(element.text or "")
-        return self._reference(element)
+        return self.reference(element)
 
     def _kind(self, element: Any, declared: type, xsi: str | None) -> tuple[type, str]:
         """The type to decode an element as (its xsi:type where it names one, as pyVmomi decides),
@@ -173,7 +193,7 @@ class _Decoder:
             self._fields[kind] = (fields, defaults, lists)
         return self._fields[kind]
 
-    def _reference(self, element: Any) -> Any:
+    def reference(self, element: Any) -> Any:
         if element.get("serverGuid") is not None:
             raise Unsupported("a reference with a serverGuid")
         written = element.get("type", "")
@@ -199,7 +219,7 @@ def _time(text: str) -> datetime:
     return value
 
 
-def _boolean(text: str) -> bool:
+def boolean(text: str) -> bool:
     if text == "true" or text == "1" or text.lower() == "true":
         return True
     if text == "false" or text == "0" or text.lower() == "false":
