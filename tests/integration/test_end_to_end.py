@@ -128,6 +128,11 @@ def test_secrets_never_leak(testbed, tmp_path, monkeypatch):
     text = runbook.read_text().replace(str(testbed.client_key), str(key))
     text = text.replace("sudo: true}", "sudo: true, passphrase_env: GPUVM_KEY_PASSPHRASE}")
     text = text.replace("user: root, key_file", "user: root, passphrase_env: GPUVM_KEY_PASSPHRASE, key_file")
+    # one point of the campaign over all four guests: each guest's SSH with the protected key, its logs and
+    # results.json are what the canary must stay out of; more points and repeats would only repeat those
+    one_point = text.replace("nodes: [1, 2, 4]", "nodes: [4]", 1).replace("repeats: 2 ", "repeats: 1 ", 1)
+    assert "nodes: [4]" in one_point and "repeats: 1 " in one_point, "the lab's campaign changed: narrow it here again"
+    text = one_point
     runbook.write_text(text)
     assert text.count("passphrase_env") == 6
     state = tmp_path / "state"
