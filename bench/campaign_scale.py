@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import pwd
 import re
 import sys
 import tempfile
@@ -36,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "testbed"))
 
+from unmesh import reset  # noqa: E402
 from bed import BENCH_NAMES, TestBed  # noqa: E402
 
 from gpuvm.engine import observe_remote  # noqa: E402
@@ -44,23 +44,9 @@ from gpuvm.remote import build_cluster  # noqa: E402
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
 from gpuvm.steps import guest_ssh_mesh as mesh  # noqa: E402
 from gpuvm.steps.base import Context  # noqa: E402
-from gpuvm.steps.guest_ssh_mesh.files import IDENTITY  # noqa: E402
 
 SLEEP_S = 2
 WORKLOAD = f"sh -c 'echo t0=$(date +%s.%N); sleep {SLEEP_S}; echo t1=$(date +%s.%N) x=1'"
-
-
-def reset(bed: TestBed, n: int) -> None:
-    """Each guest's ~gpuadmin/.ssh back to the bed's: only the client key authorised (no mesh)."""
-    user = pwd.getpwnam("gpuadmin")
-    client = Path(f"{bed.client_key}.pub").read_text()
-    for i in range(1, n + 1):
-        d = bed.host_dir(f"gpu-vm-{i:02d}") / "home" / "gpuadmin" / ".ssh"
-        for name in (IDENTITY, IDENTITY + ".pub", "known_hosts", "config"):
-            (d / name).unlink(missing_ok=True)
-        (d / "authorized_keys").write_text(client)
-        os.chown(d / "authorized_keys", user.pw_uid, user.pw_gid)
-        os.chmod(d / "authorized_keys", 0o600)
 
 
 def write_runbook(bed: TestBed, path: Path, n: int) -> Path:

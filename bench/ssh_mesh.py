@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import pwd
 import sys
 import tempfile
 import time
@@ -25,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "testbed"))
 
+from unmesh import reset  # noqa: E402
 from bed import TestBed  # noqa: E402
 
 from gpuvm.steps.base import Context  # noqa: E402
@@ -74,19 +74,6 @@ def write_runbook(bed: TestBed, path: Path, n: int) -> Path:
               for g in names]
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def reset(bed: TestBed, n: int) -> None:
-    """Each guest's ~gpuadmin/.ssh back to the bed's: only the client key authorised."""
-    user = pwd.getpwnam("gpuadmin")
-    client = Path(f"{bed.client_key}.pub").read_text()
-    for i in range(1, n + 1):
-        d = bed.host_dir(f"gpu-vm-{i:02d}") / "home" / "gpuadmin" / ".ssh"
-        for name in (IDENTITY, IDENTITY + ".pub", "known_hosts", "config"):
-            (d / name).unlink(missing_ok=True)
-        (d / "authorized_keys").write_text(client)
-        os.chown(d / "authorized_keys", user.pw_uid, user.pw_gid)
-        os.chmod(d / "authorized_keys", 0o600)
 
 
 def gpuvm_way(bed: TestBed, n: int, work: Path) -> tuple[float, int, float]:
