@@ -90,7 +90,7 @@ def _runbooks_shown() -> list[tuple[str, str]]:
     found = []
     for doc in [README, *DOCS]:
         for block in re.findall(r"```yaml\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
-            if re.match(r"(#.*\n)*(vcenter|hosts|vms|guests|benchmarks):", block):
+            if re.match(r"(#.*\n)*(vcenters?|hosts|vms|guests|benchmarks):", block):
                 found.append((doc.name, block))
     return found
 
