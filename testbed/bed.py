@@ -147,9 +147,20 @@ def _kill_netns_processes(netns: str, timeout: float = 5.0) -> None:
         time.sleep(0.05)
 
 
+def _cgroups_named(name: str) -> list[Path]:
+    """The cgroups called `name` in every hierarchy. Another guest's cgroups may be removed while the
+    tree is walked (guests' daemons are stopped side by side): a directory gone mid-walk, walk again."""
+    for _ in range(20):
+        try:
+            return sorted(Path("/sys/fs/cgroup").glob(f"**/{name}"), key=lambda p: -len(p.parts))
+        except FileNotFoundError:
+            time.sleep(0.05)
+    return sorted(Path("/sys/fs/cgroup").glob(f"**/{name}"), key=lambda p: -len(p.parts))  # its error, if again
+
+
 def _remove_cgroups(name: str) -> None:
     """Kill what is left in the cgroup `name` (every hierarchy) and remove it, leaves first."""
-    for top in sorted(Path("/sys/fs/cgroup").glob(f"**/{name}"), key=lambda p: -len(p.parts)):
+    for top in _cgroups_named(name):
         for group in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [top]:
             procs = group / "cgroup.procs"
             for _ in range(50):

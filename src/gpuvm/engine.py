@@ -59,8 +59,8 @@ STEPS: list[Step] = [
     guest_rdma.STEP,
     guest_nic.STEP,
     guest_mig.STEP,
-    guest_ssh_mesh.STEP,  # before the image: the mesh's keys carry it from guest to guest
     guest_docker.STEP,
+    guest_ssh_mesh.STEP,
 ]
 
 Facts = dict[tuple[str, str], Any]  # (step, target) → observed fact

@@ -79,8 +79,8 @@ def test_tree_ship_to_eight_guests_with_a_failing_hop_resumed_by_a_rerun(testbed
         testbed.set_state(BROKEN, "docker", {**state, "fail": {"load": "write /var/lib/docker/tmp: no space left on device"}})
         planned = plan(cluster, guest_docker)
         assert [n for n, cs in planned.items() if cs] == eight[1:]  # the builder has it already
-        for target in cluster.targets.values():
-            target.executor = Counting(target.executor, tally)
+        for name, executor in list(cluster.executors.items()):
+            cluster.executors[name] = Counting(executor, tally)
         OPERATOR_BYTES.reset()
         said: list[tuple[str, str]] = []
         failures = guest_docker.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))), planned)

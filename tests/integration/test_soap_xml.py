@@ -4,7 +4,6 @@ read, field by field, on a simulated vCenter whose VMs hold every kind of PCI de
 from __future__ import annotations
 
 import collections
-import os
 from typing import Any
 
 import pytest
@@ -64,12 +63,14 @@ def lab():
             deviceName="VM Network"))
         wait(objects["esx-01-vm1"].ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=[
             vim.vm.device.VirtualDeviceSpec(operation="add", device=nic)])))
-        os.environ.update(env_for(sim))
-        with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
-            store = IntentStore(session, "run1")
-            store.record(objects["esx-01"], "reboot", "for changes", changes=["a"])
-            store.record(objects["esx-01-vm1"], "power-off", "reboot of esx-01", restore="poweredOn")
-        yield sim
+        with pytest.MonkeyPatch.context() as env:  # the simulator's settings, for this fixture's lifetime only
+            for key, value in env_for(sim).items():
+                env.setenv(key, value)
+            with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
+                store = IntentStore(session, "run1")
+                store.record(objects["esx-01"], "reboot", "for changes", changes=["a"])
+                store.record(objects["esx-01-vm1"], "power-off", "reboot of esx-01", restore="poweredOn")
+            yield sim
 
 
 def pyvmomi_retrieve(session: Session) -> list[Any]:

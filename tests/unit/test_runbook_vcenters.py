@@ -79,7 +79,7 @@ def test_a_named_vcenter_in_a_one_vcenter_runbook_is_refused(tmp_path):
 def test_a_vcenters_missing_password_is_named_at_its_own_entry_before_any_login(tmp_path, monkeypatch, mocker):
     from gpuvm import runs
 
-    for key in ("GOVC_URL", "GOVC_USERNAME", "GOVC_PASSWORD"):
+    for key in ("GOVC_URL", "GOVC_USERNAME", "GOVC_PASSWORD", "GOVC_TLS_CA_CERTS", "GOVC_INSECURE"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("EAST_PASSWORD", "east-secret")
     monkeypatch.delenv("WEST_PASSWORD", raising=False)

@@ -5,7 +5,7 @@ The image is rendered from `templates/Dockerfile.j2`; its tag is the first 12 he
 recipe's sha256, so "does this guest have the right image?" is one `docker image inspect` and
 never a build. One guest (the runbook's `image.builder`, else the first guest: chosen by
 `resolve_ssh`) builds it; the others get it over the SSH mesh once the runbook's mesh has its key
-(`guest.ssh_mesh`, which runs before this step, has made it): the builder sends to a first guest,
+(`guest.ssh_mesh` made it in an earlier apply: it runs after this step): the builder sends to a first guest,
 then every guest that has it sends on, guest to guest, the id checked at each hop
 (`image_fanout.py`), so no image byte passes through the machine running gpuvm. Without a mesh (or
 its key) they load the builder's `docker save` through gpuvm's machine; with a registry every guest
@@ -367,7 +367,7 @@ def _copy_to(cluster: Cluster, ref: str, builder: str, receivers: dict[str, Desi
 
 
 def _mesh_keyed(cluster: Cluster, receivers: dict[str, DesiredGuest]) -> bool:
-    """Whether the guests are in a mesh and its key was made (guest.ssh_mesh runs before this step):
+    """Whether the guests are in a mesh and its key was made (by an earlier apply's guest.ssh_mesh):
     else they cannot log in to each other."""
     in_mesh = all(t.mesh is not None for t in receivers.values())
     return in_mesh and key_path(cluster.state_dir).exists()
