@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
+SRC = BENCH.parent / "src"
 NA = "NA"
 
 
@@ -133,13 +134,19 @@ def _is_number(value: str) -> bool:
     return True
 
 
+def part_env(environ) -> dict[str, str]:
+    """This checkout's gpuvm first on the path (the parts' `gpuvm plan` processes too), output unbuffered."""
+    path = os.pathsep.join(p for p in (str(SRC), environ.get("PYTHONPATH", "")) if p)
+    return {**environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
+
 def run_script(part: Part) -> tuple[int, list[str], list[str]]:
     """The script run with this Python, stdout and stderr passed through line by line as they
     come, prefixed by its name: (exit code, stdout lines, stderr lines)."""
     prefix = f"[{part.script.removesuffix('.py')}] "
     process = subprocess.Popen([sys.executable, str(BENCH / part.script), *part.args], text=True, bufsize=1,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                               env=part_env(os.environ))
 
     def pump(stream, sink, kept: list[str]) -> None:
         for line in stream:

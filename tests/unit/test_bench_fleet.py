@@ -132,3 +132,10 @@ def test_a_scripts_output_is_passed_through_prefixed_and_kept(fleet, mocker, tmp
     assert (code, out, err) == (3, ["x=1\n"], ["up\n"])
     shown = capsys.readouterr()
     assert (shown.out, shown.err) == ("[stand_in] x=1\n", "[stand_in] up\n")
+
+
+def test_parts_run_this_checkouts_gpuvm_first(fleet):
+    env = fleet.part_env({"PYTHONPATH": "/elsewhere/src", "HOME": "/root"})
+    assert env["PYTHONPATH"].split(":") == [str(SCRIPT.parents[1] / "src"), "/elsewhere/src"]
+    assert env["HOME"] == "/root" and env["PYTHONUNBUFFERED"] == "1"
+    assert fleet.part_env({})["PYTHONPATH"] == str(SCRIPT.parents[1] / "src")
