@@ -85,9 +85,9 @@ def plan_and_apply_mesh(book, work: Path, n: int) -> tuple[float, float]:
     cluster = build_cluster(book, state_dir(work / f"state-{n}"))
     try:
         ctx = Context(cluster=cluster)
-        facts = observe_remote(cluster, "guest")  # as `gpuvm plan` does
+        facts = observe_remote(cluster, "guest").raise_failures()  # as `gpuvm plan` does: by guest, by step
         guests = cluster.of_role("guest")
-        plans = {name: mesh.plan(guests[name], facts[(mesh.STEP.name, name)]) for name in guests}
+        plans = {name: mesh.plan(guests[name], facts[name][mesh.STEP.name]) for name in guests}
         planned = time.perf_counter()
         failures = mesh.apply_all(ctx, plans, parallel=min(n, 64))  # `gpuvm apply --parallel N`
         if failures:
