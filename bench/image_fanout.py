@@ -40,7 +40,6 @@ from bed import BRIDGE, VETH_PREFIX, TestBed  # noqa: E402
 from fanout import small_image, start_docker, stop_docker, write_runbook  # noqa: E402
 
 from gpuvm.executors.group import run_group  # noqa: E402
-from gpuvm.image import image_ref  # noqa: E402
 from gpuvm.image_fanout import OPERATOR_BYTES, Hop  # noqa: E402
 from gpuvm.remote import build_cluster  # noqa: E402
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
@@ -118,7 +117,7 @@ def one_hop(bed: TestBed, names: list[str], work: Path, ref: str, want: str, rep
         for _ in range(repeats):
             forget(bed, names[1:2], ref)
             start = time.perf_counter()
-            guest_docker._hop(cluster, ref, want, Hop(names[0], names[1]))
+            guest_docker._hop(cluster, ref, want, names[0], Hop(names[0], names[1]))
             times.append(time.perf_counter() - start)
         return statistics.median(times)
     finally:
@@ -152,7 +151,7 @@ def main() -> int:
                 if failures:
                     first = str(next(iter(failures.values()))).splitlines()
                     raise SystemExit(f"mesh failed on {len(failures)} guest(s); the first: {' / '.join(first[:3])}")
-                ref = image_ref(cluster.runbook.guests.image)
+                ref = cluster.targets[names[0]].image.ref  # the recipe's name:tag, as resolved for the guests
             finally:
                 cluster.close()
             want = small_image(bed, names[0], ref, args.mb << 20)
