@@ -23,7 +23,6 @@ Run: `.venv/bin/python bench/campaign_scale.py [--sizes 4,16,64]`.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import re
 import sys
@@ -35,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "testbed"))
 
-from unmesh import reset  # noqa: E402
+from bedbench import hold_bed, reset  # noqa: E402
 from bed import BENCH_NAMES, TestBed  # noqa: E402
 
 from gpuvm.engine import observe_remote  # noqa: E402
@@ -111,11 +110,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="4,16,64", help="guest counts (at most 200)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    if os.geteuid() != 0:
-        print("bench/campaign_scale.py needs root (the test bed uses network namespaces)", file=sys.stderr)
+    lock = hold_bed("campaign_scale.py", "/tmp/gpuvm-bench-bed.lock")  # one bed per machine
+    if lock is None:
         return 2
-    lock = open("/tmp/gpuvm-bench-bed.lock", "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one benchmark bed (BENCH_NAMES) per machine
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpuvm-bench-campaign-") as tmp:
         work = Path(tmp)

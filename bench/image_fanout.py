@@ -22,7 +22,6 @@ Run: `.venv/bin/python bench/image_fanout.py [--sizes 4,8,16] [--mb 24] [--mbit 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import math
 import os
 import statistics
@@ -36,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "testbed"))
 
+from bedbench import hold_bed  # noqa: E402
 from bed import BRIDGE, VETH_PREFIX, TestBed  # noqa: E402
 from fanout import small_image, start_docker, stop_docker, write_runbook  # noqa: E402
 
@@ -132,11 +132,9 @@ def main() -> int:
     parser.add_argument("--mbit", type=int, default=40, help="each machine's link, Mbit/s each way (0: unshaped)")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    if os.geteuid() != 0:
-        print("bench/image_fanout.py needs root (the test bed uses network namespaces)", file=sys.stderr)
+    lock = hold_bed("image_fanout.py", "/tmp/gpuvm-testbed.lock")  # one bed per machine
+    if lock is None:
         return 2
-    lock = open("/tmp/gpuvm-testbed.lock", "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one bed per machine: wait for a test session using it
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpuvm-bench-fanout-") as tmp:
         work = Path(tmp)

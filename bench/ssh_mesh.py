@@ -13,7 +13,6 @@ Run: `.venv/bin/python bench/ssh_mesh.py [--sizes 1,4,8,16]`.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import sys
 import tempfile
@@ -24,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "testbed"))
 
-from unmesh import reset  # noqa: E402
+from bedbench import hold_bed, reset  # noqa: E402
 from bed import TestBed  # noqa: E402
 
 from gpuvm.steps.base import Context  # noqa: E402
@@ -125,11 +124,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="1,4,8,16", help="guest counts (at most 16)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    if os.geteuid() != 0:
-        print("bench/ssh_mesh.py needs root (the test bed uses network namespaces)", file=sys.stderr)
+    lock = hold_bed("ssh_mesh.py", "/tmp/gpuvm-testbed.lock")  # one bed per machine
+    if lock is None:
         return 2
-    lock = open("/tmp/gpuvm-testbed.lock", "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one bed per machine: wait for a test session using it
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpuvm-bench-mesh-") as tmp:
         work = Path(tmp)

@@ -1,11 +1,14 @@
-"""The bench beds' guests back to no mesh: what bench/ssh_mesh.py and bench/campaign_scale.py do
-before each size (a module of its own: importing a bench script runs its set-up)."""
+"""What the benchmarks on a test bed share (a module of its own: importing a bench script runs its
+set-up): root and the bed's machine-wide lock first, and the guests back to no mesh between sizes."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
+import sys
 from pathlib import Path
+from typing import IO
 
 from bed import TestBed
 
@@ -23,3 +26,14 @@ def reset(bed: TestBed, n: int) -> None:
         (d / "authorized_keys").write_text(client)
         os.chown(d / "authorized_keys", user.pw_uid, user.pw_gid)
         os.chmod(d / "authorized_keys", 0o600)
+
+
+def hold_bed(script: str, lock_path: str) -> IO[str] | None:
+    """The bed's lock, held (wait for a test session or another bench using it), or None when not root:
+    the bed uses network namespaces."""
+    if os.geteuid() != 0:
+        print(f"bench/{script} needs root (the test bed uses network namespaces)", file=sys.stderr)
+        return None
+    lock = open(lock_path, "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
