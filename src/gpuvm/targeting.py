@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from gpuvm.errors import InputError, listed
 from gpuvm.plan import Change, Disruption, LeftOut, Note, Plan
 from gpuvm.runbook.model import Runbook
+from gpuvm.runbook.names import split
 from gpuvm.vsphere.facts import Inventory
 
 NOTE_STEP = "target"
@@ -62,6 +63,7 @@ def select(runbook: Runbook, names: Sequence[str]) -> Selection | None:
     hosts = {h.name for h in runbook.hosts} | {vm.host for vm in runbook.vms}
     vms = {vm.name for vm in runbook.vms} | {g.vm for g in (runbook.guests.hosts if runbook.guests else [])}
     vcenters = {vc.name for vc in runbook.vcenters}  # a vCenter's name: all its hosts (and so their VMs)
+    names = [_named(runbook, n, hosts | vms, vcenters) for n in names]
     unknown = [n for n in dict.fromkeys(names) if n not in hosts | vms | vcenters]
     if unknown:
         known_vcenters = f"; vCenters: {', '.join(sorted(vcenters))}" if vcenters else ""
@@ -72,6 +74,22 @@ def select(runbook: Runbook, names: Sequence[str]) -> Selection | None:
                 for h in sorted({h.name for h in runbook.part(n).hosts} | {vm.host for vm in runbook.part(n).vms})]
     chosen = [n for n in names if n not in vcenters or n in hosts | vms] + expanded
     return Selection(frozenset(chosen), {vm.name: vm.host for vm in runbook.vms})
+
+
+def _named(runbook: Runbook, name: str, known: set[str], vcenters: set[str]) -> str:
+    """The runbook's name for a --target name: as given, or `<vcenter>/<name>` for a name unique in
+    the runbook (gpuvm shows it bare). A bare name used in several vCenters is refused with the
+    qualified names it could mean (runbook/names.py)."""
+    if name in known or name in vcenters:
+        return name
+    vcenter, bare = split(name)
+    if vcenter is not None and bare in known and runbook.vcenter_of(bare) == vcenter:
+        return bare
+    choices = sorted(n for n in known if split(n)[0] is not None and split(n)[1] == name)
+    if choices:
+        among = f" (or a vCenter: {', '.join(sorted(vcenters))})" if vcenters else ""
+        raise InputError(f"--target {name}: a name in several vCenters; give one of {', '.join(choices)}{among}")
+    return name
 
 
 def vms_by_host(selection: Selection, inventory: Inventory) -> set[tuple[str, str | None]]:

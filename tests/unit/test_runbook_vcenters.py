@@ -56,7 +56,8 @@ CASES = [
     ("host: esx-w1, vcenter: west}", "host: esx-w1, vcenter: south}", r":9: vms\[1\]\.vcenter: vCenter 'south' is not in vcenters"),
     ("  - {name: west,", "  - {name: east,", r":3: vcenters\[1\]\.name: vCenter 'east' is declared twice \(also vcenters\[0\]\)"),
     ("vcenters:\n", "vcenter: {url: https://vc.example.com/sdk}\nvcenters:\n", r":1: vcenter: give vcenter \(one\) or vcenters"),
-    ("{name: esx-w1, vcenter: west}", "{name: esx-e1, vcenter: west}", r":6: hosts\[1\]\.name: host 'esx-e1' is declared twice"),
+    ("{name: esx-w1, vcenter: west}", "{name: esx-e1, vcenter: east}",
+     r":6: hosts\[1\]\.name: host 'esx-e1' is declared twice in vCenter 'east' \(also hosts\[0\]\)"),
     ("  - {name: west,", "  - {name: 'we st',", r":3: vcenters\[1\]\.name: 'we st' is not a valid name"),
     ("  - {name: west, ", "  - {", r":3: vcenters\[1\]\.name: required field is missing"),
 ]

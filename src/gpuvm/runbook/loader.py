@@ -48,6 +48,7 @@ def load_runbook(path: str | Path) -> Runbook:
         raise InputError("\n".join(dict.fromkeys(messages))) from None
     runbook.attach(file, locator, text)
     runbook.check_references()
+    runbook = runbook.qualified()  # a name used in several vCenters: <vcenter>/<name> from here on
     setup_runbooks(runbook)  # each setup of the campaign checked as a runbook of its own
     try:
         remember_runbook_secrets(runbook)

@@ -15,7 +15,8 @@ from pydantic_core import PydanticCustomError
 from gpuvm.errors import InputError, listed
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.document import field_path
-from gpuvm.runbook.strict import Seconds, Strict, checked_name, shown
+from gpuvm.runbook.names import Names, vsphere_name
+from gpuvm.runbook.strict import Seconds, Strict, checked_name, checked_reference, shown
 from gpuvm.secrets import without_password
 from gpuvm.sizing.spec import SizingSpec
 from gpuvm.vgpu_profiles import vgpu_profile
@@ -54,7 +55,8 @@ def _pci_id(value: str) -> str:
     return value
 
 
-Name = Annotated[str, AfterValidator(checked_name)]  # hosts, VMs, and every reference to them
+Name = Annotated[str, AfterValidator(checked_name)]  # hosts, VMs, vCenters as named in vCenter
+Reference = Annotated[str, AfterValidator(checked_reference)]  # a host or VM: name, or <vcenter>/<name>
 
 
 class VCenter(Strict):
@@ -329,7 +331,7 @@ class CloudInit(Strict):
 
 class Vm(Strict):
     name: Name  # as named in vCenter
-    host: Name  # the host it runs on (a clone is made there)
+    host: Reference  # the host it runs on (a clone is made there); in the VM's vCenter, or <vcenter>/<name>
     vcenter: Name | None = None  # the vCenter it is in; default: its host's
     cpus: int | None = Field(default=None, ge=1, le=768)  # at most the host's logical CPUs
     memory_gb: int | None = Field(default=None, ge=1, le=24576)  # fully reserved when the VM has passthrough devices
@@ -447,7 +449,7 @@ class MigConfigFile(Strict):
 
 
 class Guest(Strict):
-    vm: Name  # the VM this guest OS runs in
+    vm: Reference  # the VM this guest OS runs in; <vcenter>/<name> for a name used in several vCenters
     ssh: SshAccess  # how gpuvm logs in to the guest OS
     rdma_ports: list[RdmaPort] = []  # ConnectX ports: up, with their IP and MTU (guest.nic)
     nic_ats: bool | None = None  # ConnectX ATS_ENABLED via mlxconfig (needs a host reboot)
@@ -728,22 +730,13 @@ class Runbook(Strict):
         return (vm.topology or self.topology) == "strict"
 
     def check_references(self) -> None:
-        """Checks that need only the runbook: unique names, VMs on declared hosts."""
+        """Checks that need only the runbook: names unique per vCenter, references that name one host
+        or VM, VMs on declared hosts, devices given once."""
         self._check_vcenters()
-        seen: dict[str, int] = {}
-        for i, host in enumerate(self.hosts):
-            if host.name in seen:
-                raise self.error(("hosts", i, "name"), f"host '{host.name}' is declared twice (also hosts[{seen[host.name]}])")
-            seen[host.name] = i
-        vms: dict[str, int] = {}
+        book = self.qualified()
+        vms = {vm.name: i for i, vm in enumerate(book.vms)}
         claimed: dict[tuple[str, str], str] = {}
-        for i, vm in enumerate(self.vms):
-            if vm.name in vms:
-                raise self.error(("vms", i, "name"), f"VM '{vm.name}' is declared twice (also vms[{vms[vm.name]}])")
-            vms[vm.name] = i
-            if vm.host not in seen:
-                known = listed(sorted(seen)) or "none declared"
-                raise self.error(("vms", i, "host"), f"host '{vm.host}' is not in hosts (declared: {known})")
+        for i, vm in enumerate(book.vms):
             addresses = [(("nics", j, "address"), n.address) for j, n in enumerate(vm.nics)]
             if isinstance(vm.gpus, PassthroughGpus) and vm.gpus.addresses:
                 addresses += [(("gpus", "addresses", j), a) for j, a in enumerate(vm.gpus.addresses)]
@@ -754,14 +747,88 @@ class Runbook(Strict):
                 if owner == vm.name and loc[0] == "nics" and sum(1 for _, a in addresses if a == address) > 1:
                     raise self.error(("vms", i) + loc, f"device {address} is listed twice")
 
-        self._check_guests(vms)
-        if self.benchmarks is not None:
-            check_benchmarks(self, local=not (self.guests and self.guests.hosts))
+        book._check_guests(vms)
+        if book.benchmarks is not None:
+            check_benchmarks(book, local=not (book.guests and book.guests.hosts))
+
+    def qualified(self) -> "Runbook":
+        """This runbook with each host and VM named as gpuvm shows and targets it: a name used in more
+        than one vCenter as `<vcenter>/<name>` (runbook/names.py), and every reference to one resolved
+        to that name (a VM's host within the VM's vCenter). Itself when nothing changes. InputError at
+        file:line: field for a name declared twice in one vCenter, or a reference naming none or
+        several. Run again on its result, it changes nothing."""
+        first = self._first_vcenter()
+        declared = list(self.all_vcenters)
+        keys = [(h.vcenter or first, vsphere_name(h.name)) for h in self.hosts]
+        hosts = Names("host", "hosts", keys, declared)
+        self._once("hosts", "host", keys)
+        host_vcenter = {hosts.ids[key]: key[0] for key in keys}
+        vm_hosts = [self._host_of(i, vm, hosts, host_vcenter) for i, vm in enumerate(self.vms)]
+        vm_keys = [(vm.vcenter or host_vcenter[vm_hosts[i]], vsphere_name(vm.name)) for i, vm in enumerate(self.vms)]
+        vms = Names("VM", "vms", vm_keys, declared)
+        self._once("vms", "VM", vm_keys)
+        host_names = [hosts.ids[key] for key in keys]
+        vm_names = [(vms.ids[key], host) for key, host in zip(vm_keys, vm_hosts)]
+        guests = self._qualified_guests(vms)
+        if host_names == [h.name for h in self.hosts] and vm_names == [(v.name, v.host) for v in self.vms] \
+                and guests is self.guests:
+            return self
+        book = self.model_copy(update={
+            "hosts": [h.model_copy(update={"name": name}) for h, name in zip(self.hosts, host_names)],
+            "vms": [v.model_copy(update={"name": name, "host": host}) for v, (name, host) in zip(self.vms, vm_names)],
+            "guests": guests})
+        book._file, book._locator, book._digest = self._file, self._locator, self._digest
+        return book
+
+    def _once(self, field: str, kind: str, keys: list[tuple[str, str]]) -> None:
+        """Each (vCenter, name) of `field` (hosts or vms) declared once."""
+        seen: dict[tuple[str, str], int] = {}
+        for i, key in enumerate(keys):
+            if key in seen:
+                where = f" in vCenter '{key[0]}'" if self.vcenters else ""
+                raise self.error((field, i, "name"), f"{kind} '{key[1]}' is declared twice{where} "
+                                                     f"(also {field}[{seen[key]}])")
+            seen[key] = i
+
+    def _host_of(self, i: int, vm: Vm, hosts: Names, host_vcenter: dict[str, str]) -> str:
+        """The name gpuvm gives VM i's host: its `host`, looked for in the VM's `vcenter` when it gives one."""
+        try:
+            host = hosts.resolve(vm.host, vm.vcenter, hint="give vcenter, or ")
+        except ValueError as e:
+            try:  # in one other vCenter only: the VM's vcenter is what is wrong
+                host = hosts.resolve(vm.host)
+            except ValueError:
+                raise self.error(("vms", i, "host"), str(e)) from None
+        if vm.vcenter is not None and host_vcenter[host] != vm.vcenter:
+            raise self.error(("vms", i, "vcenter"), f"VM '{vm.name}' is in vCenter '{vm.vcenter}' but its host "
+                                                    f"'{vm.host}' is in '{host_vcenter[host]}'")
+        return host
+
+    def _qualified_guests(self, vms: Names) -> "Guests | None":
+        """`guests` with each guest's `vm` and the image's `builder` resolved (`qualified`)."""
+        guests = self.guests
+        if guests is None:
+            return None
+
+        def resolved(loc: tuple[str | int, ...], reference: str) -> str:
+            try:
+                return vms.resolve(reference)
+            except ValueError as e:
+                raise self.error(loc, str(e)) from None
+
+        hosts = [g.model_copy(update={"vm": resolved(("guests", "hosts", i, "vm"), g.vm)})
+                 for i, g in enumerate(guests.hosts)]
+        image = guests.image
+        builder = image.builder if image is not None else None
+        if builder is not None and (vms.choices(builder) or "/" in builder):  # else: _check_guests says if not a guest
+            image = image.model_copy(update={"builder": resolved(("guests", "image", "builder"), builder)})
+        if [g.vm for g in hosts] == [g.vm for g in guests.hosts] and image is guests.image:
+            return guests
+        return guests.model_copy(update={"hosts": hosts, "image": image})
 
     def _check_vcenters(self) -> None:
         """`vcenter` or `vcenters`; names unique; every host and VM names a declared vCenter (with
-        several), a VM its host's. Host and VM names are unique across all vCenters (targets are
-        named by them alone)."""
+        several). Host and VM names are unique per vCenter (`qualified`)."""
         if not self.vcenters:
             for loc, item in [*((("hosts", i), h) for i, h in enumerate(self.hosts)),
                               *((("vms", i), v) for i, v in enumerate(self.vms))]:
@@ -784,15 +851,9 @@ class Runbook(Strict):
             if host.vcenter is not None and host.vcenter not in names:
                 raise self.error(("hosts", i, "vcenter"), f"vCenter '{host.vcenter}' is not in vcenters "
                                  f"(declared: {declared})")
-        by_host = self.vcenters_by_host()
         for i, vm in enumerate(self.vms):
-            if vm.vcenter is None:
-                continue
-            if vm.vcenter not in names:
+            if vm.vcenter is not None and vm.vcenter not in names:
                 raise self.error(("vms", i, "vcenter"), f"vCenter '{vm.vcenter}' is not in vcenters (declared: {declared})")
-            if vm.host in by_host and by_host[vm.host] != vm.vcenter:
-                raise self.error(("vms", i, "vcenter"), f"VM '{vm.name}' is in vCenter '{vm.vcenter}' but its host "
-                                 f"'{vm.host}' is in '{by_host[vm.host]}'")
 
     def _check_guests(self, vms: dict[str, int]) -> None:
         if self.guests is None:

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+REFERENCE = re.compile(rf"(?:{NAME.pattern}/)?{NAME.pattern}")  # a host or VM: name, or <vcenter>/<name>
 MAX_SECONDS = 7 * 24 * 3600  # a week: longer than any build, boot or benchmark; sleep() and timers take it
 # Every runbook number that becomes a timeout: finite (`.inf` / `.nan` would overflow the timers or
 # wait for ever), positive, at most a week.
@@ -56,4 +57,12 @@ def checked_name(value: str) -> str:
     """A host, VM or benchmark name: letters, digits, '.', '_', '-'; at most 80."""
     if not NAME.fullmatch(value):
         raise ValueError(f"{shown(value)} is not a valid name (letters, digits, '.', '_', '-'; max 80)")
+    return value
+
+
+def checked_reference(value: str) -> str:
+    """A reference to a host or VM: its name, or `<vcenter>/<name>` (a name used in several vCenters)."""
+    if not REFERENCE.fullmatch(value):
+        raise ValueError(f"{shown(value)} is not a valid name (letters, digits, '.', '_', '-'; max 80), "
+                         "or <vcenter>/<name>")
     return value
