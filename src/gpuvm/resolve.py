@@ -17,6 +17,7 @@ from gpuvm.cloud_init import guestinfo, public_key_problem, read_public_key
 from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
 from gpuvm.desired import Clone, Desired, DesiredDevice, DesiredHost, DesiredVm, Nvlink
 from gpuvm.errors import InputError, listed
+from gpuvm.names import vsphere_name
 from gpuvm.plan import Note
 from gpuvm.topology import (Problem, best_set, dynamic_problems, gpu_problems, host_nvlink, nic_problems,
                             numa_nodes)
@@ -242,7 +243,7 @@ def _guestinfo(rb: Runbook, i: int, vm: Vm) -> dict[str, str]:
         raise rb.error(loc, str(e)) from None
     if problem := public_key_problem(key):
         raise rb.error(loc, f"{path} {problem}")
-    return guestinfo(vm.name, ci, key)
+    return guestinfo(vsphere_name(vm.name), ci, key)  # the hostname defaults to its name in vCenter
 
 
 def _devices_on(inventory: Inventory, desired: Desired, host: DesiredHost) -> list[DesiredDevice | VmPciDevice]:

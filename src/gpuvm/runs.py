@@ -26,6 +26,7 @@ from gpuvm.plan import Note, Plan
 from gpuvm.desired import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
+from gpuvm.names import vsphere_name
 from gpuvm.runbook.model import DEFAULT_VCENTER, Runbook
 from gpuvm.runbook.setups import select_setup
 from gpuvm.steps import reboot_memo
@@ -303,8 +304,9 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
 
 
 def _hosts(book: Runbook) -> set[str]:
-    """The hosts a run locks: the runbook's, and those its VMs are on."""
-    return {h.name for h in book.hosts} | {vm.host for vm in book.vms}
+    """The hosts a run locks: the runbook's, and those its VMs are on; by their names in vCenter (the
+    lock is the host's in its own vCenter, whichever runbook names it)."""
+    return {vsphere_name(h.name) for h in book.hosts} | {vsphere_name(vm.host) for vm in book.vms}
 
 
 def plan_loaded(book: Runbook, access: Access) -> tuple[Plan, Desired]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from gpuvm.errors import InputError, listed
 from gpuvm.plan import Change, Disruption, LeftOut, Note, Plan
 from gpuvm.runbook.model import Runbook
-from gpuvm.runbook.names import split
+from gpuvm.names import split
 from gpuvm.vsphere.facts import Inventory
 
 NOTE_STEP = "target"
@@ -79,7 +79,7 @@ def select(runbook: Runbook, names: Sequence[str]) -> Selection | None:
 def _named(runbook: Runbook, name: str, known: set[str], vcenters: set[str]) -> str:
     """The runbook's name for a --target name: as given, or `<vcenter>/<name>` for a name unique in
     the runbook (gpuvm shows it bare). A bare name used in several vCenters is refused with the
-    qualified names it could mean (runbook/names.py)."""
+    qualified names it could mean (gpuvm/names.py)."""
     if name in known or name in vcenters:
         return name
     vcenter, bare = split(name)

@@ -1,5 +1,5 @@
 """Names unique per vCenter: two vCenters may both hold `esx-01` and `gpu-vm-01`. A name used in
-more than one vCenter becomes `<vcenter>/<name>` (runbook/names.py); references resolve within the
+more than one vCenter becomes `<vcenter>/<name>` (gpuvm/names.py); references resolve within the
 VM's vCenter or take the qualified form; an ambiguous one is refused at file:line: field."""
 
 from __future__ import annotations

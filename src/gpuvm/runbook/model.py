@@ -15,7 +15,7 @@ from pydantic_core import PydanticCustomError
 from gpuvm.errors import InputError, listed
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.document import field_path
-from gpuvm.runbook.names import Names, vsphere_name
+from gpuvm.names import Names, vsphere_name
 from gpuvm.runbook.strict import Seconds, Strict, checked_name, checked_reference, shown
 from gpuvm.secrets import without_password
 from gpuvm.sizing.spec import SizingSpec
@@ -753,7 +753,7 @@ class Runbook(Strict):
 
     def qualified(self) -> "Runbook":
         """This runbook with each host and VM named as gpuvm shows and targets it: a name used in more
-        than one vCenter as `<vcenter>/<name>` (runbook/names.py), and every reference to one resolved
+        than one vCenter as `<vcenter>/<name>` (gpuvm/names.py), and every reference to one resolved
         to that name (a VM's host within the VM's vCenter). Itself when nothing changes. InputError at
         file:line: field for a name declared twice in one vCenter, or a reference naming none or
         several. Run again on its result, it changes nothing."""

@@ -22,6 +22,7 @@ from gpuvm.plan import Change, Disruption
 from gpuvm.desired import Clone, CloneNetwork, DesiredVm
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.power import power_off
+from gpuvm.names import vsphere_name
 from gpuvm.vsphere.facts import VmFacts
 from gpuvm.vsphere.intent import Intent
 from gpuvm.vsphere.tasks import call, run_task, wait, wait_for_other_tasks
@@ -114,9 +115,10 @@ def _clone(ctx: Context, vm: DesiredVm, clone: Clone) -> None:
     if clone.network:
         spec.config.deviceChange = [_nic_edit(ctx, template, clone.network)]
     act = clone_act(vm.name)
-    made = _awaited(ctx, template, folder, vm.name, source.intents.get(act))
+    name = vsphere_name(vm.name)  # east/gpu-vm-01 (a name in several vCenters) is gpu-vm-01 in vCenter east
+    made = _awaited(ctx, template, folder, name, source.intents.get(act))
     if made is None:
-        made = _start_clone(ctx, template, vm.name, lambda: template.CloneVM_Task(folder=folder, name=vm.name, spec=spec),
+        made = _start_clone(ctx, template, vm.name, lambda: template.CloneVM_Task(folder=folder, name=name, spec=spec),
                             f"CloneVM_Task (clone of {clone.template})")
     _intents(ctx).clear(template, act)
     planned = inventory.vms[vm.name]  # the steps that follow find the new VM by its moid
@@ -124,8 +126,9 @@ def _clone(ctx: Context, vm: DesiredVm, clone: Clone) -> None:
 
 
 def clone_act(vm: str) -> str:
-    """The intent act on a template for its clone named `vm` (one per VM: clones of one template run at once)."""
-    return f"clone {vm}"
+    """The intent act on a template for its clone named `vm` (one per VM: clones of one template run at once),
+    by the VM's name in vCenter: the template is in the VM's vCenter, whichever runbook names it."""
+    return f"clone {vsphere_name(vm)}"
 
 
 def _intents(ctx: Context) -> Any:
@@ -137,7 +140,7 @@ def _intents(ctx: Context) -> Any:
 def _start_clone(ctx: Context, template: Any, vm: str, start: Callable[[], Any], action: str) -> Any:
     """Record the clone's intent on the template, start it, record its task, wait. A clone that
     failed is no longer under way (intent cleared); one gpuvm stopped waiting for still is (kept)."""
-    act = clone_act(vm)
+    act, vm = clone_act(vm), vsphere_name(vm)
     _intents(ctx).record(template, act, f"clone to {vm}", vm=vm)
     task = call(action, start)
     _intents(ctx).record(template, act, f"clone to {vm}", vm=vm, task=task._moId)

@@ -1,0 +1,91 @@
+"""Names unique per vCenter, against two simulators built alike: both hold `esx-01` (and its VM
+`esx-01-vm1`), and the runbook clones a `gpu-vm-01` into each. Shown and targeted as `east/esx-01`,
+`west/gpu-vm-01`; named in vCenter as written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from gpusim import Simulator
+from gpuvm.cli.main import app
+from tests.integration.vcenter import raw_state
+
+pytestmark = pytest.mark.integration
+SIDES = ("east", "west")
+
+
+def gpuvm(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def twins(monkeypatch, tmp_path):
+    """Two simulated vCenters with the same names in each (no host prefix), and a runbook naming both."""
+    for key in ("GOVC_URL", "GOVC_USERNAME", "GOVC_PASSWORD", "GOVC_TLS_CA_CERTS", "GOVC_INSECURE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+    sims = {side: Simulator(hosts=1, vms_per_host=1, rebind=True, templates=["ubuntu-gpu"], password=f"{side}-pass")
+            for side in SIDES}
+    for sim in sims.values():
+        sim.start()
+    try:
+        lines = ["vcenters:"]
+        for side, sim in sims.items():
+            monkeypatch.setenv(f"{side.upper()}_PASSWORD", sim.password)
+            ca = tmp_path / f"{side}-ca.pem"
+            ca.write_bytes(sim.cert_file.read_bytes())
+            lines.append(f"  - {{name: {side}, url: '{sim.url}', user: '{sim.username}', "
+                         f"password_env: {side.upper()}_PASSWORD, ca_file: '{ca}'}}")
+        lines.append("hosts:")
+        lines += [f"  - {{name: esx-01, vcenter: {side}, passthrough: [{{model: A100}}]}}" for side in SIDES]
+        lines.append("vms:")
+        for side in SIDES:
+            lines.append(f"  - {{name: gpu-vm-01, host: esx-01, vcenter: {side}, template: ubuntu-gpu, cpus: 8, "
+                         "memory_gb: 32, gpus: {mode: passthrough, count: 1}}")
+            lines.append(f"  - {{name: esx-01-vm1, host: {side}/esx-01, cpus: 4}}")
+        runbook = tmp_path / "twins.yaml"
+        runbook.write_text("\n".join(lines) + "\n")
+        yield runbook, sims
+    finally:
+        for sim in sims.values():
+            sim.stop()
+
+
+def test_same_names_in_two_vcenters_are_planned_applied_and_verified_qualified(twins, tmp_path):
+    runbook, sims = twins
+    assert gpuvm("validate", str(runbook)).exit_code == 0
+    before = {side: raw_state(sim) for side, sim in sims.items()}
+    planned = gpuvm("plan", str(runbook), "--json")
+    assert planned.exit_code == 0, planned.output
+    targets = {c["target"] for c in json.loads(planned.output)["changes"]}
+    assert targets == {f"{side}/{name}" for side in SIDES for name in ("esx-01", "gpu-vm-01", "esx-01-vm1")}
+    assert {side: raw_state(sim) for side, sim in sims.items()} == before, "a dry run changed a vCenter"
+
+    applied = gpuvm("apply", str(runbook), "--yes", "--allow-power-off")
+    assert applied.exit_code == 0, applied.output
+    assert "east/gpu-vm-01" in applied.output and "west/gpu-vm-01" in applied.output
+    for side, sim in sims.items():  # named in vCenter as written, not as gpuvm shows them
+        state = raw_state(sim)
+        assert not [name for name in state if "/" in name], state.keys()
+        assert state["gpu-vm-01"]["power"] == "poweredOn" and len(state["gpu-vm-01"]["pci"]) == 1, (side, state)
+    journal = "".join(p.read_text() for p in (tmp_path / "state").rglob("*.jsonl"))
+    assert '"east/gpu-vm-01"' in journal and '"west/esx-01"' in journal
+
+    replanned = gpuvm("plan", str(runbook), "--detailed-exitcode")
+    assert replanned.exit_code == 0 and "No changes" in replanned.output, replanned.output
+    assert gpuvm("verify", str(runbook)).exit_code == 0
+
+
+def test_target_a_qualified_host_plans_only_its_vcenters_and_a_bare_shared_name_is_refused(twins):
+    runbook, _ = twins
+    west = gpuvm("plan", str(runbook), "--json", "--target", "west/esx-01")
+    assert west.exit_code == 0, west.output
+    assert {c["target"] for c in json.loads(west.output)["changes"]} == \
+        {"west/esx-01", "west/gpu-vm-01", "west/esx-01-vm1"}
+
+    ambiguous = gpuvm("plan", str(runbook), "--target", "esx-01")
+    assert ambiguous.exit_code == 2
+    assert "--target esx-01: a name in several vCenters; give one of east/esx-01, west/esx-01" in ambiguous.output
