@@ -70,3 +70,9 @@ class Names:
     def choices(self, name: str) -> list[str]:
         """The qualified names a bare `name` could mean (two or more: it is ambiguous)."""
         return [qualified(vc, name) for vc in self.vcenters.get(name, [])] if len(self.vcenters.get(name, [])) > 1 else []
+
+
+def file_stem(target: str) -> str:
+    """A host's or VM's name where a local file name holds it: `east/gpu-vm-01` → `east@gpu-vm-01`
+    ('@' is in no name, so two targets never share a file)."""
+    return target.replace(SEPARATOR, "@")

@@ -121,3 +121,31 @@ def test_target_an_ambiguous_name_is_refused_listing_the_qualified_choices(tmp_p
     with pytest.raises(InputError, match="--target gpu-vm-01: a name in several vCenters; give one of "
                                          "east/gpu-vm-01, west/gpu-vm-01"):
         select(book, ["gpu-vm-01"])
+
+
+CAMPAIGN = TWINS.replace("  image: {builder: west/gpu-vm-01}\n", "") + """\
+benchmarks:
+  launcher: west/gpu-vm-01
+  runs:
+    - {name: each, kind: nccl_allreduce, scenario: concurrent, groups: [[east/gpu-vm-01, west/gpu-vm-01]]}
+  setups:
+    - name: twins
+      vms: [{name: east/gpu-vm-01, cpus: 4}, {name: west/gpu-vm-01}]
+      guests: [{vm: east/gpu-vm-01, slots: 1}]
+"""
+
+
+def test_a_campaign_names_shared_vms_qualified_in_launcher_groups_and_setups(tmp_path):
+    from gpuvm.runbook.setups import select_setup
+
+    book = _load(tmp_path, CAMPAIGN)
+    spec = book.benchmarks
+    assert spec.launcher == "west/gpu-vm-01" and spec.runs[0].groups == [["east/gpu-vm-01", "west/gpu-vm-01"]]
+    twins = select_setup(book, "twins")
+    assert [(v.name, v.power, v.cpus) for v in twins.vms] == [("east/gpu-vm-01", "on", 4), ("west/gpu-vm-01", "on", None),
+                                                             ("gpu-vm-02", "off", None), ("gpu-vm-03", "off", None)]
+    assert [(g.vm, g.slots) for g in twins.guests.hosts] == [("east/gpu-vm-01", 1), ("west/gpu-vm-01", 1)]
+    with pytest.raises(InputError, match=r":19: benchmarks\.launcher: VM 'gpu-vm-01' is in several vCenters"):
+        _load(tmp_path, CAMPAIGN.replace("launcher: west/gpu-vm-01", "launcher: gpu-vm-01"))
+    with pytest.raises(InputError, match=r":24: benchmarks\.setups\[0\]\.vms\[0\]\.name: VM 'gpu-vm-01' is in several"):
+        _load(tmp_path, CAMPAIGN.replace("vms: [{name: east/gpu-vm-01", "vms: [{name: gpu-vm-01"))

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from gpuvm.names import file_stem
 from gpuvm.bench.fan_out import at_once
 from gpuvm.bench.campaign import LOCAL, Job, PlannedPoint, container_sshd_port, has_rdma, taking_part, uploads
 from gpuvm.bench.commands import (
@@ -286,7 +287,7 @@ class CampaignRunner:
             return self._run_job(point, job, log, _pidfile()), self._relative(log)
         (base / stem).mkdir(exist_ok=True)
         for job in point.jobs:
-            (base / f"command-{job.vm}.sh").write_text(redact(launch_script(self.workdir, job.command)) + "\n")
+            (base / f"command-{file_stem(job.vm)}.sh").write_text(redact(launch_script(self.workdir, job.command)) + "\n")
         pidfiles = {job.vm: _pidfile() for job in point.jobs}
 
         def stop_all() -> None:  # Ctrl-C: the jobs' ranks are stopped, then their threads end
@@ -294,7 +295,7 @@ class CampaignRunner:
                 self._stop(job, pidfiles[job.vm])
 
         outcomes = run_group({job.vm: job for job in point.jobs},
-                             lambda job: self._run_job(point, job, base / stem / f"{job.vm}.log", pidfiles[job.vm]),
+                             lambda job: self._run_job(point, job, base / stem / f"{file_stem(job.vm)}.log", pidfiles[job.vm]),
                              len(point.jobs), name="bench", on_interrupt=stop_all).raise_first()
         errors = [f"{vm}: {o.error}" for vm, o in outcomes.items() if o.error is not None]
         first = next(iter(outcomes.values()))

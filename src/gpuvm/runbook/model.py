@@ -769,14 +769,14 @@ class Runbook(Strict):
         self._once("vms", "VM", vm_keys)
         host_names = [hosts.ids[key] for key in keys]
         vm_names = [(vms.ids[key], host) for key, host in zip(vm_keys, vm_hosts)]
-        guests = self._qualified_guests(vms)
+        guests, benchmarks = self._qualified_guests(vms), self._qualified_benchmarks(vms)
         if host_names == [h.name for h in self.hosts] and vm_names == [(v.name, v.host) for v in self.vms] \
-                and guests is self.guests:
+                and guests is self.guests and benchmarks is self.benchmarks:
             return self
         book = self.model_copy(update={
             "hosts": [h.model_copy(update={"name": name}) for h, name in zip(self.hosts, host_names)],
             "vms": [v.model_copy(update={"name": name, "host": host}) for v, (name, host) in zip(self.vms, vm_names)],
-            "guests": guests})
+            "guests": guests, "benchmarks": benchmarks})
         book._file, book._locator, book._digest = self._file, self._locator, self._digest
         return book
 
@@ -810,21 +810,51 @@ class Runbook(Strict):
         if guests is None:
             return None
 
-        def resolved(loc: tuple[str | int, ...], reference: str) -> str:
-            try:
-                return vms.resolve(reference)
-            except ValueError as e:
-                raise self.error(loc, str(e)) from None
-
-        hosts = [g.model_copy(update={"vm": resolved(("guests", "hosts", i, "vm"), g.vm)})
+        hosts = [g.model_copy(update={"vm": self._vm_named(vms, ("guests", "hosts", i, "vm"), g.vm, strict=True)})
                  for i, g in enumerate(guests.hosts)]
         image = guests.image
-        builder = image.builder if image is not None else None
-        if builder is not None and (vms.choices(builder) or "/" in builder):  # else: _check_guests says if not a guest
-            image = image.model_copy(update={"builder": resolved(("guests", "image", "builder"), builder)})
+        if image is not None and image.builder is not None:
+            builder = self._vm_named(vms, ("guests", "image", "builder"), image.builder)
+            image = image if builder == image.builder else image.model_copy(update={"builder": builder})
         if [g.vm for g in hosts] == [g.vm for g in guests.hosts] and image is guests.image:
             return guests
         return guests.model_copy(update={"hosts": hosts, "image": image})
+
+    def _qualified_benchmarks(self, vms: Names) -> "BenchmarkSpec | None":
+        """`benchmarks` with the VMs it names (launcher, a run's groups, a setup's VMs and guests)
+        resolved (`qualified`); itself when none needs it."""
+        spec = self.benchmarks
+        if spec is None:
+            return None
+        loc: tuple[str | int, ...] = ("benchmarks",)
+        launcher = spec.launcher and self._vm_named(vms, loc + ("launcher",), spec.launcher)
+        runs = [run if run.groups is None else run.model_copy(update={"groups": [
+            [self._vm_named(vms, loc + ("runs", i, "groups", j, k), vm) for k, vm in enumerate(group)]
+            for j, group in enumerate(run.groups)]}) for i, run in enumerate(spec.runs)]
+        setups = [setup.model_copy(update={
+            "vms": [self._named_in(vms, loc + ("setups", i, "vms", j), item, "name") for j, item in enumerate(setup.vms)],
+            "guests": [self._named_in(vms, loc + ("setups", i, "guests", j), item, "vm")
+                       for j, item in enumerate(setup.guests)]}) for i, setup in enumerate(spec.setups)]
+        if launcher == spec.launcher and [r.groups for r in runs] == [r.groups for r in spec.runs] and \
+                [(s.vms, s.guests) for s in setups] == [(s.vms, s.guests) for s in spec.setups]:
+            return spec
+        return spec.model_copy(update={"launcher": launcher, "runs": runs, "setups": setups})
+
+    def _named_in(self, vms: Names, loc: tuple[str | int, ...], item: Any, key: str) -> Any:
+        """A setup's VM or guest entry with its `key` (the VM) resolved."""
+        if not isinstance(item, dict) or not isinstance(item.get(key), str):
+            return item
+        return {**item, key: self._vm_named(vms, loc + (key,), item[key])}
+
+    def _vm_named(self, vms: Names, loc: tuple[str | int, ...], reference: str, strict: bool = False) -> str:
+        """The name gpuvm gives the VM `reference` names. Not `strict`: a bare name no VM has is left as
+        it is (the check of that field says what it must name)."""
+        if not strict and "/" not in reference and not vms.choices(reference):
+            return reference
+        try:
+            return vms.resolve(reference)
+        except ValueError as e:
+            raise self.error(loc, str(e)) from None
 
     def _check_vcenters(self) -> None:
         """`vcenter` or `vcenters`; names unique; every host and VM names a declared vCenter (with

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gpuvm.errors import InputError, listed
+from gpuvm.names import vsphere_name
 from gpuvm.runbook.benchmarks import Setup
 from gpuvm.runbook.document import document_path, validation_message
 from gpuvm.runbook.model import Guest, Guests, Runbook, Vm
@@ -78,7 +79,8 @@ def _vms(runbook: Runbook, setup: Setup, loc: tuple) -> list[Vm]:
                                                           f"(declared: {listed(base) or 'none'})")
         if name in overlays:
             raise runbook.error(loc + ("vms", j, "name"), f"VM '{name}' is listed twice in setup '{setup.name}'")
-        overlays[name] = _validated(runbook, Vm, _merged(base[name], overlay), loc + ("vms", j), overlay)
+        data = _merged(base[name], overlay) | {"name": vsphere_name(name)}  # east/vm1 (gpuvm's name) is vm1
+        overlays[name] = _validated(runbook, Vm, data, loc + ("vms", j), overlay).model_copy(update={"name": name})
     return [overlays.get(vm.name) or vm.model_copy(update=PARKED) for vm in runbook.vms]
 
 
