@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gpuvm.errors import listed
+
 SEPARATOR = "/"
 
 
@@ -49,22 +51,22 @@ class Names:
                 return self.ids[(named_vcenter, name)]
             if named_vcenter not in self.declared:
                 raise ValueError(f"{self.kind} '{reference}' is not in {self.field} (vCenter '{named_vcenter}' is not "
-                                 f"declared; vCenters: {', '.join(self.declared)})")
-            there = sorted(n for (vc, n) in self.ids if vc == named_vcenter)
+                                 f"declared; vCenters: {listed(self.declared)})")
+            there = [n for (vc, n) in self.ids if vc == named_vcenter]
             raise ValueError(f"{self.kind} '{reference}' is not in {self.field} ({named_vcenter}'s: "
-                             f"{', '.join(there) or 'none'})")
+                             f"{listed(there) or 'none'})")
         if vcenter is not None and held_in:
             if (vcenter, name) in self.ids:
                 return self.ids[(vcenter, name)]
-            there = sorted(n for (vc, n) in self.ids if vc == vcenter)
+            there = [n for (vc, n) in self.ids if vc == vcenter]
             raise ValueError(f"{self.kind} '{reference}' is not in vCenter '{vcenter}' (its {self.kind}s there: "
-                             f"{', '.join(there) or 'none'})")
+                             f"{listed(there) or 'none'})")
         if len(held_in) > 1:
             choices = " or ".join(qualified(vc, name) for vc in held_in)
             raise ValueError(f"{self.kind} '{reference}' is in several vCenters: {hint}write {choices}")
         if not held_in:
             raise ValueError(f"{self.kind} '{reference}' is not in {self.field} "
-                             f"(declared: {', '.join(sorted(set(self.ids.values()))) or 'none'})")
+                             f"(declared: {listed(dict.fromkeys(self.ids.values())) or 'none'})")
         return self.ids[(held_in[0], name)]
 
     def choices(self, name: str) -> list[str]:

@@ -149,3 +149,27 @@ def test_a_campaign_names_shared_vms_qualified_in_launcher_groups_and_setups(tmp
         _load(tmp_path, CAMPAIGN.replace("launcher: west/gpu-vm-01", "launcher: gpu-vm-01"))
     with pytest.raises(InputError, match=r":24: benchmarks\.setups\[0\]\.vms\[0\]\.name: VM 'gpu-vm-01' is in several"):
         _load(tmp_path, CAMPAIGN.replace("vms: [{name: east/gpu-vm-01", "vms: [{name: gpu-vm-01"))
+
+
+def test_a_vcenters_inventory_takes_the_runbooks_qualified_names_and_vcenter_keeps_its_own():
+    from gpuvm.plan import Change
+    from gpuvm.steps.reboot_memo import identity
+    from gpuvm.steps.vm_lifecycle import clone_act
+    from gpuvm.vsphere.named import renamed
+    from tests.unit.factories import inventory, r750xa, vm
+
+    read = inventory([r750xa("esx-01"), r750xa("esx-02")],
+                     [vm("gpu-vm-01", "esx-01"), vm("other", "esx-01"), vm("gpu-vm-03", "esx-02")])
+    read.templates = {"ubuntu": vm("ubuntu", "esx-01")}
+    named = renamed(read, ["east/esx-01", "esx-02"], ["east/gpu-vm-01", "gpu-vm-03"])
+    assert list(named.hosts) == ["east/esx-01", "esx-02"] and named.hosts["east/esx-01"].name == "east/esx-01"
+    assert {n: (v.name, v.host, v.moid) for n, v in named.vms.items()} == {
+        "east/gpu-vm-01": ("east/gpu-vm-01", "east/esx-01", "vm-gpu-vm-01"), "other": ("other", "east/esx-01", "vm-other"),
+        "gpu-vm-03": ("gpu-vm-03", "esx-02", "vm-gpu-vm-03")}
+    assert sorted(v.name for v in named.vms_on("east/esx-01")) == ["east/gpu-vm-01", "other"]
+    assert named.templates["ubuntu"].host == "east/esx-01"
+    assert renamed(read, ["esx-01"], ["gpu-vm-01"]) is read  # nothing qualified: the inventory as read
+    # what gpuvm records in vCenter names objects as vCenter does, whichever runbook names them
+    assert clone_act("east/gpu-vm-01") == clone_act("gpu-vm-01") == "clone gpu-vm-01"
+    reboot = Change("host.passthrough", "east/esx-01", "pci 0000:17:00.0", "enabled", False, True)
+    assert identity(reboot) == identity(Change("host.passthrough", "esx-01", "pci 0000:17:00.0", "enabled", False, True))

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuvm.errors import MAX_LINES, TaskError, listed
+from gpuvm.names import vsphere_name
 from gpuvm.plan import Change, Disruption, Note, Plan
 from gpuvm.vsphere.facts import HostFacts, Inventory
 from gpuvm.vsphere.intent import Intent
@@ -47,8 +48,10 @@ class RepeatedReboot(TaskError):
 def identity(change: Change) -> list[str]:
     """What names a waiting change in the memo, compactly (a host's custom attribute holds every
     act, at most intent.MAX_VALUE characters): digests of its setting with its field, and with the
-    value it wants; a change matches a memo entry when either digest is the same."""
-    setting = (change.step, change.target, change.resource)
+    value it wants; a change matches a memo entry when either digest is the same. The target by its
+    name in vCenter (the memo is on a host of one vCenter): the same whether a runbook shows it as
+    `east/esx-01` or `esx-01`."""
+    setting = (change.step, vsphere_name(change.target), change.resource)
     return [_digest(*setting, "field", change.field), _digest(*setting, "after", change.after)]
 
 
