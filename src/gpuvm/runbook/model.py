@@ -809,9 +809,8 @@ class Runbook(Strict):
         guests = self.guests
         if guests is None:
             return None
-
-        hosts = [g.model_copy(update={"vm": self._vm_named(vms, ("guests", "hosts", i, "vm"), g.vm, strict=True)})
-                 for i, g in enumerate(guests.hosts)]
+        named = [self._vm_named(vms, ("guests", "hosts", i, "vm"), g.vm, strict=True) for i, g in enumerate(guests.hosts)]
+        hosts = [g if vm == g.vm else g.model_copy(update={"vm": vm}) for g, vm in zip(guests.hosts, named)]
         image = guests.image
         if image is not None and image.builder is not None:
             builder = self._vm_named(vms, ("guests", "image", "builder"), image.builder)
