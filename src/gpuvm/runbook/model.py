@@ -13,9 +13,9 @@ from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, ValidationI
 from pydantic_core import PydanticCustomError
 
 from gpuvm.errors import InputError, listed
+from gpuvm.names import Names, vsphere_name
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.document import field_path
-from gpuvm.names import Names, vsphere_name
 from gpuvm.runbook.strict import Seconds, Strict, checked_name, checked_reference, shown
 from gpuvm.secrets import without_password
 from gpuvm.sizing.spec import SizingSpec
