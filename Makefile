@@ -9,7 +9,7 @@ APT_PACKAGES := golang-go golang-github-vmware-govmomi-dev openssh-server sudo i
                 python3-torch python3-torchvision docker.io debootstrap fio
 GOVMOMI := /usr/share/gocode/src/github.com/vmware/govmomi
 
-.PHONY: demo demo-from-template test deps apt venv sim bench clean
+.PHONY: demo demo-from-template test deps apt venv sim base-image bench clean
 
 demo: deps
 	bash scripts/demo.sh
@@ -17,7 +17,7 @@ demo: deps
 demo-from-template: deps
 	bash scripts/demo.sh --from-template
 
-test: deps
+test: deps base-image
 	$(VENV)/bin/pytest -q
 
 bench: deps
@@ -52,6 +52,11 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 sim: build/gpusim
+
+# The container test's Debian base (debootstrap, with the packages gpuvm's Dockerfile installs), made
+# before the test run, not in it; cached under build/base-images. Root only, as that test is.
+base-image: apt
+	if [ "$$(id -u)" = 0 ]; then python3 testbed/base_image.py --preloaded; fi
 
 build/gpusim: $(wildcard simulator/gpusim/*.go)
 	$(PY) simulator/gpusim.py build

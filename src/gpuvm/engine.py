@@ -502,6 +502,11 @@ def _refuse_unallowed(changes: list[Change], options: Options, journal: Journal,
     return refused
 
 
+# Guests just (re)started are asked again after 0.5 s, 1 s, then every 2 s (one `ssh true` each): one
+# back within a second is not left waiting 5 s (the test bed's guests are back at once).
+SSH_POLL_FIRST, SSH_POLL_MAX = 0.5, 2.0
+
+
 def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: Progress | None) -> None:
     """Wait (up to `timeout` s) until the guests that did not answer accept SSH; the ones that still
     do not are reported by the observation that follows."""
@@ -522,8 +527,8 @@ def _wait_for_ssh(cluster: Cluster, guests: set[str], timeout: float, progress: 
         if waiting:
             if progress and not tries:
                 progress("guest.*", listed(sorted(waiting)), f"waiting up to {timeout:.0f} s for SSH")
+            time.sleep(min(SSH_POLL_MAX, SSH_POLL_FIRST * 2 ** tries))
             tries += 1
-            time.sleep(5)
 
 
 def _facts_of(results: dict[str, dict[str, Any]]) -> Facts:

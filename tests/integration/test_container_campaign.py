@@ -1,6 +1,8 @@
 """The containerised multi-node path for real: a dockerd in each of four guests' network namespaces,
 the training image built by `gpuvm apply` (guest.docker) from gpuvm's Dockerfile on a Debian base
-made here (debootstrap, `docker import`: no registry), shipped with `docker save | load`, then
+made here (debootstrap, `docker import`: no registry; it already carries the Debian packages the
+Dockerfile installs, so its apt-get lines run and find them: `make test` bootstraps it beforehand,
+and the test run downloads no PyTorch; testbed/base_image.py), shipped with `docker save | load`, then
 `gpuvm bench run` with `container: true`: a worker container running sshd with the mesh key on
 every guest, mpirun inside the launcher's container across all four, a PyTorch DDP (gloo) training.
 """
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from base_image import base_tarball
+from base_image import PRELOADED, base_tarball
 from gpusim import Simulator
 from gpuvm.bench.results import load_results
 from gpuvm.cli.main import app
@@ -38,10 +40,11 @@ def gpuvm(*args: str):
 
 @pytest.fixture(scope="module")
 def docker_bed(testbed):
-    """The test bed with a real dockerd on each guest; the builder has the Debian base image."""
+    """The test bed with a real dockerd on each guest; the builder has the Debian base image (with the
+    Dockerfile's Debian packages preinstalled)."""
     if shutil.which("dockerd") is None or shutil.which("debootstrap") is None:
         pytest.fail("the container test needs Docker and debootstrap: apt-get install -y docker.io debootstrap")
-    tarball = base_tarball("bookworm")
+    tarball = base_tarball("bookworm", include=PRELOADED)
     try:
         for guest in GUESTS:
             testbed.start_docker(guest)

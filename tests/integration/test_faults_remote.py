@@ -43,8 +43,8 @@ def test_guest_stops_answering_and_a_command_hangs_mid_apply(testbed, tmp_path):
     runbook = lab_for_bed(testbed, tmp_path / "lab.yaml")
     yaml = YAML()
     data = yaml.load(runbook.read_text())
-    data["ssh"]["command_timeout"] = 8
-    data["ssh"]["boot_timeout"] = 10  # the stopped guest never comes back: do not wait long for it
+    data["ssh"]["command_timeout"] = 5  # the hung command: waited out once
+    data["ssh"]["boot_timeout"] = 5  # the stopped guest never comes back: do not wait long for it
     with runbook.open("w") as out:
         yaml.dump(data, out)
     state = tmp_path / "state"
@@ -64,7 +64,7 @@ def test_guest_stops_answering_and_a_command_hangs_mid_apply(testbed, tmp_path):
         assert proc.returncode != 0, out + err
         assert "Traceback" not in err
         assert "esx-02-vm1" in err and "cannot connect" in err, err
-        assert "esx-01-vm2" in err and "timed out after 8s" in err, err
+        assert "esx-01-vm2" in err and "timed out after 5s" in err, err
         done = {(e["target"], e["step"]) for e in journal(state) if e["status"] == "done"}
         assert ("esx-01-vm1", "guest.nic") in done  # the guests that answer were configured
         assert ("esx-02-vm2", "guest.docker") in done

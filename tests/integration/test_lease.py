@@ -260,12 +260,12 @@ def test_breaking_a_stale_lock_another_run_broke_first_is_no_error(sim):
 
 @pytest.fixture
 def slow_fields() -> Iterator[Simulator]:
-    with Simulator(hosts=1, vms_per_host=1, latency={"SetField": "6s"}) as sim:
+    with Simulator(hosts=1, vms_per_host=1, latency={"SetField": "3s"}) as sim:
         yield sim
 
 
 def test_a_lock_being_taken_while_vcenter_is_slow_is_not_broken(slow_fields):
-    """vCenter takes 6 s to answer the taker's SetField: a second run must not judge the lock stale."""
+    """vCenter takes 3 s to answer the taker's SetField: a second run must not judge the lock stale."""
     sim, host = slow_fields, "esx-01"
     results: dict[str, Any] = {}
     second_done = threading.Event()

@@ -1,7 +1,9 @@
-"""testbed/base_image.py: the Debian mirror the base image is bootstrapped from is the one apt uses."""
+"""testbed/base_image.py: the Debian mirror the base image is bootstrapped from is the one apt uses;
+the container test's base carries exactly what gpuvm's Dockerfile installs with apt for its image."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -9,7 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testbed"))
 
-from base_image import debian_mirror  # noqa: E402
+from base_image import PRELOADED, debian_mirror  # noqa: E402
+
+from gpuvm.image import render_dockerfile  # noqa: E402
+from gpuvm.runbook.model import Image  # noqa: E402
 
 DEB822 = """\
 Types: deb
@@ -42,3 +47,14 @@ def test_no_mirror_for_the_suite(tmp_path):
     (tmp_path / "sources.list").write_text("deb http://deb.debian.org/debian bullseye main\n")
     with pytest.raises(RuntimeError, match="no Debian mirror for bookworm"):
         debian_mirror("bookworm", [tmp_path / "sources.list", tmp_path / "missing.list"])
+
+
+def test_the_preloaded_base_carries_what_the_container_tests_dockerfile_installs():
+    """The image of tests/integration/test_container_campaign.py (distro MPI and PyTorch, inbox RDMA):
+    every package its apt-get lines name is in PRELOADED, so its build downloads none; and nothing
+    more: the base holds no package (or its dependencies) the Dockerfile would not install itself."""
+    text = render_dockerfile(Image(base="gpuvm-base/debian:bookworm", mpi="distro", framework="pytorch",
+                                   framework_from="distro", ofed="inbox", horovod=None, gpus=False))
+    installs = re.findall(r"apt-get install -y --no-install-recommends((?:\s+(?:\\\n)?\s*[a-z0-9.+-]+)+)", text)
+    named = {word for block in installs for word in block.replace("\\", " ").split()}
+    assert named == set(PRELOADED), named ^ set(PRELOADED)

@@ -9,6 +9,7 @@ says. The schema describes the YAML as written, so a `vms:` entry may also be a 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import json
@@ -105,32 +106,34 @@ def field_comments(model: type[BaseModel]) -> dict[str, str]:
     found: dict[str, str] = {}
     for cls in reversed(model.__mro__):
         if isinstance(cls, type) and issubclass(cls, BaseModel) and cls.__module__ != BaseModel.__module__:
-            found |= _own_comments(cls, model)
+            found |= {name: text for name, text in _own_comments(cls) if name in model.model_fields}
     return found
 
 
-def _own_comments(cls: type[BaseModel], model: type[BaseModel]) -> dict[str, str]:
-    """The comments of `model`'s fields in the body of `cls` (itself or one of its bases)."""
+@functools.cache
+def _own_comments(cls: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """The comments of the fields declared in the body of `cls`, once per class: a base's are asked
+    for by every model derived from it, and `inspect.getsource` parses the whole module each time."""
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
-        return {}
+        return ()
     lines = source.splitlines()
     on_line: dict[int, str] = {}
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT:
             on_line[token.start[0] - 1] = token.string.lstrip("#").strip()
-    found: dict[str, str] = {}
+    found: list[tuple[str, str]] = []
     above: list[str] = []
     for i, line in enumerate(lines):
         if re.match(r"^\s{4}#", line):
             above.append(on_line.get(i, ""))
             continue
         match = _FIELD.match(line)
-        if match and match.group(1) in model.model_fields:
+        if match:
             own = on_line.get(i) if line.strip()[0] != "#" else None
             text = own or " ".join(above)
             if text:
-                found[match.group(1)] = text
+                found.append((match.group(1), text))
         above = []
-    return found
+    return tuple(found)

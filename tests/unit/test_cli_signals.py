@@ -1,0 +1,41 @@
+"""SIGTERM stops a command as Ctrl-C does: one handler for both while a command runs (the premise of
+tests/integration/test_interrupts.py, which stops each boundary cleanly with one of the two)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from gpuvm.cli import common
+
+
+def test_sigterm_and_sigint_have_one_handler_while_a_command_runs_and_theirs_after():
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    seen = {}
+
+    @common.handle_errors
+    def command() -> None:
+        seen.update({s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)})
+
+    command()
+    assert seen[signal.SIGTERM] is seen[signal.SIGINT] is common._interrupt
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_sigterm_mid_command_exits_130_saying_interrupted(capsys):
+    @common.handle_errors
+    def command() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("not interrupted")
+
+    from gpuvm.executors.base import UNDER_WAY
+
+    try:
+        command()
+    except common.typer.Exit as stopped:
+        assert stopped.exit_code == 130
+    else:
+        raise AssertionError("no exit")
+    finally:
+        UNDER_WAY.reset()  # the handler told every later command not to start
+    assert "interrupted" in capsys.readouterr().err
