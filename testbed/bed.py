@@ -519,11 +519,23 @@ class TestBed:
             os.chmod(sudoers, 0o440)
 
     def _make_bridge(self) -> None:
+        self._fit_neighbour_table()
         _run("ip", "link", "add", self.naming.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{self.naming.subnet}.1/24", "dev", self.naming.bridge)
         _run("ip", "link", "set", self.naming.bridge, "up")
         _run("ip", "link", "add", self.naming.fabric, "type", "bridge")  # no address: only the guests talk on it
         _run("ip", "link", "set", self.naming.fabric, "up")
+
+    def _fit_neighbour_table(self) -> None:
+        """Room for every guest's neighbours. The kernel keeps one ARP table for all network namespaces
+        (real guests each have their own): the defaults (gc_thresh3 1,024 entries) overflow at 64 guests
+        that all talk to each other (4,032 pairs, on two networks), and logins fail "No route to host".
+        Only ever raised, never put back: another bed may be up beside this one."""
+        hosts = len(self._names) + 1  # gpuvm's side of the bridge too
+        for level, wanted in (("gc_thresh2", hosts * hosts), ("gc_thresh3", 2 * hosts * hosts)):
+            path = Path(f"/proc/sys/net/ipv4/neigh/default/{level}")
+            if int(path.read_text()) < wanted:
+                path.write_text(f"{wanted}\n")
 
     def _make_netns(self, name: str) -> None:
         netns, veth = self.netns(name), self.naming.veth_prefix + name
