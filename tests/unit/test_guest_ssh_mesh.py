@@ -492,6 +492,20 @@ def test_the_verify_script_cuts_a_hung_login_tries_it_again_and_keeps_its_batch(
     assert max(int(n) for n in (tmp_path / "log" / "in-flight").read_text().split()) <= 2
 
 
+@pytest.mark.parametrize("cap, workers", [(64, 3), (2, 2)])
+def test_guests_are_observed_all_at_once_up_to_a_cap(tmp_path, mocker, cap, workers):
+    # observing only reads: every guest in one round (64 guests: one round, not eight of eight)
+    from gpuvm import engine
+
+    mocker.patch.object(engine, "OBSERVE_AT_ONCE", cap)
+    pool = mocker.spy(engine, "run_group")
+    cluster, _ = make_cluster(tmp_path, responses={g: {READ: read_response(EMPTY)} for g in ADDRESSES})
+    assert sorted(engine.observe_remote(cluster, "guest").raise_failures()) == sorted(ADDRESSES)
+    assert pool.call_args.args[2] == workers
+    engine.observe_remote(cluster, "guest", parallel=1)
+    assert pool.call_args.args[2] == 1
+
+
 def test_apply_all_writes_in_parallel_then_verifies_once_failures_by_target(tmp_path):
     denied = {"10.0.0.11": "Host key verification failed."}
     responses = {g: {READ: read_response(EMPTY), WRITE: ok("write"), VERIFY: verify_answer(denied)} for g in ADDRESSES}
