@@ -84,12 +84,15 @@ def targets_of(step: Step, desired: Desired, cluster: Cluster | None) -> dict[st
     return cluster.of_role(step.role) if cluster is not None else {}
 
 
+OBSERVE_AT_ONCE = 64  # targets observed at once by default: 64 guests in one round, not eight of eight
+
+
 def observe_remote(cluster: Cluster, role: str | None = None,
-                   parallel: int = 8) -> GroupResult[str, dict[str, Any]]:
-    """Every wanted SSH step's fact for every target (of `role`), targets in parallel: by target,
-    its facts by step (`_facts_of` makes them `Facts`), or why it could not be observed. A target
-    whose answer gpuvm cannot use (a command failed or timed out, an untrusted value) fails with
-    ObserveError."""
+                   parallel: int | None = None) -> GroupResult[str, dict[str, Any]]:
+    """Every wanted SSH step's fact for every target (of `role`), targets in parallel (`parallel`, by
+    default every target at once up to OBSERVE_AT_ONCE: it only reads): by target, its facts by step
+    (`_facts_of` makes them `Facts`), or why it could not be observed. A target whose answer gpuvm
+    cannot use (a command failed or timed out, an untrusted value) fails with ObserveError."""
     steps = [s for s in STEPS if s.over_ssh and (role is None or s.role == role)]
     targets = {n: t for n, t in cluster.targets.items() if any(s.role == t.role for s in steps)}
     ctx = Context(cluster=cluster)
@@ -100,10 +103,10 @@ def observe_remote(cluster: Cluster, role: str | None = None,
         except RemoteCommandError as e:
             raise ObserveError(str(e)) from e
 
-    return run_group(targets, observe, parallel, name="observe")
+    return run_group(targets, observe, parallel or max(1, min(OBSERVE_AT_ONCE, len(targets))), name="observe")
 
 
-def observe_reachable(cluster: Cluster, parallel: int = 8) -> tuple[Facts, dict[str, ConnectError]]:
+def observe_reachable(cluster: Cluster, parallel: int | None = None) -> tuple[Facts, dict[str, ConnectError]]:
     """`observe_remote`, but an SSH target that cannot be observed is set aside (→ its error) instead
     of failing the run, and the others are planned: one that does not answer (a guest whose VM is off
     or booting, an ESXi shell that is down), one whose host key is wrong (never trusted: an error

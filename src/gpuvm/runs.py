@@ -126,7 +126,7 @@ def observe_inventory(runbook: Runbook, access: Access, snapshot: Path | None = 
 
 @contextmanager
 def remote(runbook: Runbook, access: Access,
-           parallel: int = 8) -> Iterator[tuple[Cluster | None, RemoteFacts, dict[str, ConnectError]]]:
+           parallel: int | None = None) -> Iterator[tuple[Cluster | None, RemoteFacts, dict[str, ConnectError]]]:
     """The SSH targets of the runbook and what they look like now: (cluster, facts, the targets not
     observed → why), or (None, {}, {}) when it names none. The connections close on exit."""
     if not runbook.guests and not any(h.ssh for h in runbook.hosts):

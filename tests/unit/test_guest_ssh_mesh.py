@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import getpass
 import io
+import itertools
 import json
+import os
 import re
 import stat
+import subprocess
 import tarfile
 from dataclasses import replace
 from pathlib import Path
@@ -420,6 +424,86 @@ def test_verify_counts_a_guest_that_cannot_run_the_check(tmp_path):
     assert "could not run the check" in pairs[0].reason
     with pytest.raises(RemoteCommandError, match=r"2 of 6 guest pair\(s\)"):
         verify.check_mesh(cluster)
+
+
+@pytest.mark.parametrize("parallel, in_flight, batch", [(8, 3, 1), (1, 3, 3), (8, 64, 16)])
+def test_verify_bounds_the_logins_in_flight_and_derives_each_timeout_from_the_peers(tmp_path, mocker, parallel,
+                                                                                   in_flight, batch):
+    # the whole check's logins at once are bounded, split between the guests checked at once (here 3)
+    mocker.patch.object(verify, "LOGINS_IN_FLIGHT", in_flight)
+    cluster, fakes = make_cluster(tmp_path, responses={g: {VERIFY: verify_answer({})} for g in ADDRESSES})
+    assert verify.verify_mesh(cluster, parallel=parallel) == []
+    for fake in fakes.values():
+        (call,) = fake.calls
+        assert f"[ $((n % {batch})) -ne 0 ] || wait" in call.command
+        # 2 peers in rounds of `batch`, each login at most LOGIN_LIMIT_S, twice (the retry), and slack;
+        # not the runbook's command timeout
+        assert call.timeout == 2 * -(-2 // batch) * verify.LOGIN_LIMIT_S + verify.CHECK_SLACK_S
+        assert f"timeout -k 2 {verify.LOGIN_LIMIT_S} " in call.command
+
+
+def test_verify_batch_shares_at_64_guests_and_beyond():
+    assert [verify.batch_size(n) for n in (1, 8, 16, 64, 200)] == [16, 16, 8, 2, 1]
+    assert verify.check_timeout(63, 2) == 2 * 32 * verify.LOGIN_LIMIT_S + verify.CHECK_SLACK_S
+
+
+def test_a_check_past_its_time_names_the_check_not_its_script(tmp_path, mocker):
+    def too_slow(call):
+        raise RemoteCommandError(f"gpu-vm-02: `{call.command}` timed out after {call.timeout:g}s; the command was stopped")
+
+    mocker.patch.object(verify, "monotonic", side_effect=itertools.count(0, 1000))  # every check looks slow
+    cluster, fakes = make_cluster(tmp_path, responses={g: {VERIFY: too_slow if g == "gpu-vm-02" else verify_answer({})}
+                                                       for g in ADDRESSES})
+    pairs = verify.verify_mesh(cluster)
+    assert [(p.origin, p.peer) for p in pairs] == [("gpu-vm-02", "gpu-vm-01"), ("gpu-vm-02", "gpu-vm-03")]
+    assert pairs[0].reason == "could not run the check: guest.ssh_mesh: the mesh check of 2 peers did not finish in 60 s"
+
+
+STUB_SSH = """#!/bin/sh
+eval host=\\${$(($# - 1))}
+mkdir "$LOG/run.$$"; ls "$LOG" | grep -c '^run\\.' >> "$LOG/in-flight"; echo "$host" >> "$LOG/tried"
+case "$host" in
+  10.9.0.1) trap 'kill $!; rmdir "$LOG/run.$$"; exit 143' TERM; sleep 30 & wait ;;  # hangs: only the login's limit ends it
+  10.9.0.2) rmdir "$LOG/run.$$"; echo 'Permission denied (publickey).' >&2; exit 255 ;;
+  *) sleep 0.2; rmdir "$LOG/run.$$" ;;
+esac
+"""
+
+
+def test_the_verify_script_cuts_a_hung_login_tries_it_again_and_keeps_its_batch(tmp_path, mocker):
+    # the real script in a real shell, `ssh` a stub: a login that hangs is cut off at LOGIN_LIMIT_S and
+    # reported as timed out; a failed login is tried once more; never more than `batch` logins at once
+    mocker.patch.object(verify, "LOGIN_LIMIT_S", 1)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "ssh").write_text(STUB_SSH)
+    (tmp_path / "bin" / "ssh").chmod(0o755)
+    (tmp_path / "log").mkdir()
+    addresses = [f"10.9.0.{i}" for i in range(1, 8)]
+    targets = [Peer(f"g{i}", a, 22, "", "") for i, a in enumerate(addresses)]
+    script = verify._verify_script(getpass.getuser(), targets, batch=2)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "LOG": str(tmp_path / "log")}
+    done = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    failed = verify.parse_verify("g0", targets, done.stdout)
+    assert [(p.peer, p.reason) for p in failed] == [("g0", "login timed out: not done after 1 s"),
+                                                    ("g1", "Permission denied (publickey).")]
+    tried = (tmp_path / "log" / "tried").read_text().split()
+    assert sorted(tried) == sorted(addresses + ["10.9.0.1", "10.9.0.2"])
+    assert max(int(n) for n in (tmp_path / "log" / "in-flight").read_text().split()) <= 2
+
+
+@pytest.mark.parametrize("cap, workers", [(64, 3), (2, 2)])
+def test_guests_are_observed_all_at_once_up_to_a_cap(tmp_path, mocker, cap, workers):
+    # observing only reads: every guest in one round (64 guests: one round, not eight of eight)
+    from gpuvm import engine
+
+    mocker.patch.object(engine, "OBSERVE_AT_ONCE", cap)
+    pool = mocker.spy(engine, "run_group")
+    cluster, _ = make_cluster(tmp_path, responses={g: {READ: read_response(EMPTY)} for g in ADDRESSES})
+    assert sorted(engine.observe_remote(cluster, "guest").raise_failures()) == sorted(ADDRESSES)
+    assert pool.call_args.args[2] == workers
+    engine.observe_remote(cluster, "guest", parallel=1)
+    assert pool.call_args.args[2] == 1
 
 
 def test_apply_all_writes_in_parallel_then_verifies_once_failures_by_target(tmp_path):
