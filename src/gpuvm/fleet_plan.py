@@ -35,7 +35,7 @@ class Part:
 def apart(book: Runbook) -> bool:
     """Whether the runbook's vCenters can be planned apart: several, and no SSH target (`remote` has
     none to observe)."""
-    return len(book.all_vcenters) > 1 and not book.guests and not any(h.ssh for h in book.hosts)
+    return len(book.vcenters or ()) > 1 and not book.guests and not any(h.ssh for h in book.hosts)
 
 
 def plan_part(part: Runbook, inventory: Inventory) -> Part:
