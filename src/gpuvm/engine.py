@@ -135,6 +135,20 @@ def plan_step(step: Step, ctx: Context, desired: Desired, facts: Facts) -> list[
     return changes
 
 
+def plan_by_step(runbook: Runbook, inventory: Inventory) -> tuple[Desired, list[list[Change]]]:
+    """One vCenter's hosts and VMs planned against its inventory, without SSH targets: the desired
+    state and the changes of each step, in STEPS' order (fleet_plan.py: a vCenter's part of the plan
+    made in the process that read its inventory)."""
+    desired = resolve(runbook, inventory, esxi_topology.discovered({}))
+    ctx = Context(inventory=inventory)
+    by_step = []
+    for step in STEPS:  # the SSH steps have no target here: nothing planned for them
+        planned = plan_step(step, ctx, desired, {})
+        ctx.planned.extend(planned)
+        by_step.append(planned)
+    return desired, by_step
+
+
 def make_plan(runbook: Runbook, inventory: Inventory | Fleet, cluster: Cluster | None = None,
               facts: Facts | None = None, unreachable: Mapping[str, Exception | str] | None = None) -> tuple[Plan, Desired]:
     """The plan reads no history: what gpuvm owns is on the objects (`HostFacts.owned`, intents).

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuvm import collector, fleet_plan
 from gpuvm.apply_options import ApplyOptions
 from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_reachable, raise_failures
 from gpuvm.errors import ConnectError, DriftError, InputError, TargetFailures, listed
@@ -167,6 +168,20 @@ def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, se
     snapshot, vSphere only; else live, SSH steps too."""
     book = select_setup(load_runbook(runbook), setup)
     select(book, targets)  # unknown names refused before anything is read
+    with collector.paused():  # inventories and plans: objects made in bulk
+        if snapshot is None and not targets and fleet_plan.apart(book):
+            return _plan_apart(book, access)
+        return _plan(book, access, snapshot, targets)
+
+
+def _plan_apart(book: Runbook, access: Access) -> Plan:
+    """Several vCenters, no SSH target: each vCenter's part planned where its inventory is read."""
+    with connect_all(book, access) as (sessions, down):
+        parts = read_all(sessions, lambda name, inventory: fleet_plan.plan_part(book.part(name), inventory))
+    return fleet_plan.merged(list(parts.values()), Fleet.of(book, {}, down).unobserved)
+
+
+def _plan(book: Runbook, access: Access, snapshot: Path | None, targets: Sequence[str]) -> Plan:
     fleet = observe_fleet(book, access, snapshot)
     if snapshot is not None:
         plan, _ = make_plan(book, fleet)

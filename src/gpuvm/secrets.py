@@ -95,9 +95,14 @@ def remember_runbook_secrets(model: object) -> None:
     password, remembered at load: whichever command runs, none of them reaches a file or output."""
     from pydantic import BaseModel
 
+    names: dict[type, list[str]] = {}  # a model class's field names, read once (not per object)
+
     def walk(value: object, where: tuple[str, ...]) -> None:
         if isinstance(value, BaseModel):
-            for name in type(value).model_fields:
+            kind = type(value)
+            if kind not in names:
+                names[kind] = list(kind.model_fields)
+            for name in names[kind]:
                 field = getattr(value, name)
                 if name.endswith("_env") and isinstance(field, str) and os.environ.get(field):
                     remember(os.environ[field], f"{''.join(where + ('.' + name,)).lstrip('.')} ({field})")

@@ -113,19 +113,21 @@ def plan(runbook: Path = RUNBOOK,
          accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
          insecure: bool = INSECURE, setup: Optional[str] = SETUP, target: list[str] = TARGET) -> None:
     """Dry run: every change on every host and VM, disruptive ones marked. Changes nothing."""
+    from gpuvm import collector
     from gpuvm.documents import plan_json
     from gpuvm.errors import GpuvmError
     from gpuvm.render import print_plan
     from gpuvm.runs import plan_runbook
 
-    try:
-        the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot, setup, target)
-    except GpuvmError as e:
-        raise fail(str(e), 1 if detailed_exitcode else e.exit_code) from None
-    if json_:
-        print(plan_json(the_plan))
-    else:
-        print_plan(out, the_plan, form.value)
+    with collector.paused():  # the plan and its lines: many objects, no cycles (runs.plan_runbook pauses too)
+        try:
+            the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot, setup, target)
+        except GpuvmError as e:
+            raise fail(str(e), 1 if detailed_exitcode else e.exit_code) from None
+        if json_:
+            print(plan_json(the_plan))
+        else:
+            print_plan(out, the_plan, form.value)
     raise typer.Exit(plan_exit_code(the_plan, detailed_exitcode))
 
 

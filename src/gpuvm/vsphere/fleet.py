@@ -11,10 +11,10 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 from collections.abc import Callable, Mapping
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from gpuvm import collector
 from gpuvm.errors import ConnectError, GpuvmError
 from gpuvm.executors.group import run_group
 from gpuvm.runbook.model import Runbook
@@ -42,38 +42,91 @@ def each(items: Mapping[str, T], work: Callable[[T], R]) -> tuple[dict[str, R], 
     return dict(outcome.ok), failed
 
 
-def read_all(reached: Mapping[str, Session]) -> dict[str, Inventory]:
+def read_all(reached: Mapping[str, Session],
+             then: Callable[[str, Inventory], Any] | None = None) -> dict[str, Any]:
     """Every vCenter's inventory, read at once (one request each, plus paging). With several, the
     first is read here and the others in child processes, one each: decoding an answer is Python
-    work, which threads would take in turns."""
+    work, which threads would take in turns. `then(name, inventory)`, when given, runs where the
+    inventory was read (a child: its vCenter's plan, `fleet_plan.py`) and its result comes back
+    instead of the inventory."""
     if not reached:  # every vCenter down: nothing to read, every target not observed
         return {}
+    work = then or _inventory
     first, *others = reached
     if not others:
-        return {first: read_inventory(reached[first])}
-    fork = multiprocessing.get_context("fork")  # the child has the code loaded: no start-up to pay
-    with ProcessPoolExecutor(max_workers=len(others), mp_context=fork) as pool:
-        futures = {name: pool.submit(_read_alone, reached[name].target) for name in others}
-        inventories = {first: read_inventory(reached[first])}  # while the children read theirs
-    for name, future in futures.items():
-        kind, value = future.result()
-        if kind != "ok":  # reached a moment ago: a vCenter gone now fails the run, not just its targets
-            raise (ConnectError if kind == "connect" else GpuvmError)(value)
-        inventories[name] = pickle.loads(value)
-    return inventories
+        return {first: work(first, read_inventory(reached[first]))}
+    fork = multiprocessing.get_context("fork")  # the child has the code (and `then`) loaded: nothing to send
+    children, answered = {}, set()
+    try:
+        for name in others:
+            answer, child_end = fork.Pipe(duplex=False)
+            child = fork.Process(target=_read_alone, args=(name, reached[name].target, work, child_end), daemon=True)
+            child.start()
+            child_end.close()
+            children[name] = (child, answer)
+        results = {first: work(first, read_inventory(reached[first]))}  # while the children read theirs
+        for name, (child, answer) in children.items():
+            kind, value = _answer_of(reached[name].target, answer)
+            answered.add(name)
+            if kind == "raise":
+                raise value
+            if kind != "ok":  # reached a moment ago: a vCenter gone now fails the run, not just its targets
+                raise (ConnectError if kind == "connect" else GpuvmError)(value)
+            results[name] = value
+        return results
+    finally:
+        for name, (child, answer) in children.items():
+            if name not in answered:
+                child.terminate()  # the run failed before reading its answer
+            answer.close()
+            child.join()
 
 
-def _read_alone(target: Target) -> tuple[str, Any]:
+def _inventory(name: str, inventory: Inventory) -> Inventory:
+    return inventory
+
+
+def _answer_of(target: Target, answer: Any) -> tuple[str, Any]:
+    """A child's (kind, value), unpickled with the collector paused (a plan or an inventory: many
+    objects); a child that ended without answering (killed) is an error."""
+    try:
+        data = answer.recv_bytes()
+    except EOFError:
+        return "error", f"{target.url}: reading the inventory failed: its process ended without an answer"
+    with collector.paused():
+        return pickle.loads(data)
+
+
+def _read_alone(name: str, target: Target, work: Callable[[str, Inventory], Any], answer: Any) -> None:
     """In a child process: log in (its own session: the parent's connections are not shared), read,
-    log out. The inventory pickled, or the error's kind and message (an exception's own pickling may
-    not carry it over)."""
+    log out, `work` on the inventory. Sends back its result, or the error: a read's as its kind and
+    message (an exception's own pickling may not carry it over), `work`'s as raised where it pickles
+    whole (so that the parent raises what the first vCenter's `work` would raise), else its message."""
     try:
         with Session(target) as session:
-            return "ok", pickle.dumps(read_inventory(session), protocol=pickle.HIGHEST_PROTOCOL)
+            inventory = read_inventory(session)
     except ConnectError as e:
-        return "connect", str(e)
+        sent = pickle.dumps(("connect", str(e)))
     except Exception as e:  # one line for the user, never a traceback from a child
-        return "error", f"{target.url}: reading the inventory failed: {redact(str(e) or type(e).__name__)}"
+        sent = pickle.dumps(("error", f"{target.url}: reading the inventory failed: {redact(str(e) or type(e).__name__)}"))
+    else:
+        try:
+            with collector.paused():
+                sent = pickle.dumps(("ok", work(name, inventory)), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            sent = _raised(e) or pickle.dumps(("error", f"{target.url}: {redact(str(e) or type(e).__name__)}"))
+    answer.send_bytes(sent)
+    answer.close()
+
+
+def _raised(error: Exception) -> bytes | None:
+    """("raise", error) pickled, if the error comes back from its pickle as the same type and text."""
+    try:
+        sent = pickle.dumps(("raise", error))
+        back = pickle.loads(sent)[1]
+    except Exception:
+        return None
+    return sent if type(back) is type(error) and str(back) == str(error) else None
 
 
 @dataclass

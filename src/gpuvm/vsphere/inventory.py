@@ -8,10 +8,9 @@ pyVmomi's decoding; a page it cannot read is decoded by soap_xml.py, or pyVmomi,
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
+from gpuvm import collector
 from gpuvm.pci import pci_id, unsigned16
 from gpuvm.vsphere.facts import (DatastoreFacts, Graphics, HostFacts, Inventory, NetworkFacts, PciDevice, VmFacts, VmNic,
                                   VmPciDevice)
@@ -242,21 +241,8 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
     )
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The garbage collector waits while the read's objects are made: they hold no cycles to collect,
-    and its passes over hundreds of thousands of them would cost more than making them."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-
-
 def read_inventory(session: Session) -> Inventory:
-    with _collector_paused():
+    with collector.paused():  # the read's objects made in bulk
         return _read_inventory(session)
 
 

@@ -10,17 +10,18 @@ itself verified (`host_key_line()`), never from ssh-keyscan.
 from __future__ import annotations
 
 import shlex
-
-import paramiko
+from typing import TYPE_CHECKING
 
 from gpuvm.errors import GpuvmError, RemoteCommandError
-from gpuvm.executors.known_hosts import read_known_hosts
 from gpuvm.ssh_keys import known_hosts_name
 from gpuvm.steps.guest_ssh_mesh.name import NAME
 from gpuvm.steps.guest_ssh_mesh.files import Peer
 from gpuvm.desired.ssh import DesiredGuest
 from gpuvm.remote import Cluster
 from gpuvm.secrets import redact
+
+if TYPE_CHECKING:  # paramiko is imported where a guest's key is read: plan and inventory run without it
+    import paramiko
 
 
 def mesh_guests(cluster: Cluster) -> dict[str, DesiredGuest]:
@@ -72,6 +73,10 @@ def peer_host_keys(cluster: Cluster) -> tuple[tuple[Peer, ...], dict[str, Except
 
 
 def _known_keys(cluster: Cluster) -> paramiko.HostKeys:
+    import paramiko
+
+    from gpuvm.executors.known_hosts import read_known_hosts
+
     keys = paramiko.HostKeys()
     read_known_hosts(cluster.known_hosts_files()).add_to(keys)
     return keys
