@@ -20,6 +20,7 @@ from gpuvm.plan import Change, Note, Plan
 from gpuvm.runbook.model import Runbook
 from gpuvm.steps import reboot_memo
 from gpuvm.vsphere.facts import Inventory
+from gpuvm.vsphere.named import named_for
 
 
 @dataclass
@@ -39,7 +40,9 @@ def apart(book: Runbook) -> bool:
 
 
 def plan_part(part: Runbook, inventory: Inventory) -> Part:
-    """One vCenter's hosts and VMs (`part`: the runbook's part of it) planned against its inventory."""
+    """One vCenter's hosts and VMs (`part`: the runbook's part of it) planned against its inventory
+    (under the runbook's names: `<vcenter>/<name>` where a name is in several vCenters)."""
+    inventory = named_for(part, inventory)
     desired, changes = plan_by_step(part, inventory)
     done = [change for step in changes for change in step]
     return Part(resolved=desired.notes, outstanding=outstanding(inventory, desired.hosts, desired.vms),

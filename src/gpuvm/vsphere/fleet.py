@@ -21,7 +21,7 @@ from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.inventory import read_inventory
-from gpuvm.vsphere.named import renamed
+from gpuvm.vsphere.named import named_for
 from gpuvm.vsphere.session import Session, Target
 
 T = TypeVar("T")
@@ -140,9 +140,7 @@ class Fleet:
     def of(cls, book: Runbook, inventories: dict[str, Inventory], down: Mapping[str, Exception]) -> "Fleet":
         unobserved: dict[str, str] = {}
         if book.vcenters:  # a host or VM name used in several vCenters: <vcenter>/<name>, in plans and here
-            inventories = {name: renamed(inventory, [h.name for h in book.part(name).hosts],
-                                         [v.name for v in book.part(name).vms])
-                           for name, inventory in inventories.items()}
+            inventories = {name: named_for(book.part(name), inventory) for name, inventory in inventories.items()}
         for name, error in down.items():
             part = book.part(name)
             why = f"vCenter {name} not reached: {error}"

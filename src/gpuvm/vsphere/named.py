@@ -6,9 +6,18 @@ reach objects by moid, and name them to vCenter with `vsphere_name`."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from gpuvm.names import vsphere_name
 from gpuvm.vsphere.facts import Inventory, VmFacts
+
+if TYPE_CHECKING:
+    from gpuvm.runbook.model import Runbook
+
+
+def named_for(part: "Runbook", inventory: Inventory) -> Inventory:
+    """A vCenter's inventory under the names its part of the runbook gives (`Runbook.part`)."""
+    return renamed(inventory, [h.name for h in part.hosts], [v.name for v in part.vms])
 
 
 def renamed(inventory: Inventory, hosts: Iterable[str], vms: Iterable[str]) -> Inventory:
