@@ -1,6 +1,6 @@
 """Benchmark: what the container path costs: image build and ship, and the time it adds per run.
 
-On two guests of the test bed, each with its own real dockerd: guest.docker builds the CPU
+On two guests of the test bed, each with its own real dockerd: guest.image builds the CPU
 training image (Debian base from `testbed/base_image.py`, Open MPI and PyTorch from the
 distribution) on the builder, then ships it to the other (`docker save`, sent over SSH,
 `docker load`). Then the same small PyTorch DDP (gloo) training over both guests, as two
@@ -33,7 +33,7 @@ from gpuvm.bench.runner import CampaignRunner, executors_for  # noqa: E402
 from gpuvm.image import image_ref  # noqa: E402
 from gpuvm.remote import build_cluster  # noqa: E402
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
-from gpuvm.steps import guest_docker, guest_ssh_mesh  # noqa: E402
+from gpuvm.steps import guest_image, guest_ssh_mesh  # noqa: E402
 from gpuvm.steps.base import Context  # noqa: E402
 
 GUESTS = ["gpu-vm-01", "gpu-vm-02"]
@@ -77,7 +77,7 @@ class Timer:
 
 
 def set_up(work: Path, bed: TestBed) -> tuple[float, float, int]:
-    """SSH mesh, then guest.docker: (build s, ship s, image bytes)."""
+    """SSH mesh, then guest.image: (build s, ship s, image bytes)."""
     path = work / "plain.yaml"
     path.write_text(runbook_text(bed, False, 1))
     cluster = build_cluster(load_runbook(path), work / "state")
@@ -89,7 +89,7 @@ def set_up(work: Path, bed: TestBed) -> tuple[float, float, int]:
                 if changes:
                     step.apply(ctx, cluster.targets[name], changes)
         times: dict[str, float] = {}
-        build, copy = guest_docker._build, guest_docker._copy_to
+        build, copy = guest_image._build, guest_image._copy_to
 
         def timed(key, fn):
             def wrapper(*args, **kwargs):
@@ -100,15 +100,15 @@ def set_up(work: Path, bed: TestBed) -> tuple[float, float, int]:
                     times[key] = time.perf_counter() - start
             return wrapper
 
-        guest_docker._build, guest_docker._copy_to = timed("build", build), timed("ship", copy)
+        guest_image._build, guest_image._copy_to = timed("build", build), timed("ship", copy)
         try:
-            step = guest_docker.STEP
+            step = guest_image.STEP
             planned = {n: step.plan(t, step.observe(ctx, t)) for n, t in cluster.targets.items()}
             failures = step.apply_all(ctx, planned)
         finally:
-            guest_docker._build, guest_docker._copy_to = build, copy
+            guest_image._build, guest_image._copy_to = build, copy
         if failures:
-            raise SystemExit(f"guest.docker failed: {failures}")
+            raise SystemExit(f"guest.image failed: {failures}")
         ref = image_ref(cluster.runbook.guests.image)
         size = int(bed.docker(GUESTS[0], "image", "inspect", "--format", "{{.Size}}", ref).stdout)
         return times["build"], times["ship"], size

@@ -4,8 +4,8 @@
 One run, one bed (esxi=0, as many guests as the largest size, each with a real dockerd, the mesh set
 up by guest.ssh_mesh): a random-bytes image (`--mb`, nothing to compress) imported on the builder
 as the recipe's name:tag; then, measured in the same run:
-- one hop: `guest_docker._hop` builder → one guest (median of 3), what a round costs at best;
-- the tree: `guest.docker`'s apply_all to N guests (builder included), rounds and seconds;
+- one hop: `guest_image._hop` builder → one guest (median of 3), what a round costs at best;
+- the tree: `guest.image`'s apply_all to N guests (builder included), rounds and seconds;
 - the star, for contrast: the same N guests without a mesh (save to gpuvm's machine, load on each).
 Operator bytes are `image_fanout.OPERATOR_BYTES`: image bytes in and out of gpuvm's machine.
 Every guest shares this machine's 2 CPUs, so unshaped a round of k hops costs about k hops' CPU
@@ -43,11 +43,11 @@ from gpuvm.executors.group import run_group  # noqa: E402
 from gpuvm.image_fanout import OPERATOR_BYTES, Hop  # noqa: E402
 from gpuvm.remote import build_cluster  # noqa: E402
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
-from gpuvm.steps import guest_docker, guest_ssh_mesh  # noqa: E402
+from gpuvm.steps import guest_image, guest_ssh_mesh  # noqa: E402
 from gpuvm.steps.base import Context  # noqa: E402
 
 ROUNDS: list[int] = []
-_fan_out = guest_docker.fan_out
+_fan_out = guest_image.fan_out
 
 
 def _counting_fan_out(*args, **kwargs):
@@ -56,7 +56,7 @@ def _counting_fan_out(*args, **kwargs):
     return result
 
 
-guest_docker.fan_out = _counting_fan_out  # the tree's rounds, as the step ran them
+guest_image.fan_out = _counting_fan_out  # the tree's rounds, as the step ran them
 
 
 def shape(bed: TestBed, names: list[str], mbit: int) -> None:
@@ -92,18 +92,18 @@ def cluster_for(bed: TestBed, names: list[str], work: Path, mesh: bool):
 
 
 def distribute(bed: TestBed, names: list[str], work: Path, ref: str, mesh: bool) -> tuple[float, int, int]:
-    """guest.docker to `names` (the first is the builder): (seconds, rounds, operator bytes)."""
+    """guest.image to `names` (the first is the builder): (seconds, rounds, operator bytes)."""
     forget(bed, names[1:], ref)
     cluster = cluster_for(bed, names, work, mesh)
     try:
-        planned = plan(cluster, guest_docker)
+        planned = plan(cluster, guest_image)
         ROUNDS.clear()
         OPERATOR_BYTES.reset()
         start = time.perf_counter()
-        failures = guest_docker.apply_all(Context(cluster=cluster), planned)
+        failures = guest_image.apply_all(Context(cluster=cluster), planned)
         seconds = time.perf_counter() - start
         if failures:
-            raise SystemExit(f"guest.docker failed on {len(failures)} of {len(names)} guests: "
+            raise SystemExit(f"guest.image failed on {len(failures)} of {len(names)} guests: "
                              f"{next(iter(failures.values()))}")
         return seconds, (ROUNDS[0] if ROUNDS else 0), OPERATOR_BYTES.reset()
     finally:
@@ -117,7 +117,7 @@ def one_hop(bed: TestBed, names: list[str], work: Path, ref: str, want: str, rep
         for _ in range(repeats):
             forget(bed, names[1:2], ref)
             start = time.perf_counter()
-            guest_docker._hop(cluster, ref, want, names[0], Hop(names[0], names[1]))
+            guest_image._hop(cluster, ref, want, names[0], Hop(names[0], names[1]))
             times.append(time.perf_counter() - start)
         return statistics.median(times)
     finally:

@@ -33,9 +33,9 @@ from gpuvm.resolve import resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, esxi_vgpu_manager, guest_docker, guest_driver,
-                         guest_licensing, guest_mig, guest_nic, guest_nic_ats, guest_rdma, guest_ssh_mesh, host_graphics,
-                         host_passthrough, host_reboot, reboot_memo, vm_advanced, vm_hardware, vm_lifecycle, vm_power,
-                         vm_version)
+                         guest_image, guest_licensing, guest_mig, guest_nic, guest_nic_ats, guest_rdma, guest_ssh_mesh,
+                         host_graphics, host_passthrough, host_reboot, reboot_memo, vm_advanced, vm_hardware, vm_lifecycle,
+                         vm_power, vm_version)
 from gpuvm.steps.base import Context, Options, Step, WhileOff
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.fleet import Fleet
@@ -59,8 +59,9 @@ STEPS: list[Step] = [
     guest_rdma.STEP,
     guest_nic.STEP,
     guest_mig.STEP,
-    guest_docker.STEP,
+    guest_docker.STEP,  # packages, daemon, runtime
     guest_ssh_mesh.STEP,
+    guest_image.STEP,  # after the mesh: even a first apply ships the image guest to guest over it
 ]
 
 Facts = dict[tuple[str, str], Any]  # (step, target) → observed fact
@@ -272,7 +273,7 @@ class _Runner:
                  regions: Mapping[str, Context] | None = None):
         self.step, self.ctx, self.journal, self.progress, self.targets = step, ctx, journal, progress, targets
         self.regions = regions or {}  # host or VM → the context of its vCenter (several vCenters)
-        ctx.say = self._say  # a long step's own progress lines (guest.docker's build and ship)
+        ctx.say = self._say  # a long step's own progress lines (guest.image's build and ship)
 
     def __call__(self, item: tuple[str, list[Change]]) -> None:
         target, changes = item
@@ -444,6 +445,9 @@ class _StepRun:
                     self.outcome.failed[f"{target} ({step.name})"] = failures[target]
                 else:
                     self.outcome.done.setdefault(target, []).extend(changes)
+            for target in failures.keys() - runnable.keys():  # found on a target it was not given (the mesh check)
+                self.failed_targets.add(target)
+                self.outcome.failed.setdefault(f"{target} ({step.name})", failures[target])
         return (set(by_target) - set(runnable)) | set(failures)
 
     def while_off(self, vms: list[str]) -> set[str]:

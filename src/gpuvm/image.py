@@ -1,7 +1,7 @@
 """The training image's recipe: the Dockerfile rendered from `templates/Dockerfile.j2`, and its tag.
 
 The tag is the first 12 hex digits of the recipe's sha256, so "does this guest have the right
-image?" is one `docker image inspect` and never a build. Used by the `guest.docker` step (which
+image?" is one `docker image inspect` and never a build. Used by the `guest.image` step (which
 builds and ships the image) and by benchmark campaigns (which run it).
 """
 
@@ -71,7 +71,7 @@ def render_dockerfile(image: Image, template: str | None = None) -> str:
     try:
         return compiled.render(values)
     except UndefinedError as e:
-        raise InputError(f"guest.docker: Dockerfile template: {e.message}") from None
+        raise InputError(f"guest.image: Dockerfile template: {e.message}") from None
 
 
 @lru_cache(maxsize=8)

@@ -13,7 +13,7 @@ A change depends on a target outside the selection when:
 - a VM's new devices need devices removed from another VM on its host (a GPU moves, or frees room
   for a vGPU or a dynamic DirectPath count), or its power-on needs another VM powered off (that
   VM's dynamic DirectPath holds the GPU it names): the whole VM and its guest are left out;
-- a guest's image is to be copied from a builder that builds it in this run: its `guest.docker`;
+- a guest's image is to be copied from a builder that builds it in this run: its `guest.image`;
 - the SSH mesh changes on a guest left out too: the mesh is one key and one set of files on every
   guest, so its `guest.ssh_mesh` changes are left out on all of them.
 
@@ -165,7 +165,7 @@ def _change_reasons(by_target: dict[str, list[Change]], inside: set[str]) -> lis
             if change.step == "guest.ssh_mesh" and mesh_outside:
                 left.append((change, f"the SSH mesh is one key on every guest, and {', '.join(mesh_outside)} "
                                      "(not targeted) need mesh changes too"))
-            elif change.step == "guest.docker" and getattr(action, "how", None) == "copy" \
+            elif change.step == "guest.image" and getattr(action, "how", None) == "copy" \
                     and action.builder not in inside \
                     and any(getattr(c.action, "how", None) == "build" for c in by_target.get(action.builder, [])):
                 left.append((change, f"its image is copied from {action.builder}, which builds it in this run"))

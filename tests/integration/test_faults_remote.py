@@ -67,7 +67,7 @@ def test_guest_stops_answering_and_a_command_hangs_mid_apply(testbed, tmp_path):
         assert "esx-01-vm2" in err and "timed out after 5s" in err, err
         done = {(e["target"], e["step"]) for e in journal(state) if e["status"] == "done"}
         assert ("esx-01-vm1", "guest.nic") in done  # the guests that answer were configured
-        assert ("esx-02-vm2", "guest.docker") in done
+        assert ("esx-02-vm2", "guest.image") in done
 
         testbed.start_sshd("gpu-vm-03")
         testbed.set_state("gpu-vm-02", "hang", [])
@@ -160,7 +160,7 @@ def test_first_deployment_with_a_guest_not_up_yet(testbed, tmp_path):
             assert applied.returncode == 0, applied.stdout + applied.stderr
             assert "waiting up to 600 s for SSH" in applied.stderr
             done = {(e["target"], e["step"]) for e in journal(state) if e["status"] == "done"}
-            assert ("esx-02-vm2", "guest.docker") in done and ("esx-02-vm2", "guest.ssh_mesh") in done
+            assert ("esx-02-vm2", "guest.image") in done and ("esx-02-vm2", "guest.ssh_mesh") in done
             verify = gpuvm(env, "verify", str(runbook))
             assert verify.returncode == 0, verify.stdout + verify.stderr
 

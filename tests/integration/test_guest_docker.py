@@ -1,4 +1,5 @@
-"""guest.docker against the SSH test bed: plan, build once, ship, re-plan empty, dry run touches nothing."""
+"""guest.docker and guest.image against the SSH test bed: plan, build once, ship, re-plan empty, dry run
+touches nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from gpuvm.steps.base import Context
 from gpuvm.executors import SshExecutor
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
-from gpuvm.steps import guest_docker as step
+from gpuvm.steps import guest_image
+from tests.integration.image_steps import apply_both, plan_both
 
 pytestmark = pytest.mark.integration
 
@@ -68,11 +70,8 @@ def plain(testbed, name) -> SshExecutor:
 
 
 def observe_and_plan(cluster):
-    planned = {}
-    for name, target in cluster.targets.items():
-        assert step.STEP.wanted(target)
-        planned[name] = step.STEP.plan(target, step.STEP.observe(Context(cluster=cluster), target))
-    return planned
+    assert all(guest_image.STEP.wanted(t) for t in cluster.targets.values())
+    return plan_both(cluster)
 
 
 def docker_state(testbed):
@@ -94,7 +93,7 @@ def test_plan_build_ship_replan(testbed, cluster):
         assert all(re.match(r"docker (version|info|image inspect) ", line) for line in executor.lines)
         executor.lines.clear()
 
-    assert step.STEP.apply_all(Context(cluster=cluster), planned) == {}
+    assert apply_both(cluster, planned) == {}
     lines = {g: cluster.executors[g].lines for g in GUESTS}
     assert [g for g in GUESTS for line in lines[g] if line.startswith("docker build")] == ["gpu-vm-01"]
     assert sum(line.startswith("docker save") for line in lines["gpu-vm-01"]) == 1
@@ -111,20 +110,20 @@ def test_plan_build_ship_replan(testbed, cluster):
         executor.lines.clear()
     replanned = observe_and_plan(cluster)
     assert replanned == {g: [] for g in GUESTS}
-    assert step.STEP.apply_all(Context(cluster=cluster), {g: cs for g, cs in replanned.items() if cs}) == {}
+    assert apply_both(cluster, {g: cs for g, cs in replanned.items() if cs}) == {}
     assert not any(line.startswith(("docker build", "docker save", "docker load"))
                    for executor in cluster.executors.values() for line in executor.lines)
 
 
 def test_one_guest_lost_its_image(testbed, cluster):
-    assert step.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster)) == {}
+    assert apply_both(cluster, observe_and_plan(cluster)) == {}
     ref = cluster.targets["gpu-vm-01"].image.ref
     state = testbed.state("gpu-vm-03")["docker"]
     testbed.set_state("gpu-vm-03", "docker", {**state, "images": {}})
     planned = observe_and_plan(cluster)
     assert [(g, c.after) for g, cs in planned.items() for c in cs] == [("gpu-vm-03", "copied from gpu-vm-01")]
     # the per-target apply fetches from the builder on its own
-    step.STEP.apply(Context(cluster=cluster), cluster.targets["gpu-vm-03"], planned["gpu-vm-03"])
+    guest_image.STEP.apply(Context(cluster=cluster), cluster.targets["gpu-vm-03"], planned["gpu-vm-03"])
     assert observe_and_plan(cluster) == {g: [] for g in GUESTS}
     assert testbed.state("gpu-vm-03")["docker"]["images"][ref] == testbed.state("gpu-vm-01")["docker"]["images"][ref]
 

@@ -1,4 +1,4 @@
-"""guest.docker on guests logged in as a non-root user without `sudo: true` (what needs root goes
+"""guest.docker and guest.image on guests logged in as a non-root user without `sudo: true` (what needs root goes
 through sudo anyway), and a guest whose Docker daemon is stopped: the plan starts the daemon and
 does not rebuild or re-copy an image that is there."""
 
@@ -8,8 +8,7 @@ import pytest
 
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
-from gpuvm.steps import guest_docker as step
-from gpuvm.steps.base import Context
+from tests.integration.image_steps import apply_both, plan_both
 
 pytestmark = pytest.mark.integration
 
@@ -35,14 +34,12 @@ def cluster(testbed, tmp_path):
         testbed.set_state(guest, "docker", saved[guest])
 
 
-def plan_all(cluster):
-    ctx = Context(cluster=cluster)
-    return {n: step.STEP.plan(t, step.STEP.observe(ctx, t)) for n, t in cluster.targets.items()}
+plan_all = plan_both
 
 
 def test_a_stopped_daemon_is_started_by_a_non_root_login_without_rebuilding(testbed, cluster):
     assert all(t.login.user != "root" and not t.login.sudo for t in cluster.targets.values())
-    assert step.STEP.apply_all(Context(cluster=cluster), plan_all(cluster)) == {}
+    assert apply_both(cluster, plan_all(cluster)) == {}
     ref = cluster.targets["gpu-vm-02"].image.ref
     built = testbed.state("gpu-vm-02")["docker"]["images"][ref]
     testbed.set_state("gpu-vm-02", "docker", {**testbed.state("gpu-vm-02")["docker"], "running": False})
@@ -57,7 +54,7 @@ def test_a_stopped_daemon_is_started_by_a_non_root_login_without_rebuilding(test
         (f"image {ref}", unknown, "copied from gpu-vm-01, if missing once the daemon runs")]
 
     lines = record(cluster.executors["gpu-vm-02"])
-    assert step.STEP.apply_all(Context(cluster=cluster), planned) == {}
+    assert apply_both(cluster, planned) == {}
     after = testbed.state("gpu-vm-02")["docker"]
     assert after["running"] is True and after["images"][ref] == built
     assert lines[0] == "sudo -n systemctl enable --now docker"  # root's, through sudo

@@ -1,5 +1,5 @@
 """The image tree over the mesh for real: eight bed guests with real dockerds, the mesh set up by
-guest.ssh_mesh, a small image on the builder; guest.docker copies it guest to guest (`docker save |
+guest.ssh_mesh, a small image on the builder; guest.image copies it guest to guest (`docker save |
 ssh peer docker load` on the senders), one guest's `docker load` failing, then a re-run finishes."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from gpuvm.image import image_ref
 from gpuvm.image_fanout import OPERATOR_BYTES
 from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
-from gpuvm.steps import guest_docker, guest_ssh_mesh
+from gpuvm.steps import guest_image, guest_ssh_mesh
 from gpuvm.steps.base import Context
 
 pytestmark = pytest.mark.integration
@@ -77,18 +77,18 @@ def test_tree_ship_to_eight_guests_with_a_failing_hop_resumed_by_a_rerun(testbed
         assert guest_ssh_mesh.apply_all(Context(cluster=cluster), plan(cluster, guest_ssh_mesh)) == {}
         state = testbed.state(BROKEN)["docker"]
         testbed.set_state(BROKEN, "docker", {**state, "fail": {"load": "write /var/lib/docker/tmp: no space left on device"}})
-        planned = plan(cluster, guest_docker)
+        planned = plan(cluster, guest_image)
         assert [n for n, cs in planned.items() if cs] == eight[1:]  # the builder has it already
         for name, executor in list(cluster.executors.items()):
             cluster.executors[name] = Counting(executor, tally)
         OPERATOR_BYTES.reset()
         said: list[tuple[str, str]] = []
-        failures = guest_docker.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))), planned)
+        failures = guest_image.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))), planned)
 
         # the hop to BROKEN failed, from two senders; its would-be subtree was served by the others
         assert list(failures) == [BROKEN], failures
         message = str(failures[BROKEN])
-        assert re.match(rf"{BROKEN}: guest.docker: image {re.escape(ref)} from (gpu-vm|fan)-\d\d: docker load failed "
+        assert re.match(rf"{BROKEN}: guest.image: image {re.escape(ref)} from (gpu-vm|fan)-\d\d: docker load failed "
                         r"\(exit 1\): write /var/lib/docker/tmp: no space left on device$", message), message
         copies = [(t, s) for t, s in said if " over the mesh in " in s and "copied from" in s]
         assert sorted(t for t, _ in copies) == sorted(n for n in eight[1:] if n != BROKEN)
@@ -96,10 +96,10 @@ def test_tree_ship_to_eight_guests_with_a_failing_hop_resumed_by_a_rerun(testbed
                                 r"\d+ s", s) for t, s in said if t == eight[0]), said
         testbed.set_state(BROKEN, "docker", state)  # the disk has room again
 
-        replanned = plan(cluster, guest_docker)
+        replanned = plan(cluster, guest_image)
         assert [n for n, cs in replanned.items() if cs] == [BROKEN]  # the others are skipped
-        assert guest_docker.apply_all(Context(cluster=cluster), {BROKEN: replanned[BROKEN]}) == {}
-        assert plan(cluster, guest_docker) == {n: [] for n in eight}
+        assert guest_image.apply_all(Context(cluster=cluster), {BROKEN: replanned[BROKEN]}) == {}
+        assert plan(cluster, guest_image) == {n: [] for n in eight}
     finally:
         cluster.close()
 

@@ -11,7 +11,7 @@ import pytest
 from gpuvm.errors import InputError
 from gpuvm.plan import Change, Disruption, Plan
 from gpuvm.runbook.loader import load_runbook
-from gpuvm.steps.guest_docker import PlaceImage
+from gpuvm.steps.guest_image import PlaceImage
 from gpuvm.steps.vm_hardware import AddDevice, RemoveDevice
 from gpuvm.steps.vm_power import FreeGpu, SetPower
 from gpuvm.targeting import Scope, select
@@ -80,7 +80,7 @@ def test_a_vm_whose_host_has_nothing_to_do_is_planned_alone():
     quiet.changes = [c for c in quiet.changes if c.target not in ("esx-02", "esx-02-vm1")]
     plan = narrowed(quiet, "esx-02-vm2")
     assert set(plan.targets()) == {"esx-02-vm2"}
-    assert {c.step for c in plan.changes} == {"vm.hardware", "vm.advanced", "vm.power", "guest.docker"}
+    assert {c.step for c in plan.changes} == {"vm.hardware", "vm.advanced", "vm.power", "guest.image"}
 
 
 def _change(step: str, target: str, action, before=None, after="x", resource="pci device (new)",
@@ -89,8 +89,8 @@ def _change(step: str, target: str, action, before=None, after="x", resource="pc
 
 
 def test_an_image_copied_from_a_builder_left_out_that_builds_it_now_is_left_out():
-    build = _change("guest.docker", "esx-01-vm1", PlaceImage("dl:1", "build", "esx-01-vm1"), resource="image")
-    copy = _change("guest.docker", "esx-02-vm2", PlaceImage("dl:1", "copy", "esx-01-vm1"), resource="image")
+    build = _change("guest.image", "esx-01-vm1", PlaceImage("dl:1", "build", "esx-01-vm1"), resource="image")
+    copy = _change("guest.image", "esx-02-vm2", PlaceImage("dl:1", "copy", "esx-01-vm1"), resource="image")
     plan = narrowed(Plan(changes=[build, copy]), "esx-02-vm2")
     assert plan.empty
     assert left(plan) == {"esx-02-vm2": "its image is copied from esx-01-vm1, which builds it in this run (1)"}

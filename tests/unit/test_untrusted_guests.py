@@ -13,7 +13,7 @@ from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor
 from gpuvm.parsers import ibdev2netdev, ip, mst, nvidia_smi
 from gpuvm.parsers.ibdev2netdev import PortMap
-from gpuvm.steps import guest_docker, guest_driver
+from gpuvm.steps import guest_driver, guest_image
 from gpuvm.untrusted import UntrustedValueError, checked, printable
 from tests.unit.test_bench_setups import RUN, book
 
@@ -86,12 +86,12 @@ def test_image_ids_from_a_guest_are_checked(mocker):
     target = mocker.Mock()
     target.name = "gpu-vm-01"
     answer = CommandResult("docker image inspect", 0, "sha256:abc\x1b[2J\n", "")
-    mocker.patch.object(guest_docker, "run", return_value=answer)
+    mocker.patch.object(guest_image, "run", return_value=answer)
     with pytest.raises(UntrustedValueError, match=r"'sha256:abc\\x1b\[2J' as an image id"):
-        guest_docker.inspect_id(target, mocker.Mock(), "gpuvm/train:abc")
+        guest_image.inspect_id(target, mocker.Mock(), "gpuvm/train:abc")
     good = "sha256:" + "0123456789abcdef" * 4
-    guest_docker.run.return_value = CommandResult("docker image inspect", 0, good + "\n", "")
-    assert guest_docker.inspect_id(target, mocker.Mock(), "gpuvm/train:abc") == good
+    guest_image.run.return_value = CommandResult("docker image inspect", 0, good + "\n", "")
+    assert guest_image.inspect_id(target, mocker.Mock(), "gpuvm/train:abc") == good
 
 
 def test_printable_escapes_control_characters_but_newline_and_tab():
@@ -116,7 +116,7 @@ def test_a_plan_holding_a_guests_control_characters_prints_them_escaped(form):
     from gpuvm.plan import Change, Note, Plan
     from gpuvm.render import print_plan
 
-    plan = Plan(changes=[Change("guest.docker", "vm1", "image gpuvm/train:abc", "id", f"sha256:x{TITLE}", "sha256:y")],
+    plan = Plan(changes=[Change("guest.image", "vm1", "image gpuvm/train:abc", "id", f"sha256:x{TITLE}", "sha256:y")],
                 notes=[Note("vm1", "observe", f"said {CLEAR}")])
     sink = io.StringIO()
     print_plan(_safe_console(file=sink, width=200, force_terminal=form == "table"), plan, form)

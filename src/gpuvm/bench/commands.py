@@ -197,7 +197,7 @@ def container_name(run_name: str, label: str) -> str:
 
 def docker_command(name: str, image: Any, docker_args: Sequence[str], inner: Shell, *, rdma: bool = True,
                    detach: bool = False) -> Shell:
-    """`inner` run in the image guest.docker tagged, with that step's run options."""
+    """`inner` run in the image guest.image placed, with its run options (`image.container_run_args`)."""
     from gpuvm.image import MESH_DIR, container_run_args, image_ref
 
     return render_words("docker.j2", container_name=name, run_args=container_run_args(image, rdma),

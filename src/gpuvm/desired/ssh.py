@@ -105,7 +105,8 @@ class RdmaStack:
 
 @dataclass(frozen=True)
 class GuestImage:
-    """The training image a guest must have (guest.docker): its recipe rendered, its builder chosen."""
+    """The training image a guest must have (guest.image; guest.docker sets up docker for it): its recipe
+    rendered, its builder chosen."""
 
     ref: str  # name:tag; the tag is the recipe's digest
     dockerfile: str  # the rendered recipe
@@ -146,6 +147,6 @@ class DesiredGuest(_SshTarget):
     rdma_ports: tuple[RdmaPort, ...] = ()  # guest.nic
     nic_ats: bool | None = None  # guest.nic_ats
     mig: str | tuple[MigDevices, ...] | None = None  # guest.mig: a named layout or mig-parted entries
-    image: GuestImage | None = None  # guest.docker
+    image: GuestImage | None = None  # guest.docker and guest.image
     licence: GuestLicence | None = None  # guest.licensing (None: the guest needs no licence)
     mesh: GuestMesh | None = None  # guest.ssh_mesh (None: no mesh)

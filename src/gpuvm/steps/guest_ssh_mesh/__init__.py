@@ -12,7 +12,8 @@ writes every guest in parallel, then proves every ordered pair logs in, once. Th
 - `files`: what the mesh files hold (authorized_keys, known_hosts, the managed config block), pure;
 - `guests`: the guests in the mesh, the mesh user on each, their verified host keys;
 - `ssh_dir`: reading and writing a guest's ~/.ssh, one command each;
-- `verify`: every ordered pair of guests logs in with the mesh key, checked pair by pair.
+- `verify`: every ordered pair of guests logs in with the mesh key, checked pair by pair;
+- `blame`: which guest a failed pair is charged to.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from gpuvm.errors import ConnectError
 from gpuvm.executors.group import run_group
-from gpuvm.steps.guest_ssh_mesh import verify
+from gpuvm.steps.guest_ssh_mesh import blame, verify
 from gpuvm.steps.guest_ssh_mesh.files import (IDENTITY, MeshFiles, Peer, config_block, has_key, known_host_lines,
                                               merge_known_hosts, mode_problem, split_config, wanted_files)
 from gpuvm.steps.guest_ssh_mesh.guests import mesh_guests, mesh_user, peer_host_keys
@@ -138,8 +139,10 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]],
               parallel: int | None = None) -> dict[str, Exception]:
     """Write every guest's files in parallel, then verify the whole mesh once. Failures by target.
 
-    A pair that fails verification is charged to the guest that could not log in (`from`). Pairs with
-    a guest that does not answer gpuvm are not checked: the others are not blamed for it.
+    A pair that fails verification is charged to the guest that could not log in (`from`), or to the
+    guest nobody could log in to (`blame.charge`): possibly one this step was not given (the engine
+    skipped it), so one guest's trouble does not fail the mesh, and hold back the image, everywhere.
+    Pairs with a guest that does not answer gpuvm are not checked: the others are not blamed for it.
     """
     cluster = ctx.cluster
     workers = parallel or min(32, max(1, len(mesh_guests(cluster))))
@@ -150,12 +153,10 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]],
     _, silent = peer_host_keys(cluster)  # a guest that does not answer is its own failure, not its peers'
     away = {n for n, error in silent.items() if isinstance(error, ConnectError)}
     healthy = [n for n in mesh_guests(cluster) if n not in failures and n not in away]
-    by_origin: dict[str, list[verify.FailedPair]] = {}
     # called through the module, so that bench/ssh_mesh.py can time it
-    for pair in verify.verify_mesh(cluster, workers, among=healthy):
-        by_origin.setdefault(pair.origin, []).append(pair)
-    for origin, pairs in by_origin.items():
-        failures[origin] = verify.mesh_error(pairs)
+    pairs = verify.verify_mesh(cluster, workers, among=healthy)
+    for guest, charged in blame.charge(pairs, healthy).items():
+        failures[guest] = verify.mesh_error(charged)
     return failures
 
 

@@ -1,0 +1,391 @@
+"""guest.image: the same training image on every guest, shipped guest to guest over the SSH mesh.
+
+The image is rendered from `templates/Dockerfile.j2`; its tag is the first 12 hex digits of the
+recipe's sha256, so "does this guest have the right image?" is one `docker image inspect` and
+never a build. One guest (the runbook's `image.builder`, else the first guest: chosen by
+`resolve_ssh`) builds it; the others get it over the SSH mesh: the builder sends to a first guest,
+then every guest that has it sends on, guest to guest, the id checked at each hop
+(`image_fanout.py`), so no image byte passes through the machine running gpuvm. This step runs
+after `guest.ssh_mesh`, so even a first apply has the mesh's key. Only what the mesh does not reach
+(no mesh in the runbook, a guest no sender can log in to) goes through gpuvm's machine: the
+builder's `docker save`, loaded there, counted in `image_fanout.OPERATOR_BYTES`. With a registry
+every guest pulls it. Because the builder must go first, the engine applies this step through
+`apply_all`.
+
+Docker itself (packages, daemon, NVIDIA runtime) is `guest.docker`'s, which runs before. A guest
+whose daemon did not answer when observed cannot say which images it has: the image is placed only
+if, once the daemon runs, it is missing (`only_if_missing`), so a stopped daemon never costs a
+rebuild. docker runs as the login (through sudo where the guest's `ssh.sudo` is true).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from gpuvm.errors import GpuvmError, InputError, RemoteCommandError
+from gpuvm.executors.base import CommandResult
+from gpuvm.executors.group import run_group
+from gpuvm.plan import Change
+from gpuvm.desired.ssh import DesiredGuest, GuestImage
+from gpuvm.image_fanout import OPERATOR_BYTES, SAVE_FAILED, SSH_FAILED, FanOut, Hop, HopError, fan_out, hop_script
+from gpuvm.remote import Cluster, run
+from gpuvm.secrets import redact
+from gpuvm.steps.guest_ssh_mesh.key import key_path
+from gpuvm.steps.base import Context, Say, Step, quiet
+from gpuvm.ticker import Counted, Ticker, amount, rate
+from gpuvm.untrusted import UntrustedValueError, image_id, shown
+
+NAME = "guest.image"
+STDIN_LIMIT = 256 << 20  # larger saved images go to the guest in chunks, then `docker load -i`
+CHUNK = 64 << 20
+STOPPED = "unknown: the docker daemon is stopped"
+
+
+@dataclass(frozen=True)
+class ImageFact:
+    image_id: str | None  # this guest's id of the recipe's name:tag (None: no such image, or no docker)
+    builder_id: str | None  # the builder's id of it (None on the builder itself)
+    daemon_error: str | None = None  # docker is installed but its daemon did not answer: images unknown
+
+
+@dataclass(frozen=True)
+class PlaceImage:
+    ref: str  # name:tag of the recipe the plan was made for
+    how: str  # build (on the builder) | copy (from the builder) | pull (from the registry)
+    builder: str
+    only_if_missing: bool = False  # the daemon was stopped: done only if, once started, the image is not there
+
+
+def _image(target: DesiredGuest) -> GuestImage:
+    assert target.image is not None  # wanted
+    return target.image
+
+
+# -- observe ------------------------------------------------------------------------------------
+
+def wanted(target: DesiredGuest) -> bool:
+    return target.image is not None
+
+
+def _missing(result: CommandResult) -> bool:
+    """docker is not installed. Plain: exit 127; under sudo: "sudo: docker: command not found", exit 1."""
+    return result.exit_code == 127 or "command not found" in result.stderr
+
+
+def _said(result: CommandResult) -> str:
+    return result.last_line or f"exit {result.exit_code}"
+
+
+def _no_daemon(result: CommandResult) -> bool:
+    return "Cannot connect to the Docker daemon" in result.stderr or "Is the docker daemon running" in result.stderr
+
+
+def _inspect(target: DesiredGuest, cluster: Cluster, ref: str) -> CommandResult:
+    return run(target, cluster, ["docker", "image", "inspect", "--format", "{{.Id}}", ref], check=False)
+
+
+def inspect_id(target: DesiredGuest, cluster: Cluster, ref: str) -> str | None:
+    """The image id of `ref` on the target; None when it has no such image (or no docker)."""
+    result = _inspect(target, cluster, ref)
+    if result.ok:
+        return image_id(result.stdout.strip(), "docker image inspect") if result.stdout.strip() else None
+    if "No such image" in result.stderr or _missing(result):
+        return None
+    raise RemoteCommandError(f"{target.name}: {NAME}: cannot inspect image {ref}: {_said(result)}")
+
+
+def observe(ctx: Context, target: DesiredGuest) -> ImageFact:
+    cluster, image = ctx.cluster, _image(target)
+    result = _inspect(target, cluster, image.ref)
+    if not result.ok and _no_daemon(result):  # guest.docker starts it; the image is looked at then
+        return ImageFact(None, _builder_id(target, cluster, image.builder, image.ref), _said(result))
+    own = inspect_id(target, cluster, image.ref)
+    return ImageFact(own, _builder_id(target, cluster, image.builder, image.ref))
+
+
+def _builder_id(target: DesiredGuest, cluster: Cluster, builder: str, ref: str) -> str | None:
+    if target.name == builder:
+        return None
+    try:
+        return inspect_id(cluster.targets[builder], cluster, ref)
+    except GpuvmError as e:
+        raise RemoteCommandError(f"{target.name}: {NAME}: cannot read the image on the builder {builder}: {e}") from None
+
+
+# -- plan (pure) --------------------------------------------------------------------------------
+
+def plan(target: DesiredGuest, fact: ImageFact) -> list[Change]:
+    image = _image(target)
+    builder, ref = image.builder, image.ref
+    stopped = bool(fact.daemon_error)  # its images unknown until the daemon runs
+    if image.registry:
+        how, source = "pull", f"pulled from {image.registry}"
+    elif target.name == builder:
+        how, source = "build", f"built on {builder}"
+    else:
+        how, source = "copy", f"copied from {builder}"
+    place = PlaceImage(ref, how, builder, only_if_missing=stopped)
+    if stopped:
+        return [Change(NAME, target.name, f"image {ref}", "present", STOPPED,
+                       f"{source}, if missing once the daemon runs", action=place)]
+    if fact.image_id is None:
+        return [Change(NAME, target.name, f"image {ref}", "present", None, source, action=place)]
+    if target.name != builder and fact.image_id != fact.builder_id:
+        # the builder has another build of the recipe, or has none yet and will build one
+        return [Change(NAME, target.name, f"image {ref}", "id", fact.image_id, fact.builder_id or source,
+                       action=place)]
+    return []
+
+
+# -- apply --------------------------------------------------------------------------------------
+
+def _placement(changes: list[Change]) -> PlaceImage | None:
+    return next((c.action for c in changes if isinstance(c.action, PlaceImage)), None)
+
+
+def _still_missing(cluster: Cluster, name: str, place: PlaceImage) -> bool:
+    """Whether a placement planned while the daemon was stopped is needed now that it runs: the
+    image is not there, or (copied) differs from the builder's."""
+    if not place.only_if_missing:
+        return True
+    own = inspect_id(cluster.targets[name], cluster, place.ref)
+    if own is None or place.how != "copy":
+        return own is None
+    return own != inspect_id(cluster.targets[place.builder], cluster, place.ref)
+
+
+def _check_recipe(target: DesiredGuest, place: PlaceImage) -> GuestImage:
+    current = _image(target)
+    if place.ref != current.ref:
+        raise InputError(f"the plan is for image {place.ref} but the runbook "
+                         f"now renders {current.ref}; plan again")
+    return current
+
+
+def _build(target: DesiredGuest, cluster: Cluster, image: GuestImage, say: Say = quiet) -> None:
+    network = ["--network=host"] if image.build_network == "host" else []
+    with Ticker(lambda line: say(target.name, line), lambda s: f"building image {image.ref}: {s:.0f} s") as tick:
+        run(target, cluster, ["docker", "build", *network, "-t", image.ref, "-"],
+            stdin=image.dockerfile.encode(), timeout=max(cluster.command_timeout, image.build_timeout))
+    say(target.name, f"image {image.ref} built in {tick.elapsed:.0f} s")
+
+
+def _pull(target: DesiredGuest, cluster: Cluster, image: GuestImage, say: Say = quiet) -> None:
+    remote = f"{image.registry.rstrip('/')}/{image.ref}"  # type: ignore[union-attr]
+    with Ticker(lambda line: say(target.name, line), lambda s: f"pulling {remote}: {s:.0f} s"):
+        run(target, cluster, ["docker", "pull", remote], timeout=max(cluster.command_timeout, image.build_timeout))
+    run(target, cluster, ["docker", "tag", remote, image.ref])
+
+
+def _save(builder: DesiredGuest, cluster: Cluster, ref: str, sink: BinaryIO, say: Say = quiet) -> None:
+    counted = Counted(sink)
+    with Ticker(lambda line: say(builder.name, line),
+                lambda s: f"saving {ref} from the builder: {rate(counted.bytes, s)}") as tick:
+        try:
+            run(builder, cluster, ["docker", "save", ref], stdout_to=counted,  # type: ignore[arg-type]
+                timeout=max(cluster.command_timeout, _image(builder).build_timeout))
+        finally:
+            OPERATOR_BYTES.add(counted.bytes)
+    say(builder.name, f"saved {ref} from the builder: {rate(counted.bytes, tick.elapsed)}")
+
+
+def _load(target: DesiredGuest, cluster: Cluster, saved: Path, stdin_limit: int = STDIN_LIMIT,
+          say: Say = quiet) -> None:
+    """`docker load` the saved image: on stdin when small, else sent in chunks to a temp file first.
+    Progress: bytes sent and rate, every few seconds and at the end."""
+    timeout = max(cluster.command_timeout, _image(target).build_timeout)
+    size, sent = saved.stat().st_size, Counted()
+    with Ticker(lambda line: say(target.name, line),
+                lambda s: f"shipping image: {rate(sent.bytes, s)} of {amount(size)} sent") as tick:
+        try:
+            if size <= stdin_limit:
+                run(target, cluster, ["docker", "load"], stdin=saved.read_bytes(), timeout=timeout)
+                sent.add(size)
+            else:
+                _load_in_chunks(target, cluster, saved, timeout, sent)
+        finally:
+            OPERATOR_BYTES.add(size if size <= stdin_limit else sent.bytes)
+    say(target.name, f"image shipped and loaded: {rate(size, tick.elapsed)}")
+
+
+def _load_in_chunks(target: DesiredGuest, cluster: Cluster, saved: Path, timeout: float, sent: Counted) -> None:
+    remote = run(target, cluster, ["mktemp", "/tmp/gpuvm-image.XXXXXX"], sudo=False).stdout.strip()
+    if not re.fullmatch(r"/tmp/gpuvm-image\.[A-Za-z0-9]{6,}", remote):  # a file name from the guest
+        raise UntrustedValueError(f"`mktemp` answered {shown(remote)}, not a /tmp/gpuvm-image.XXXXXX file")
+    try:
+        with open(saved, "rb") as f:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                run(target, cluster, ["sh", "-c", 'cat >> "$1"', "gpuvm-load", remote], sudo=False, stdin=chunk)
+                sent.add(len(chunk))
+        run(target, cluster, ["docker", "load", "-i", remote], timeout=timeout)
+    finally:
+        run(target, cluster, ["rm", "-f", remote], sudo=False, check=False)
+
+
+def _ship(builder: DesiredGuest, cluster: Cluster, ref: str, receivers: dict[str, DesiredGuest],
+          parallel: int = 4, say: Say = quiet) -> dict[str, Exception]:
+    """Save once on the builder into a local temp file, then load it on every receiver (bounded)."""
+    if not receivers:
+        return {}
+    where = cluster.state_dir if cluster.state_dir.is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="gpuvm-image-", dir=where) as tmp:
+        saved = Path(tmp) / "image.tar"
+        with open(saved, "wb") as sink:
+            try:
+                _save(builder, cluster, ref, sink, say)
+            except Exception as e:
+                return {name: RemoteCommandError(f"cannot fetch {ref} from the builder: {e}")
+                        for name in receivers}
+        os.chmod(saved, 0o600)
+        return run_group(receivers, lambda t: _load(t, cluster, saved, say=say), parallel, name="load").failed
+
+
+def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dict[str, Exception]:
+    """Every named guest must have `ref` with the reference guest's id (else the first named's)."""
+    targets = {n: cluster.targets[n] for n in dict.fromkeys([reference, *names])}
+    inspected = run_group(targets, lambda t: inspect_id(t, cluster, ref), name="inspect")
+    ids, failures = inspected.ok, dict(inspected.failed)
+    want = ids.get(reference) or next((ids[n] for n in names if ids.get(n)), None)
+    for name in names:
+        if name not in failures and (ids.get(name) is None or ids[name] != want):
+            seen = ", ".join(f"{n} {ids.get(n) or 'none'}" for n in targets if n not in failures)
+            failures[name] = RemoteCommandError(f"image {ref} differs between guests ({seen})")
+    return {n: e for n, e in failures.items() if n in names}
+
+
+def _copy_to(cluster: Cluster, ref: str, builder: str, receivers: dict[str, DesiredGuest], parallel: int,
+             say: Say = quiet) -> dict[str, Exception]:
+    """Ship the builder's image to the receivers whose copy differs from it."""
+    try:
+        want = inspect_id(cluster.targets[builder], cluster, ref)
+    except GpuvmError as e:
+        want, error = None, str(e)
+    else:
+        error = "it has no such image (its build failed?)"
+    if want is None:
+        return {n: RemoteCommandError(f"{n}: {NAME}: cannot copy {ref} from the builder {builder}: {error}")
+                for n in receivers}
+    # a guest whose copy already has the builder's id (e.g. the build was repeatable) needs no transfer
+    inspected = run_group(receivers, lambda t: inspect_id(t, cluster, ref), parallel, name="inspect")
+    have, failures = inspected.ok, inspected.failed
+    send = {n: t for n, t in receivers.items() if n not in failures and have.get(n) != want}
+    if not _mesh_keyed(cluster, {builder: cluster.targets[builder], **receivers}):
+        return failures | _ship(cluster.targets[builder], cluster, ref, send, parallel, say)
+    holders = [builder] + [n for n in receivers if have.get(n) == want]
+    return failures | _tree(cluster, ref, want, builder, holders, send, say)
+
+
+def _mesh_keyed(cluster: Cluster, receivers: dict[str, DesiredGuest]) -> bool:
+    """Whether the guests are in a mesh and its key was made (guest.ssh_mesh runs before this step):
+    else they cannot log in to each other."""
+    in_mesh = all(t.mesh is not None for t in receivers.values())
+    return in_mesh and key_path(cluster.state_dir).exists()
+
+
+def _unreached(result: FanOut) -> list[str]:
+    """Receivers the mesh could not reach (ssh failed, or no sender was left), not their own failures."""
+    return [n for n, e in result.failures.items() if not (isinstance(e, HopError) and e.side == "receiver")]
+
+
+def _tree(cluster: Cluster, ref: str, want: str, builder: str, holders: list[str],
+          receivers: dict[str, DesiredGuest], say: Say = quiet) -> dict[str, Exception]:
+    """Guest to guest over the mesh (`image_fanout.fan_out`). Through gpuvm's machine only what the
+    mesh cannot reach: one copy when the builder could send none (that guest then serves the rest),
+    and guests that no sender could log in to (a guest the mesh has not reached yet)."""
+    if not receivers:
+        return {}
+    started = time.monotonic()
+
+    def hop(h: Hop) -> None:
+        _hop(cluster, ref, want, builder, h, say)
+
+    result = fan_out(holders, list(receivers), hop)
+    stuck = _unreached(result)
+    if stuck and not result.served and holders == [builder]:
+        first = stuck[0]
+        if not _ship(cluster.targets[builder], cluster, ref, {first: receivers[first]}, 1, say):
+            say(first, f"image {ref}: one copy through gpuvm's machine: the builder could send none over the mesh")
+            rest = fan_out([first], stuck[1:], hop)
+            result = FanOut(result.rounds + rest.rounds, {n: e for n, e in result.failures.items() if n not in stuck}
+                            | rest.failures, [first, *rest.served])
+            stuck = _unreached(rest)
+    failures = {n: e if isinstance(e, HopError) else RemoteCommandError(f"{n}: {NAME}: image {ref}: {e}")
+                for n, e in result.failures.items() if n not in stuck}
+    say(builder, f"image {ref} copied to {len(result.served)} of {len(receivers)} guest(s) over the mesh in "
+                 f"{len(result.rounds)} round(s), {time.monotonic() - started:.0f} s")
+    if stuck:  # the mesh does not reach them: the old way, through gpuvm's machine
+        say(builder, f"image {ref}: through gpuvm's machine to {', '.join(stuck)}, which the mesh does not reach")
+        failures |= _ship(cluster.targets[builder], cluster, ref, {n: receivers[n] for n in stuck}, 4, say)
+    return failures
+
+
+def _hop(cluster: Cluster, ref: str, want: str, builder: str, hop: Hop, say: Say = quiet) -> None:
+    """`docker save | ssh receiver docker load` on the sender, then the receiver's id checked from here."""
+    sender, receiver = cluster.targets[hop.sender], cluster.targets[hop.receiver]
+    user = sender.mesh.user  # type: ignore[union-attr]  # _mesh_keyed: every guest here is in the mesh
+    script = hop_script(ref, receiver.login.address, receiver.login.port, save_sudo=sender.sudo,
+                        load_sudo=receiver.sudo, mesh_user=None if user == sender.login.user else user)
+    timeout = max(cluster.command_timeout, _image(sender).build_timeout)
+    with Ticker(lambda line: say(receiver.name, line),
+                lambda s: f"copying {ref} from {sender.name} over the mesh: {s:.0f} s") as tick:
+        result = cluster.executors[sender.name].run_script(script, timeout=timeout, check=False)
+    if result.exit_code != 0:
+        side = {SAVE_FAILED: "sender", SSH_FAILED: "mesh"}.get(result.exit_code, "receiver")
+        raise HopError(redact(f"{receiver.name}: {NAME}: image {ref} from {sender.name}: {_said(result)}"), side)
+    got = inspect_id(receiver, cluster, ref)
+    if got != want:
+        raise HopError(f"{receiver.name}: {NAME}: image {ref} copied from {sender.name} has id {got or 'none'} "
+                       f"on {receiver.name}, not {want} as on the builder {builder}")
+    say(receiver.name, f"image {ref} copied from {sender.name} over the mesh in {tick.elapsed:.0f} s")
+
+
+def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel: int = 8) -> dict[str, Exception]:
+    """Build on the builder (or pull), ship to the rest over the mesh, check the ids.
+
+    Returns the failures by target; an empty dict when every target ended with the same image.
+    """
+    cluster = ctx.cluster
+    targets = {n: cluster.targets[n] for n in changes_by_target}
+    failures: dict[str, Exception] = {}
+    placements = {n: p for n, cs in changes_by_target.items() if (p := _placement(cs))}
+    try:
+        placements = {n: p for n, p in placements.items() if _still_missing(cluster, n, p)}
+    except GpuvmError as e:
+        return {n: e for n in placements}
+    if not placements:
+        return failures
+    first = next(iter(placements))
+    try:
+        current = _check_recipe(targets[first], placements[first])
+    except GpuvmError as e:
+        return {n: e for n in placements}
+    by_how: dict[str, dict[str, DesiredGuest]] = {"build": {}, "pull": {}, "copy": {}}
+    for name, place in placements.items():
+        by_how[place.how][name] = targets[name]
+    for name, target in by_how["build"].items():  # the builder: at most one, before any copy
+        try:
+            _build(target, cluster, current, ctx.say)
+        except Exception as e:
+            failures[name] = e
+    pulled = run_group(by_how["pull"], lambda t: _pull(t, cluster, current, ctx.say), parallel, name="pull")
+    failures.update(pulled.failed)
+    failures.update(_copy_to(cluster, current.ref, current.builder, by_how["copy"], min(parallel, 4), ctx.say))
+    checked = [n for n in placements if n not in failures]
+    failures.update(_verify(cluster, current.ref, checked, current.builder))
+    return failures
+
+
+def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
+    """This guest alone: build, pull or fetch the image from the builder."""
+    failure = apply_all(ctx, {target.name: changes}, 1).get(target.name)
+    if failure is not None:
+        raise failure
+
+
+STEP = Step(NAME, "guest", observe, plan, apply, wanted=wanted, apply_all=apply_all)
