@@ -630,7 +630,7 @@ class Licensing(Strict):
 
 class Guests(Strict):
     hosts: list[Guest] = []  # the guest OSes, one per VM, over SSH
-    image: Image | None = None  # the training container, built once and shipped to every guest (guest.docker)
+    image: Image | None = None  # the training container, built once and shipped to every guest (guest.image)
     ssh_mesh: SshMesh | None = None  # keyless SSH between all guests (guest.ssh_mesh)
     driver: NvidiaDriver | None = None  # the NVIDIA driver on every guest (guest.driver)
     rdma: Rdma | None = None  # the RDMA user space on every guest (guest.rdma)
