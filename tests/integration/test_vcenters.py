@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
-from tests.integration.vcenter import raw_state
+from tests.integration.vcenter import raw_state, simulated_vcenters
 
 pytestmark = pytest.mark.integration
 SIDES = ("east", "west")
@@ -24,21 +23,8 @@ def gpuvm(*args: str):
 def fleet(monkeypatch, tmp_path):
     """Two simulated vCenters (east-esx-01, west-esx-01), each with its own password and certificate,
     and a runbook naming both; govc's variables unset, so every setting comes from the runbook."""
-    for key in ("GOVC_URL", "GOVC_USERNAME", "GOVC_PASSWORD", "GOVC_TLS_CA_CERTS", "GOVC_INSECURE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
-    sims = {side: Simulator(hosts=1, vms_per_host=2, rebind=True, host_prefix=f"{side}-", password=f"{side}-pass")
-            for side in SIDES}
-    for sim in sims.values():
-        sim.start()
-    try:
-        lines = ["vcenters:"]
-        for side, sim in sims.items():
-            monkeypatch.setenv(f"{side.upper()}_PASSWORD", sim.password)
-            ca = tmp_path / f"{side}-ca.pem"  # kept when its simulator stops
-            ca.write_bytes(sim.cert_file.read_bytes())
-            lines.append(f"  - {{name: {side}, url: '{sim.url}', user: '{sim.username}', "
-                         f"password_env: {side.upper()}_PASSWORD, ca_file: '{ca}'}}")
+    options = {side: dict(hosts=1, vms_per_host=2, rebind=True, host_prefix=f"{side}-") for side in SIDES}
+    with simulated_vcenters(monkeypatch, tmp_path, options) as (sims, lines):
         lines.append("hosts:")
         lines += [f"  - {{name: {side}-esx-01, vcenter: {side}, passthrough: [{{model: A100}}]}}" for side in SIDES]
         lines.append("vms:")
@@ -47,9 +33,6 @@ def fleet(monkeypatch, tmp_path):
         runbook = tmp_path / "fleet.yaml"
         runbook.write_text("\n".join(lines) + "\n")
         yield runbook, sims
-    finally:
-        for sim in sims.values():
-            sim.stop()
 
 
 def _vm(sim: Simulator, side: str) -> dict:

@@ -7,38 +7,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from gpusim import Simulator
-from gpuvm.cli.main import app
-from tests.integration.vcenter import raw_state
+from tests.integration.test_vcenters import SIDES, gpuvm
+from tests.integration.vcenter import raw_state, simulated_vcenters
 
 pytestmark = pytest.mark.integration
-SIDES = ("east", "west")
-
-
-def gpuvm(*args: str):
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
 @pytest.fixture
 def twins(monkeypatch, tmp_path):
     """Two simulated vCenters with the same names in each (no host prefix), and a runbook naming both."""
-    for key in ("GOVC_URL", "GOVC_USERNAME", "GOVC_PASSWORD", "GOVC_TLS_CA_CERTS", "GOVC_INSECURE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
-    sims = {side: Simulator(hosts=1, vms_per_host=1, rebind=True, templates=["ubuntu-gpu"], password=f"{side}-pass")
-            for side in SIDES}
-    for sim in sims.values():
-        sim.start()
-    try:
-        lines = ["vcenters:"]
-        for side, sim in sims.items():
-            monkeypatch.setenv(f"{side.upper()}_PASSWORD", sim.password)
-            ca = tmp_path / f"{side}-ca.pem"
-            ca.write_bytes(sim.cert_file.read_bytes())
-            lines.append(f"  - {{name: {side}, url: '{sim.url}', user: '{sim.username}', "
-                         f"password_env: {side.upper()}_PASSWORD, ca_file: '{ca}'}}")
+    options = {side: dict(hosts=1, vms_per_host=1, rebind=True, templates=["ubuntu-gpu"]) for side in SIDES}
+    with simulated_vcenters(monkeypatch, tmp_path, options) as (sims, lines):
         lines.append("hosts:")
         lines += [f"  - {{name: esx-01, vcenter: {side}, passthrough: [{{model: A100}}]}}" for side in SIDES]
         lines.append("vms:")
@@ -49,9 +29,6 @@ def twins(monkeypatch, tmp_path):
         runbook = tmp_path / "twins.yaml"
         runbook.write_text("\n".join(lines) + "\n")
         yield runbook, sims
-    finally:
-        for sim in sims.values():
-            sim.stop()
 
 
 def test_same_names_in_two_vcenters_are_planned_applied_and_verified_qualified(twins, tmp_path):

@@ -59,6 +59,32 @@ def pyvmomi(sim: Simulator) -> Iterator[Any]:
         Disconnect(si)
 
 
+@contextmanager
+def simulated_vcenters(monkeypatch: Any, tmp_path: Path, options: dict[str, dict[str, Any]]) -> Iterator[
+        tuple[dict[str, Simulator], list[str]]]:
+    """One simulator per named vCenter (`options`: its Simulator options), govc's variables unset so
+    every setting comes from the runbook: yields them and the runbook's `vcenters:` lines (each with
+    its own password variable and CA file, kept when its simulator stops)."""
+    for key in ("GOVC_URL", "GOVC_USERNAME", "GOVC_PASSWORD", "GOVC_TLS_CA_CERTS", "GOVC_INSECURE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("GPUVM_STATE_DIR", str(tmp_path / "state"))
+    sims = {name: Simulator(password=f"{name}-pass", **opts) for name, opts in options.items()}
+    for sim in sims.values():
+        sim.start()
+    try:
+        lines = ["vcenters:"]
+        for name, sim in sims.items():
+            monkeypatch.setenv(f"{name.upper()}_PASSWORD", sim.password)
+            ca = tmp_path / f"{name}-ca.pem"
+            ca.write_bytes(sim.cert_file.read_bytes())
+            lines.append(f"  - {{name: {name}, url: '{sim.url}', user: '{sim.username}', "
+                         f"password_env: {name.upper()}_PASSWORD, ca_file: '{ca}'}}")
+        yield sims, lines
+    finally:
+        for sim in sims.values():
+            sim.stop()
+
+
 def raw_state(sim: Simulator) -> dict[str, Any]:
     """Everything gpuvm may change, read attribute by attribute with plain pyvmomi (not gpuvm's reader)."""
     from pyVmomi import vim
