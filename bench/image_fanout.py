@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -100,12 +101,14 @@ def distribute(bed: TestBed, names: list[str], work: Path, ref: str, mesh: bool)
         ROUNDS.clear()
         OPERATOR_BYTES.reset()
         start = time.perf_counter()
-        failures = guest_image.apply_all(Context(cluster=cluster), planned)
+        said: list[str] = []
+        failures = guest_image.apply_all(Context(cluster=cluster, say=lambda _, line: said.append(line)), planned)
         seconds = time.perf_counter() - start
         if failures:
             raise SystemExit(f"guest.image failed on {len(failures)} of {len(names)} guests: "
                              f"{next(iter(failures.values()))}")
-        return seconds, (ROUNDS[0] if ROUNDS else 0), OPERATOR_BYTES.reset()
+        levels = [int(m.group(1)) for line in said if (m := re.search(r"down a pipelined tree of (\d+) level", line))]
+        return seconds, sum(levels) + (ROUNDS[0] if ROUNDS else 0), OPERATOR_BYTES.reset()
     finally:
         cluster.close()
 

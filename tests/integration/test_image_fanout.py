@@ -1,6 +1,7 @@
-"""The image tree over the mesh for real: eight bed guests with real dockerds, the mesh set up by
-guest.ssh_mesh, a small image on the builder; guest.image copies it guest to guest (`docker save |
-ssh peer docker load` on the senders), one guest's `docker load` failing, then a re-run finishes."""
+"""The image over the mesh for real: eight bed guests with real dockerds, the mesh set up by
+guest.ssh_mesh, a small image on the builder; guest.image sends it down the pipelined tree (every
+guest loads and passes on), one guest's `docker load` failing: it is retried round by round
+(`docker save | ssh peer docker load` from two other guests), then a re-run finishes."""
 
 from __future__ import annotations
 
@@ -85,15 +86,17 @@ def test_tree_ship_to_eight_guests_with_a_failing_hop_resumed_by_a_rerun(testbed
         said: list[tuple[str, str]] = []
         failures = guest_image.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))), planned)
 
-        # the hop to BROKEN failed, from two senders; its would-be subtree was served by the others
+        # BROKEN's load failed in the tree (the guests under it got the image all the same), then from two senders
         assert list(failures) == [BROKEN], failures
         message = str(failures[BROKEN])
         assert re.match(rf"{BROKEN}: guest.image: image {re.escape(ref)} from (gpu-vm|fan)-\d\d: docker load failed "
                         r"\(exit 1\): write /var/lib/docker/tmp: no space left on device$", message), message
         copies = [(t, s) for t, s in said if " over the mesh in " in s and "copied from" in s]
         assert sorted(t for t, _ in copies) == sorted(n for n in eight[1:] if n != BROKEN)
-        assert any(re.fullmatch(rf"image {re.escape(ref)} copied to 6 of 7 guest\(s\) over the mesh in [45] round\(s\), "
-                                r"\d+ s", s) for t, s in said if t == eight[0]), said
+        assert any(re.fullmatch(rf"image {re.escape(ref)} down a pipelined tree of 3 level\(s\) to 6 of 7 guest\(s\) "
+                                r"in \d+ s", s) for t, s in said if t == eight[0]), said
+        assert any(re.fullmatch(rf"image {re.escape(ref)} copied to 6 of 7 guest\(s\) over the mesh in a pipelined "
+                                r"tree and 2 round\(s\), \d+ s", s) for t, s in said if t == eight[0]), said
         testbed.set_state(BROKEN, "docker", state)  # the disk has room again
 
         replanned = plan(cluster, guest_image)

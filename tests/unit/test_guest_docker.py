@@ -19,6 +19,7 @@ from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.model import Image
 from gpuvm import image as recipes
 from gpuvm.steps import guest_docker as step
+from gpuvm.image_pipeline import split
 from gpuvm.steps import guest_image
 from gpuvm.steps.guest_docker import DockerFact
 from gpuvm.steps.guest_image import ImageFact
@@ -48,9 +49,40 @@ class DockerWorld:
         self.load_id: dict[str, str] = {}  # guest → id a load gives there (to fake a mismatch)
         self.fail: dict[str, str] = {}  # guest → command prefix that fails there
         self.hops: list[tuple[str, str]] = []  # (sender, receiver) of every copy over the mesh
+        self.piped: list[tuple[str, str]] = []  # (sender, receiver) of every send down the pipelined tree
+        self.pipeline = True  # False: the pipelined tree fails as a whole (no bash on the builder, say)
+        self.unreachable: set[str] = set()  # guests no mesh login reaches
         self.executors = {g: self._executor(g, installed, runtimes) for g in guests}
         for guest in guests:
             self.executors[guest].responses[re.compile(r"docker save .* \| ssh ")] = self._hop(guest, guests)
+            tree = {re.compile(r"^docker save \S+ \| bash -c "): self._tree(guest, guests)}
+            self.executors[guest].responses = tree | self.executors[guest].responses  # before plain saves
+
+    def _tree(self, builder: str, guests):
+        """The pipelined tree from `builder`: each relay loads the stream (unless its load fails) and
+        passes it on to its children (unless the mesh does not take it there)."""
+        def respond(call: FakeCall) -> CommandResult:
+            if not self.pipeline:
+                return CommandResult("", 127, "", "bash: line 1: base64: command not found")
+            ref = re.search(r"docker save (\S+) ", call.command).group(1)
+            tokens = re.findall(r"\b10\.0\.0\.(\d+),\d+,[01],\S+", call.command)
+            stream = self.images[builder][ref]
+
+            def relay(sender: str, descendants: list[str]) -> None:
+                for subtree in split(descendants):
+                    if not subtree:
+                        continue
+                    child = subtree[0]
+                    self.piped.append((sender, child))
+                    if self.fail.get(sender) == "mesh" or child in self.unreachable:
+                        continue
+                    if self.fail.get(child) != "docker load":
+                        self.images[child][ref] = self.load_id.get(child, stream)
+                    relay(child, subtree[1:])
+
+            relay(builder, [guests[int(i) - 1] for i in tokens])
+            return ok("")
+        return respond
 
     def _hop(self, sender: str, guests):
         """The hop script on `sender`: the image to the guest at the ssh line's address (10.0.0.<i+1>)."""
@@ -60,7 +92,7 @@ class DockerWorld:
             self.hops.append((sender, receiver))
             if self.fail.get(receiver) == "docker load":
                 return CommandResult("", 4, "", "docker load failed (exit 1): no space left on device")
-            if self.fail.get(sender) == "mesh":
+            if self.fail.get(sender) == "mesh" or receiver in self.unreachable:
                 return CommandResult("", 5, "", "ssh over the mesh failed: Permission denied (publickey).")
             ref = re.search(r"docker save (\S+) ", call.command).group(1)
             self.images[receiver][ref] = self.load_id.get(receiver, self.images[sender][ref])
@@ -549,8 +581,41 @@ def meshed(world: DockerWorld, tmp_path: Path):
     return world.cluster(runbook(tmp_path, guests=EIGHT, mesh=True), tmp_path)
 
 
-def test_with_a_mesh_the_image_goes_guest_to_guest_in_a_tree(tmp_path):
+def test_with_a_mesh_the_image_goes_down_a_pipelined_tree(tmp_path):
     world = DockerWorld(EIGHT)
+    cluster = meshed(world, tmp_path)
+    guest_image.OPERATOR_BYTES.reset()
+    said: list[tuple[str, str]] = []
+    planned = observe_and_plan(cluster)
+    assert guest_image.STEP.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))), planned) == {}
+    assert world.piped == [("gpu-vm-01", "gpu-vm-02"), ("gpu-vm-02", "gpu-vm-03"), ("gpu-vm-03", "gpu-vm-04"),
+                           ("gpu-vm-02", "gpu-vm-05"), ("gpu-vm-01", "gpu-vm-06"), ("gpu-vm-06", "gpu-vm-07"),
+                           ("gpu-vm-06", "gpu-vm-08")]
+    assert world.hops == [] and world.loads == [] and guest_image.OPERATOR_BYTES.bytes == 0
+    assert len({tuple(i.values()) for i in world.images.values()}) == 1
+    ref = cluster.targets["gpu-vm-01"].image.ref
+    assert ("gpu-vm-01", f"image {ref} down a pipelined tree of 3 level(s) to 7 of 7 guest(s) in 0 s") in said
+    assert ("gpu-vm-04", f"image {ref} copied from gpu-vm-03 over the mesh in 0 s (pipelined)") in said
+    [tree] = [c for c in world.executors["gpu-vm-01"].calls if "| bash -c " in c.command]
+    assert tree.line.startswith("sudo -n docker save gpuvm/dl:")  # the save alone through sudo
+    assert tree.command.split()[-7:] == [f"10.0.0.{i},22,1,-" for i in range(2, 9)]  # each loads through sudo
+    assert observe_and_plan(cluster) == {g: [] for g in EIGHT}
+
+
+def test_what_the_pipelined_tree_missed_goes_round_by_round(tmp_path):
+    world = DockerWorld(EIGHT)
+    world.unreachable.add("gpu-vm-06")  # the builder's right child: gpu-vm-07 and -08 get nothing from it
+    cluster = meshed(world, tmp_path)
+    failures = guest_image.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster))
+    assert list(failures) == []  # gpu-vm-06 is not reached by the mesh: one copy through gpuvm's machine
+    assert world.loads == ["gpu-vm-06"]
+    assert {r for _, r in world.hops} == {"gpu-vm-06", "gpu-vm-07", "gpu-vm-08"}
+    assert len({tuple(i.values()) for i in world.images.values()}) == 1
+
+
+def test_without_the_pipelined_tree_the_image_goes_guest_to_guest_round_by_round(tmp_path):
+    world = DockerWorld(EIGHT)
+    world.pipeline = False
     cluster = meshed(world, tmp_path)
     guest_image.OPERATOR_BYTES.reset()
     said: list[tuple[str, str]] = []
@@ -562,7 +627,8 @@ def test_with_a_mesh_the_image_goes_guest_to_guest_in_a_tree(tmp_path):
                                            [("gpu-vm-01", "gpu-vm-05"), ("gpu-vm-02", "gpu-vm-06"),
                                             ("gpu-vm-03", "gpu-vm-07"), ("gpu-vm-04", "gpu-vm-08")]]
     assert world.loads == [] and guest_image.OPERATOR_BYTES.bytes == 0  # nothing through gpuvm's machine
-    assert not any(c.command.startswith("docker save") for e in world.executors.values() for c in e.calls)
+    assert not any(c.command.startswith("docker save") and "| bash -c " not in c.command
+               for e in world.executors.values() for c in e.calls)  # no save read by gpuvm
     assert len({tuple(i.values()) for i in world.images.values()}) == 1
     assert ("gpu-vm-01", f"image {cluster.targets['gpu-vm-01'].image.ref} copied to 7 of 7 guest(s) over "
             "the mesh in 3 round(s), 0 s") in said
@@ -626,13 +692,7 @@ def test_before_the_mesh_has_a_key_the_image_goes_through_gpuvm(tmp_path):
 def test_a_guest_the_mesh_does_not_reach_gets_it_through_gpuvm(tmp_path):
     world = DockerWorld(EIGHT)
     cluster = meshed(world, tmp_path)
-    for guest in EIGHT:  # nobody can log in to gpu-vm-07 (its authorized_keys lacks the mesh key)
-        def respond(call, hop=world._hop(guest, EIGHT)):
-            if " 10.0.0.7 " in call.command:
-                world.hops.append((call.command, "gpu-vm-07"))
-                return CommandResult("", 5, "", "ssh over the mesh failed: Permission denied (publickey).")
-            return hop(call)
-        world.executors[guest].responses[re.compile(r"docker save .* \| ssh ")] = respond
+    world.unreachable.add("gpu-vm-07")  # nobody can log in to it (its authorized_keys lacks the mesh key)
     guest_image.OPERATOR_BYTES.reset()
     said: list[tuple[str, str]] = []
     assert guest_image.STEP.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))),

@@ -16,12 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from gpuvm.bench.fan_out import at_once
 from gpuvm.bench.campaign import LOCAL, PlannedPoint
 from gpuvm.bench.commands import BUNDLED
 from gpuvm.errors import RemoteCommandError
 from gpuvm.executors.base import Executor, last_line
-from gpuvm.executors.group import GroupResult, run_group
+from gpuvm.executors.group import GroupResult, at_once, run_group
 from gpuvm.runbook.benchmarks import Dataset
 from gpuvm.ticker import Ticker
 

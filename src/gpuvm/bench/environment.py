@@ -16,11 +16,10 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 
-from gpuvm.bench.fan_out import at_once
 from gpuvm.bench.results import Environment, GpuState, Results
 from gpuvm.errors import GpuvmError
 from gpuvm.executors.base import Executor
-from gpuvm.executors.group import run_group
+from gpuvm.executors.group import at_once, run_group
 from gpuvm.parsers.nvidia_smi_q import parse_nvidia_smi_q
 
 FRAMEWORKS = ("torch", "tensorflow", "horovod", "jax")

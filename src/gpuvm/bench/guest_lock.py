@@ -32,8 +32,7 @@ from datetime import UTC, datetime
 
 from gpuvm.errors import GpuvmError, LeaseLostError, LockedError
 from gpuvm.executors.base import Executor
-from gpuvm.bench.fan_out import at_once
-from gpuvm.executors.group import run_group
+from gpuvm.executors.group import at_once, run_group
 from gpuvm.runbook.strict import shown
 
 log = logging.getLogger(__name__)

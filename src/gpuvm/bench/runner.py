@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from gpuvm.bench.fan_out import at_once
 from gpuvm.bench.campaign import LOCAL, Job, PlannedPoint, container_sshd_port, has_rdma, taking_part, uploads
 from gpuvm.bench.commands import (
     DEFAULT_PROGRAMS,
@@ -45,7 +44,7 @@ from gpuvm.bench.software import software_versions
 from gpuvm.bench.stats import half_width, median_ci
 from gpuvm.errors import GpuvmError, InputError, RemoteCommandError
 from gpuvm.executors.base import Executor, last_line
-from gpuvm.executors.group import GroupResult, run_group
+from gpuvm.executors.group import GroupResult, at_once, run_group
 from gpuvm.files import UPLOAD_BYTES, read_capped
 from gpuvm.image import image_ref
 from gpuvm.names import file_stem

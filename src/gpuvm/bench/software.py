@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuvm.bench.fan_out import at_once
 from gpuvm.errors import GpuvmError
 from gpuvm.executors.base import Executor
-from gpuvm.executors.group import run_group
+from gpuvm.executors.group import at_once, run_group
 from gpuvm.secrets import redact
 from gpuvm.untrusted import printable
 

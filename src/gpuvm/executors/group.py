@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sized
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -38,6 +38,14 @@ class GroupResult(Generic[K, R]):
         for error in self.failed.values():
             raise error
         return self.ok
+
+
+MOST_AT_ONCE = 64  # remote work that only waits on guests: a 64-guest fleet in one round (`apply --parallel`'s limit)
+
+
+def at_once(targets: Sized) -> int:
+    """Workers for a pool over `targets`: one each, up to MOST_AT_ONCE."""
+    return max(1, min(MOST_AT_ONCE, len(targets)))
 
 
 def run_group(items: Mapping[K, T], fn: Callable[[T], R], max_workers: int = 8, *, name: str = "",

@@ -3,9 +3,10 @@
 The image is rendered from `templates/Dockerfile.j2`; its tag is the first 12 hex digits of the
 recipe's sha256, so "does this guest have the right image?" is one `docker image inspect` and
 never a build. One guest (the runbook's `image.builder`, else the first guest: chosen by
-`resolve_ssh`) builds it; the others get it over the SSH mesh: the builder sends to a first guest,
-then every guest that has it sends on, guest to guest, the id checked at each hop
-(`image_fanout.py`), so no image byte passes through the machine running gpuvm. This step runs
+`resolve_ssh`) builds it; the others get it over the SSH mesh, guest to guest: down a pipelined
+tree, where every guest loads the stream while passing it on (`image_pipeline.py`), then round by
+round for whatever the tree missed (`image_fanout.py`), every receiver's id checked against the
+builder's, so no image byte passes through the machine running gpuvm. This step runs
 after `guest.ssh_mesh`, so even a first apply has the mesh's key. Only what the mesh does not reach
 (no mesh in the runbook, a guest no sender can log in to) goes through gpuvm's machine: the
 builder's `docker save`, loaded there, counted in `image_fanout.OPERATOR_BYTES`. With a registry
@@ -30,9 +31,10 @@ from typing import BinaryIO
 
 from gpuvm.errors import GpuvmError, InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
-from gpuvm.executors.group import run_group
+from gpuvm.executors.group import at_once, run_group
 from gpuvm.plan import Change
 from gpuvm.desired.ssh import DesiredGuest, GuestImage
+from gpuvm.image_pipeline import Relay, levels, pipeline_script
 from gpuvm.image_fanout import OPERATOR_BYTES, SAVE_FAILED, SSH_FAILED, FanOut, Hop, HopError, fan_out, hop_script
 from gpuvm.remote import Cluster, run
 from gpuvm.secrets import redact
@@ -249,7 +251,7 @@ def _ship(builder: DesiredGuest, cluster: Cluster, ref: str, receivers: dict[str
 def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dict[str, Exception]:
     """Every named guest must have `ref` with the reference guest's id (else the first named's)."""
     targets = {n: cluster.targets[n] for n in dict.fromkeys([reference, *names])}
-    inspected = run_group(targets, lambda t: inspect_id(t, cluster, ref), name="inspect")
+    inspected = run_group(targets, lambda t: inspect_id(t, cluster, ref), at_once(targets), name="inspect")
     ids, failures = inspected.ok, dict(inspected.failed)
     want = ids.get(reference) or next((ids[n] for n in names if ids.get(n)), None)
     for name in names:
@@ -272,7 +274,7 @@ def _copy_to(cluster: Cluster, ref: str, builder: str, receivers: dict[str, Desi
         return {n: RemoteCommandError(f"{n}: {NAME}: cannot copy {ref} from the builder {builder}: {error}")
                 for n in receivers}
     # a guest whose copy already has the builder's id (e.g. the build was repeatable) needs no transfer
-    inspected = run_group(receivers, lambda t: inspect_id(t, cluster, ref), parallel, name="inspect")
+    inspected = run_group(receivers, lambda t: inspect_id(t, cluster, ref), at_once(receivers), name="inspect")
     have, failures = inspected.ok, inspected.failed
     send = {n: t for n, t in receivers.items() if n not in failures and have.get(n) != want}
     if not _mesh_keyed(cluster, {builder: cluster.targets[builder], **receivers}):
@@ -305,7 +307,10 @@ def _tree(cluster: Cluster, ref: str, want: str, builder: str, holders: list[str
     def hop(h: Hop) -> None:
         _hop(cluster, ref, want, builder, h, say)
 
-    result = fan_out(holders, list(receivers), hop)
+    piped = _pipelined(cluster, ref, want, builder, receivers, say) if holders == [builder] else []
+    rest = [n for n in receivers if n not in piped]
+    result = fan_out(holders + piped, rest, hop)
+    result = FanOut(result.rounds, result.failures, piped + result.served)
     stuck = _unreached(result)
     if stuck and not result.served and holders == [builder]:
         first = stuck[0]
@@ -317,12 +322,47 @@ def _tree(cluster: Cluster, ref: str, want: str, builder: str, holders: list[str
             stuck = _unreached(rest)
     failures = {n: e if isinstance(e, HopError) else RemoteCommandError(f"{n}: {NAME}: image {ref}: {e}")
                 for n, e in result.failures.items() if n not in stuck}
+    how = f"a pipelined tree and {len(result.rounds)} round(s)" if piped else f"{len(result.rounds)} round(s)"
     say(builder, f"image {ref} copied to {len(result.served)} of {len(receivers)} guest(s) over the mesh in "
-                 f"{len(result.rounds)} round(s), {time.monotonic() - started:.0f} s")
+                 f"{how}, {time.monotonic() - started:.0f} s")
     if stuck:  # the mesh does not reach them: the old way, through gpuvm's machine
         say(builder, f"image {ref}: through gpuvm's machine to {', '.join(stuck)}, which the mesh does not reach")
         failures |= _ship(cluster.targets[builder], cluster, ref, {n: receivers[n] for n in stuck}, 4, say)
     return failures
+
+
+def _pipelined(cluster: Cluster, ref: str, want: str, builder: str, receivers: dict[str, DesiredGuest],
+               say: Say = quiet) -> list[str]:
+    """The image down the pipelined tree (`image_pipeline`) from the builder; the receivers that
+    then have the builder's id. The rest (a load or a login that failed on the way, a guest whose
+    address or user is not plain) are left to the rounds, which say why."""
+    relays = [_relay(t) for t in receivers.values()]
+    if len(relays) < 2 or any(r.token is None for r in relays):
+        return []
+    sender = cluster.targets[builder]
+    try:
+        script = pipeline_script(ref, relays, save_sudo=sender.sudo, mesh_user=_relay(sender).mesh_user)
+    except ValueError:
+        return []
+    shape = levels(builder, list(receivers))
+    parent = {h.receiver: h.sender for level in shape for h in level}
+    timeout = max(cluster.command_timeout, _image(sender).build_timeout)
+    with Ticker(lambda line: say(builder, line),
+                lambda s: f"sending {ref} down a pipelined tree of {len(relays)} guest(s): {s:.0f} s") as tick:
+        cluster.executors[builder].run_script(script, timeout=timeout, check=False)
+        ids = run_group(receivers, lambda t: inspect_id(t, cluster, ref), at_once(receivers), name="inspect").ok
+    got = [n for n in receivers if ids.get(n) == want]
+    for name in got:
+        say(name, f"image {ref} copied from {parent[name]} over the mesh in {tick.elapsed:.0f} s (pipelined)")
+    say(builder, f"image {ref} down a pipelined tree of {len(shape)} level(s) to {len(got)} of {len(relays)} "
+                 f"guest(s) in {tick.elapsed:.0f} s")
+    return got
+
+
+def _relay(target: DesiredGuest) -> Relay:
+    user = target.mesh.user  # type: ignore[union-attr]  # _mesh_keyed: every guest here is in the mesh
+    return Relay(target.name, target.login.address, target.login.port, target.sudo,
+                 None if user == target.login.user else user)
 
 
 def _hop(cluster: Cluster, ref: str, want: str, builder: str, hop: Hop, say: Say = quiet) -> None:

@@ -1,0 +1,105 @@
+"""The image down a pipelined binary tree over the SSH mesh: every guest loads the stream while it
+passes it on to its two children, so the whole tree takes about one transfer (two on a guest's
+uplink) instead of one transfer a round.
+
+The builder runs `docker save ref | relay …`; a relay (`RELAY`, bash) tees its stdin into its own
+`docker load` and into `ssh child relay …` for each of its children, over the mesh key, with
+strict host keys. A guest's descendants travel as arguments in pre-order: the first half is its
+left child's subtree (that child first), the rest its right child's (`split`). `tee -p` goes on
+feeding the others when one output fails, so a guest whose load fails still passes the image on.
+Nothing here says which guest got what: the caller checks every receiver's image id afterwards
+and serves the rest round by round (`image_fanout.fan_out`), which names whose side failed.
+
+Addresses and users travel unquoted inside the remote command, so a guest whose address, port or
+user is not plain (`SAFE`) is left to the rounds.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import shlex
+from dataclasses import dataclass
+
+from gpuvm.executors.base import command_line
+from gpuvm.image_fanout import SSH_CONNECT_TIMEOUT, Hop
+from gpuvm.steps.guest_ssh_mesh.files import IDENTITY
+
+SAFE = re.compile(r"[A-Za-z0-9._:%@-]+")
+
+
+@dataclass(frozen=True)
+class Relay:
+    """A guest of the tree: where the mesh reaches it, how it loads, whom it sends as."""
+
+    name: str
+    address: str
+    port: int
+    load_sudo: bool
+    mesh_user: str | None  # ssh to its children as this user (None: the login user)
+
+    @property
+    def token(self) -> str | None:
+        """`address,port,load,user` as the relays pass it on; None when a word is not plain."""
+        words = [self.address, str(int(self.port)), "1" if self.load_sudo else "0", self.mesh_user or "-"]
+        return ",".join(words) if all(SAFE.fullmatch(w) for w in words) else None
+
+
+def split(descendants: list) -> tuple[list, list]:
+    """A guest's descendants (pre-order) as its left child's subtree and its right child's."""
+    half = (len(descendants) + 1) // 2
+    return descendants[:half], descendants[half:]
+
+
+def levels(sender: str, receivers: list[str]) -> list[list[Hop]]:
+    """The tree's hops, level by level (what the relays do, for messages, benches and tests)."""
+    out: list[list[Hop]] = []
+
+    def walk(parent: str, descendants: list[str], depth: int) -> None:
+        for subtree in split(descendants):
+            if subtree:
+                if len(out) <= depth:
+                    out.append([])
+                out[depth].append(Hop(parent, subtree[0]))
+                walk(subtree[0], subtree[1:], depth + 1)
+
+    walk(sender, receivers, 0)
+    return out
+
+
+# $1: this script, base64 (passed on); $2: this guest's load: "-" none (the builder), 0 or 1 (sudo);
+# $3: the user to ssh as ("-": the login user); then its descendants' tokens, pre-order.
+RELAY = f"""set -u
+self=$1 load=$2 user=$3; shift 3
+t=$(mktemp -d) || exit 1
+trap 'rm -rf "$t"' EXIT
+trap 'trap "" TERM; kill 0; exit 143' TERM INT HUP
+if [ "$user" = - ]; then as=""; home=$HOME; else as="sudo -n -u $user -H"; home=$(getent passwd "$user" | cut -d: -f6); fi
+send() {{  # $1: the child's token; then the child's own descendants
+  IFS=, read -r addr port cload cuser <<< "$1"; shift
+  $as ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes -o ConnectTimeout={SSH_CONNECT_TIMEOUT} \\
+    -i "$home/.ssh/{IDENTITY}" -p "$port" "$addr" "bash -c \\"\\$(echo $self | base64 -d)\\" relay $self $cload $cuser $*"
+}}
+outs=()
+if [ "$load" != - ]; then
+  mkfifo "$t/load"
+  if [ "$load" = 1 ]; then sudo -n docker load; else docker load; fi < "$t/load" > /dev/null 2>&1 &
+  outs+=("$t/load")
+fi
+half=$(( ($# + 1) / 2 ))  # split(): the left child's subtree, then the right child's
+if [ $# -gt 0 ]; then mkfifo "$t/left"; send "${{@:1:half}}" < "$t/left" > /dev/null 2>&1 & outs+=("$t/left"); fi
+if [ $# -gt 1 ]; then mkfifo "$t/right"; send "${{@:half+1}}" < "$t/right" > /dev/null 2>&1 & outs+=("$t/right"); fi
+tee -p "${{outs[@]}}" > /dev/null
+wait
+"""
+
+
+def pipeline_script(ref: str, relays: list[Relay], *, save_sudo: bool, mesh_user: str | None) -> str:
+    """The builder's command: its `docker save` into the relay of the whole tree (`relays` in order)."""
+    tokens = [r.token for r in relays]
+    if not relays or None in tokens or (mesh_user is not None and not SAFE.fullmatch(mesh_user)):
+        raise ValueError("every relay needs a plain address, port and user")
+    encoded = base64.b64encode(RELAY.encode()).decode()
+    save = command_line(["docker", "save", ref], save_sudo)
+    relay = ["bash", "-c", RELAY, "relay", encoded, "-", mesh_user or "-", *tokens]
+    return f"{save} | {shlex.join(relay)}"
