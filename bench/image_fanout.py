@@ -1,11 +1,13 @@
-"""Benchmark: the training image distributed over the SSH mesh (a tree, guest to guest) on 4, 8 and
-16 guests of the test bed, against one guest-to-guest transfer and the old way through gpuvm's machine.
+"""Benchmark: the training image distributed over the SSH mesh (a pipelined tree, guest to guest) on 4,
+8 and 16 guests of the test bed, against one guest-to-guest transfer and the old way through gpuvm's
+machine.
 
 One run, one bed (esxi=0, as many guests as the largest size, each with a real dockerd, the mesh set
 up by guest.ssh_mesh): a random-bytes image (`--mb`, nothing to compress) imported on the builder
 as the recipe's name:tag; then, measured in the same run:
 - one hop: `guest_image._hop` builder → one guest (median of 3), what a round costs at best;
-- the tree: `guest.image`'s apply_all to N guests (builder included), rounds and seconds;
+- the tree: `guest.image`'s apply_all to N guests (builder included), seconds, and rounds: the
+  pipelined tree's levels plus any rounds for what it missed;
 - the star, for contrast: the same N guests without a mesh (save to gpuvm's machine, load on each).
 Operator bytes are `image_fanout.OPERATOR_BYTES`: image bytes in and out of gpuvm's machine.
 Every guest shares this machine's 2 CPUs, so unshaped a round of k hops costs about k hops' CPU
