@@ -442,8 +442,8 @@ def test_mismatch_after_load_is_reported_with_guests_and_ids(tmp_path):
     assert list(failures) == ["gpu-vm-03"]
     message = str(failures["gpu-vm-03"])
     assert isinstance(failures["gpu-vm-03"], RemoteCommandError)
-    assert message.startswith("image gpuvm/dl:") and "differs between guests" in message
-    assert f"gpu-vm-03 {B}" in message and "gpu-vm-01 sha256:" in message
+    assert re.fullmatch(rf"gpu-vm-03: guest.image: image gpuvm/dl:\w+ loaded through gpuvm's machine has id {B} on "
+                        r"gpu-vm-03, not sha256:\w+ as on the builder gpu-vm-01", message), message
 
 
 def test_failed_build_fails_every_copy_without_a_transfer(tmp_path):
@@ -475,6 +475,27 @@ def test_registry_pulls_everywhere_and_tags_locally(tmp_path):
         assert f"sudo -n docker pull r.example:5000/{ref}" in world.executors[guest].commands
         assert world.images[guest][ref] == A
     assert world.builds == [] and world.loads == []
+
+
+def test_a_pull_that_gives_another_id_is_reported_with_every_guests_id(tmp_path):
+    """The registry's tag moved while the guests pulled: the ids are compared once all have pulled."""
+    world = DockerWorld()
+    cluster = world.cluster(runbook(tmp_path, "{registry: r.example:5000}"), tmp_path)
+    pulls = world.executors["gpu-vm-03"].responses
+    pull = next(k for k in pulls if isinstance(k, re.Pattern) and "pull" in k.pattern)
+    answer = pulls[pull]
+
+    def moved(call):
+        result = answer(call)
+        world.images["gpu-vm-03"][call.command.split()[2]] = B
+        return result
+
+    pulls[pull] = moved
+    failures = guest_image.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster))
+    assert list(failures) == ["gpu-vm-03"]
+    message = str(failures["gpu-vm-03"])
+    assert message.startswith("image gpuvm/dl:") and "differs between guests" in message
+    assert f"gpu-vm-03 {B}" in message and f"gpu-vm-01 {A}" in message
 
 
 def test_apply_one_guest_fetches_from_the_builder(tmp_path):

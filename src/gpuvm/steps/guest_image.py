@@ -230,9 +230,10 @@ def _load_in_chunks(target: DesiredGuest, cluster: Cluster, saved: Path, timeout
         run(target, cluster, ["rm", "-f", remote], sudo=False, check=False)
 
 
-def _ship(builder: DesiredGuest, cluster: Cluster, ref: str, receivers: dict[str, DesiredGuest],
+def _ship(builder: DesiredGuest, cluster: Cluster, ref: str, want: str, receivers: dict[str, DesiredGuest],
           parallel: int = 4, say: Say = quiet) -> dict[str, Exception]:
-    """Save once on the builder into a local temp file, then load it on every receiver (bounded)."""
+    """Save once on the builder into a local temp file, then load it on every receiver (bounded),
+    each receiver's id checked against the builder's (`want`)."""
     if not receivers:
         return {}
     where = cluster.state_dir if cluster.state_dir.is_dir() else None
@@ -245,7 +246,15 @@ def _ship(builder: DesiredGuest, cluster: Cluster, ref: str, receivers: dict[str
                 return {name: RemoteCommandError(f"cannot fetch {ref} from the builder: {e}")
                         for name in receivers}
         os.chmod(saved, 0o600)
-        return run_group(receivers, lambda t: _load(t, cluster, saved, say=say), parallel, name="load").failed
+
+        def load(target: DesiredGuest) -> None:
+            _load(target, cluster, saved, say=say)
+            got = inspect_id(target, cluster, ref)
+            if got != want:
+                raise RemoteCommandError(f"{target.name}: {NAME}: image {ref} loaded through gpuvm's machine has id "
+                                         f"{got or 'none'} on {target.name}, not {want} as on the builder {builder.name}")
+
+        return run_group(receivers, load, parallel, name="load").failed
 
 
 def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dict[str, Exception]:
@@ -278,7 +287,7 @@ def _copy_to(cluster: Cluster, ref: str, builder: str, receivers: dict[str, Desi
     have, failures = inspected.ok, inspected.failed
     send = {n: t for n, t in receivers.items() if n not in failures and have.get(n) != want}
     if not _mesh_keyed(cluster, {builder: cluster.targets[builder], **receivers}):
-        return failures | _ship(cluster.targets[builder], cluster, ref, send, parallel, say)
+        return failures | _ship(cluster.targets[builder], cluster, ref, want, send, parallel, say)
     holders = [builder] + [n for n in receivers if have.get(n) == want]
     return failures | _tree(cluster, ref, want, builder, holders, send, say)
 
@@ -314,7 +323,7 @@ def _tree(cluster: Cluster, ref: str, want: str, builder: str, holders: list[str
     stuck = _unreached(result)
     if stuck and not result.served and holders == [builder]:
         first = stuck[0]
-        if not _ship(cluster.targets[builder], cluster, ref, {first: receivers[first]}, 1, say):
+        if not _ship(cluster.targets[builder], cluster, ref, want, {first: receivers[first]}, 1, say):
             say(first, f"image {ref}: one copy through gpuvm's machine: the builder could send none over the mesh")
             rest = fan_out([first], stuck[1:], hop)
             result = FanOut(result.rounds + rest.rounds, {n: e for n, e in result.failures.items() if n not in stuck}
@@ -327,7 +336,7 @@ def _tree(cluster: Cluster, ref: str, want: str, builder: str, holders: list[str
                  f"{how}, {time.monotonic() - started:.0f} s")
     if stuck:  # the mesh does not reach them: the old way, through gpuvm's machine
         say(builder, f"image {ref}: through gpuvm's machine to {', '.join(stuck)}, which the mesh does not reach")
-        failures |= _ship(cluster.targets[builder], cluster, ref, {n: receivers[n] for n in stuck}, 4, say)
+        failures |= _ship(cluster.targets[builder], cluster, ref, want, {n: receivers[n] for n in stuck}, 4, say)
     return failures
 
 
@@ -416,7 +425,8 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
     pulled = run_group(by_how["pull"], lambda t: _pull(t, cluster, current, ctx.say), parallel, name="pull")
     failures.update(pulled.failed)
     failures.update(_copy_to(cluster, current.ref, current.builder, by_how["copy"], min(parallel, 4), ctx.say))
-    checked = [n for n in placements if n not in failures]
+    # every copy's id was checked against the builder's where it landed (`_ship`, `_hop`, `_pipelined`)
+    checked = [n for n in placements if n not in failures and placements[n].how != "copy"]
     failures.update(_verify(cluster, current.ref, checked, current.builder))
     return failures
 
