@@ -24,6 +24,9 @@ from gpuvm.executors.group import run_group
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY
 
 SSH_CONNECT_TIMEOUT = 10
+# a peer that stops answering mid-transfer (gone, or a dead link) ends its ssh in about a minute,
+# not at the step's timeout: the hop fails, the pipelined tree goes on to its other children
+SSH_ALIVE = "-o ServerAliveInterval=15 -o ServerAliveCountMax=4"
 SAVE_FAILED, LOAD_FAILED, SSH_FAILED = 3, 4, 5  # the hop script's exit codes
 
 
@@ -166,7 +169,7 @@ trap 'trap "" TERM; kill 0; exit 143' TERM INT HUP
 home=$(getent passwd {user} | cut -d: -f6)
 last() {{ tr -d '\\r' < "$1" | grep -v '^Warning: ' | grep . | tail -n 1; }}
 {{ {save} 2>"$t/save.err"; echo $? > "$t/save"; }} | {as_user}ssh -o BatchMode=yes -o StrictHostKeyChecking=yes \
-  -o IdentitiesOnly=yes -o ConnectTimeout={SSH_CONNECT_TIMEOUT} -i "$home/.ssh/{IDENTITY}" -p {int(port)} {peer} {load} \
+  -o IdentitiesOnly=yes -o ConnectTimeout={SSH_CONNECT_TIMEOUT} {SSH_ALIVE} -i "$home/.ssh/{IDENTITY}" -p {int(port)} {peer} {load} \
   > /dev/null 2> "$t/load.err" &
 wait $!  # in the background: a TERM is handled now, not once the pipeline is done
 load=$?

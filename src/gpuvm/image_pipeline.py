@@ -22,7 +22,7 @@ import shlex
 from dataclasses import dataclass
 
 from gpuvm.executors.base import command_line
-from gpuvm.image_fanout import SSH_CONNECT_TIMEOUT, Hop
+from gpuvm.image_fanout import SSH_ALIVE, SSH_CONNECT_TIMEOUT, Hop
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY
 
 SAFE = re.compile(r"[A-Za-z0-9._:%@-]+")
@@ -78,7 +78,7 @@ if [ "$user" = - ]; then as=""; home=$HOME; else as="sudo -n -u $user -H"; home=
 send() {{  # $1: the child's token; then the child's own descendants
   IFS=, read -r addr port cload cuser <<< "$1"; shift
   $as ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes -o ConnectTimeout={SSH_CONNECT_TIMEOUT} \\
-    -i "$home/.ssh/{IDENTITY}" -p "$port" "$addr" "bash -c \\"\\$(echo $self | base64 -d)\\" relay $self $cload $cuser $*"
+    {SSH_ALIVE} -i "$home/.ssh/{IDENTITY}" -p "$port" "$addr" "bash -c \\"\\$(echo $self | base64 -d)\\" relay $self $cload $cuser $*"
 }}
 outs=()
 if [ "$load" != - ]; then

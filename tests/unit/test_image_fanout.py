@@ -148,6 +148,7 @@ def test_the_hop_pipes_save_into_the_peers_load_over_the_mesh_key(tmp_path):
     assert (tmp_path / "received").read_text() == "image gpuvm/dl:abc123abc123\n"
     args = (tmp_path / "ssh.args").read_text().split()
     assert "StrictHostKeyChecking=yes" in args and "BatchMode=yes" in args
+    assert "ServerAliveInterval=15" in args and "ServerAliveCountMax=4" in args  # a silent peer ends the hop
     assert args[args.index("-i") + 1].endswith("/.ssh/id_ed25519_gpuvm")
     assert args[-7:] == ["-p", "2222", "10.0.0.2", "sudo", "-n", "docker", "load"]
 

@@ -72,6 +72,8 @@ def loaded(tmp_path: Path, n: int) -> list[str]:
 def test_every_guest_loads_the_whole_stream(tmp_path):
     run_tree(tmp_path, 7)
     assert loaded(tmp_path, 7) == [r.address for r in relays(7)]
+    command = (tmp_path / "guests" / "10.0.0.2" / "command").read_text()  # what 10.0.0.1 ran to reach it
+    assert command.startswith('bash -c "$(echo ') and command.split()[-3:] == ["1", "-", "10.0.0.3,22,0,-"]  # its load (sudo), its user, its subtree
     for r in relays(7):
         data = (tmp_path / "guests" / r.address / "loaded").read_bytes()
         assert data.startswith(b"image gpuvm/dl:abc\n") and len(data) == 19 + 200000
