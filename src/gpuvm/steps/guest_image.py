@@ -317,8 +317,7 @@ def _tree(cluster: Cluster, ref: str, want: str, builder: str, holders: list[str
         _hop(cluster, ref, want, builder, h, say)
 
     piped = _pipelined(cluster, ref, want, builder, receivers, say) if holders == [builder] else []
-    rest = [n for n in receivers if n not in piped]
-    result = fan_out(holders + piped, rest, hop)
+    result = fan_out(holders + piped, [n for n in receivers if n not in piped], hop)
     result = FanOut(result.rounds, result.failures, piped + result.served)
     stuck = _unreached(result)
     if stuck and not result.served and holders == [builder]:
