@@ -108,10 +108,12 @@ def test_containerised_campaign_on_real_docker(docker_bed, tmp_path, monkeypatch
         # over the mesh it has just set up (issue 27): guest to guest, nothing through gpuvm's machine
         shown = " ".join(applied.output.split())
         assert re.search(rf"guest.image {VMS[0]}: image {re.escape(ref)} built in \d+ s", shown), shown
-        assert re.search(rf"image {re.escape(ref)} copied to 3 of 3 guest\(s\) over the mesh in 2 round\(s\)", shown)
+        assert re.search(rf"image {re.escape(ref)} down a pipelined tree of 2 level\(s\) to 3 of 3 guest\(s\)", shown), shown
+        assert re.search(rf"image {re.escape(ref)} copied to 3 of 3 guest\(s\) over the mesh in a pipelined tree and "
+                         r"0 round\(s\)", shown), shown
         assert "through gpuvm's machine" not in shown and "image shipped and loaded" not in shown
         for vm in VMS[1:]:
-            assert re.search(rf"{vm}: image {re.escape(ref)} copied from \S+ over the mesh in \d+ s", shown), (vm, shown)
+            assert re.search(rf"{vm}: image {re.escape(ref)} copied from \S+ over the mesh in \d+ s \(pipelined\)", shown), (vm, shown)
 
     # built once, on the builder, from gpuvm's Dockerfile; the same id on every guest
     ids = {g: bed.docker(g, "image", "inspect", "--format", "{{.Id}}", ref).stdout.strip() for g in GUESTS}
