@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from gpuvm import runs
+from gpuvm import collector, runs
+from gpuvm.cli import common
 from gpuvm.cli.main import app
 from gpuvm.plan import Change, LeftOut, Plan
 
@@ -50,3 +51,31 @@ def test_target_names_reach_the_library(mocker):
     result = CliRunner().invoke(app, ["plan", "lab.yaml", "--target", "esx-01", "--target", "vm-7"])
     assert result.exit_code == 0, result.output
     assert planned.call_args.args[4] == ["esx-01", "vm-7"]
+
+
+def test_plan_run_as_the_process_ends_it_after_flushing_with_its_status_leaving_what_it_discarded(mocker, monkeypatch):
+    """Issue 27: the console script's `plan` ends the process without the interpreter's teardown
+    (gpuvm.collector): the inventory's tree it discarded is kept (not freed), its output and log
+    flushed, then the process ends with the plan's exit status."""
+    monkeypatch.setattr(collector, "_left", None)
+    tree = object()
+    mocker.patch.object(runs, "plan_runbook", side_effect=lambda *args: collector.discard(tree) or Plan(changes=[CHANGE]))
+    ending = mocker.Mock()
+    mocker.patch.object(common, "sys", ending.sys)
+    mocker.patch.object(common.logging, "shutdown", ending.log)
+    mocker.patch.object(common.os, "_exit", ending.exit)
+    with pytest.raises(SystemExit):  # typer's own end, after the mocked os._exit returned
+        app(["plan", "lab.yaml", "--detailed-exitcode"])
+    assert [name for name, *_ in ending.mock_calls] == ["log", "sys.stdout.flush", "sys.stderr.flush", "exit"]
+    ending.exit.assert_called_once_with(2)
+    assert collector._left == [tree]
+
+
+def test_plan_run_inside_a_caller_ends_as_typer_does_and_frees_what_it_discarded(mocker, monkeypatch):
+    """The same command through CliRunner (a test, a caller's process): nothing kept, no os._exit."""
+    monkeypatch.setattr(collector, "_left", None)
+    mocker.patch.object(runs, "plan_runbook", side_effect=lambda *args: collector.discard(object()) or Plan())
+    mocker.patch.object(common.os, "_exit", side_effect=AssertionError("the caller's process ended"))
+    result = CliRunner().invoke(app, ["plan", "lab.yaml"])
+    assert result.exit_code == 0, result.output
+    assert not collector.leaving()

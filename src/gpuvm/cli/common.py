@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NoReturn, TypeVar
 
 import typer
 
+from gpuvm import collector
 from gpuvm.errors import GpuvmError
 from gpuvm.secrets import redact
 
@@ -104,6 +106,39 @@ def handle_errors(fn: F) -> F:
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
     return wrapper  # type: ignore[return-value]
+
+
+class Gpuvm(typer.Typer):
+    """gpuvm's command line. Called (the console script, `python -m gpuvm.cli.main`), it is the
+    process, which a command may then end without the interpreter's teardown (`ends_process`);
+    tests run its commands through typer's CliRunner, which does not call it."""
+
+    as_process = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        Gpuvm.as_process = True
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            Gpuvm.as_process = False
+
+
+def ends_process() -> None:
+    """A command that ends the process (`plan`): run as the process, what it discards is left to
+    the OS (gpuvm.collector) and `finish` ends the process without freeing anything."""
+    if Gpuvm.as_process:
+        collector.leave_to_exit()
+
+
+def finish(code: int) -> NoReturn:
+    """The command's end, with exit status `code`: after `ends_process`, the process ends now, its
+    output and log flushed (gpuvm registers nothing else to run at exit); else as typer ends it."""
+    if collector.leaving():
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise typer.Exit(code)
 
 
 def load(runbook: Path) -> Any:

@@ -9,10 +9,10 @@ from typing import Any, Optional
 import typer
 
 from gpuvm.cli import bench_report, bench_run, init, schema, size
-from gpuvm.cli.common import access, err, fail, handle_errors, interactive, load, out
+from gpuvm.cli.common import Gpuvm, access, ends_process, err, fail, finish, handle_errors, interactive, load, out
 
-app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
-                  help="Turn vSphere hosts with NVIDIA GPUs into a deep-learning cluster, and prove it performs.")
+app = Gpuvm(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+            help="Turn vSphere hosts with NVIDIA GPUs into a deep-learning cluster, and prove it performs.")
 
 
 def _version(asked: bool) -> None:
@@ -119,6 +119,7 @@ def plan(runbook: Path = RUNBOOK,
     from gpuvm.render import print_plan
     from gpuvm.runs import plan_runbook
 
+    ends_process()  # the inventory's tree and the plan are left to the OS, not freed one by one
     with collector.paused():  # the plan and its lines: many objects, no cycles (runs.plan_runbook pauses too)
         try:
             the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot, setup, target)
@@ -128,7 +129,7 @@ def plan(runbook: Path = RUNBOOK,
             print(plan_json(the_plan))
         else:
             print_plan(out, the_plan, form.value)
-    raise typer.Exit(plan_exit_code(the_plan, detailed_exitcode))
+        finish(plan_exit_code(the_plan, detailed_exitcode))  # before the collector resumes: nothing left to collect
 
 
 def plan_exit_code(plan: Any, detailed: bool) -> int:

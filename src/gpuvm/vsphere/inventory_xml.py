@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from gpuvm import collector
 from gpuvm.vsphere.soap_xml import SOAP_BODY, XSI_TYPE, Decoder, Unsupported, boolean, xml_tree
 
 VIM = "{urn:vim25}"
@@ -137,6 +138,7 @@ def parse_page(body: bytes, result_type: type, stub: Any) -> Page | None:
             page.token = child.text
         else:
             raise Unsupported(f"{child.tag} in a RetrieveResult")
+    collector.discard(root)  # as long to free as to build: left to the OS where the process ends next
     return page
 
 
