@@ -1,6 +1,7 @@
 """`gpuvm plan` run as its own process (`python -m gpuvm.cli.main`, as the console script runs it),
 which ends without the interpreter's teardown (gpuvm.collector, cli/common.finish): what it prints
-is whole and its exit status is the plan's, as when its command runs inside a caller (CliRunner)."""
+is whole and its exit status is the plan's, as when the same command ends the usual way (its click
+command called directly, which is not the process: `Gpuvm.__call__` is bypassed)."""
 
 from __future__ import annotations
 
@@ -9,24 +10,22 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
 
 from gpusim import Simulator
-from gpuvm.cli.main import app
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
 from tests.integration.vcenter import LAB_MIG, use_simulator
 
 pytestmark = pytest.mark.integration
+USUAL_END = "import sys, typer.main; from gpuvm.cli.main import app; typer.main.get_command(app)(sys.argv[1:])"
 
 
-def test_plan_as_a_process_prints_the_whole_plan_and_exits_with_its_status(monkeypatch, tmp_path):
+@pytest.mark.parametrize("form", [["--json"], ["--format", "text"]])  # print()'s buffer; rich flushes its own
+def test_plan_as_a_process_prints_the_whole_plan_and_exits_with_its_status(monkeypatch, tmp_path, form):
     with Simulator(hosts=2, vms_per_host=2, mig=LAB_MIG) as sim:
         use_simulator(monkeypatch, sim, tmp_path / "state")
-        lab = vsphere_only(LAB_FILE, tmp_path / "lab.yaml")
-        args = ["plan", str(lab), "--detailed-exitcode"]
-        process = subprocess.run([sys.executable, "-m", "gpuvm.cli.main", *args], capture_output=True,
-                                 text=True, env={**os.environ, "COLUMNS": "200"}, timeout=120)
-        inside = CliRunner().invoke(app, args, env={"COLUMNS": "200"}, catch_exceptions=False)
-    assert process.returncode == inside.exit_code == 2, process.stderr  # changes to make
-    assert process.stdout == inside.stdout  # flushed before the process ended: nothing lost
-    assert process.stdout.splitlines()[-1].startswith("Plan: ")
+        args = ["plan", str(vsphere_only(LAB_FILE, tmp_path / "lab.yaml")), "--detailed-exitcode", *form]
+        env = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "COLUMNS": "200"}  # buffered, as a user runs it
+        process, usual = (subprocess.run([sys.executable, *start, *args], capture_output=True, text=True, env=env,
+                                         timeout=120) for start in (["-m", "gpuvm.cli.main"], ["-c", USUAL_END]))
+    assert process.returncode == usual.returncode == 2, process.stderr  # changes to make
+    assert process.stdout == usual.stdout and process.stdout.strip()  # flushed before the process ended
