@@ -498,6 +498,14 @@ def test_a_pull_that_gives_another_id_is_reported_with_every_guests_id(tmp_path)
     assert f"gpu-vm-03 {B}" in message and f"gpu-vm-01 {A}" in message
 
 
+def test_observing_a_guest_inspects_its_image_once_and_the_builders_once(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(runbook(tmp_path), tmp_path)
+    guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-03"])
+    inspects = {g: [c for c in e.commands if "docker image inspect" in c] for g, e in world.executors.items()}
+    assert {g: len(c) for g, c in inspects.items()} == {"gpu-vm-01": 1, "gpu-vm-02": 0, "gpu-vm-03": 1, "gpu-vm-04": 0}
+
+
 def test_apply_one_guest_fetches_from_the_builder(tmp_path):
     world = DockerWorld()
     cluster = world.cluster(runbook(tmp_path), tmp_path)

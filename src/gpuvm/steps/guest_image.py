@@ -94,7 +94,10 @@ def _inspect(target: DesiredGuest, cluster: Cluster, ref: str) -> CommandResult:
 
 def inspect_id(target: DesiredGuest, cluster: Cluster, ref: str) -> str | None:
     """The image id of `ref` on the target; None when it has no such image (or no docker)."""
-    result = _inspect(target, cluster, ref)
+    return _inspected_id(target, ref, _inspect(target, cluster, ref))
+
+
+def _inspected_id(target: DesiredGuest, ref: str, result: CommandResult) -> str | None:
     if result.ok:
         return image_id(result.stdout.strip(), "docker image inspect") if result.stdout.strip() else None
     if "No such image" in result.stderr or _missing(result):
@@ -107,8 +110,7 @@ def observe(ctx: Context, target: DesiredGuest) -> ImageFact:
     result = _inspect(target, cluster, image.ref)
     if not result.ok and _no_daemon(result):  # guest.docker starts it; the image is looked at then
         return ImageFact(None, _builder_id(target, cluster, image.builder, image.ref), _said(result))
-    own = inspect_id(target, cluster, image.ref)
-    return ImageFact(own, _builder_id(target, cluster, image.builder, image.ref))
+    return ImageFact(_inspected_id(target, image.ref, result), _builder_id(target, cluster, image.builder, image.ref))
 
 
 def _builder_id(target: DesiredGuest, cluster: Cluster, builder: str, ref: str) -> str | None:
