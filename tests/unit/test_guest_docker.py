@@ -631,6 +631,19 @@ def test_with_a_mesh_the_image_goes_down_a_pipelined_tree(tmp_path):
     assert observe_and_plan(cluster) == {g: [] for g in EIGHT}
 
 
+def test_with_the_builders_image_already_there_receivers_are_inspected_only_once_it_arrived(tmp_path):
+    world = DockerWorld(EIGHT)
+    cluster = meshed(world, tmp_path)
+    world.images["gpu-vm-01"][cluster.targets["gpu-vm-01"].image.ref] = A  # built by an earlier run
+    planned = observe_and_plan(cluster)
+    for executor in world.executors.values():
+        executor.calls.clear()
+    assert guest_image.STEP.apply_all(Context(cluster=cluster), planned) == {}
+    assert world.builds == [] and all(world.images[g] == world.images["gpu-vm-01"] for g in EIGHT)
+    for guest in EIGHT[1:]:  # its id read once, after the tree: the plan has just compared it with the builder's
+        assert len([c for c in world.executors[guest].commands if "docker image inspect" in c]) == 1, guest
+
+
 def test_what_the_pipelined_tree_missed_goes_round_by_round(tmp_path):
     world = DockerWorld(EIGHT)
     world.unreachable.add("gpu-vm-06")  # the builder's right child: gpu-vm-07 and -08 get nothing from it

@@ -273,8 +273,9 @@ def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dic
 
 
 def _copy_to(cluster: Cluster, ref: str, builder: str, receivers: dict[str, DesiredGuest], parallel: int,
-             say: Say = quiet) -> dict[str, Exception]:
-    """Ship the builder's image to the receivers whose copy differs from it."""
+             say: Say = quiet, built: bool = False) -> dict[str, Exception]:
+    """Ship the builder's image to the receivers whose copy differs from it (as planned; once the
+    builder has `built` it anew, each receiver's copy is compared with the new one first)."""
     try:
         want = inspect_id(cluster.targets[builder], cluster, ref)
     except GpuvmError as e:
@@ -284,9 +285,11 @@ def _copy_to(cluster: Cluster, ref: str, builder: str, receivers: dict[str, Desi
     if want is None:
         return {n: RemoteCommandError(f"{n}: {NAME}: cannot copy {ref} from the builder {builder}: {error}")
                 for n in receivers}
-    # a guest whose copy already has the builder's id (e.g. the build was repeatable) needs no transfer
-    inspected = run_group(receivers, lambda t: inspect_id(t, cluster, ref), at_once(receivers), name="inspect")
-    have, failures = inspected.ok, inspected.failed
+    have: dict[str, str | None] = {}
+    failures: dict[str, Exception] = {}
+    if built:  # a guest whose copy already has the new build's id (a repeatable build) needs no transfer
+        inspected = run_group(receivers, lambda t: inspect_id(t, cluster, ref), at_once(receivers), name="inspect")
+        have, failures = inspected.ok, dict(inspected.failed)
     send = {n: t for n, t in receivers.items() if n not in failures and have.get(n) != want}
     if not _mesh_keyed(cluster, {builder: cluster.targets[builder], **receivers}):
         return failures | _ship(cluster.targets[builder], cluster, ref, want, send, parallel, say)
@@ -425,7 +428,8 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
             failures[name] = e
     pulled = run_group(by_how["pull"], lambda t: _pull(t, cluster, current, ctx.say), parallel, name="pull")
     failures.update(pulled.failed)
-    failures.update(_copy_to(cluster, current.ref, current.builder, by_how["copy"], min(parallel, 4), ctx.say))
+    failures.update(_copy_to(cluster, current.ref, current.builder, by_how["copy"], min(parallel, 4), ctx.say,
+                             built=bool(by_how["build"])))
     # every copy's id was checked against the builder's where it landed (`_ship`, `_hop`, `_pipelined`)
     checked = [n for n in placements if n not in failures and placements[n].how != "copy"]
     failures.update(_verify(cluster, current.ref, checked, current.builder))
