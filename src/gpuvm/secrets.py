@@ -92,17 +92,14 @@ def secret_from_env(variable: str, where: str) -> str:
 
 def remember_runbook_secrets(model: object) -> None:
     """Every secret a runbook names (its `*_env` fields whose variables are set), and govc's
-    password, remembered at load: whichever command runs, none of them reaches a file or output."""
+    password, remembered at load: whichever command runs, none of them reaches a file or output.
+    Only the fields whose type can hold such a field are walked (`_secret_fields`): not the
+    thousands of VM entries of a fleet's runbook, which have none."""
     from pydantic import BaseModel
-
-    names: dict[type, list[str]] = {}  # a model class's field names, read once (not per object)
 
     def walk(value: object, where: tuple[str, ...]) -> None:
         if isinstance(value, BaseModel):
-            kind = type(value)
-            if kind not in names:
-                names[kind] = list(kind.model_fields)
-            for name in names[kind]:
+            for name in _secret_fields(type(value)):
                 field = getattr(value, name)
                 if name.endswith("_env") and isinstance(field, str) and os.environ.get(field):
                     remember(os.environ[field], f"{''.join(where + ('.' + name,)).lstrip('.')} ({field})")
@@ -118,6 +115,42 @@ def remember_runbook_secrets(model: object) -> None:
     walk(model, ())
     if os.environ.get("GOVC_PASSWORD"):
         remember(os.environ["GOVC_PASSWORD"], "GOVC_PASSWORD")
+
+
+_SECRET_FIELDS: dict[type, tuple[str, ...]] = {}
+_NO_MODEL = (str, bytes, int, float, bool, type(None))
+
+
+def _secret_fields(kind: type) -> tuple[str, ...]:
+    """A model class's fields that are `*_env` or whose annotated type can hold a model that has
+    one, read from the annotations once per class. A type it cannot read (Any, a plain object) is
+    walked."""
+    if kind not in _SECRET_FIELDS:
+        _SECRET_FIELDS[kind] = tuple(kind.model_fields)  # meanwhile (a model that holds itself): walk all
+        _SECRET_FIELDS[kind] = tuple(name for name, info in kind.model_fields.items()
+                                     if name.endswith("_env") or _may_hold_secret(info.annotation))
+    return _SECRET_FIELDS[kind]
+
+
+def _may_hold_secret(annotation: object) -> bool:
+    import enum
+    import typing
+    from pathlib import PurePath
+
+    from pydantic import BaseModel
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return False
+    if origin is typing.Annotated:  # Annotated[X, validators...]: X
+        return _may_hold_secret(args[0])
+    if args:  # list[X], X | None, dict[str, X]
+        return any(_may_hold_secret(arg) for arg in args)
+    if isinstance(annotation, type):
+        if issubclass(annotation, BaseModel):
+            return bool(_secret_fields(annotation))
+        return not issubclass(annotation, (*_NO_MODEL, enum.Enum, PurePath))
+    return annotation is not Ellipsis
 
 
 def redact(text: str) -> str:

@@ -61,14 +61,26 @@ def test_plan_run_as_the_process_ends_it_after_flushing_with_its_status_leaving_
     tree = object()
     mocker.patch.object(runs, "plan_runbook", side_effect=lambda *args: collector.discard(tree) or Plan(changes=[CHANGE]))
     ending = mocker.Mock()
+    ending.sys.getprofile.return_value = ending.sys.gettrace.return_value = None  # no profiler, no tracer
     mocker.patch.object(common, "sys", ending.sys)
     mocker.patch.object(common.logging, "shutdown", ending.log)
     mocker.patch.object(common.os, "_exit", ending.exit)
     with pytest.raises(SystemExit):  # typer's own end, after the mocked os._exit returned
         app(["plan", "lab.yaml", "--detailed-exitcode"])
-    assert [name for name, *_ in ending.mock_calls] == ["log", "sys.stdout.flush", "sys.stderr.flush", "exit"]
+    calls = [name for name, *_ in ending.mock_calls if name not in ("sys.getprofile", "sys.gettrace")]
+    assert calls == ["log", "sys.stdout.flush", "sys.stderr.flush", "exit"]
     ending.exit.assert_called_once_with(2)
     assert collector._left == [tree]
+
+
+def test_plan_under_a_profiler_ends_as_typer_does_so_the_profile_is_written(mocker, monkeypatch):
+    monkeypatch.setattr(collector, "_left", None)
+    mocker.patch.object(runs, "plan_runbook", side_effect=lambda *args: Plan(changes=[CHANGE]))
+    mocker.patch.object(common.sys, "getprofile", return_value=object())  # cProfile's, say
+    mocker.patch.object(common.os, "_exit", side_effect=AssertionError("ended under the profiler"))
+    with pytest.raises(SystemExit) as ended:
+        app(["plan", "lab.yaml", "--detailed-exitcode"])
+    assert ended.value.code == 2
 
 
 def test_plan_run_inside_a_caller_ends_as_typer_does_and_frees_what_it_discarded(mocker, monkeypatch):

@@ -43,3 +43,55 @@ def test_a_local_job_gets_a_minimal_environment(monkeypatch):
     assert not names & {"GPUVM_VCENTER_PASSWORD", "SOME_TOKEN", "LD_LIBRARY_PATH"}
     assert "vc-pass-8e1b" not in env
     assert job_environment({"HOME": "/root", "GOVC_PASSWORD": "x" * 8}) == {"HOME": "/root"}
+
+
+def _models_in(annotation: object) -> set[type]:
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    found = {annotation} if isinstance(annotation, type) and issubclass(annotation, BaseModel) else set()
+    for arg in get_args(annotation):
+        found |= _models_in(arg)
+    return found
+
+
+def _reachable(root: type, fields_of) -> set[type]:
+    seen, todo = set(), [root]
+    while todo:
+        kind = todo.pop()
+        if kind not in seen:
+            seen.add(kind)
+            todo += [m for name in fields_of(kind) for m in _models_in(kind.model_fields[name].annotation)]
+    return seen
+
+
+def test_the_secrets_walk_skips_only_models_without_a_secret_field():
+    """The walk follows only fields that can hold a `*_env` field (a fleet's thousands of VM entries
+    have none): every model class with one is still on its path, and VMs are not."""
+    from gpuvm.runbook.model import Runbook, Vm
+
+    every = _reachable(Runbook, lambda kind: list(kind.model_fields))
+    walked = _reachable(Runbook, secrets._secret_fields)
+    with_secrets = {kind for kind in every if any(name.endswith("_env") for name in kind.model_fields)}
+    assert with_secrets and with_secrets <= walked
+    assert Vm in every and Vm not in walked
+
+
+def test_secrets_of_every_kind_are_remembered(monkeypatch, tmp_path):
+    values = {"VC_A": "vc-a-pass-1", "VC_B": "vc-b-pass-2", "ESX_PW": "esx-pass-3", "GUEST_PW": "guest-pass-4"}
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "fleet.yaml").write_text("""vcenters:
+  - {name: a, url: "https://a.example/sdk", user: u, password_env: VC_A}
+  - {name: b, url: "https://b.example/sdk", user: u, password_env: VC_B}
+hosts:
+  - {name: esx-01, vcenter: a, ssh: {address: 10.0.0.1, user: root, password_env: ESX_PW}}
+vms:
+  - {name: vm-1, host: esx-01, vcenter: a}
+guests:
+  hosts:
+    - {vm: vm-1, ssh: {address: 10.0.0.2, user: gpu, password_env: GUEST_PW}}
+""")
+    load_runbook(tmp_path / "fleet.yaml")
+    assert secrets.redact(" ".join(values.values())) == " ".join([secrets.MASK] * 4)

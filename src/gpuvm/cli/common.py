@@ -132,8 +132,9 @@ def ends_process() -> None:
 
 def finish(code: int) -> NoReturn:
     """The command's end, with exit status `code`: after `ends_process`, the process ends now, its
-    output and log flushed (gpuvm registers nothing else to run at exit); else as typer ends it."""
-    if collector.leaving():
+    output and log flushed (gpuvm registers nothing else to run at exit); else as typer ends it,
+    and so under a profiler or a coverage tracer too, which write their files at exit."""
+    if collector.leaving() and sys.getprofile() is None and sys.gettrace() is None:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
