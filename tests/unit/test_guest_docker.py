@@ -655,6 +655,25 @@ def test_what_the_pipelined_tree_missed_goes_round_by_round(tmp_path):
     assert len({tuple(i.values()) for i in world.images.values()}) == 1
 
 
+def test_a_pipelined_tree_that_times_out_leaves_the_rest_to_the_rounds(tmp_path):
+    world = DockerWorld(EIGHT)
+    cluster = meshed(world, tmp_path)
+    answer = world.executors["gpu-vm-01"].responses
+    tree = next(k for k in answer if isinstance(k, re.Pattern) and "bash -c" in k.pattern)
+
+    def halfway(call):  # the left half got it, then the builder's command ran out of time
+        for guest in EIGHT[1:5]:
+            world.images[guest][call.command.split()[2]] = world.images["gpu-vm-01"][call.command.split()[2]]
+        raise RemoteCommandError("gpu-vm-01: `docker save …` timed out after 10800 s")
+
+    answer[tree] = halfway
+    said: list[tuple[str, str]] = []
+    assert guest_image.STEP.apply_all(Context(cluster=cluster, say=lambda t, s: said.append((t, s))),
+                                      observe_and_plan(cluster)) == {}
+    assert sorted(r for _, r in world.hops) == EIGHT[5:]  # only what the tree had not reached, round by round
+    assert any("the pipelined tree stopped: gpu-vm-01: `docker save …` timed out" in line for _, line in said)
+
+
 def test_without_the_pipelined_tree_the_image_goes_guest_to_guest_round_by_round(tmp_path):
     world = DockerWorld(EIGHT)
     world.pipeline = False

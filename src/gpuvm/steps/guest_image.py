@@ -362,7 +362,10 @@ def _pipelined(cluster: Cluster, ref: str, want: str, builder: str, receivers: d
     timeout = max(cluster.command_timeout, _image(sender).build_timeout)
     with Ticker(lambda line: say(builder, line),
                 lambda s: f"sending {ref} down a pipelined tree of {len(relays)} guest(s): {s:.0f} s") as tick:
-        cluster.executors[builder].run_script(script, timeout=timeout, check=False)
+        try:
+            cluster.executors[builder].run_script(script, timeout=timeout, check=False)
+        except GpuvmError as e:  # timed out, or the builder's connection lost: what arrived is kept
+            say(builder, f"image {ref}: the pipelined tree stopped: {redact(str(e))}")
         ids = run_group(receivers, lambda t: inspect_id(t, cluster, ref), at_once(receivers), name="inspect").ok
     got = [n for n in receivers if ids.get(n) == want]
     for name in got:
