@@ -25,7 +25,7 @@ from gpuvm.executors.base import command_line
 from gpuvm.image_fanout import SSH_ALIVE, SSH_CONNECT_TIMEOUT, Hop
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY
 
-SAFE = re.compile(r"[A-Za-z0-9._:%@-]+")
+SAFE = re.compile(r"[A-Za-z0-9._:%@][A-Za-z0-9._:%@-]*")  # no leading '-': ssh and sudo would read an option
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,10 @@ class Relay:
     @property
     def token(self) -> str | None:
         """`address,port,load,user` as the relays pass it on; None when a word is not plain."""
-        words = [self.address, str(int(self.port)), "1" if self.load_sudo else "0", self.mesh_user or "-"]
-        return ",".join(words) if all(SAFE.fullmatch(w) for w in words) else None
+        words = [self.address, str(int(self.port)), "1" if self.load_sudo else "0", self.mesh_user]
+        if not all(w is None or SAFE.fullmatch(w) for w in words):
+            return None
+        return ",".join(w or "-" for w in words)  # "-": the login user
 
 
 def split(descendants: list) -> tuple[list, list]:

@@ -97,7 +97,9 @@ def test_each_relay_loads_with_its_own_sudo_and_the_builder_sends_as_the_mesh_us
 
 @pytest.mark.parametrize("relay", [Relay("g", "10.0.0.1;reboot", 22, False, None),
                                    Relay("g", "10.0.0.1", 22, False, "a b"),
-                                   Relay("g", "$(id)", 22, False, None)])
+                                   Relay("g", "$(id)", 22, False, None),
+                                   Relay("g", "-Jjump.example", 22, False, None),
+                                   Relay("g", "10.0.0.1", 22, False, "-")])
 def test_words_that_are_not_plain_are_refused(relay):
     assert relay.token is None
     with pytest.raises(ValueError):

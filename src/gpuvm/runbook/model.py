@@ -213,7 +213,7 @@ class SshAccess(Strict):
     @field_validator("address")
     @classmethod
     def _address(cls, value: str) -> str:
-        if not re.match(r"^[A-Za-z0-9.:_-]+$", value):
+        if not re.match(r"^[A-Za-z0-9.:_][A-Za-z0-9.:_-]*$", value):  # no leading '-': ssh would read an option
             raise ValueError(f"'{value}' is not a host name or IP address")
         return value
 
