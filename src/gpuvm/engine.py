@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from gpuvm.apply_options import ApplyOptions
 from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, ObserveError, RemoteCommandError, listed
-from gpuvm.executors.group import GroupResult, run_group
+from gpuvm.executors.group import GroupResult, at_once, run_group
 from gpuvm.journal import Journal, JournalError
 from gpuvm.outstanding import outstanding
 from gpuvm.plan import Change, Disruption, Note, Plan
@@ -85,13 +85,10 @@ def targets_of(step: Step, desired: Desired, cluster: Cluster | None) -> dict[st
     return cluster.of_role(step.role) if cluster is not None else {}
 
 
-OBSERVE_AT_ONCE = 64  # targets observed at once by default: 64 guests in one round, not eight of eight
-
-
 def observe_remote(cluster: Cluster, role: str | None = None,
                    parallel: int | None = None) -> GroupResult[str, dict[str, Any]]:
     """Every wanted SSH step's fact for every target (of `role`), targets in parallel (`parallel`, by
-    default every target at once up to OBSERVE_AT_ONCE: it only reads): by target, its facts by step
+    default every target at once up to `at_once`'s limit: it only reads): by target, its facts by step
     (`_facts_of` makes them `Facts`), or why it could not be observed. A target whose answer gpuvm
     cannot use (a command failed or timed out, an untrusted value) fails with ObserveError."""
     steps = [s for s in STEPS if s.over_ssh and (role is None or s.role == role)]
@@ -104,7 +101,7 @@ def observe_remote(cluster: Cluster, role: str | None = None,
         except RemoteCommandError as e:
             raise ObserveError(str(e)) from e
 
-    return run_group(targets, observe, parallel or max(1, min(OBSERVE_AT_ONCE, len(targets))), name="observe")
+    return run_group(targets, observe, parallel or at_once(targets), name="observe")
 
 
 def observe_reachable(cluster: Cluster, parallel: int | None = None) -> tuple[Facts, dict[str, ConnectError]]:

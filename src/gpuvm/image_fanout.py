@@ -27,6 +27,9 @@ SSH_CONNECT_TIMEOUT = 10
 # a peer that stops answering mid-transfer (gone, or a dead link) ends its ssh in about a minute,
 # not at the step's timeout: the hop fails, the pipelined tree goes on to its other children
 SSH_ALIVE = "-o ServerAliveInterval=15 -o ServerAliveCountMax=4"
+# guest to guest over the mesh: its key only, the host keys the mesh wrote, never a prompt
+MESH_SSH = (f"-o BatchMode=yes -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes "
+            f"-o ConnectTimeout={SSH_CONNECT_TIMEOUT} {SSH_ALIVE}")
 SAVE_FAILED, LOAD_FAILED, SSH_FAILED = 3, 4, 5  # the hop script's exit codes
 
 
@@ -168,8 +171,8 @@ trap 'rm -rf "$t"' EXIT
 trap 'trap "" TERM; kill 0; exit 143' TERM INT HUP
 home=$(getent passwd {user} | cut -d: -f6)
 last() {{ tr -d '\\r' < "$1" | grep -v '^Warning: ' | grep . | tail -n 1; }}
-{{ {save} 2>"$t/save.err"; echo $? > "$t/save"; }} | {as_user}ssh -o BatchMode=yes -o StrictHostKeyChecking=yes \
-  -o IdentitiesOnly=yes -o ConnectTimeout={SSH_CONNECT_TIMEOUT} {SSH_ALIVE} -i "$home/.ssh/{IDENTITY}" -p {int(port)} {peer} {load} \
+{{ {save} 2>"$t/save.err"; echo $? > "$t/save"; }} | {as_user}ssh {MESH_SSH} \
+  -i "$home/.ssh/{IDENTITY}" -p {int(port)} {peer} {load} \
   > /dev/null 2> "$t/load.err" &
 wait $!  # in the background: a TERM is handled now, not once the pipeline is done
 load=$?

@@ -22,7 +22,7 @@ import shlex
 from dataclasses import dataclass
 
 from gpuvm.executors.base import command_line
-from gpuvm.image_fanout import SSH_ALIVE, SSH_CONNECT_TIMEOUT, Hop
+from gpuvm.image_fanout import MESH_SSH, Hop
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY
 
 SAFE = re.compile(r"[A-Za-z0-9._:%@][A-Za-z0-9._:%@-]*")  # no leading '-': ssh and sudo would read an option
@@ -32,7 +32,6 @@ SAFE = re.compile(r"[A-Za-z0-9._:%@][A-Za-z0-9._:%@-]*")  # no leading '-': ssh 
 class Relay:
     """A guest of the tree: where the mesh reaches it, how it loads, whom it sends as."""
 
-    name: str
     address: str
     port: int
     load_sudo: bool
@@ -79,8 +78,7 @@ trap 'trap "" TERM; kill 0; exit 143' TERM INT HUP
 if [ "$user" = - ]; then as=""; home=$HOME; else as="sudo -n -u $user -H"; home=$(getent passwd "$user" | cut -d: -f6); fi
 send() {{  # $1: the child's token; then the child's own descendants
   IFS=, read -r addr port cload cuser <<< "$1"; shift
-  $as ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes -o ConnectTimeout={SSH_CONNECT_TIMEOUT} \\
-    {SSH_ALIVE} -i "$home/.ssh/{IDENTITY}" -p "$port" "$addr" "bash -c \\"\\$(echo $self | base64 -d)\\" relay $self $cload $cuser $*"
+  $as ssh {MESH_SSH} -i "$home/.ssh/{IDENTITY}" -p "$port" "$addr" "bash -c \\"\\$(echo $self | base64 -d)\\" relay $self $cload $cuser $*"
 }}
 outs=()
 if [ "$load" != - ]; then

@@ -14,6 +14,7 @@ records and on the traceback of an unexpected error.
 
 from __future__ import annotations
 
+import enum
 import html
 import json
 import logging
@@ -22,6 +23,8 @@ import re
 import sys
 import threading
 import traceback
+import typing
+from pathlib import PurePath
 from typing import Any
 from urllib.parse import quote
 
@@ -133,10 +136,6 @@ def _secret_fields(kind: type) -> tuple[str, ...]:
 
 
 def _may_hold_secret(annotation: object) -> bool:
-    import enum
-    import typing
-    from pathlib import PurePath
-
     from pydantic import BaseModel
 
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)

@@ -496,8 +496,9 @@ def test_the_verify_script_cuts_a_hung_login_tries_it_again_and_keeps_its_batch(
 def test_guests_are_observed_all_at_once_up_to_a_cap(tmp_path, mocker, cap, workers):
     # observing only reads: every guest in one round (64 guests: one round, not eight of eight)
     from gpuvm import engine
+    from gpuvm.executors import group
 
-    mocker.patch.object(engine, "OBSERVE_AT_ONCE", cap)
+    mocker.patch.object(group, "MOST_AT_ONCE", cap)
     pool = mocker.spy(engine, "run_group")
     cluster, _ = make_cluster(tmp_path, responses={g: {READ: read_response(EMPTY)} for g in ADDRESSES})
     assert sorted(engine.observe_remote(cluster, "guest").raise_failures()) == sorted(ADDRESSES)

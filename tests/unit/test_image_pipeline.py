@@ -25,7 +25,7 @@ STAND_INS = {
 
 
 def relays(n: int) -> list[Relay]:
-    return [Relay(f"g{i:02d}", f"10.0.0.{i}", 22, i % 2 == 0, None) for i in range(1, n + 1)]
+    return [Relay(f"10.0.0.{i}", 22, i % 2 == 0, None) for i in range(1, n + 1)]
 
 
 def test_split_gives_the_left_child_the_larger_half():
@@ -95,11 +95,11 @@ def test_each_relay_loads_with_its_own_sudo_and_the_builder_sends_as_the_mesh_us
     assert script.split()[-4:] == ["-", "mpi", "10.0.0.1,22,0,-", "10.0.0.2,22,1,-"]
 
 
-@pytest.mark.parametrize("relay", [Relay("g", "10.0.0.1;reboot", 22, False, None),
-                                   Relay("g", "10.0.0.1", 22, False, "a b"),
-                                   Relay("g", "$(id)", 22, False, None),
-                                   Relay("g", "-Jjump.example", 22, False, None),
-                                   Relay("g", "10.0.0.1", 22, False, "-")])
+@pytest.mark.parametrize("relay", [Relay("10.0.0.1;reboot", 22, False, None),
+                                   Relay("10.0.0.1", 22, False, "a b"),
+                                   Relay("$(id)", 22, False, None),
+                                   Relay("-Jjump.example", 22, False, None),
+                                   Relay("10.0.0.1", 22, False, "-")])
 def test_words_that_are_not_plain_are_refused(relay):
     assert relay.token is None
     with pytest.raises(ValueError):

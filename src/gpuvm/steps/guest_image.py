@@ -350,10 +350,10 @@ def _pipelined(cluster: Cluster, ref: str, want: str, builder: str, receivers: d
     then have the builder's id. The rest (a load or a login that failed on the way, a guest whose
     address or user is not plain) are left to the rounds, which say why."""
     relays = [_relay(t) for t in receivers.values()]
-    if len(relays) < 2 or any(r.token is None for r in relays):
+    if len(relays) < 2:  # one receiver: one hop, which the rounds make
         return []
     sender = cluster.targets[builder]
-    try:
+    try:  # a word that is not plain (pipeline_script refuses it): the rounds serve them all
         script = pipeline_script(ref, relays, save_sudo=sender.sudo, mesh_user=_relay(sender).mesh_user)
     except ValueError:
         return []
@@ -377,7 +377,7 @@ def _pipelined(cluster: Cluster, ref: str, want: str, builder: str, receivers: d
 
 def _relay(target: DesiredGuest) -> Relay:
     user = target.mesh.user  # type: ignore[union-attr]  # _mesh_keyed: every guest here is in the mesh
-    return Relay(target.name, target.login.address, target.login.port, target.sudo,
+    return Relay(target.login.address, target.login.port, target.sudo,
                  None if user == target.login.user else user)
 
 
