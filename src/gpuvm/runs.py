@@ -290,17 +290,23 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
         if show_plan is not None:
             show_plan(plan)
         intents = {name: IntentStore(session, journal.run_id) for name, session in sessions.items()}
-        if not down:  # every guest observed: a host with nothing waiting has nothing left to reboot for
-            for name, session in sessions.items():
+
+        def settle_memos() -> None:
+            """Every guest observed: a host with nothing waiting has nothing left to reboot for."""
+            for name, session in sessions.items() if not down else ():
                 part = live.part(name) if book.vcenters else live
                 reboot_memo.settle(intents[name], session, plan.changes, fleet.inventories[name],
                                    [h.name for h in part.hosts if scope is None or scope.covers(h.name)])
+
         if plan.empty and not down:
+            settle_memos()
             return Applied(plan)
+        # Nothing is written before every check and the confirmation: a refused apply changes nothing
         reboot_memo.refuse(reboot_memo.repeats(plan.changes, facts), options.allow_repeat_reboot)
         check_allowed(plan, desired, options)
         if confirm is not None:
             confirm(plan)
+        settle_memos()
         steps = Options(allow_power_off=options.allow_power_off, allow_host_reboot=options.allow_host_reboot,
                         shutdown_timeout=options.shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
                         max_unavailable=options.max_unavailable)
