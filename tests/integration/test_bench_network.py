@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from gpuvm.bench.results import load_results
 from gpuvm.cli.main import app
 from tests.integration.test_bench_run import PYTHON, SMALL, mesh  # noqa: F401  (mesh: a fixture)
+from tests.integration.vcenter import guest_ssh
 
 pytestmark = pytest.mark.integration
 OOB = ["-mca", "oob_tcp_if_include", "10.250.0.0/24"]  # mpirun's own control channel: the bed's network
@@ -36,24 +37,19 @@ def fabric(mesh):
     mesh.up()  # addresses and links back as new
 
 
+def bench_runbook(bed, path: Path, guests: dict[str, str], runs: str) -> Path:
+    """A runbook of the bed's `guests` (name → more lines of its entry), their VMs on esx-01, and
+    gpu-vm-01 launching `runs` (the lines under `runs:`)."""
+    entries = "".join(f"    - vm: {name}\n      ssh: {guest_ssh(bed, name)}{more}\n" for name, more in guests.items())
+    vms = "".join(f"  - {{name: {name}, host: esx-01}}\n" for name in guests)
+    path.write_text(f"ssh: {{known_hosts: {bed.known_hosts_file}}}\nhosts: [{{name: esx-01}}]\nvms:\n{vms}"
+                    f"guests:\n  hosts:\n{entries}benchmarks:\n  launcher: gpu-vm-01\n  runs:\n{runs}")
+    return path
+
+
 def write_runbook(bed, path: Path) -> Path:
-    guests = "".join(f"""\
-    - vm: {name}
-      ssh: {{address: {bed.host(name).address}, user: {bed.host(name).user}, key_file: {bed.host(name).key_file}}}
-      rdma_ports: [{{device: mlx5_0, port: 1}}]
-""" for name in ("gpu-vm-01", "gpu-vm-02"))
-    path.write_text(f"""\
-ssh: {{known_hosts: {bed.known_hosts_file}}}
-hosts: [{{name: esx-01}}]
-vms:
-  - {{name: gpu-vm-01, host: esx-01}}
-  - {{name: gpu-vm-02, host: esx-01}}
-guests:
-  hosts:
-{guests}
-benchmarks:
-  launcher: gpu-vm-01
-  runs:
+    port = "\n      rdma_ports: [{device: mlx5_0, port: 1}]"
+    return bench_runbook(bed, path, {"gpu-vm-01": port, "gpu-vm-02": port}, f"""\
     - name: train
       kind: pytorch_train
       model: resnet18
@@ -75,7 +71,6 @@ benchmarks:
       timeout: 60
       mpirun_args: {OOB}
 """)
-    return path
 
 
 def test_network_mapping_on_and_off_across_two_guests(fabric, tmp_path):
@@ -130,26 +125,9 @@ def test_each_guest_gets_the_network_settings_of_its_own_ports(mesh, tmp_path):
     """Issue 22, item 7: gpu-vm-01 (mlx5_0 port 1), gpu-vm-02 (mlx5_1 port 1) and gpu-vm-03 (no
     rdma_ports) in one 3-rank job under the bed's real Open MPI: each rank sees its own guest's
     values, the guest without ports none (NCCL's default interface list, no HCA, no BTL limit)."""
-    names = ("gpu-vm-01", "gpu-vm-02", "gpu-vm-03")
     ports = {"gpu-vm-01": "\n      rdma_ports: [{device: mlx5_0, port: 1}]",
              "gpu-vm-02": "\n      rdma_ports: [{device: mlx5_1, port: 1}]", "gpu-vm-03": ""}
-    guests = "".join(f"""\
-    - vm: {name}
-      ssh: {{address: {mesh.host(name).address}, user: {mesh.host(name).user}, key_file: {mesh.host(name).key_file}}}\
-{ports[name]}
-""" for name in names)
-    runbook = tmp_path / "bed.yaml"
-    runbook.write_text(f"""\
-ssh: {{known_hosts: {mesh.known_hosts_file}}}
-hosts: [{{name: esx-01}}]
-vms:
-{"".join(f"  - {{name: {n}, host: esx-01}}{chr(10)}" for n in names)}
-guests:
-  hosts:
-{guests}
-benchmarks:
-  launcher: gpu-vm-01
-  runs:
+    runbook = bench_runbook(mesh, tmp_path / "bed.yaml", ports, f"""\
     - name: env
       kind: command
       command: "sh -c 'echo rank=$OMPI_COMM_WORLD_RANK hca=$NCCL_IB_HCA ifname=$NCCL_SOCKET_IFNAME btl=$OMPI_MCA_btl_tcp_if_include value=1'"

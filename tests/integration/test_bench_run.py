@@ -104,20 +104,18 @@ benchmarks:
     assert "resnet18-scaling" in (directory / "report" / "report.md").read_text()
 
 
+def torchrun_train(name: str) -> str:
+    """The first lines of a small `pytorch_train` run under torchrun, as a runbook's `runs:` lists it."""
+    return (f"    - name: {name}\n      kind: pytorch_train\n      launch: torchrun\n      torchrun_args: {TORCHRUN_DEBIAN}\n"
+            f"      model: resnet18\n      python: {PYTHON}\n      batch_size: 8\n      args: {SMALL}\n")
+
+
 def test_local_torchrun_and_no_launcher(tmp_path):
     runbook = tmp_path / "launchers.yaml"
     runbook.write_text(f"""\
 benchmarks:
   runs:
-    - name: torchrun-two-workers
-      kind: pytorch_train
-      launch: torchrun
-      torchrun_args: {TORCHRUN_DEBIAN}
-      model: resnet18
-      python: {PYTHON}
-      batch_size: 8
-      args: {SMALL}
-      gpus_per_vm: 2
+{torchrun_train("torchrun-two-workers")}      gpus_per_vm: 2
       repeats: 1
       timeout: 180
       env: {{OMP_NUM_THREADS: "1"}}
@@ -258,15 +256,7 @@ def test_pytorch_workloads_over_one_two_and_four_guests(mesh, tmp_path):
       timeout: 300
       env: {{OMP_NUM_THREADS: "1"}}
       mpirun_args: {BED_MPI}
-    - name: train-torchrun
-      kind: pytorch_train
-      launch: torchrun
-      torchrun_args: {TORCHRUN_DEBIAN}
-      model: resnet18
-      python: {PYTHON}
-      batch_size: 8
-      args: {SMALL}
-      nodes: [2]
+{torchrun_train("train-torchrun")}      nodes: [2]
       gpus_per_vm: 2
       repeats: 1
       timeout: 300

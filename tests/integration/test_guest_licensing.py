@@ -18,6 +18,7 @@ from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_licensing
 from gpuvm.steps.base import Context
+from tests.integration.vcenter import guest_ssh
 import _gpuvm_fake as fake  # the test bed's stand-in state (testbed/bin)
 
 pytestmark = pytest.mark.integration
@@ -44,18 +45,13 @@ def bed(testbed):
 
 def cluster_for(bed, tmp_path, token: str = TOKEN, acquire_timeout: float = 120):
     (tmp_path / "nls.tok").write_text(token)
-
-    def guest(name):
-        h = bed.host(name)
-        return f"  - {{vm: {name}, ssh: {{address: {h.address}, user: {h.user}, key_file: {h.key_file}}}}}\n"
-
     path = tmp_path / "runbook.yaml"
     path.write_text(
         f"ssh: {{known_hosts: {bed.known_hosts_file}}}\nhosts: [{{name: esx-01}}]\n"
         "vms: [{name: gpu-vm-01, host: esx-01, gpus: {mode: vgpu, profile: grid_a100-40c}},\n"
         "      {name: gpu-vm-02, host: esx-01, gpus: {mode: passthrough, count: 1}}]\n"
         f"guests:\n  licensing: {{token_file: nls.tok, passthrough: vcs, acquire_timeout: {acquire_timeout}}}\n"
-        "  hosts:\n" + "".join(guest(g) for g in GUESTS))
+        "  hosts:\n" + "".join(f"  - {{vm: {g}, ssh: {guest_ssh(bed, g)}}}\n" for g in GUESTS))
     return build_cluster(load_runbook(path), tmp_path / "state")
 
 

@@ -15,6 +15,7 @@ from gpuvm.remote import build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_driver
 from gpuvm.steps.base import Context
+from tests.integration.vcenter import guest_ssh
 from bed import nvidia_run_package
 
 pytestmark = pytest.mark.integration
@@ -44,17 +45,13 @@ def genuine_sha256(bed) -> str:
 
 
 def cluster_for(bed, tmp_path):
-    def guest(name):
-        h = bed.host(name)
-        return f"  - {{vm: {name}, ssh: {{address: {h.address}, user: {h.user}, key_file: {h.key_file}}}}}\n"
-
     path = tmp_path / "runbook.yaml"
     path.write_text(
         f"ssh: {{known_hosts: {bed.known_hosts_file}}}\nhosts: [{{name: esx-01}}]\n"
         "vms: [" + ", ".join(f"{{name: {g}, host: esx-01}}" for g in GUESTS) + "]\n"
         f"guests:\n  driver: {{version: '{VERSION}', installer: 'file:///tmp/drivers/NVIDIA-Linux-x86_64-{{version}}.run', "
         f"sha256: {genuine_sha256(bed)}}}\n"
-        "  hosts:\n" + "".join(guest(g) for g in GUESTS))
+        "  hosts:\n" + "".join(f"  - {{vm: {g}, ssh: {guest_ssh(bed, g)}}}\n" for g in GUESTS))
     return build_cluster(load_runbook(path), tmp_path / "state")
 
 

@@ -34,6 +34,12 @@ def boot_hook(testbed: Any) -> str:
             f'--userdata "$GPUSIM_USERDATA" --root {testbed.root}')
 
 
+def guest_ssh(bed: Any, name: str) -> str:
+    """The runbook's `ssh:` mapping for the bed's guest `name`."""
+    h = bed.host(name)
+    return f"{{address: {h.address}, user: {h.user}, key_file: {h.key_file}}}"
+
+
 def env_for(sim: Simulator) -> dict[str, str]:
     return {"GOVC_URL": sim.url, "GOVC_TLS_CA_CERTS": str(sim.cert_file), "GOVC_USERNAME": sim.username,
             "GPUVM_VCENTER_PASSWORD": sim.password}

@@ -32,5 +32,30 @@ def vm(name: str, host: str = "esx-01", **extra) -> VmFacts:
     return VmFacts(**defaults)
 
 
+# A runbook of one host, one VM and its guest, as `str.format` text (literal braces doubled); what the guest
+# entry needs more follows, indented by six spaces.
+ONE_GUEST_RUNBOOK = """\
+hosts: [{{name: esx-01}}]
+vms: [{{name: gpu-vm-01, host: esx-01}}]
+guests:
+  hosts:
+    - vm: gpu-vm-01
+      ssh: {{address: 10.0.0.13, user: gpuadmin}}
+"""
+
+
+def bench_cli():
+    """`gpuvm bench …` of the report commands, invoked in process: args → CliRunner's result."""
+    import typer
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.bench_report import register
+
+    app, bench = typer.Typer(), typer.Typer()
+    register(bench)
+    app.add_typer(bench, name="bench")
+    return lambda *args: CliRunner().invoke(app, ["bench", *map(str, args)])
+
+
 def inventory(hosts: list[HostFacts], vms: list[VmFacts]) -> Inventory:
     return Inventory(hosts={h.name: h for h in hosts}, vms={v.name: v for v in vms})

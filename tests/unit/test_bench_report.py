@@ -6,15 +6,14 @@ import re
 from pathlib import Path
 
 import pytest
-import typer
 from rich.console import Console
-from typer.testing import CliRunner
 
 from gpuvm.bench.compare import compare
 from gpuvm.bench.report import render_terminal, table_rows, write_report
 from gpuvm.bench.results import load_results
-from gpuvm.cli.bench_report import parse_fraction, register
+from gpuvm.cli.bench_report import parse_fraction
 from gpuvm.errors import InputError
+from tests.unit.factories import bench_cli
 
 REPO = Path(__file__).parents[2]
 STUDY_VM = REPO / "playbooks" / "results" / "study-vm"
@@ -30,10 +29,7 @@ def study():
 
 @pytest.fixture
 def cli():
-    app, bench = typer.Typer(), typer.Typer()
-    register(bench)
-    app.add_typer(bench, name="bench")
-    return lambda *args: CliRunner().invoke(app, ["bench", *map(str, args)])
+    return bench_cli()
 
 
 def test_terminal_table_shows_study_numbers(study):

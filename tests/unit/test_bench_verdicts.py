@@ -13,6 +13,7 @@ from gpuvm.bench import stats
 from gpuvm.bench.compare import VERDICT_EXIT_CODES, compare
 from gpuvm.bench.results import Benchmark, Point, Repeat, Results, load_results, save_results
 from gpuvm.errors import InputError
+from tests.unit.factories import bench_cli
 
 TIGHT_BM = [100.0, 100.1, 99.9, 100.05, 99.95]
 
@@ -179,15 +180,7 @@ def test_deep_and_aliased_baselines_are_refused(tmp_path):
 
 @pytest.fixture
 def cli():
-    import typer
-    from typer.testing import CliRunner
-
-    from gpuvm.cli.bench_report import register
-
-    app, bench = typer.Typer(), typer.Typer()
-    register(bench)
-    app.add_typer(bench, name="bench")
-    return lambda *args: CliRunner().invoke(app, ["bench", *map(str, args)])
+    return bench_cli()
 
 
 @pytest.mark.parametrize("factor, outcome, code", [(0.99, "pass", 0), (0.96, "fail", 9), (None, "inconclusive", 10)])

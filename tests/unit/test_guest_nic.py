@@ -19,18 +19,11 @@ from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_nic
 from gpuvm.steps.guest_nic import NicFact
+from tests.unit.factories import ONE_GUEST_RUNBOOK
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
 
-RUNBOOK = """
-hosts: [{{name: esx-01}}]
-vms: [{{name: gpu-vm-01, host: esx-01}}]
-guests:
-  hosts:
-    - vm: gpu-vm-01
-      ssh: {{address: 10.0.0.13, user: gpuadmin}}
-{guest}
-"""
+RUNBOOK = ONE_GUEST_RUNBOOK + "{guest}\n"
 
 
 def cluster(tmp_path, guest: str, fake: FakeExecutor | None = None):

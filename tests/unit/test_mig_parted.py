@@ -18,16 +18,11 @@ from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_mig
 from gpuvm.steps.guest_mig import GpuMig
+from tests.unit.factories import ONE_GUEST_RUNBOOK
 
 CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "mig_parted" / "config.yaml"
 A100_80, A100_40, H100 = "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB", "NVIDIA H100 PCIe"
-RUNBOOK = """\
-hosts: [{{name: esx-01}}]
-vms: [{{name: gpu-vm-01, host: esx-01}}]
-guests:
-  hosts:
-    - vm: gpu-vm-01
-      ssh: {{address: 10.0.0.13, user: gpuadmin}}
+RUNBOOK = ONE_GUEST_RUNBOOK + """\
       mig:
         config_file: {file}
         config: {config}
