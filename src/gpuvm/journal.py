@@ -5,7 +5,9 @@ killed run the user can see exactly how far gpuvm got. It is an audit log, never
 what gpuvm owns lives on the vCenter objects (`vsphere/owned.py`, `vsphere/intent.py`), so plan,
 apply and verify cost the same over a journal of a million lines as over none.
 
-The log rotates (journal.jsonl → journal.jsonl.1 … .KEEP past MAX_BYTES). A line a killed run left
+The log rotates (journal.jsonl → journal.jsonl.1 … .KEEP past MAX_BYTES), one run at a time: runs
+sharing a state directory append to the same file, and the one that finds it full rotates it under
+an flock on journal.lock, then writes to the new file (another run may have rotated it already). A line a killed run left
 half-written never hides the next record (each write starts on a fresh line) and readers skip it
 with a warning. The state directory holds regular files only: a symlink is refused, never
 followed, and a FIFO never blocks. A write that fails (a full disk) stops the run with one line.
@@ -14,6 +16,7 @@ followed, and a FIFO never blocks. A write that fails (a full disk) stops the ru
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -32,6 +35,7 @@ from gpuvm.secrets import scrub
 JOURNAL = "journal.jsonl"
 MAX_BYTES = 64 * 1024 * 1024  # a journal past this size rotates (a 4,096-VM apply writes ~29 MB)
 KEEP = 3  # rotated journals kept: journal.jsonl.1 (newest) … .3
+ROTATION_LOCK = "journal.lock"  # flock'd by the run that rotates: runs may share a state directory
 MAX_LINE = 1024 * 1024  # readers skip longer lines (gpuvm writes none near this)
 
 log = logging.getLogger(__name__)
@@ -172,23 +176,39 @@ class Journal:
                 os.close(fd)
 
     def _open_for_append(self) -> int:
-        fd = open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
-        assert fd is not None
+        fd = self._open()
         if os.fstat(fd).st_size < self.max_bytes:
             return fd
         os.close(fd)
-        self._rotate()
-        fd = open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
-        assert fd is not None
-        return fd
+        lock = _open_created(self.path.with_name(ROTATION_LOCK))
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # other runs sharing the state directory rotate one at a time
+            fd = self._open()
+            if os.fstat(fd).st_size < self.max_bytes:  # another run rotated while this one waited
+                return fd
+            os.close(fd)
+            self._rotate()
+            return self._open()
+        finally:
+            os.close(lock)  # the lock goes with it
+
+    def _open(self) -> int:
+        return _open_created(self.path, os.O_RDWR | os.O_APPEND)
 
     def _rotate(self) -> None:
-        """journal.jsonl → .1 → .2 … → .keep (the oldest dropped)."""
+        """journal.jsonl → .1 → .2 … → .keep (the oldest dropped), under the rotation lock."""
         for n in range(self.keep - 1, 0, -1):
             older = self.path.with_name(f"{JOURNAL}.{n}")
             if older.exists():
                 os.replace(older, self.path.with_name(f"{JOURNAL}.{n + 1}"))
         os.replace(self.path, self.path.with_name(f"{JOURNAL}.1"))
+
+
+def _open_created(path: Path, flags: int = os.O_RDONLY) -> int:
+    """`open_regular`, the file created if need be."""
+    fd = open_regular(path, flags | os.O_CREAT)
+    assert fd is not None
+    return fd
 
 
 def _ends_torn(fd: int) -> bool:
