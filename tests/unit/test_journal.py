@@ -80,6 +80,17 @@ def test_a_symlinked_journal_is_refused_not_followed(tmp_path):
     assert elsewhere.read_text() == "keep me\n"
 
 
+def test_a_symlinked_lock_is_refused_not_followed(tmp_path):
+    elsewhere = tmp_path / "precious"
+    elsewhere.write_text("keep me\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "journal.lock").symlink_to(elsewhere)
+    with pytest.raises(InputError, match=r"state/journal.lock: a symbolic link; the state directory holds regular"):
+        Journal(state).record("run-start")
+    assert elsewhere.read_text() == "keep me\n"
+
+
 def test_a_fifo_journal_is_refused_at_once(tmp_path):
     os.mkfifo(tmp_path / "journal.jsonl")
     with no_hang():
@@ -160,7 +171,8 @@ def _hammer(directory, start, records: int, errors) -> None:
 
 def test_runs_sharing_a_state_directory_rotate_its_journal_one_at_a_time(tmp_path):
     """Issue 33, point 7: two runs rotating at once made one of them stop (JournalError: No such file
-    or directory). Real processes, a rotation every ~35 records: none fails, no record is lost or torn."""
+    or directory). Real processes, a rotation every ~35 records: none fails, no record is lost, and no
+    line is empty (another run's write in progress taken for a torn line)."""
     context = multiprocessing.get_context("fork")
     processes, records = 4, 400
     start, errors = context.Barrier(processes), context.Queue()
