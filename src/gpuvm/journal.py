@@ -5,15 +5,17 @@ killed run the user can see exactly how far gpuvm got. It is an audit log, never
 what gpuvm owns lives on the vCenter objects (`vsphere/owned.py`, `vsphere/intent.py`), so plan,
 apply and verify cost the same over a journal of a million lines as over none.
 
-The log rotates (journal.jsonl → journal.jsonl.1 … .KEEP past MAX_BYTES). A line a killed run left
-half-written never hides the next record (each write starts on a fresh line) and readers skip it
-with a warning. The state directory holds regular files only: a symlink is refused, never
-followed, and a FIFO never blocks. A write that fails (a full disk) stops the run with one line.
+The log rotates (journal.jsonl → journal.jsonl.1 … .KEEP past MAX_BYTES). Runs may share a state
+directory: each write (and rotation) holds an flock on journal.lock, so they rotate one at a time.
+A line a killed run left half-written never hides the next record (each write starts on a fresh
+line) and readers skip it with a warning. The state directory holds regular files only: a symlink
+is refused, never followed, and a FIFO never blocks. A write that fails (a full disk) stops the run with one line.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -21,6 +23,7 @@ import stat
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,7 @@ from gpuvm.secrets import scrub
 JOURNAL = "journal.jsonl"
 MAX_BYTES = 64 * 1024 * 1024  # a journal past this size rotates (a 4,096-VM apply writes ~29 MB)
 KEEP = 3  # rotated journals kept: journal.jsonl.1 (newest) … .3
+LOCK = "journal.lock"  # flock'd while a run writes (or rotates) the journal: runs may share a state directory
 MAX_LINE = 1024 * 1024  # readers skip longer lines (gpuvm writes none near this)
 
 log = logging.getLogger(__name__)
@@ -157,7 +161,7 @@ class Journal:
         data = "".join(lines).encode()
         fd = None
         try:
-            with self._lock:
+            with self._lock, self._held():
                 fd = self._open_for_append()
                 if _ends_torn(fd):  # a killed run's half line: ours starts on a line of its own
                     data = b"\n" + data
@@ -171,16 +175,24 @@ class Journal:
             if fd is not None:
                 os.close(fd)
 
+    @contextmanager
+    def _held(self) -> Iterator[None]:
+        """The state directory's journal to this run alone (an flock on journal.lock): runs sharing it
+        rotate it one at a time, and a line another run is writing is never taken for a torn one."""
+        lock = _open_created(self.path.with_name(LOCK))
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(lock)  # the flock goes with it
+
     def _open_for_append(self) -> int:
-        fd = open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
-        assert fd is not None
+        fd = _open_created(self.path, os.O_RDWR | os.O_APPEND)
         if os.fstat(fd).st_size < self.max_bytes:
             return fd
         os.close(fd)
         self._rotate()
-        fd = open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
-        assert fd is not None
-        return fd
+        return _open_created(self.path, os.O_RDWR | os.O_APPEND)
 
     def _rotate(self) -> None:
         """journal.jsonl → .1 → .2 … → .keep (the oldest dropped)."""
@@ -189,6 +201,13 @@ class Journal:
             if older.exists():
                 os.replace(older, self.path.with_name(f"{JOURNAL}.{n + 1}"))
         os.replace(self.path, self.path.with_name(f"{JOURNAL}.1"))
+
+
+def _open_created(path: Path, flags: int = os.O_RDONLY) -> int:
+    """`open_regular`, the file created if need be."""
+    fd = open_regular(path, flags | os.O_CREAT)
+    assert fd is not None
+    return fd
 
 
 def _ends_torn(fd: int) -> bool:

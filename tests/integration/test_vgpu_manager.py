@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
+from gpuvm.steps import esxi_vgpu_manager
+from tests.integration.test_reboot_kills import intents
 from tests.integration.vcenter import raw_state, reboot_hook, use_simulator
 
 pytestmark = pytest.mark.integration
@@ -88,3 +90,32 @@ def test_bare_host_gets_the_manager_with_its_reboot_then_nothing_to_do(bare_host
     again = gpuvm("plan", str(lab), "--detailed-exitcode")
     assert again.exit_code == 0, again.output
     assert gpuvm("verify", str(lab)).exit_code == 0
+
+
+def test_a_bundle_replaced_after_its_check_is_refused_at_the_install(bare_host, testbed, tmp_path, monkeypatch):
+    """Issue 33, point 6: the bundle passes esxi.vgpu_manager's check, then is replaced before host.reboot
+    installs it (VMs stopped, host in maintenance mode). The install checks the file it installs:
+    refused naming the host, the file and both digests; nothing installed, no reboot, the host's run
+    undone (out of maintenance mode, its VM as it was, no intent left), no copy left on the host."""
+    sim, bundle, sha256 = bare_host
+    swapped = b"PK\x03\x04 not the bundle that was checked"
+    check = esxi_vgpu_manager.check_bundle
+
+    def check_then_replace(ctx, target, action):
+        check(ctx, target, action)
+        bundle.write_bytes(swapped)  # between the check and the install
+
+    monkeypatch.setattr(esxi_vgpu_manager, "check_bundle", check_then_replace)
+    before = raw_state(sim)
+    refused = gpuvm("apply", str(runbook(testbed, tmp_path / "runbook.yaml", sha256)), "--yes", "--allow-host-reboot")
+    output = " ".join(refused.output.split())
+    assert refused.exit_code == 4, refused.output
+    found = hashlib.sha256(swapped).hexdigest()
+    assert (f"host esx-01: NVIDIA host driver bundle /tmp/{BUNDLE_NAME} has sha256 {found}, "
+            f"the runbook's nvidia_host_driver.sha256 is {sha256}: not installed") in output, refused.output
+    assert testbed.state("esx-01")["vgpu_manager"]["installed"] is None
+    after = raw_state(sim)
+    assert after["esx-01"]["booted"] == before["esx-01"]["booted"] and after["esx-01"]["maintenance"] is False
+    assert after["esx-01-vm1"]["power"] == before["esx-01-vm1"]["power"]
+    assert intents() == {}
+    assert [p.name for p in bundle.parent.iterdir() if p.name.startswith("gpuvm-install.")] == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import multiprocessing
 import os
 import signal
 from contextlib import contextmanager
@@ -59,7 +60,7 @@ def test_the_journal_rotates_and_keeps_a_few(tmp_path):
     for i in range(100):
         j.record("run-start", changes=i)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["journal.jsonl", "journal.jsonl.1", "journal.jsonl.2", "journal.jsonl.3"]
+    assert names == ["journal.jsonl", "journal.jsonl.1", "journal.jsonl.2", "journal.jsonl.3", "journal.lock"]
     assert all(p.stat().st_size < 2_000 + 200 for p in tmp_path.iterdir())
     kept = [e["changes"] for n in (3, 2, 1) for e in read_entries(tmp_path / f"journal.jsonl.{n}")]
     kept += [e["changes"] for e in past_entries(tmp_path)]
@@ -76,6 +77,17 @@ def test_a_symlinked_journal_is_refused_not_followed(tmp_path):
         Journal(state)
     with pytest.raises(InputError, match="a symbolic link"):
         past_entries(state)
+    assert elsewhere.read_text() == "keep me\n"
+
+
+def test_a_symlinked_lock_is_refused_not_followed(tmp_path):
+    elsewhere = tmp_path / "precious"
+    elsewhere.write_text("keep me\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "journal.lock").symlink_to(elsewhere)
+    with pytest.raises(InputError, match=r"state/journal.lock: a symbolic link; the state directory holds regular"):
+        Journal(state).record("run-start")
     assert elsewhere.read_text() == "keep me\n"
 
 
@@ -144,3 +156,39 @@ def test_a_journal_failing_mid_run_stops_it_before_the_next_act(tmp_path, mocker
     with pytest.raises(JournalError, match="Disk quota exceeded"):
         engine.apply_plan(plan, desired, Context(), Journal(tmp_path), parallel=2)
     assert applied == []
+
+
+def _hammer(directory, start, records: int, errors) -> None:
+    """One run of many sharing `directory`: its records written as fast as it can, past many rotations."""
+    journal = Journal(directory, max_bytes=4_000, keep=200)
+    start.wait()
+    try:
+        for i in range(records):
+            journal.record("started", step="hammer", n=i)
+    except JournalError as e:
+        errors.put(str(e))
+
+
+def test_runs_sharing_a_state_directory_rotate_its_journal_one_at_a_time(tmp_path):
+    """Issue 33, point 7: two runs rotating at once made one of them stop (JournalError: No such file
+    or directory). Real processes, a rotation every ~35 records: none fails, no record is lost, and no
+    line is empty (another run's write in progress taken for a torn line)."""
+    context = multiprocessing.get_context("fork")
+    processes, records = 4, 400
+    start, errors = context.Barrier(processes), context.Queue()
+    runs_ = [context.Process(target=_hammer, args=(tmp_path, start, records, errors)) for _ in range(processes)]
+    for process in runs_:
+        process.start()
+    for process in runs_:
+        process.join(60)
+    failures = []
+    while not errors.empty():
+        failures.append(errors.get())
+    assert failures == [] and [p.exitcode for p in runs_] == [0] * processes
+    files = [p for p in tmp_path.iterdir() if p.name.startswith("journal.jsonl")]
+    assert len(files) > 10  # it did rotate, many times
+    lines = [line for path in files for line in path.read_bytes().splitlines()]
+    entries = [json.loads(line) for line in lines]  # every line a whole record
+    written = sorted((e["run"], e["n"]) for e in entries)
+    assert len({run for run, _ in written}) == processes
+    assert written == sorted(set(written)) and len(written) == processes * records  # each once, none lost

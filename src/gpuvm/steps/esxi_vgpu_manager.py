@@ -12,7 +12,9 @@ enters maintenance mode, runs `esxcli software component apply -d <bundle>` (an 
 a differently named NVIDIA component is removed first; `component remove -n` for state: absent),
 then reboots. This step's own apply, before any VM is stopped, fetches a URL bundle onto the host
 and checks its sha256 there (`sha256sum`, in ESXi's busybox): a bundle with another digest stops
-the host's run before anything is touched. Installed but not running yet is pending until the reboot.
+the host's run before anything is touched. The install checks it again, on the private copy it
+installs from: a bundle changed in between is refused, and `host.reboot` undoes what it did
+(maintenance mode left, VMs on again). Installed but not running yet is pending until the reboot.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from gpuvm.parsers.esxcli import Component, parse_components
 from gpuvm.plan import Change, Disruption
 from gpuvm.remote import run
 from gpuvm.steps.base import Context, Step
-from gpuvm.steps.installer import INSTALL_TIMEOUT, file_sha256, missing
+from gpuvm.steps.installer import INSTALL_TIMEOUT, checked_copy, file_sha256, missing
 
 NAME = "esxi.vgpu_manager"
 RESOURCE = "NVIDIA vGPU manager"
@@ -53,10 +55,16 @@ class InstallManager:
     replaces: str | None = None  # an NVIDIA component of another name, removed first
 
     def in_maintenance(self, ctx: Context, host: str) -> None:
+        """Installed from a private copy checked just before (`checked_copy`): a bundle changed since
+        this step's own check is refused, the installed component left as it is. The copy sits next
+        to the bundle, not in ESXi's /tmp (a small ramdisk)."""
         target = ctx.cluster.targets[host]
-        if self.replaces:
-            _esxcli(target, ctx, ["software", "component", "remove", "-n", self.replaces])
-        _esxcli(target, ctx, ["software", "component", "apply", "-d", self.path])
+        with checked_copy(target, ctx.cluster, lambda copy: ["cp", self.path, copy], posixpath.basename(self.path),
+                          self.sha256, lambda actual: _refused(target, self.path, actual, self.sha256),
+                          under=posixpath.dirname(self.path)) as copy:
+            if self.replaces:
+                _esxcli(target, ctx, ["software", "component", "remove", "-n", self.replaces])
+            _esxcli(target, ctx, ["software", "component", "apply", "-d", copy])
 
 
 @dataclass(frozen=True)
@@ -154,11 +162,14 @@ def check_bundle(ctx: Context, target: DesiredEsxi, action: InstallManager) -> N
     if not listing.ok:
         raise RemoteCommandError(f"host {target.name}: NVIDIA host driver bundle {action.path} not found on the host "
                                  f"(hosts[].nvidia_host_driver.bundle): {listing.last_line}")
-    actual = file_sha256(target, ctx.cluster, action.path)
-    if actual != action.sha256:
-        raise RemoteCommandError(f"host {target.name}: NVIDIA host driver bundle {action.path} has sha256 {actual}, "
-                                 f"the runbook's nvidia_host_driver.sha256 is {action.sha256}: not installed "
-                                 "(a changed or tampered bundle, or a stale sha256 in the runbook)")
+    if (actual := file_sha256(target, ctx.cluster, action.path)) != action.sha256:
+        raise RemoteCommandError(_refused(target, action.path, actual, action.sha256))
+
+
+def _refused(target: DesiredEsxi, path: str, actual: str, sha256: str) -> str:
+    return (f"host {target.name}: NVIDIA host driver bundle {path} has sha256 {actual}, the runbook's "
+            f"nvidia_host_driver.sha256 is {sha256}: not installed (a changed or tampered bundle, or a stale "
+            "sha256 in the runbook)")
 
 
 STEP = Step(NAME, "esxi", observe, plan, apply, wanted=wanted)
