@@ -106,7 +106,21 @@ def connect_all(runbook: Runbook, access: Access) -> Iterator[tuple[dict[str, Se
                     stack.push(own.pop_all())
                 return session
 
-        yield each({name: name for name in targets}, login)
+        sessions, down = each({name: name for name in targets}, login)
+        _refuse_one_vcenter_twice(runbook, sessions, targets)
+        yield sessions, down
+
+
+def _refuse_one_vcenter_twice(runbook: Runbook, sessions: dict[str, Session], targets: dict[str, Target]) -> None:
+    """Two entries that reached one vCenter (by two names or addresses: its instance UUID seen twice)
+    are refused before anything is locked or written: each would take the same locks and leases."""
+    seen: dict[str, str] = {}
+    for name in (n for n in runbook.all_vcenters if n in sessions):
+        uuid = sessions[name].content.about.instanceUuid
+        if uuid and (first := seen.setdefault(uuid, name)) != name:
+            raise InputError(f"{runbook.where(runbook.vcenter_loc(name))}: vCenter '{name}' ({targets[name].url}) is "
+                             f"vCenter '{first}' ({runbook.where(runbook.vcenter_loc(first))}, {targets[first].url}) "
+                             f"again: the same instance ({uuid}); declare each vCenter once")
 
 
 def observe_fleet(runbook: Runbook, access: Access, snapshot: Path | None = None) -> Fleet:
