@@ -108,7 +108,8 @@ def vcenter_address(url: str) -> str:
     filled in (port 443, path /sdk), no user or password: "VC1" and "https://vc1:443/SDK/" are one."""
     parts = urlsplit(url if "://" in url else "https://" + url)
     host = (parts.hostname or "").lower()
-    return f"https://{f'[{host}]' if ':' in host else host}:{parts.port or 443}{parts.path.rstrip('/').lower() or '/sdk'}"
+    host = f"[{host}]" if ":" in host else host  # an IPv6 literal
+    return f"https://{host}:{parts.port or 443}{parts.path.rstrip('/').lower() or '/sdk'}"
 
 
 def _address_with_prefix(value: str) -> str:
@@ -884,8 +885,9 @@ class Runbook(Strict):
             names[vc.name] = i
             address = vcenter_address(vc.url) if vc.url else "GOVC_URL"
             if (first := addresses.setdefault(address, i)) != i:
-                raise self.error(("vcenters", i, "url"), f"vCenter '{vc.name}' is vCenter '{self.vcenters[first].name}' "
-                                 f"again (vcenters[{first}]: {address}): declare each vCenter once")
+                raise self.error(("vcenters", i, "url"), f"vCenter '{vc.name}' is vCenter "
+                                 f"'{self.vcenters[first].name}' again (vcenters[{first}]: {address}): "
+                                 "declare each vCenter once")
         declared = listed(names)
         for i, host in enumerate(self.hosts):
             if host.vcenter is None and len(names) > 1:
