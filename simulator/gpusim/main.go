@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/types"
 )
@@ -122,6 +123,9 @@ func run(o *options) error {
 	about := &model.ServiceContent.About
 	about.Version, about.ApiVersion, about.Build = "7.0.3", "7.0.3.0", "19234570"
 	about.FullName = "VMware vCenter Server 7.0.3 build-19234570 (gpusim)"
+	// Each vCenter has its own instance UUID (govmomi's model gives every simulator the same one):
+	// gpuvm tells two runbook entries that reach one vCenter by it.
+	about.InstanceUuid = uuid.New().String()
 	if err := model.Create(); err != nil {
 		return fmt.Errorf("create model: %w", err)
 	}

@@ -269,7 +269,9 @@ class _Runner:
     def __init__(self, step: Step, ctx: Context, journal: Journal, progress: Progress | None, targets: dict[str, Any],
                  regions: Mapping[str, Context] | None = None):
         self.step, self.ctx, self.journal, self.progress, self.targets = step, ctx, journal, progress, targets
-        self.regions = regions or {}  # host or VM → the context of its vCenter (several vCenters)
+        # host or VM → the context of its vCenter (several vCenters); a guest (named after its VM) is the
+        # fleet's: guest steps run once over every vCenter's guests (one mesh, one image tree)
+        self.regions = (regions or {}) if step.role in ("host", "vm") else {}
         ctx.say = self._say  # a long step's own progress lines (guest.image's build and ship)
 
     def __call__(self, item: tuple[str, list[Change]]) -> None:
@@ -285,7 +287,8 @@ class _Runner:
         self._finish(target, changes, None)
 
     def all(self, by_target: dict[str, list[Change]], parallel: int) -> dict[str, Exception]:
-        """Apply through the step's `apply_all` (it orders its targets), once per vCenter; failures by target."""
+        """Apply through the step's `apply_all` (it orders its targets), once per vCenter for hosts and VMs,
+        once for every guest; failures by target."""
         groups: dict[int, tuple[Context, dict[str, list[Change]]]] = {}
         for target, changes in by_target.items():
             ctx = self.regions.get(target, self.ctx)

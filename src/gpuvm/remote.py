@@ -39,6 +39,10 @@ class Cluster:
     executors: dict[str, Executor] = field(default_factory=dict)  # by name: how to run commands there
     command_timeout: float = 600
     own_known_hosts: Path | None = None  # the runbook's `ssh.known_hosts`
+    # Every guest of the runbook in its order, those whose VM was not observed (their vCenter not reached)
+    # too: not targets, never reached, but kept in the mesh's peers (guest_ssh_mesh.guests.mesh_members).
+    # Empty: the guests among `targets`.
+    all_guests: dict[str, SshTarget] = field(default_factory=dict)
 
     def of_role(self, role: Role) -> dict[str, SshTarget]:
         return {n: t for n, t in self.targets.items() if t.role == role}

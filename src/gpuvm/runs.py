@@ -26,6 +26,7 @@ from gpuvm.outstanding import STEP as OUTSTANDING
 from gpuvm.plan import Note, Plan
 from gpuvm.desired import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
+from gpuvm.resolve_ssh import resolve_ssh
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.names import vsphere_name
 from gpuvm.runbook.model import DEFAULT_VCENTER, Runbook
@@ -105,7 +106,21 @@ def connect_all(runbook: Runbook, access: Access) -> Iterator[tuple[dict[str, Se
                     stack.push(own.pop_all())
                 return session
 
-        yield each({name: name for name in targets}, login)
+        sessions, down = each({name: name for name in targets}, login)
+        _refuse_one_vcenter_twice(runbook, sessions, targets)
+        yield sessions, down
+
+
+def _refuse_one_vcenter_twice(runbook: Runbook, sessions: dict[str, Session], targets: dict[str, Target]) -> None:
+    """Two entries that reached one vCenter (by two names or addresses: its instance UUID seen twice)
+    are refused before anything is locked or written: each would take the same locks and leases."""
+    seen: dict[str, str] = {}
+    for name in (n for n in runbook.all_vcenters if n in sessions):
+        uuid = sessions[name].content.about.instanceUuid
+        if uuid and (first := seen.setdefault(uuid, name)) != name:
+            raise InputError(f"{runbook.where(runbook.vcenter_loc(name))}: vCenter '{name}' ({targets[name].url}) is "
+                             f"vCenter '{first}' ({runbook.where(runbook.vcenter_loc(first))}, {targets[first].url}) "
+                             f"again: the same instance ({uuid}); declare each vCenter once")
 
 
 def observe_fleet(runbook: Runbook, access: Access, snapshot: Path | None = None) -> Fleet:
@@ -126,15 +141,18 @@ def observe_inventory(runbook: Runbook, access: Access, snapshot: Path | None = 
 
 
 @contextmanager
-def remote(runbook: Runbook, access: Access,
-           parallel: int | None = None) -> Iterator[tuple[Cluster | None, RemoteFacts, dict[str, ConnectError]]]:
+def remote(runbook: Runbook, access: Access, parallel: int | None = None,
+           whole: Runbook | None = None) -> Iterator[tuple[Cluster | None, RemoteFacts, dict[str, ConnectError]]]:
     """The SSH targets of the runbook and what they look like now: (cluster, facts, the targets not
-    observed → why), or (None, {}, {}) when it names none. The connections close on exit."""
+    observed → why), or (None, {}, {}) when it names none. The connections close on exit. `whole`: the
+    runbook that `runbook` is the reached part of (`reached`): its other guests stay mesh peers."""
     if not runbook.guests and not any(h.ssh for h in runbook.hosts):
         yield None, {}, {}
         return
     cluster = build_cluster(runbook, make_state_dir(access.state_dir),
                             RemoteOptions(accept_new_host_keys=access.accept_new_host_keys))
+    if whole is not None and whole is not runbook:
+        cluster.all_guests = {name: t for name, t in resolve_ssh(whole).items() if t.role == "guest"}
     try:
         yield (cluster, *observe_reachable(cluster, parallel))
     finally:
@@ -186,7 +204,7 @@ def _plan(book: Runbook, access: Access, snapshot: Path | None, targets: Sequenc
     if snapshot is not None:
         plan, _ = make_plan(book, fleet)
         return narrowed(plan, book, targets, fleet.merged(book))[0]
-    with remote(reached(book, fleet), access) as (cluster, facts, down):
+    with remote(reached(book, fleet), access, whole=book) as (cluster, facts, down):
         plan, _ = make_plan(reached(book, fleet), fleet, cluster, facts, down)
     return narrowed(plan, book, targets, fleet.merged(book))[0]
 
@@ -281,7 +299,7 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
                  for name, session in sessions.items()]
         fleet = Fleet.of(book, read_all(sessions), lost)  # read under the locks: what no other run is changing now
         live = reached(book, fleet)
-        cluster, seen, down = stack.enter_context(remote(live, access, options.parallel))
+        cluster, seen, down = stack.enter_context(remote(live, access, options.parallel, whole=book))
         plan, desired = make_plan(live, fleet, cluster, seen, down)
         facts = fleet.merged(book)
         plan, scope = narrowed(plan, book, targets, facts)
@@ -333,7 +351,7 @@ def _hosts(book: Runbook) -> set[str]:
 def plan_loaded(book: Runbook, access: Access) -> tuple[Plan, Desired]:
     """The live plan of a loaded runbook and the desired state it was made for (to check flags)."""
     fleet = observe_fleet(book, access)
-    with remote(reached(book, fleet), access) as (cluster, seen, down):
+    with remote(reached(book, fleet), access, whole=book) as (cluster, seen, down):
         return make_plan(reached(book, fleet), fleet, cluster, seen, down)
 
 
@@ -394,7 +412,7 @@ def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targ
     fleet = observe_fleet(book, access)
     inventory = fleet.merged(book)
     chosen = selection.targets(inventory) if selection else None
-    with remote(reached(book, fleet), access) as (cluster, facts, down):
+    with remote(reached(book, fleet), access, whole=book) as (cluster, facts, down):
         plan, _ = make_plan(reached(book, fleet), fleet, cluster, facts, down)
         if selection is not None:
             plan = selection.drift(plan, inventory)

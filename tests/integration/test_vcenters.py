@@ -92,3 +92,31 @@ def test_a_vcenter_down_leaves_its_targets_not_observed_and_plans_the_other(flee
     assert _vm(sims["west"], "west")["power"] == "poweredOn"
     verified = gpuvm("verify", str(runbook))
     assert verified.exit_code == 3 and "vCenter east not reached" in verified.output, verified.output
+
+
+def test_one_vcenter_named_twice_is_refused_on_connect_and_nothing_is_touched(monkeypatch, tmp_path):
+    """`east` and `west` are one simulator, reached as 127.0.0.1 and as localhost: the runbook cannot
+    tell (it validates), the instance UUID can: plan and apply refuse it right after logging in (exit 2,
+    naming both entries), before a lease or an intent is written (was: apply failed on its own lease,
+    "gpuvm.lease.<run> exists already")."""
+    from tests.integration.test_concurrent_applies import field_names
+
+    options = {"east": dict(hosts=2, vms_per_host=0, rebind=True)}
+    with simulated_vcenters(monkeypatch, tmp_path, options) as (sims, lines):
+        sim = sims["east"]
+        lines.append(lines[1].replace("name: east", "name: west").replace("127.0.0.1", "localhost"))
+        lines += ["hosts:", "  - {name: esx-01, vcenter: east, passthrough: [{model: A100}]}",
+                  "  - {name: esx-02, vcenter: west, passthrough: [{model: A100}]}"]
+        runbook = tmp_path / "twice.yaml"
+        runbook.write_text("\n".join(lines) + "\n")
+        assert "localhost" in runbook.read_text() and "127.0.0.1" in runbook.read_text()
+        before = raw_state(sim)
+        assert gpuvm("validate", str(runbook)).exit_code == 0
+        for command in (["plan"], ["apply", "--yes"]):
+            refused = gpuvm(*command, str(runbook))
+            assert refused.exit_code == 2, refused.output
+            assert re.search(r"twice\.yaml:3: vcenters\[1\]: vCenter 'west' \(https://localhost:\d+/sdk\) is vCenter "
+                             r"'east' \(\S*twice\.yaml:2: vcenters\[0\], https://127\.0\.0\.1:\d+/sdk\) again: the same "
+                             r"instance", " ".join(refused.output.split())), refused.output
+        assert raw_state(sim) == before
+        assert not [name for name in field_names(sim) if name.startswith("gpuvm.")]

@@ -85,3 +85,28 @@ def test_every_vcenter_down_leaves_every_target_unobserved_and_nothing_read(tmp_
     fleet = Fleet.of(book, read_all({}), down)
     plan, _ = engine.make_plan(book.part(), fleet)
     assert set(plan.unobserved) == {"esx-e1", "vm-e1", "esx-w1", "vm-w1"} and not plan.changes
+
+
+def test_guest_steps_run_once_over_the_guests_of_every_vcenter(tmp_path, mocker):
+    """A guest is named after its VM, which `regions` maps to its vCenter: its steps still run in the
+    fleet's context, and a step that orders its targets (the mesh) gets every guest of every vCenter
+    at once (was: once per vCenter, so the mesh's first check failed every cross pair)."""
+    from gpuvm.remote import Cluster
+    from gpuvm.resolve_ssh import resolve_ssh
+    from tests.unit.test_runbook_vcenters import _load
+
+    cluster = Cluster(tmp_path, resolve_ssh(_load(tmp_path, TWO)))
+    seen = []
+    one = Step("one", "guest", lambda ctx, t: None, lambda t, f: [],
+               lambda ctx, t, changes: seen.append((t.name, ctx.inventory.source)))
+    grouped = Step("grouped", "guest", lambda ctx, t: None, lambda t, f: [], lambda ctx, t, changes: None,
+                   apply_all=lambda ctx, by, parallel: seen.append((sorted(by), ctx.inventory.source)) or {})
+    mocker.patch.object(engine, "_run_order", return_value=[one, grouped])
+    plan = Plan(changes=[Change(s, g, "x", "f", 1, 2) for s in ("one", "grouped") for g in ("vm-e1", "vm-w1")])
+    east, west = Context(inventory=Inventory(source="east")), Context(inventory=Inventory(source="west"))
+    fleet = Context(inventory=Inventory(source="fleet"), cluster=cluster)
+    outcome = engine.apply_plan(plan, Desired(), fleet, Journal(tmp_path), parallel=1,
+                                regions={"vm-e1": east, "vm-w1": west})
+    assert not outcome.failed, outcome.failed
+    assert sorted(seen[:2]) == [("vm-e1", "fleet"), ("vm-w1", "fleet")]
+    assert seen[2:] == [(["vm-e1", "vm-w1"], "fleet")]  # one apply_all over both vCenters' guests

@@ -349,6 +349,27 @@ def test_a_peer_briefly_away_stays_in_the_peer_sets_with_the_key_gpuvm_last_veri
     assert mesh.observe(context, target).peers == (*ALL[:2], Peer("gpu-vm-03", "10.0.0.13", 22, key_type, blob))
 
 
+def test_a_guest_whose_vm_was_not_observed_keeps_its_last_verified_place_unasked(tmp_path):
+    """Issue 33: a guest of a vCenter not reached is no target (`Cluster.all_guests` only): not asked,
+    not "not answering", yet in its peers' sets, in the runbook's order, with the key gpuvm last verified."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from gpuvm.steps.guest_ssh_mesh.guests import peer_host_keys
+
+    public = ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    cluster, fakes = make_cluster(tmp_path, responses={g: {READ: read_response(EMPTY)} for g in ADDRESSES})
+    cluster.all_guests = dict(cluster.targets)
+    del cluster.targets["gpu-vm-02"], cluster.executors["gpu-vm-02"]  # its vCenter not reached
+    assert peer_host_keys(cluster) == (ALL[::2], {})  # never verified: nothing to trust yet
+    (cluster.state_dir / "known_hosts").write_text(f"{ADDRESSES['gpu-vm-02']} {public}\n")
+    key_type, blob = public.split()
+    assert mesh.observe(Context(cluster=cluster), cluster.targets["gpu-vm-01"]).peers == \
+        (ALL[0], Peer("gpu-vm-02", "10.0.0.12", 22, key_type, blob), ALL[2])
+    assert not fakes["gpu-vm-02"].calls
+
+
 def _written(call) -> dict[str, tuple[bytes, int]]:
     with tarfile.open(fileobj=io.BytesIO(call.stdin)) as tar:
         return {m.name: (tar.extractfile(m).read(), m.mode) for m in tar.getmembers()}

@@ -60,6 +60,10 @@ CASES = [
      r":6: hosts\[1\]\.name: host 'esx-e1' is declared twice in vCenter 'east' \(also hosts\[0\]\)"),
     ("  - {name: west,", "  - {name: 'we st',", r":3: vcenters\[1\]\.name: 'we st' is not a valid name"),
     ("  - {name: west, ", "  - {", r":3: vcenters\[1\]\.name: required field is missing"),
+    ("https://vc-west.example.com/sdk", "'https://VC-East.example.com:443/SDK/'",
+     r":3: vcenters\[1\]\.url: vCenter 'west' is vCenter 'east' again \(vcenters\[0\]: https://vc-east\.example\.com:443/sdk\)"),
+    ("https://vc-west.example.com/sdk", "vc-east.example.com",
+     r":3: vcenters\[1\]\.url: vCenter 'west' is vCenter 'east' again \(vcenters\[0\]: https://vc-east\.example\.com:443/sdk\)"),
 ]
 
 
@@ -70,6 +74,26 @@ def test_a_wrong_vcenter_reference_names_file_line_field(tmp_path, old, new, exp
         _load(tmp_path, TWO.replace(old, new, 1))
     assert caught.value.exit_code == 2
     assert re.search(expected, str(caught.value)), str(caught.value)
+
+
+def test_two_vcenters_without_a_url_are_refused_as_govc_urls_one_vcenter_twice(tmp_path):
+    text = TWO.replace("url: https://vc-east.example.com/sdk, ", "").replace("url: https://vc-west.example.com/sdk, ", "")
+    with pytest.raises(InputError, match=r":3: vcenters\[1\]\.url: vCenter 'west' is vCenter 'east' again "
+                                         r"\(vcenters\[0\]: GOVC_URL\)"):
+        _load(tmp_path, text)
+
+
+@pytest.mark.parametrize("url", ["vc1", "https://VC1:443/sdk", "https://user:pw@vc1/SDK/", "Vc1:443"])
+def test_one_vcenter_address_however_its_url_is_written(url):
+    from gpuvm.runbook.model import vcenter_address
+
+    assert vcenter_address(url) == "https://vc1:443/sdk"
+    assert vcenter_address("https://[FE80::1]/sdk") == vcenter_address("[fe80::1]:443") == "https://[fe80::1]:443/sdk"
+
+
+def test_another_port_or_path_is_another_vcenter(tmp_path):
+    for url in ("https://vc-east.example.com:8443/sdk", "https://vc-east.example.com/other"):
+        assert list(_load(tmp_path, TWO.replace("https://vc-west.example.com/sdk", url)).all_vcenters) == ["east", "west"]
 
 
 def test_a_named_vcenter_in_a_one_vcenter_runbook_is_refused(tmp_path):
@@ -103,3 +127,46 @@ def test_validate_leaves_govc_url_alone_when_every_vcenter_names_its_url(tmp_pat
     path.write_text(TWO)
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 0 and "valid (2 host(s), 2 VM(s))" in result.output, result.output
+
+
+def _logged_in(tmp_path, monkeypatch, mocker, uuids):
+    """connect_all over TWO with each vCenter's session answering its instance UUID (`uuids`, by host)."""
+    from gpuvm import runs
+
+    monkeypatch.setenv("EAST_PASSWORD", "east-secret")
+    monkeypatch.setenv("WEST_PASSWORD", "west-secret")
+    book = _load(tmp_path, TWO.replace("password_env: EAST_PASSWORD}", "password_env: EAST_PASSWORD, user: u}")
+                 .replace("password_env: WEST_PASSWORD}", "password_env: WEST_PASSWORD, user: u}"))
+    logged_out = []
+
+    def session(target):
+        made = mocker.MagicMock()
+        made.__enter__.return_value.content.about.instanceUuid = uuids[target.host]
+        made.__exit__.side_effect = lambda *exc: logged_out.append(target.host)
+        return made
+
+    mocker.patch.object(runs, "Session", side_effect=session)
+    return runs.connect_all(book, runs.Access()), logged_out
+
+
+def test_two_entries_reaching_one_vcenter_are_refused_on_connect_naming_both(tmp_path, monkeypatch, mocker):
+    """Two names (and URLs) for one vCenter: its instance UUID is seen twice, right after logging in;
+    refused there (exit 2), before the caller can lock or write anything, every session logged out."""
+    connecting, logged_out = _logged_in(tmp_path, monkeypatch, mocker,
+                                        {"vc-east.example.com": "uuid-1", "vc-west.example.com": "uuid-1"})
+    with pytest.raises(InputError) as caught:
+        with connecting:
+            pytest.fail("the run went on with one vCenter logged in to twice")
+    assert caught.value.exit_code == 2
+    message = str(caught.value)
+    assert re.search(r"fleet\.yaml:3: vcenters\[1\]: vCenter 'west' \(https://vc-west\.example\.com:443/sdk\) is "
+                     r"vCenter 'east' \(\S*fleet\.yaml:2: vcenters\[0\], https://vc-east\.example\.com:443/sdk\) again: "
+                     r"the same instance \(uuid-1\)", message), message
+    assert sorted(logged_out) == ["vc-east.example.com", "vc-west.example.com"]
+
+
+def test_two_vcenters_with_their_own_instances_connect(tmp_path, monkeypatch, mocker):
+    connecting, _ = _logged_in(tmp_path, monkeypatch, mocker,
+                               {"vc-east.example.com": "uuid-1", "vc-west.example.com": "uuid-2"})
+    with connecting as (sessions, down):
+        assert sorted(sessions) == ["east", "west"] and not down

@@ -41,7 +41,7 @@ def world(mocker, monkeypatch, tmp_path):
         return nullcontext(mocker.Mock(name="HostLocks"))  # its lease holds: check() returns
 
     @contextmanager
-    def remote(book, access, parallel=8):
+    def remote(book, access, parallel=8, whole=None):
         state.remote_parallel = parallel
         yield state.cluster, state.facts, state.down
 
@@ -203,7 +203,7 @@ def test_apply_over_two_vcenters_locks_and_acts_in_each_through_its_own_session(
         return nullcontext(mocker.Mock(name="HostLocks"))
 
     @contextmanager
-    def remote(book, access, parallel=8):
+    def remote(book, access, parallel=8, whole=None):
         yield None, {}, {}
 
     mocker.patch.object(runs, "HostLocks", side_effect=locks)

@@ -103,6 +103,15 @@ def url_problem(url: str) -> str | None:
     return None
 
 
+def vcenter_address(url: str) -> str:
+    """What tells one vCenter's URL from another's: https://host:port/path, case folded, the defaults
+    filled in (port 443, path /sdk), no user or password: "VC1" and "https://vc1:443/SDK/" are one."""
+    parts = urlsplit(url if "://" in url else "https://" + url)
+    host = (parts.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host  # an IPv6 literal
+    return f"https://{host}:{parts.port or 443}{parts.path.rstrip('/').lower() or '/sdk'}"
+
+
 def _address_with_prefix(value: str) -> str:
     import ipaddress
 
@@ -868,11 +877,17 @@ class Runbook(Strict):
         if "vcenter" in self.model_fields_set:
             raise self.error(("vcenter",), "give vcenter (one) or vcenters (several), not both")
         names: dict[str, int] = {}
+        addresses: dict[str, int] = {}  # no url: GOVC_URL's
         for i, vc in enumerate(self.vcenters):
             if vc.name in names:
                 raise self.error(("vcenters", i, "name"), f"vCenter '{vc.name}' is declared twice "
                                  f"(also vcenters[{names[vc.name]}])")
             names[vc.name] = i
+            address = vcenter_address(vc.url) if vc.url else "GOVC_URL"
+            if (first := addresses.setdefault(address, i)) != i:
+                raise self.error(("vcenters", i, "url"), f"vCenter '{vc.name}' is vCenter "
+                                 f"'{self.vcenters[first].name}' again (vcenters[{first}]: {address}): "
+                                 "declare each vCenter once")
         declared = listed(names)
         for i, host in enumerate(self.hosts):
             if host.vcenter is None and len(names) > 1:

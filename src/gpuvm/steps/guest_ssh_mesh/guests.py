@@ -28,6 +28,12 @@ def mesh_guests(cluster: Cluster) -> dict[str, DesiredGuest]:
     return cluster.of_role("guest")  # type: ignore[return-value]
 
 
+def mesh_members(cluster: Cluster) -> dict[str, DesiredGuest]:
+    """Every guest in the others' mesh files, in the runbook's order: the guests gpuvm works on, and
+    those whose VM was not observed (their vCenter not reached: `Cluster.all_guests`)."""
+    return cluster.all_guests or mesh_guests(cluster)  # type: ignore[return-value]
+
+
 def mesh_user(target: DesiredGuest) -> str:
     return target.mesh.user if target.mesh else target.login.user
 
@@ -46,23 +52,25 @@ def as_mesh_user(target: DesiredGuest, user: str, script: str) -> str:
 
 
 def peer_host_keys(cluster: Cluster) -> tuple[tuple[Peer, ...], dict[str, Exception]]:
-    """Every guest's verified host key, and the guests that did not answer.
+    """Every mesh member's verified host key (`mesh_members`), and the guests that did not answer.
 
-    The key comes from gpuvm's own connection; for a guest that does not answer, from gpuvm's
-    known_hosts (the key it verified last). A peer briefly away thus stays in the others' peer sets
-    and their mesh files are not rewritten: a peer set changes when the runbook adds or removes a
-    guest, or for a guest gpuvm has never verified (no key to give the others yet).
+    The key comes from gpuvm's own connection; for a guest that does not answer, or whose VM was not
+    observed (not asked), from gpuvm's known_hosts (the key it verified last), its address from the
+    runbook. A peer briefly away thus keeps its last verified place in the others' peer sets and their
+    mesh files are not rewritten: a peer set changes when the runbook adds or removes a guest, or for
+    a guest gpuvm has never verified (no key to give the others yet).
     """
     peers, unreachable = [], {}
     known: paramiko.HostKeys | None = None
-    for name, target in mesh_guests(cluster).items():
-        line = getattr(cluster.executors[name], "host_key_line", None)
+    for name, target in mesh_members(cluster).items():
+        line = getattr(cluster.executors.get(name), "host_key_line", None)
         try:
-            if line is None:  # not a connection (a local or scripted executor): no "does not answer"
+            if line is None:  # not a connection (a local or scripted executor, or none): no "does not answer"
                 raise GpuvmError(f"{name}: {NAME}: the executor cannot tell the host key")
             _, key_type, key = line().split()[:3]
         except GpuvmError as e:
-            unreachable[name] = e
+            if name in cluster.targets:
+                unreachable[name] = e
             if known is None:
                 known = _known_keys(cluster)
             if (last := _last_key(known, target)) is None:
