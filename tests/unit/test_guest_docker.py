@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpuvm.steps.base import Context
-from gpuvm.errors import InputError, RemoteCommandError
+from gpuvm import engine
+from gpuvm.errors import ConnectError, InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeCall, FakeExecutor, ok
 from gpuvm.remote import RemoteOptions, build_cluster
@@ -337,7 +338,9 @@ def test_observe_fresh_guests(tmp_path):
     cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
     assert guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(None, None)
     world.images["gpu-vm-01"][recipes.image_ref(rb.guests.image)] = A
-    assert guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(None, A)
+    assert guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(None, None)  # copied anyway
+    world.images["gpu-vm-02"][recipes.image_ref(rb.guests.image)] = B
+    assert guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(B, A)  # compared
     assert guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-01"]) == fact(A, None)
     assert step.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == docker()
     assert all(c.sudo for c in world.executors["gpu-vm-02"].calls)  # the guests' sudo setting
@@ -498,12 +501,14 @@ def test_a_pull_that_gives_another_id_is_reported_with_every_guests_id(tmp_path)
     assert f"gpu-vm-03 {B}" in message and f"gpu-vm-01 {A}" in message
 
 
-def test_observing_a_guest_inspects_its_image_once_and_the_builders_once(tmp_path):
+def test_observing_a_guest_inspects_its_image_once_and_the_builders_only_to_compare(tmp_path):
     world = DockerWorld()
-    cluster = world.cluster(runbook(tmp_path), tmp_path)
-    guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-03"])
+    cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
+    world.images["gpu-vm-03"][recipes.image_ref(rb.guests.image)] = A
+    for guest in GUESTS[1:]:  # gpu-vm-03 has the image: compared with the builder's; the others lack it
+        guest_image.observe(Context(cluster=cluster), cluster.targets[guest])
     inspects = {g: [c for c in e.commands if "docker image inspect" in c] for g, e in world.executors.items()}
-    assert {g: len(c) for g, c in inspects.items()} == {"gpu-vm-01": 1, "gpu-vm-02": 0, "gpu-vm-03": 1, "gpu-vm-04": 0}
+    assert {g: len(c) for g, c in inspects.items()} == {"gpu-vm-01": 1, "gpu-vm-02": 1, "gpu-vm-03": 1, "gpu-vm-04": 1}
 
 
 def test_apply_one_guest_fetches_from_the_builder(tmp_path):
@@ -763,3 +768,56 @@ def test_a_guest_the_mesh_does_not_reach_gets_it_through_gpuvm(tmp_path):
     assert ("gpu-vm-01", f"image {cluster.targets['gpu-vm-01'].image.ref}: through gpuvm's machine to "
             "gpu-vm-07, which the mesh does not reach") in said
     assert observe_and_plan(cluster) == {g: [] for g in EIGHT}
+
+
+# -- a builder that does not answer -------------------------------------------------------------
+
+def silent_builder(world: DockerWorld) -> None:
+    def silent(call):
+        raise ConnectError("gpu-vm-01: cannot connect to 10.0.0.1:22: timed out")
+    world.executors["gpu-vm-01"].responses = {re.compile("."): silent}
+
+
+def test_a_silent_builder_leaves_the_guests_that_do_not_compare_with_it_observed_and_planned(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
+    ref = recipes.image_ref(rb.guests.image)
+    world.images["gpu-vm-02"][ref] = A  # has the recipe's tag: its id is compared with the builder's
+    silent_builder(world)
+    facts, down = engine.observe_reachable(cluster)
+    assert list(down) == ["gpu-vm-01"]  # the builder alone is not observed; every step of the others is
+    assert {t for (s, t) in facts if s == "guest.docker"} == {"gpu-vm-02", "gpu-vm-03", "gpu-vm-04"}
+    assert facts[("guest.image", "gpu-vm-03")] == fact(None, None)  # no image: a copy, whatever the builder has
+    [copy] = guest_image.plan(cluster.targets["gpu-vm-03"], facts[("guest.image", "gpu-vm-03")])
+    assert (copy.field, copy.before, copy.after, copy.action.how) == ("present", None, "copied from gpu-vm-01", "copy")
+    [check] = guest_image.plan(cluster.targets["gpu-vm-02"], facts[("guest.image", "gpu-vm-02")])
+    assert (check.field, check.before, check.action.how, check.action.only_if_missing) == ("id", A, "copy", True)
+    assert check.after == ("the builder gpu-vm-01's, compared at apply: it did not answer "
+                           "(gpu-vm-01: cannot connect to 10.0.0.1:22: timed out)")
+
+
+def test_a_guest_with_the_image_is_not_sent_it_again_once_the_silent_builder_answers_with_the_same_id(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
+    ref = recipes.image_ref(rb.guests.image)
+    world.images["gpu-vm-02"][ref] = world.images["gpu-vm-03"][ref] = A
+    answers = world.executors["gpu-vm-01"].responses
+    silent_builder(world)
+    planned = {g: guest_image.plan(cluster.targets[g], guest_image.observe(Context(cluster=cluster), cluster.targets[g]))
+               for g in GUESTS[1:]}
+    world.executors["gpu-vm-01"].responses = answers  # back by apply
+    world.images["gpu-vm-01"][ref] = A
+    assert guest_image.STEP.apply_all(Context(cluster=cluster), planned) == {}
+    assert world.loads == ["gpu-vm-04"] and world.images["gpu-vm-04"][ref] == A  # the one without the image
+
+
+def test_a_builder_still_silent_at_apply_fails_the_copies_and_the_pulls_go_on(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
+    world.images["gpu-vm-02"][recipes.image_ref(rb.guests.image)] = A
+    silent_builder(world)
+    planned = {g: guest_image.plan(cluster.targets[g], guest_image.observe(Context(cluster=cluster), cluster.targets[g]))
+               for g in GUESTS[1:]}
+    failures = guest_image.STEP.apply_all(Context(cluster=cluster), planned)
+    assert sorted(failures) == GUESTS[1:] and world.loads == []
+    assert all("gpu-vm-01: cannot connect" in str(e) for e in failures.values())

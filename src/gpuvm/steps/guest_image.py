@@ -52,8 +52,9 @@ STOPPED = "unknown: the docker daemon is stopped"
 @dataclass(frozen=True)
 class ImageFact:
     image_id: str | None  # this guest's id of the recipe's name:tag (None: no such image, or no docker)
-    builder_id: str | None  # the builder's id of it (None on the builder itself)
+    builder_id: str | None  # the builder's id of it, read only to compare with this guest's (`_compares`)
     daemon_error: str | None = None  # docker is installed but its daemon did not answer: images unknown
+    builder_error: str | None = None  # why the builder's id could not be read (it did not answer)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,9 @@ class PlaceImage:
     ref: str  # name:tag of the recipe the plan was made for
     how: str  # build (on the builder) | copy (from the builder) | pull (from the registry)
     builder: str
-    only_if_missing: bool = False  # the daemon was stopped: done only if, once started, the image is not there
+    # looked at again first: done only if the image is missing then, or (a copy) differs from the builder's
+    # (the daemon was stopped, or the builder did not answer, when planned)
+    only_if_missing: bool = False
 
 
 def _image(target: DesiredGuest) -> GuestImage:
@@ -106,20 +109,28 @@ def _inspected_id(target: DesiredGuest, ref: str, result: CommandResult) -> str 
 
 
 def observe(ctx: Context, target: DesiredGuest) -> ImageFact:
+    """This guest's image id; the builder's only where the plan compares them (`_compares`). A
+    builder that does not answer then is this fact's `builder_error`, not this guest's failure: its
+    other steps are observed, and so are the guests that never read the builder."""
     cluster, image = ctx.cluster, _image(target)
     result = _inspect(target, cluster, image.ref)
     if not result.ok and _no_daemon(result):  # guest.docker starts it; the image is looked at then
-        return ImageFact(None, _builder_id(target, cluster, image.builder, image.ref), _said(result))
-    return ImageFact(_inspected_id(target, image.ref, result), _builder_id(target, cluster, image.builder, image.ref))
-
-
-def _builder_id(target: DesiredGuest, cluster: Cluster, builder: str, ref: str) -> str | None:
-    if target.name == builder:
-        return None
+        return ImageFact(None, None, _said(result))
+    own = _inspected_id(target, image.ref, result)
+    if not _compares(target, own):
+        return ImageFact(own, None)
     try:
-        return inspect_id(cluster.targets[builder], cluster, ref)
+        return ImageFact(own, inspect_id(cluster.targets[image.builder], cluster, image.ref))
     except GpuvmError as e:
-        raise RemoteCommandError(f"{target.name}: {NAME}: cannot read the image on the builder {builder}: {e}") from None
+        return ImageFact(own, None, builder_error=str(e))
+
+
+def _compares(target: DesiredGuest, own: str | None) -> bool:
+    """Whether this guest's image is compared with the builder's: it has one, and gets it from the
+    builder (not the builder itself, not from a registry). One without it is copied whatever the
+    builder has; a stopped daemon's is looked at again at apply."""
+    image = _image(target)
+    return own is not None and target.name != image.builder and not image.registry
 
 
 # -- plan (pure) --------------------------------------------------------------------------------
@@ -140,7 +151,11 @@ def plan(target: DesiredGuest, fact: ImageFact) -> list[Change]:
                        f"{source}, if missing once the daemon runs", action=place)]
     if fact.image_id is None:
         return [Change(NAME, target.name, f"image {ref}", "present", None, source, action=place)]
-    if target.name != builder and fact.image_id != fact.builder_id:
+    if fact.builder_error:  # the builder did not answer: its id is read again at apply
+        return [Change(NAME, target.name, f"image {ref}", "id", fact.image_id,
+                       f"the builder {builder}'s, compared at apply: it did not answer ({fact.builder_error})",
+                       action=PlaceImage(ref, how, builder, only_if_missing=True))]
+    if _compares(target, fact.image_id) and fact.image_id != fact.builder_id:
         # the builder has another build of the recipe, or has none yet and will build one
         return [Change(NAME, target.name, f"image {ref}", "id", fact.image_id, fact.builder_id or source,
                        action=place)]
@@ -154,8 +169,8 @@ def _placement(changes: list[Change]) -> PlaceImage | None:
 
 
 def _still_missing(cluster: Cluster, name: str, place: PlaceImage) -> bool:
-    """Whether a placement planned while the daemon was stopped is needed now that it runs: the
-    image is not there, or (copied) differs from the builder's."""
+    """Whether a placement planned to be looked at again (the daemon was stopped, or the builder did
+    not answer) is needed now: the image is not there, or (copied) differs from the builder's."""
     if not place.only_if_missing:
         return True
     own = inspect_id(cluster.targets[name], cluster, place.ref)
@@ -410,10 +425,10 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
     targets = {n: cluster.targets[n] for n in changes_by_target}
     failures: dict[str, Exception] = {}
     placements = {n: p for n, cs in changes_by_target.items() if (p := _placement(cs))}
-    try:
-        placements = {n: p for n, p in placements.items() if _still_missing(cluster, n, p)}
-    except GpuvmError as e:
-        return {n: e for n in placements}
+    needed = run_group({n: (n, p) for n, p in placements.items()}, lambda np: _still_missing(cluster, *np),
+                       at_once(placements), name="inspect")
+    failures.update(needed.failed)
+    placements = {n: p for n, p in placements.items() if needed.ok.get(n)}
     if not placements:
         return failures
     first = next(iter(placements))
