@@ -55,7 +55,7 @@ class DockerWorld:
         self.unreachable: set[str] = set()  # guests no mesh login reaches
         self.executors = {g: self._executor(g, installed, runtimes) for g in guests}
         for guest in guests:
-            self.executors[guest].responses[re.compile(r"docker save .* \| ssh ")] = self._hop(guest, guests)
+            self.executors[guest].responses[re.compile(r" -p \d+ \S+ '(sudo -n )?docker load'")] = self._hop(guest, guests)
             tree = {re.compile(r"^docker save \S+ \| bash -c "): self._tree(guest, guests)}
             self.executors[guest].responses = tree | self.executors[guest].responses  # before plain saves
 
