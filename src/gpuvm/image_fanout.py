@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 import threading
+from time import monotonic
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -75,6 +76,19 @@ class HopError(RemoteCommandError):
         return self.side == "sender"
 
 
+class OutOfTime(RemoteCommandError):
+    """A receiver left when the copies' time ran out: neither unreached nor its own failure. Its
+    failed hop before, if any, is its `__cause__`."""
+
+    @classmethod
+    def after(cls, error: Exception | None) -> OutOfTime:
+        if error is None:
+            return cls("no time was left to send it (the copies' build_timeout)")
+        out = cls(f"{error}; no time was left to try again")
+        out.__cause__ = error
+        return out
+
+
 def next_round(holders: list[str], pending: list[str], tried: dict[str, set[str]]) -> list[Hop]:
     """One round: each holder, in order, sends to the first pending guest it has not tried yet."""
     hops, taken = [], set()
@@ -108,8 +122,9 @@ class FanOut:
 
 
 def fan_out(holders: list[str], receivers: list[str], send: Callable[[Hop], None], max_tries: int = 2,
-            parallel: int = 64) -> FanOut:
+            parallel: int = 64, deadline: float | None = None) -> FanOut:
     """Serve every receiver from the holders, round by round; `send(hop)` raises when a hop fails.
+    No round starts once `deadline` (`time.monotonic()`) has passed: the receivers left are reported.
 
     A receiver whose hop failed waits for another holder in a later round; after `max_tries`
     failed hops it is reported with the last one's error. A sender that could not read its own
@@ -123,6 +138,10 @@ def fan_out(holders: list[str], receivers: list[str], send: Callable[[Hop], None
     last: dict[str, Exception] = {}
     result = FanOut()
     while pending:
+        if deadline is not None and monotonic() >= deadline:
+            for receiver in pending:
+                last[receiver] = OutOfTime.after(last.get(receiver))
+            break
         hops = next_round(holders, pending, tried)
         if not hops:
             break

@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -546,7 +547,7 @@ def test_large_images_go_in_chunks_then_load_from_a_file(tmp_path, monkeypatch):
     monkeypatch.setattr(guest_image, "CHUNK", 4)
     saved = tmp_path / "image.tar"
     saved.write_bytes(b"0123456789")
-    guest_image._load(cluster.targets["gpu-vm-02"], cluster, saved, stdin_limit=5)
+    guest_image._load(cluster.targets["gpu-vm-02"], cluster, saved, time.monotonic() + 600, stdin_limit=5)
     sent = [c for c in ex.calls if c.command.startswith("sh -c")]
     assert [c.stdin for c in sent] == [b"0123", b"4567", b"89"] and not any(c.sudo for c in sent)
     assert ex.commands[-2:] == ["sudo -n docker load -i /tmp/gpuvm-image.Ab12Cd", "rm -f /tmp/gpuvm-image.Ab12Cd"]
@@ -821,3 +822,57 @@ def test_a_builder_still_silent_at_apply_fails_the_copies_and_the_pulls_go_on(tm
     failures = guest_image.STEP.apply_all(Context(cluster=cluster), planned)
     assert sorted(failures) == GUESTS[1:] and world.loads == []
     assert all("gpu-vm-01: cannot connect" in str(e) for e in failures.values())
+
+
+def test_the_tree_and_the_rounds_share_one_build_timeout(tmp_path, mocker):
+    """The tree took 10000 s of the copies' 10800 (`build_timeout`): the rounds' hops get what is left, not a
+    build_timeout each; a receiver whose hop then failed is not tried again once the time is spent."""
+    from gpuvm import image_fanout
+    world = DockerWorld(EIGHT)
+    world.fail["gpu-vm-07"] = "docker load"
+    cluster = meshed(world, tmp_path)
+    clock = [0.0]
+    mocker.patch.object(guest_image, "monotonic", lambda: clock[0])
+    mocker.patch.object(image_fanout, "monotonic", lambda: clock[0])
+    answer = world.executors["gpu-vm-01"].responses
+    tree = next(k for k in answer if isinstance(k, re.Pattern) and "bash -c" in k.pattern)
+
+    def slow_half(call):  # the left half got it, 10000 s after the start
+        for guest in EIGHT[1:5]:
+            world.images[guest][call.command.split()[2]] = world.images["gpu-vm-01"][call.command.split()[2]]
+        clock[0] += 10000
+        return ok("")
+
+    def late(respond):  # the hops of the first round end past the deadline
+        def hop(call):
+            result = respond(call)
+            clock[0] = 11000
+            return result
+        return hop
+
+    answer[tree] = slow_half
+    for executor in world.executors.values():
+        key = next(k for k in executor.responses if isinstance(k, re.Pattern) and " -p " in k.pattern)
+        executor.responses[key] = late(executor.responses[key])
+    planned = observe_and_plan(cluster)
+    failures = guest_image.STEP.apply_all(Context(cluster=cluster), planned)
+    hops = [c for e in world.executors.values() for c in e.calls if "'sudo -n docker load'" in c.command]
+    assert len(hops) == 3 and all(0 < c.timeout <= 800 for c in hops)  # gpu-vm-06, -07 and -08 in one round
+    [tree_call] = [c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker save ")]
+    assert tree_call.timeout == 10800
+    assert list(failures) == ["gpu-vm-07"]
+    assert str(failures["gpu-vm-07"]).endswith("docker load failed (exit 1): no space left on device; "
+                                               "no time was left to try again")
+
+
+def test_the_runbooks_stall_timeout_bounds_the_tree_and_the_hops(tmp_path):
+    world = DockerWorld(EIGHT)
+    world.unreachable.add("gpu-vm-06")  # its subtree goes round by round
+    cluster_key(tmp_path)
+    cluster = world.cluster(runbook(tmp_path, "{stall_timeout: 7.5}", guests=EIGHT, mesh=True), tmp_path)
+    guest_image.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster))
+    [tree] = [c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker save ")
+              and "| bash" in c.command]
+    assert tree.command.split()[-9:-7] == ["8", str(4 << 20)]  # whole seconds, and the chunk
+    hops = [c for e in world.executors.values() for c in e.calls if "'sudo -n docker load'" in c.command]
+    assert hops and all(' "$t/peer" $peer 8 &' in c.command for c in hops)

@@ -216,3 +216,15 @@ def test_a_stopped_hop_stops_its_pipeline(tmp_path):
     else:
         os.kill(save, 9)
         raise AssertionError("the save outlived its stopped hop")
+
+
+def test_no_round_starts_once_the_deadline_has_passed(mocker):
+    clock = iter([0, 0, 200])  # the third round would start after the deadline (100)
+    mocker.patch.object(fanout, "monotonic", lambda: next(clock))
+    send = mocker.Mock(side_effect=[RemoteCommandError("g01: docker load failed"), None, None])
+    result = fan_out(["b"], names(4), send, deadline=100)
+    assert result.rounds == [[Hop("b", "g01")], [Hop("b", "g02")]] and result.served == ["g02"]
+    assert sorted(result.failures) == ["g01", "g03", "g04"]
+    assert all(isinstance(e, fanout.OutOfTime) for e in result.failures.values())
+    assert str(result.failures["g01"]) == "g01: docker load failed; no time was left to try again"
+    assert str(result.failures["g03"]) == "no time was left to send it (the copies' build_timeout)"

@@ -13,6 +13,16 @@ builder's `docker save`, loaded there, counted in `image_fanout.OPERATOR_BYTES`.
 every guest pulls it. Because the builder must go first, the engine applies this step through
 `apply_all`.
 
+Bounds: a build or a pull takes at most `image.build_timeout`; then the copies to every guest (the
+tree, the rounds, what goes through gpuvm's machine) share one more `build_timeout` between them
+(`_copy_to`'s deadline: each command gets what is left, and no round starts after it), so a step
+with the image already built takes about one build timeout at most, one that builds about two. A
+guest whose load takes no bytes for `image.stall_timeout` seconds (60) is cut off, in the tree and
+in a hop alike (`image_feed`): its subtree is served by other holders in the next rounds.
+
+A guest reads the builder's image id only to compare it with its own (`_compares`): a builder that
+does not answer leaves the others observed, their other steps planned as usual.
+
 Docker itself (packages, daemon, NVIDIA runtime) is `guest.docker`'s, which runs before. A guest
 whose daemon did not answer when observed cannot say which images it has: the image is placed only
 if, once the daemon runs, it is missing (`only_if_missing`), so a stopped daemon never costs a
@@ -21,10 +31,11 @@ rebuild. docker runs as the login (through sudo where the guest's `ssh.sudo` is 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
-import time
+from time import monotonic
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -35,7 +46,8 @@ from gpuvm.executors.group import at_once, run_group
 from gpuvm.plan import Change
 from gpuvm.desired.ssh import DesiredGuest, GuestImage
 from gpuvm.image_pipeline import Relay, levels, pipeline_script
-from gpuvm.image_fanout import OPERATOR_BYTES, SAVE_FAILED, SSH_FAILED, FanOut, Hop, HopError, fan_out, hop_script
+from gpuvm.image_fanout import (OPERATOR_BYTES, SAVE_FAILED, SSH_FAILED, FanOut, Hop, HopError, OutOfTime, fan_out,
+                                hop_script)
 from gpuvm.remote import Cluster, run
 from gpuvm.secrets import redact
 from gpuvm.steps.guest_ssh_mesh.key import key_path
@@ -202,23 +214,23 @@ def _pull(target: DesiredGuest, cluster: Cluster, image: GuestImage, say: Say = 
     run(target, cluster, ["docker", "tag", remote, image.ref])
 
 
-def _save(builder: DesiredGuest, cluster: Cluster, ref: str, sink: BinaryIO, say: Say = quiet) -> None:
+def _save(builder: DesiredGuest, cluster: Cluster, ref: str, sink: BinaryIO, deadline: float, say: Say = quiet) -> None:
     counted = Counted(sink)
     with Ticker(lambda line: say(builder.name, line),
                 lambda s: f"saving {ref} from the builder: {rate(counted.bytes, s)}") as tick:
         try:
             run(builder, cluster, ["docker", "save", ref], stdout_to=counted,  # type: ignore[arg-type]
-                timeout=max(cluster.command_timeout, _image(builder).build_timeout))
+                timeout=_left(deadline))
         finally:
             OPERATOR_BYTES.add(counted.bytes)
     say(builder.name, f"saved {ref} from the builder: {rate(counted.bytes, tick.elapsed)}")
 
 
-def _load(target: DesiredGuest, cluster: Cluster, saved: Path, stdin_limit: int = STDIN_LIMIT,
+def _load(target: DesiredGuest, cluster: Cluster, saved: Path, deadline: float, stdin_limit: int = STDIN_LIMIT,
           say: Say = quiet) -> None:
     """`docker load` the saved image: on stdin when small, else sent in chunks to a temp file first.
     Progress: bytes sent and rate, every few seconds and at the end."""
-    timeout = max(cluster.command_timeout, _image(target).build_timeout)
+    timeout = _left(deadline)
     size, sent = saved.stat().st_size, Counted()
     with Ticker(lambda line: say(target.name, line),
                 lambda s: f"shipping image: {rate(sent.bytes, s)} of {amount(size)} sent") as tick:
@@ -248,7 +260,7 @@ def _load_in_chunks(target: DesiredGuest, cluster: Cluster, saved: Path, timeout
 
 
 def _ship(builder: DesiredGuest, cluster: Cluster, ref: str, want: str, receivers: dict[str, DesiredGuest],
-          parallel: int = 4, say: Say = quiet) -> dict[str, Exception]:
+          deadline: float, parallel: int = 4, say: Say = quiet) -> dict[str, Exception]:
     """Save once on the builder into a local temp file, then load it on every receiver (bounded),
     each receiver's id checked against the builder's (`want`)."""
     if not receivers:
@@ -258,14 +270,14 @@ def _ship(builder: DesiredGuest, cluster: Cluster, ref: str, want: str, receiver
         saved = Path(tmp) / "image.tar"
         with open(saved, "wb") as sink:
             try:
-                _save(builder, cluster, ref, sink, say)
+                _save(builder, cluster, ref, sink, deadline, say)
             except Exception as e:
                 return {name: RemoteCommandError(f"cannot fetch {ref} from the builder: {e}")
                         for name in receivers}
         os.chmod(saved, 0o600)
 
         def load(target: DesiredGuest) -> None:
-            _load(target, cluster, saved, say=say)
+            _load(target, cluster, saved, deadline, say=say)
             got = inspect_id(target, cluster, ref)
             if got != want:
                 raise RemoteCommandError(f"{target.name}: {NAME}: image {ref} loaded through gpuvm's machine has id "
@@ -290,7 +302,9 @@ def _verify(cluster: Cluster, ref: str, names: list[str], reference: str) -> dic
 def _copy_to(cluster: Cluster, ref: str, builder: str, receivers: dict[str, DesiredGuest], parallel: int,
              say: Say = quiet, built: bool = False) -> dict[str, Exception]:
     """Ship the builder's image to the receivers whose copy differs from it (as planned; once the
-    builder has `built` it anew, each receiver's copy is compared with the new one first)."""
+    builder has `built` it anew, each receiver's copy is compared with the new one first). All of
+    it (the tree, the rounds, the copies through gpuvm's machine) within one `build_timeout`."""
+    deadline = monotonic() + max(cluster.command_timeout, _image(cluster.targets[builder]).build_timeout)
     try:
         want = inspect_id(cluster.targets[builder], cluster, ref)
     except GpuvmError as e:
@@ -307,9 +321,9 @@ def _copy_to(cluster: Cluster, ref: str, builder: str, receivers: dict[str, Desi
         have, failures = inspected.ok, dict(inspected.failed)
     send = {n: t for n, t in receivers.items() if n not in failures and have.get(n) != want}
     if not _mesh_keyed(cluster, {builder: cluster.targets[builder], **receivers}):
-        return failures | _ship(cluster.targets[builder], cluster, ref, want, send, parallel, say)
+        return failures | _ship(cluster.targets[builder], cluster, ref, want, send, deadline, parallel, say)
     holders = [builder] + [n for n in receivers if have.get(n) == want]
-    return failures | _tree(cluster, ref, want, builder, holders, send, say)
+    return failures | _tree(cluster, ref, want, builder, holders, send, deadline, say)
 
 
 def _mesh_keyed(cluster: Cluster, receivers: dict[str, DesiredGuest]) -> bool:
@@ -320,47 +334,51 @@ def _mesh_keyed(cluster: Cluster, receivers: dict[str, DesiredGuest]) -> bool:
 
 
 def _unreached(result: FanOut) -> list[str]:
-    """Receivers the mesh could not reach (ssh failed, or no sender was left), not their own failures."""
-    return [n for n, e in result.failures.items() if not (isinstance(e, HopError) and e.side == "receiver")]
+    """Receivers the mesh could not reach (ssh failed, or no sender was left), not their own failures
+    nor those left when the time ran out."""
+    return [n for n, e in result.failures.items()
+            if not (isinstance(e, HopError) and e.side == "receiver" or isinstance(e, OutOfTime))]
 
 
 def _tree(cluster: Cluster, ref: str, want: str, builder: str, holders: list[str],
-          receivers: dict[str, DesiredGuest], say: Say = quiet) -> dict[str, Exception]:
+          receivers: dict[str, DesiredGuest], deadline: float, say: Say = quiet) -> dict[str, Exception]:
     """Guest to guest over the mesh (`image_fanout.fan_out`). Through gpuvm's machine only what the
     mesh cannot reach: one copy when the builder could send none (that guest then serves the rest),
     and guests that no sender could log in to (a guest the mesh has not reached yet)."""
     if not receivers:
         return {}
-    started = time.monotonic()
+    started = monotonic()
 
     def hop(h: Hop) -> None:
-        _hop(cluster, ref, want, builder, h, say)
+        _hop(cluster, ref, want, builder, h, deadline, say)
 
-    piped = _pipelined(cluster, ref, want, builder, receivers, say) if holders == [builder] else []
-    result = fan_out(holders + piped, [n for n in receivers if n not in piped], hop)
+    piped = _pipelined(cluster, ref, want, builder, receivers, deadline, say) if holders == [builder] else []
+    result = fan_out(holders + piped, [n for n in receivers if n not in piped], hop, deadline=deadline)
     result = FanOut(result.rounds, result.failures, piped + result.served)
     stuck = _unreached(result)
     if stuck and not result.served and holders == [builder]:
         first = stuck[0]
-        if not _ship(cluster.targets[builder], cluster, ref, want, {first: receivers[first]}, 1, say):
+        if not _ship(cluster.targets[builder], cluster, ref, want, {first: receivers[first]}, deadline, 1, say):
             say(first, f"image {ref}: one copy through gpuvm's machine: the builder could send none over the mesh")
-            rest = fan_out([first], stuck[1:], hop)
+            rest = fan_out([first], stuck[1:], hop, deadline=deadline)
             result = FanOut(result.rounds + rest.rounds, {n: e for n, e in result.failures.items() if n not in stuck}
                             | rest.failures, [first, *rest.served])
             stuck = _unreached(rest)
-    failures = {n: e if isinstance(e, HopError) else RemoteCommandError(f"{n}: {NAME}: image {ref}: {e}")
+    failures = {n: e if isinstance(e, HopError) or isinstance(e.__cause__, HopError)  # named already
+                else RemoteCommandError(f"{n}: {NAME}: image {ref}: {e}")
                 for n, e in result.failures.items() if n not in stuck}
     how = f"a pipelined tree and {len(result.rounds)} round(s)" if piped else f"{len(result.rounds)} round(s)"
     say(builder, f"image {ref} copied to {len(result.served)} of {len(receivers)} guest(s) over the mesh in "
-                 f"{how}, {time.monotonic() - started:.0f} s")
+                 f"{how}, {monotonic() - started:.0f} s")
     if stuck:  # the mesh does not reach them: the old way, through gpuvm's machine
         say(builder, f"image {ref}: through gpuvm's machine to {', '.join(stuck)}, which the mesh does not reach")
-        failures |= _ship(cluster.targets[builder], cluster, ref, want, {n: receivers[n] for n in stuck}, 4, say)
+        failures |= _ship(cluster.targets[builder], cluster, ref, want, {n: receivers[n] for n in stuck}, deadline, 4,
+                          say)
     return failures
 
 
 def _pipelined(cluster: Cluster, ref: str, want: str, builder: str, receivers: dict[str, DesiredGuest],
-               say: Say = quiet) -> list[str]:
+               deadline: float, say: Say = quiet) -> list[str]:
     """The image down the pipelined tree (`image_pipeline`) from the builder; the receivers that
     then have the builder's id. The rest (a load or a login that failed on the way, a guest whose
     address or user is not plain) are left to the rounds, which say why."""
@@ -369,16 +387,16 @@ def _pipelined(cluster: Cluster, ref: str, want: str, builder: str, receivers: d
         return []
     sender = cluster.targets[builder]
     try:  # a word that is not plain (pipeline_script refuses it): the rounds serve them all
-        script = pipeline_script(ref, relays, save_sudo=sender.sudo, mesh_user=_relay(sender).mesh_user)
+        script = pipeline_script(ref, relays, save_sudo=sender.sudo, mesh_user=_relay(sender).mesh_user,
+                                 stall=_stall(sender))
     except ValueError:
         return []
     shape = levels(builder, list(receivers))
     parent = {h.receiver: h.sender for level in shape for h in level}
-    timeout = max(cluster.command_timeout, _image(sender).build_timeout)
     with Ticker(lambda line: say(builder, line),
                 lambda s: f"sending {ref} down a pipelined tree of {len(relays)} guest(s): {s:.0f} s") as tick:
         try:
-            cluster.executors[builder].run_script(script, timeout=timeout, check=False)
+            cluster.executors[builder].run_script(script, timeout=_left(deadline), check=False)
         except GpuvmError as e:  # timed out, or the builder's connection lost: what arrived is kept
             say(builder, f"image {ref}: the pipelined tree stopped: {redact(str(e))}")
         ids = run_group(receivers, lambda t: inspect_id(t, cluster, ref), at_once(receivers), name="inspect").ok
@@ -390,22 +408,31 @@ def _pipelined(cluster: Cluster, ref: str, want: str, builder: str, receivers: d
     return got
 
 
+def _left(deadline: float) -> float:
+    """A command's timeout: what is left of the copies' time (at least a second: it then fails fast)."""
+    return max(1.0, deadline - monotonic())
+
+
+def _stall(target: DesiredGuest) -> int:
+    return max(1, math.ceil(_image(target).stall_timeout))
+
+
 def _relay(target: DesiredGuest) -> Relay:
     user = target.mesh.user  # type: ignore[union-attr]  # _mesh_keyed: every guest here is in the mesh
     return Relay(target.login.address, target.login.port, target.sudo,
                  None if user == target.login.user else user)
 
 
-def _hop(cluster: Cluster, ref: str, want: str, builder: str, hop: Hop, say: Say = quiet) -> None:
+def _hop(cluster: Cluster, ref: str, want: str, builder: str, hop: Hop, deadline: float, say: Say = quiet) -> None:
     """`docker save | ssh receiver docker load` on the sender, then the receiver's id checked from here."""
     sender, receiver = cluster.targets[hop.sender], cluster.targets[hop.receiver]
     user = sender.mesh.user  # type: ignore[union-attr]  # _mesh_keyed: every guest here is in the mesh
     script = hop_script(ref, receiver.login.address, receiver.login.port, save_sudo=sender.sudo,
-                        load_sudo=receiver.sudo, mesh_user=None if user == sender.login.user else user)
-    timeout = max(cluster.command_timeout, _image(sender).build_timeout)
+                        load_sudo=receiver.sudo, mesh_user=None if user == sender.login.user else user,
+                        stall=_stall(sender))
     with Ticker(lambda line: say(receiver.name, line),
                 lambda s: f"copying {ref} from {sender.name} over the mesh: {s:.0f} s") as tick:
-        result = cluster.executors[sender.name].run_script(script, timeout=timeout, check=False)
+        result = cluster.executors[sender.name].run_script(script, timeout=_left(deadline), check=False)
     if result.exit_code != 0:
         side = {SAVE_FAILED: "sender", SSH_FAILED: "mesh"}.get(result.exit_code, "receiver")
         raise HopError(redact(f"{receiver.name}: {NAME}: image {ref} from {sender.name}: {_said(result)}"), side)
