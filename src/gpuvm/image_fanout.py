@@ -195,6 +195,7 @@ trap 'rm -rf "$t"' EXIT
 trap 'trap "" TERM; kill 0; exit 143' TERM INT HUP
 home=$(getent passwd {user} | cut -d: -f6)
 last() {{ tr -d '\r' < "$1" | grep -v '^Warning: ' | grep . | tail -n 1; }}
+command -v bash > /dev/null || {{ echo "bash is not installed: it feeds the load" >&2; exit {SAVE_FAILED}; }}
 mkfifo "$t/peer" || exit 1
 {as_user}ssh {MESH_SSH} -i "$home/.ssh/{IDENTITY}" -p {int(port)} {peer} {load} \
   < "$t/peer" > /dev/null 2> "$t/load.err" &

@@ -228,3 +228,19 @@ def test_no_round_starts_once_the_deadline_has_passed(mocker):
     assert all(isinstance(e, fanout.OutOfTime) for e in result.failures.values())
     assert str(result.failures["g01"]) == "g01: docker load failed; no time was left to try again"
     assert str(result.failures["g03"]) == "no time was left to send it (the copies' build_timeout)"
+
+
+def test_a_sender_without_bash_says_so_on_its_own_side(tmp_path):
+    for name in ("docker", "ssh"):
+        (tmp_path / name).write_text("#!/bin/sh\nexit 0\n")
+        (tmp_path / name).chmod(0o755)
+    script = hop_script("gpuvm/dl:abc", "10.0.0.2", 22, save_sudo=False, load_sudo=False)
+    tools = tmp_path / "tools"  # what the script needs but bash
+    tools.mkdir()
+    for tool in ("mktemp", "rm", "getent", "cut", "id", "tr", "grep", "tail", "mkfifo", "cat"):
+        (tools / tool).symlink_to(subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True,
+                                                 text=True, check=True).stdout.strip())
+    sh = subprocess.run(["sh", "-c", "command -v sh"], capture_output=True, text=True, check=True).stdout.strip()
+    done = subprocess.run([sh, "-c", script], env={"PATH": f"{tmp_path}:{tools}"}, capture_output=True, text=True,
+                          timeout=10)
+    assert (done.returncode, done.stderr.strip()) == (fanout.SAVE_FAILED, "bash is not installed: it feeds the load")
