@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import shlex
 import threading
+from time import monotonic
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.executors.base import command_line
 from gpuvm.executors.group import run_group
+from gpuvm.image_feed import CHUNK, FEED, STALL
+from gpuvm.image_feed import STALLED as STALLED_FEED
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY
 
 SSH_CONNECT_TIMEOUT = 10
@@ -30,7 +33,7 @@ SSH_ALIVE = "-o ServerAliveInterval=15 -o ServerAliveCountMax=4"
 # guest to guest over the mesh: its key only, the host keys the mesh wrote, never a prompt
 MESH_SSH = (f"-o BatchMode=yes -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes "
             f"-o ConnectTimeout={SSH_CONNECT_TIMEOUT} {SSH_ALIVE}")
-SAVE_FAILED, LOAD_FAILED, SSH_FAILED = 3, 4, 5  # the hop script's exit codes
+SAVE_FAILED, LOAD_FAILED, SSH_FAILED, STALLED = 3, 4, 5, 6  # the hop script's exit codes
 
 
 class ByteCounter:
@@ -73,6 +76,19 @@ class HopError(RemoteCommandError):
         return self.side == "sender"
 
 
+class OutOfTime(RemoteCommandError):
+    """A receiver left when the copies' time ran out: neither unreached nor its own failure. Its
+    failed hop before, if any, is its `__cause__`."""
+
+    @classmethod
+    def after(cls, error: Exception | None) -> OutOfTime:
+        if error is None:
+            return cls("no time was left to send it (the copies' build_timeout)")
+        out = cls(f"{error}; no time was left to try again")
+        out.__cause__ = error
+        return out
+
+
 def next_round(holders: list[str], pending: list[str], tried: dict[str, set[str]]) -> list[Hop]:
     """One round: each holder, in order, sends to the first pending guest it has not tried yet."""
     hops, taken = [], set()
@@ -106,8 +122,9 @@ class FanOut:
 
 
 def fan_out(holders: list[str], receivers: list[str], send: Callable[[Hop], None], max_tries: int = 2,
-            parallel: int = 64) -> FanOut:
+            parallel: int = 64, deadline: float | None = None) -> FanOut:
     """Serve every receiver from the holders, round by round; `send(hop)` raises when a hop fails.
+    No round starts once `deadline` (`time.monotonic()`) has passed: the receivers left are reported.
 
     A receiver whose hop failed waits for another holder in a later round; after `max_tries`
     failed hops it is reported with the last one's error. A sender that could not read its own
@@ -121,6 +138,10 @@ def fan_out(holders: list[str], receivers: list[str], send: Callable[[Hop], None
     last: dict[str, Exception] = {}
     result = FanOut()
     while pending:
+        if deadline is not None and monotonic() >= deadline:
+            for receiver in pending:
+                last[receiver] = OutOfTime.after(last.get(receiver))
+            break
         hops = next_round(holders, pending, tried)
         if not hops:
             break
@@ -152,32 +173,41 @@ def fan_out(holders: list[str], receivers: list[str], send: Callable[[Hop], None
 
 
 def hop_script(ref: str, address: str, port: int, *, save_sudo: bool, load_sudo: bool,
-               mesh_user: str | None = None) -> str:
+               mesh_user: str | None = None, stall: int = STALL, chunk: int = CHUNK) -> str:
     """The hop, run on the sender: `docker save ref | ssh peer docker load`, over the mesh key.
 
     ssh runs as the mesh user (`mesh_user`: through `sudo -u` when it is not the login user),
     with strict host keys (the mesh wrote every guest's key to known_hosts) and no prompt. The
-    exit code says whose side failed: SAVE_FAILED, LOAD_FAILED or SSH_FAILED, with the reason
-    on stderr. A save killed by SIGPIPE (141) is the load's failure, not its own. Stopped (gpuvm
-    interrupted or timed out: TERM), it stops the whole pipeline, not the shell alone.
+    stream goes through `image_feed.feed`: a load that takes no `chunk` for `stall` seconds is cut
+    off (STALLED), not waited on until the step's timeout. The exit code says whose side failed:
+    SAVE_FAILED, LOAD_FAILED, STALLED or SSH_FAILED, with the reason on stderr. A save killed by
+    SIGPIPE (141) is the load's failure, not its own. Stopped (gpuvm interrupted or timed out:
+    TERM), it stops the whole pipeline, not the shell alone.
     """
     user = '"$(id -un)"' if mesh_user is None else shlex.quote(mesh_user)
     as_user = "" if mesh_user is None else f"sudo -n -u {shlex.quote(mesh_user)} -H "
     save = command_line(["docker", "save", ref], save_sudo)
     load = shlex.quote(command_line(["docker", "load"], load_sudo))
     peer = shlex.quote(address)
+    feed = shlex.quote(FEED + 't=$1 chunk=$2 outs=("$3") pids=("$4") bounds=("$5"); feed')
     return f"""t=$(mktemp -d) || exit 1
 trap 'rm -rf "$t"' EXIT
 trap 'trap "" TERM; kill 0; exit 143' TERM INT HUP
 home=$(getent passwd {user} | cut -d: -f6)
-last() {{ tr -d '\\r' < "$1" | grep -v '^Warning: ' | grep . | tail -n 1; }}
-{{ {save} 2>"$t/save.err"; echo $? > "$t/save"; }} | {as_user}ssh {MESH_SSH} \
-  -i "$home/.ssh/{IDENTITY}" -p {int(port)} {peer} {load} \
-  > /dev/null 2> "$t/load.err" &
+last() {{ tr -d '\r' < "$1" | grep -v '^Warning: ' | grep . | tail -n 1; }}
+command -v bash > /dev/null || {{ echo "bash is not installed: it feeds the load" >&2; exit {SAVE_FAILED}; }}
+mkfifo "$t/peer" || exit 1
+{as_user}ssh {MESH_SSH} -i "$home/.ssh/{IDENTITY}" -p {int(port)} {peer} {load} \
+  < "$t/peer" > /dev/null 2> "$t/load.err" &
+peer=$!
+{{ {save} 2>"$t/save.err"; echo $? > "$t/save"; }} | bash -c {feed} feed "$t" {int(chunk)} "$t/peer" $peer {int(stall)} &
 wait $!  # in the background: a TERM is handled now, not once the pipeline is done
+fed=$?
+wait $peer
 load=$?
 save=$(cat "$t/save" 2>/dev/null || echo 1)
 if [ "$save" != 0 ] && [ "$save" != 141 ]; then echo "docker save failed (exit $save): $(last "$t/save.err")" >&2; exit {SAVE_FAILED}; fi
+if [ "$fed" = {STALLED_FEED} ]; then echo "docker load took no bytes for {int(stall)} s: cut off" >&2; exit {STALLED}; fi
 if [ "$load" = 255 ]; then echo "ssh over the mesh failed: $(last "$t/load.err")" >&2; exit {SSH_FAILED}; fi
 if [ "$load" != 0 ]; then echo "docker load failed (exit $load): $(last "$t/load.err")" >&2; exit {LOAD_FAILED}; fi
 """

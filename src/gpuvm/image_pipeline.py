@@ -2,11 +2,13 @@
 passes it on to its two children, so the whole tree takes about one transfer (two on a guest's
 uplink) instead of one transfer a round.
 
-The builder runs `docker save ref | relay …`; a relay (`RELAY`, bash) tees its stdin into its own
-`docker load` and into `ssh child relay …` for each of its children, over the mesh key, with
+The builder runs `docker save ref | relay …`; a relay (`RELAY`, bash) feeds its stdin to its own
+`docker load` and to `ssh child relay …` for each of its children, over the mesh key, with
 strict host keys. A guest's descendants travel as arguments in pre-order: the first half is its
-left child's subtree (that child first), the rest its right child's (`split`). `tee -p` goes on
-feeding the others when one output fails, so a guest whose load fails still passes the image on.
+left child's subtree (that child first), the rest its right child's (`split`). `image_feed.feed`
+goes on feeding the others when one reader fails, so a guest whose load fails still passes the
+image on, and cuts off a reader that takes no bytes for its bound (`image_feed.STALL`, one more
+per level below it), so a load that stops reading costs its own subtree, not the whole tree.
 Nothing here says which guest got what: the caller checks every receiver's image id afterwards
 and serves the rest round by round (`image_fanout.fan_out`), which names whose side failed.
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from gpuvm.executors.base import command_line
 from gpuvm.image_fanout import MESH_SSH, Hop
+from gpuvm.image_feed import CHUNK, FEED, STALL
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY
 
 SAFE = re.compile(r"[A-Za-z0-9._:%@][A-Za-z0-9._:%@-]*")  # no leading '-': ssh and sudo would read an option
@@ -69,37 +72,47 @@ def levels(sender: str, receivers: list[str]) -> list[list[Hop]]:
 
 
 # $1: this script, base64 (passed on); $2: this guest's load: "-" none (the builder), 0 or 1 (sudo);
-# $3: the user to ssh as ("-": the login user); then its descendants' tokens, pre-order.
-RELAY = f"""set -u
-self=$1 load=$2 user=$3; shift 3
+# $3: the user to ssh as ("-": the login user); $4: the stall (`image_feed.STALL`); $5: the chunk;
+# then its descendants' tokens, pre-order. Every reader started before `feed` opens their fifos.
+RELAY = FEED + f"""set -u
+self=$1 load=$2 user=$3 stall=$4 chunk=$5; shift 5
 t=$(mktemp -d) || exit 1
 trap 'rm -rf "$t"' EXIT
 trap 'trap "" TERM; kill 0; exit 143' TERM INT HUP
 if [ "$user" = - ]; then as=""; home=$HOME; else as="sudo -n -u $user -H"; home=$(getent passwd "$user" | cut -d: -f6); fi
-send() {{  # $1: the child's token; then the child's own descendants
+send() {{  # $1: the child's token; then the child's own descendants (exec: the reader's pid is ssh's)
   IFS=, read -r addr port cload cuser <<< "$1"; shift
-  $as ssh {MESH_SSH} -i "$home/.ssh/{IDENTITY}" -p "$port" "$addr" "bash -c \\"\\$(echo $self | base64 -d)\\" relay $self $cload $cuser $*"
+  exec $as ssh {MESH_SSH} -i "$home/.ssh/{IDENTITY}" -p "$port" "$addr" "bash -c \\"\\$(echo $self | base64 -d)\\" relay $self $cload $cuser $stall $chunk $*"
 }}
-outs=()
+outs=() pids=() bounds=()
 if [ "$load" != - ]; then
   mkfifo "$t/load"
-  if [ "$load" = 1 ]; then sudo -n docker load; else docker load; fi < "$t/load" > /dev/null 2>&1 &
-  outs+=("$t/load")
+  loader=(docker load); if [ "$load" = 1 ]; then loader=(sudo -n docker load); fi
+  "${{loader[@]}}" < "$t/load" > /dev/null 2>&1 &
+  outs+=("$t/load") pids+=($!) bounds+=("$stall")
 fi
 half=$(( ($# + 1) / 2 ))  # split(): the left child's subtree, then the right child's
-if [ $# -gt 0 ]; then mkfifo "$t/left"; send "${{@:1:half}}" < "$t/left" > /dev/null 2>&1 & outs+=("$t/left"); fi
-if [ $# -gt 1 ]; then mkfifo "$t/right"; send "${{@:half+1}}" < "$t/right" > /dev/null 2>&1 & outs+=("$t/right"); fi
-tee -p "${{outs[@]}}" > /dev/null
+if [ $# -gt 0 ]; then
+  mkfifo "$t/left"; send "${{@:1:half}}" < "$t/left" > /dev/null 2>&1 &
+  outs+=("$t/left") pids+=($!) bounds+=("$(bound "$stall" "$half")")
+fi
+if [ $# -gt 1 ]; then
+  mkfifo "$t/right"; send "${{@:half+1}}" < "$t/right" > /dev/null 2>&1 &
+  outs+=("$t/right") pids+=($!) bounds+=("$(bound "$stall" $(( $# - half )))")
+fi
+feed
 wait
 """
 
 
-def pipeline_script(ref: str, relays: list[Relay], *, save_sudo: bool, mesh_user: str | None) -> str:
-    """The builder's command: its `docker save` into the relay of the whole tree (`relays` in order)."""
+def pipeline_script(ref: str, relays: list[Relay], *, save_sudo: bool, mesh_user: str | None,
+                    stall: int = STALL, chunk: int = CHUNK) -> str:
+    """The builder's command: its `docker save` into the relay of the whole tree (`relays` in order);
+    a guest that takes no `chunk` within `stall` seconds (one more per level below it) is cut off."""
     tokens = [r.token for r in relays]
     if not relays or None in tokens or (mesh_user is not None and not SAFE.fullmatch(mesh_user)):
         raise ValueError("every relay needs a plain address, port and user")
     encoded = base64.b64encode(RELAY.encode()).decode()
     save = command_line(["docker", "save", ref], save_sudo)
-    relay = ["bash", "-c", RELAY, "relay", encoded, "-", mesh_user or "-", *tokens]
+    relay = ["bash", "-c", RELAY, "relay", encoded, "-", mesh_user or "-", str(int(stall)), str(int(chunk)), *tokens]
     return f"{save} | {shlex.join(relay)}"

@@ -74,4 +74,4 @@ def _image(guests: Guests) -> GuestImage | None:
         return None
     rendered = recipe(image)
     return GuestImage(rendered.ref, rendered.dockerfile, image.builder or guests.hosts[0].vm, image.registry,
-                      image.gpus, image.build_network, image.build_timeout)
+                      image.gpus, image.build_network, image.build_timeout, image.stall_timeout)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 
 import pytest
 
@@ -110,3 +111,33 @@ def test_tree_ship_to_eight_guests_with_a_failing_hop_resumed_by_a_rerun(testbed
     assert tally[0] < IMAGE_BYTES // 16, tally  # and all gpuvm's SSH traffic together is far below one image
     ids = {n: testbed.docker(n, "image", "inspect", "--format", "{{.Id}}", ref).stdout.strip() for n in eight}
     assert ids == {n: want for n in eight}
+
+
+def test_a_guest_whose_load_stops_reading_is_cut_off_and_its_subtree_served(testbed, eight, tmp_path):
+    """The builder's left child (over three guests) has a `docker load` that reads nothing for 300 s;
+    with a 2 s stall it is cut off in the tree, its subtree still gets the stream, and its own tries
+    round by round are cut off too: the apply ends in seconds, not at the load's 300 s."""
+    path = write_runbook(testbed, eight, tmp_path / "runbook.yaml")
+    path.write_text(path.read_text().replace("gpus: false}", "gpus: false, stall_timeout: 2}"))
+    book = load_runbook(path)
+    ref = image_ref(book.guests.image)
+    want = small_image(testbed, eight[0], ref, IMAGE_BYTES)
+    (tmp_path / "state").mkdir()
+    cluster = build_cluster(book, tmp_path / "state")
+    stuck = eight[1]
+    try:
+        assert guest_ssh_mesh.apply_all(Context(cluster=cluster), plan(cluster, guest_ssh_mesh)) == {}
+        state = testbed.state(stuck)["docker"]
+        testbed.set_state(stuck, "docker", {**state, "stall": {"load": 300}})
+        started = time.monotonic()
+        failures = guest_image.apply_all(Context(cluster=cluster), plan(cluster, guest_image))
+        took = time.monotonic() - started
+        testbed.set_state(stuck, "docker", state)
+    finally:
+        cluster.close()
+    assert list(failures) == [stuck], failures
+    assert str(failures[stuck]).endswith("docker load took no bytes for 2 s: cut off"), failures
+    assert took < 120, took  # the stalled load alone would hold it 300 s
+    others = [n for n in eight if n != stuck]
+    ids = {n: testbed.docker(n, "image", "inspect", "--format", "{{.Id}}", ref).stdout.strip() for n in others}
+    assert ids == {n: want for n in others}

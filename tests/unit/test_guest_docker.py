@@ -6,12 +6,14 @@ import hashlib
 import json
 import re
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from gpuvm.steps.base import Context
-from gpuvm.errors import InputError, RemoteCommandError
+from gpuvm import engine
+from gpuvm.errors import ConnectError, InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeCall, FakeExecutor, ok
 from gpuvm.remote import RemoteOptions, build_cluster
@@ -54,7 +56,7 @@ class DockerWorld:
         self.unreachable: set[str] = set()  # guests no mesh login reaches
         self.executors = {g: self._executor(g, installed, runtimes) for g in guests}
         for guest in guests:
-            self.executors[guest].responses[re.compile(r"docker save .* \| ssh ")] = self._hop(guest, guests)
+            self.executors[guest].responses[re.compile(r" -p \d+ \S+ '(sudo -n )?docker load'")] = self._hop(guest, guests)
             tree = {re.compile(r"^docker save \S+ \| bash -c "): self._tree(guest, guests)}
             self.executors[guest].responses = tree | self.executors[guest].responses  # before plain saves
 
@@ -337,7 +339,9 @@ def test_observe_fresh_guests(tmp_path):
     cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
     assert guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(None, None)
     world.images["gpu-vm-01"][recipes.image_ref(rb.guests.image)] = A
-    assert guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(None, A)
+    assert guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(None, None)  # copied anyway
+    world.images["gpu-vm-02"][recipes.image_ref(rb.guests.image)] = B
+    assert guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == fact(B, A)  # compared
     assert guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-01"]) == fact(A, None)
     assert step.observe(Context(cluster=cluster), cluster.targets["gpu-vm-02"]) == docker()
     assert all(c.sudo for c in world.executors["gpu-vm-02"].calls)  # the guests' sudo setting
@@ -498,12 +502,14 @@ def test_a_pull_that_gives_another_id_is_reported_with_every_guests_id(tmp_path)
     assert f"gpu-vm-03 {B}" in message and f"gpu-vm-01 {A}" in message
 
 
-def test_observing_a_guest_inspects_its_image_once_and_the_builders_once(tmp_path):
+def test_observing_a_guest_inspects_its_image_once_and_the_builders_only_to_compare(tmp_path):
     world = DockerWorld()
-    cluster = world.cluster(runbook(tmp_path), tmp_path)
-    guest_image.observe(Context(cluster=cluster), cluster.targets["gpu-vm-03"])
+    cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
+    world.images["gpu-vm-03"][recipes.image_ref(rb.guests.image)] = A
+    for guest in GUESTS[1:]:  # gpu-vm-03 has the image: compared with the builder's; the others lack it
+        guest_image.observe(Context(cluster=cluster), cluster.targets[guest])
     inspects = {g: [c for c in e.commands if "docker image inspect" in c] for g, e in world.executors.items()}
-    assert {g: len(c) for g, c in inspects.items()} == {"gpu-vm-01": 1, "gpu-vm-02": 0, "gpu-vm-03": 1, "gpu-vm-04": 0}
+    assert {g: len(c) for g, c in inspects.items()} == {"gpu-vm-01": 1, "gpu-vm-02": 1, "gpu-vm-03": 1, "gpu-vm-04": 1}
 
 
 def test_apply_one_guest_fetches_from_the_builder(tmp_path):
@@ -541,7 +547,7 @@ def test_large_images_go_in_chunks_then_load_from_a_file(tmp_path, monkeypatch):
     monkeypatch.setattr(guest_image, "CHUNK", 4)
     saved = tmp_path / "image.tar"
     saved.write_bytes(b"0123456789")
-    guest_image._load(cluster.targets["gpu-vm-02"], cluster, saved, stdin_limit=5)
+    guest_image._load(cluster.targets["gpu-vm-02"], cluster, saved, time.monotonic() + 600, stdin_limit=5)
     sent = [c for c in ex.calls if c.command.startswith("sh -c")]
     assert [c.stdin for c in sent] == [b"0123", b"4567", b"89"] and not any(c.sudo for c in sent)
     assert ex.commands[-2:] == ["sudo -n docker load -i /tmp/gpuvm-image.Ab12Cd", "rm -f /tmp/gpuvm-image.Ab12Cd"]
@@ -763,3 +769,110 @@ def test_a_guest_the_mesh_does_not_reach_gets_it_through_gpuvm(tmp_path):
     assert ("gpu-vm-01", f"image {cluster.targets['gpu-vm-01'].image.ref}: through gpuvm's machine to "
             "gpu-vm-07, which the mesh does not reach") in said
     assert observe_and_plan(cluster) == {g: [] for g in EIGHT}
+
+
+# -- a builder that does not answer -------------------------------------------------------------
+
+def silent_builder(world: DockerWorld) -> None:
+    def silent(call):
+        raise ConnectError("gpu-vm-01: cannot connect to 10.0.0.1:22: timed out")
+    world.executors["gpu-vm-01"].responses = {re.compile("."): silent}
+
+
+def test_a_silent_builder_leaves_the_guests_that_do_not_compare_with_it_observed_and_planned(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
+    ref = recipes.image_ref(rb.guests.image)
+    world.images["gpu-vm-02"][ref] = A  # has the recipe's tag: its id is compared with the builder's
+    silent_builder(world)
+    facts, down = engine.observe_reachable(cluster)
+    assert list(down) == ["gpu-vm-01"]  # the builder alone is not observed; every step of the others is
+    assert {t for (s, t) in facts if s == "guest.docker"} == {"gpu-vm-02", "gpu-vm-03", "gpu-vm-04"}
+    assert facts[("guest.image", "gpu-vm-03")] == fact(None, None)  # no image: a copy, whatever the builder has
+    [copy] = guest_image.plan(cluster.targets["gpu-vm-03"], facts[("guest.image", "gpu-vm-03")])
+    assert (copy.field, copy.before, copy.after, copy.action.how) == ("present", None, "copied from gpu-vm-01", "copy")
+    [check] = guest_image.plan(cluster.targets["gpu-vm-02"], facts[("guest.image", "gpu-vm-02")])
+    assert (check.field, check.before, check.action.how, check.action.only_if_missing) == ("id", A, "copy", True)
+    assert check.after == ("the builder gpu-vm-01's, compared at apply: it did not answer "
+                           "(gpu-vm-01: cannot connect to 10.0.0.1:22: timed out)")
+
+
+def test_a_guest_with_the_image_is_not_sent_it_again_once_the_silent_builder_answers_with_the_same_id(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
+    ref = recipes.image_ref(rb.guests.image)
+    world.images["gpu-vm-02"][ref] = world.images["gpu-vm-03"][ref] = A
+    answers = world.executors["gpu-vm-01"].responses
+    silent_builder(world)
+    planned = {g: guest_image.plan(cluster.targets[g], guest_image.observe(Context(cluster=cluster), cluster.targets[g]))
+               for g in GUESTS[1:]}
+    world.executors["gpu-vm-01"].responses = answers  # back by apply
+    world.images["gpu-vm-01"][ref] = A
+    assert guest_image.STEP.apply_all(Context(cluster=cluster), planned) == {}
+    assert world.loads == ["gpu-vm-04"] and world.images["gpu-vm-04"][ref] == A  # the one without the image
+
+
+def test_a_builder_still_silent_at_apply_fails_the_copies_and_the_pulls_go_on(tmp_path):
+    world = DockerWorld()
+    cluster = world.cluster(rb := runbook(tmp_path), tmp_path)
+    world.images["gpu-vm-02"][recipes.image_ref(rb.guests.image)] = A
+    silent_builder(world)
+    planned = {g: guest_image.plan(cluster.targets[g], guest_image.observe(Context(cluster=cluster), cluster.targets[g]))
+               for g in GUESTS[1:]}
+    failures = guest_image.STEP.apply_all(Context(cluster=cluster), planned)
+    assert sorted(failures) == GUESTS[1:] and world.loads == []
+    assert all("gpu-vm-01: cannot connect" in str(e) for e in failures.values())
+
+
+def test_the_tree_and_the_rounds_share_one_build_timeout(tmp_path, mocker):
+    """The tree took 10000 s of the copies' 10800 (`build_timeout`): the rounds' hops get what is left, not a
+    build_timeout each; a receiver whose hop then failed is not tried again once the time is spent."""
+    from gpuvm import image_fanout
+    world = DockerWorld(EIGHT)
+    world.fail["gpu-vm-07"] = "docker load"
+    cluster = meshed(world, tmp_path)
+    clock = [0.0]
+    mocker.patch.object(guest_image, "monotonic", lambda: clock[0])
+    mocker.patch.object(image_fanout, "monotonic", lambda: clock[0])
+    answer = world.executors["gpu-vm-01"].responses
+    tree = next(k for k in answer if isinstance(k, re.Pattern) and "bash -c" in k.pattern)
+
+    def slow_half(call):  # the left half got it, 10000 s after the start
+        for guest in EIGHT[1:5]:
+            world.images[guest][call.command.split()[2]] = world.images["gpu-vm-01"][call.command.split()[2]]
+        clock[0] += 10000
+        return ok("")
+
+    def late(respond):  # the hops of the first round end past the deadline
+        def hop(call):
+            result = respond(call)
+            clock[0] = 11000
+            return result
+        return hop
+
+    answer[tree] = slow_half
+    for executor in world.executors.values():
+        key = next(k for k in executor.responses if isinstance(k, re.Pattern) and " -p " in k.pattern)
+        executor.responses[key] = late(executor.responses[key])
+    planned = observe_and_plan(cluster)
+    failures = guest_image.STEP.apply_all(Context(cluster=cluster), planned)
+    hops = [c for e in world.executors.values() for c in e.calls if "'sudo -n docker load'" in c.command]
+    assert len(hops) == 3 and all(0 < c.timeout <= 800 for c in hops)  # gpu-vm-06, -07 and -08 in one round
+    [tree_call] = [c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker save ")]
+    assert tree_call.timeout == 10800
+    assert list(failures) == ["gpu-vm-07"]
+    assert str(failures["gpu-vm-07"]).endswith("docker load failed (exit 1): no space left on device; "
+                                               "no time was left to try again")
+
+
+def test_the_runbooks_stall_timeout_bounds_the_tree_and_the_hops(tmp_path):
+    world = DockerWorld(EIGHT)
+    world.unreachable.add("gpu-vm-06")  # its subtree goes round by round
+    cluster_key(tmp_path)
+    cluster = world.cluster(runbook(tmp_path, "{stall_timeout: 7.5}", guests=EIGHT, mesh=True), tmp_path)
+    guest_image.STEP.apply_all(Context(cluster=cluster), observe_and_plan(cluster))
+    [tree] = [c for c in world.executors["gpu-vm-01"].calls if c.command.startswith("docker save ")
+              and "| bash" in c.command]
+    assert tree.command.split()[-9:-7] == ["8", str(4 << 20)]  # whole seconds, and the chunk
+    hops = [c for e in world.executors.values() for c in e.calls if "'sudo -n docker load'" in c.command]
+    assert hops and all(' "$t/peer" $peer 8 &' in c.command for c in hops)

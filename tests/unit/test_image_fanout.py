@@ -126,10 +126,10 @@ def test_no_holder_left_reports_every_receiver(mocker):
 
 STAND_INS = {
     "docker": '#!/bin/sh\n[ "$1" = save ] || exit 9\n[ -z "$SAVE_FAIL" ] || { echo "$SAVE_FAIL" >&2; exit 1; }\n'
-              'echo "image $2"\n',
+              'echo "image $2"\n[ -z "$SAVE_BYTES" ] || head -c "$SAVE_BYTES" /dev/zero\n',
     "ssh": '#!/bin/sh\nfor last; do :; done\necho "$@" > "$STANDIN_DIR/ssh.args"\n'
            '[ -z "$SSH_EXIT" ] || { echo "Warning: Permanently added x"; echo "$SSH_SAYS" >&2; exit "$SSH_EXIT"; }\n'
-           'cat > "$STANDIN_DIR/received"\n',
+           '[ -z "$LOAD_STALLS" ] || exec sleep 600\ncat > "$STANDIN_DIR/received"\n',
 }
 
 
@@ -137,9 +137,10 @@ def run_hop(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     for name, text in STAND_INS.items():
         (tmp_path / name).write_text(text)
         (tmp_path / name).chmod(0o755)
-    script = hop_script("gpuvm/dl:abc123abc123", "10.0.0.2", 2222, save_sudo=False, load_sudo=True)
+    script = hop_script("gpuvm/dl:abc123abc123", "10.0.0.2", 2222, save_sudo=False, load_sudo=True, stall=1,
+                        chunk=1 << 16)
     environ = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "STANDIN_DIR": str(tmp_path), **env}
-    return subprocess.run(["sh", "-c", script], env=environ, capture_output=True, text=True, timeout=10)
+    return subprocess.run(["sh", "-c", script], env=environ, capture_output=True, text=True, timeout=30)
 
 
 def test_the_hop_pipes_save_into_the_peers_load_over_the_mesh_key(tmp_path):
@@ -164,6 +165,18 @@ def test_the_hop_pipes_save_into_the_peers_load_over_the_mesh_key(tmp_path):
 def test_the_hop_says_whose_side_failed(tmp_path, env, code, said):
     done = run_hop(tmp_path, **env)
     assert (done.returncode, done.stderr.strip()) == (code, said)
+
+
+def test_the_hop_carries_a_stream_of_many_chunks_whole(tmp_path):
+    done = run_hop(tmp_path, SAVE_BYTES="300000")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "received").read_bytes() == b"image gpuvm/dl:abc123abc123\n" + bytes(300000)
+
+
+def test_a_load_that_stops_reading_is_cut_off_after_the_stall_as_the_receivers_failure(tmp_path):
+    """The peer's load reads nothing (for 600 s): the hop ends after its 1 s stall, not at its timeout."""
+    done = run_hop(tmp_path, SAVE_BYTES="300000", LOAD_STALLS="1")
+    assert (done.returncode, done.stderr.strip()) == (fanout.STALLED, "docker load took no bytes for 1 s: cut off")
 
 
 def test_another_mesh_user_runs_ssh_through_sudo_and_words_are_quoted():
@@ -203,3 +216,31 @@ def test_a_stopped_hop_stops_its_pipeline(tmp_path):
     else:
         os.kill(save, 9)
         raise AssertionError("the save outlived its stopped hop")
+
+
+def test_no_round_starts_once_the_deadline_has_passed(mocker):
+    clock = iter([0, 0, 200])  # the third round would start after the deadline (100)
+    mocker.patch.object(fanout, "monotonic", lambda: next(clock))
+    send = mocker.Mock(side_effect=[RemoteCommandError("g01: docker load failed"), None, None])
+    result = fan_out(["b"], names(4), send, deadline=100)
+    assert result.rounds == [[Hop("b", "g01")], [Hop("b", "g02")]] and result.served == ["g02"]
+    assert sorted(result.failures) == ["g01", "g03", "g04"]
+    assert all(isinstance(e, fanout.OutOfTime) for e in result.failures.values())
+    assert str(result.failures["g01"]) == "g01: docker load failed; no time was left to try again"
+    assert str(result.failures["g03"]) == "no time was left to send it (the copies' build_timeout)"
+
+
+def test_a_sender_without_bash_says_so_on_its_own_side(tmp_path):
+    for name in ("docker", "ssh"):
+        (tmp_path / name).write_text("#!/bin/sh\nexit 0\n")
+        (tmp_path / name).chmod(0o755)
+    script = hop_script("gpuvm/dl:abc", "10.0.0.2", 22, save_sudo=False, load_sudo=False)
+    tools = tmp_path / "tools"  # what the script needs but bash
+    tools.mkdir()
+    for tool in ("mktemp", "rm", "getent", "cut", "id", "tr", "grep", "tail", "mkfifo", "cat"):
+        (tools / tool).symlink_to(subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True,
+                                                 text=True, check=True).stdout.strip())
+    sh = subprocess.run(["sh", "-c", "command -v sh"], capture_output=True, text=True, check=True).stdout.strip()
+    done = subprocess.run([sh, "-c", script], env={"PATH": f"{tmp_path}:{tools}"}, capture_output=True, text=True,
+                          timeout=10)
+    assert (done.returncode, done.stderr.strip()) == (fanout.SAVE_FAILED, "bash is not installed: it feeds the load")

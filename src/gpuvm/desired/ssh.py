@@ -114,7 +114,8 @@ class GuestImage:
     registry: str | None = None  # pull <registry>/<ref> instead of building
     gpus: bool = True  # containers get GPUs: docker needs the NVIDIA runtime
     build_network: Literal["default", "host"] = "default"
-    build_timeout: float = 10800  # seconds for a build, save, load or pull
+    build_timeout: float = 10800  # seconds for a build, pull, or all the copies together
+    stall_timeout: float = 60  # seconds a guest's load may take no bytes before it is cut off (image_feed)
 
 
 @dataclass(frozen=True)

@@ -518,7 +518,8 @@ class Image(Strict):
     builder: str | None = None  # the guest (VM name) that builds; default the first guest
     ofed_os: str = Field(default="ubuntu20.04", pattern=r"^[a-z]+[0-9][0-9.]*$")  # OFED tarball's OS (the base's)
     build_network: Literal["default", "host"] = "default"  # docker build --network (host: the guest's own)
-    build_timeout: Seconds = 10800  # seconds for a build, save, load or pull (OFED + MPI + Horovod)
+    build_timeout: Seconds = 10800  # seconds for a build, pull, or all the copies together (OFED + MPI + Horovod)
+    stall_timeout: Seconds = 60  # seconds a guest's load may take no bytes of the image before it is cut off
 
     @field_validator("name", "base", "registry")
     @classmethod
