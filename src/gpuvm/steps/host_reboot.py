@@ -248,7 +248,7 @@ def _undo(ctx: Context, name: str, own: bool, stopped: list[str]) -> None:
     if own:
         with contextlib.suppress(Exception):
             host = _host(ctx, name)
-            if MAINTENANCE in ctx.intents.current(host):  # only maintenance mode gpuvm recorded, never an operator's
+            if MAINTENANCE in ctx.intents.current(host, "host"):  # only maintenance mode gpuvm recorded, never an operator's
                 wait_for_other_tasks(ctx.session, host, CANCEL_GRACE_S)  # an enter task being canceled ends first
                 _leave(ctx, name)
     for vm in stopped:
