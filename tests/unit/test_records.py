@@ -174,3 +174,49 @@ def test_brackets_inside_strings_do_not_count_and_size_is_bounded():
     assert records.bounded(json.dumps({"why": "[[[[[[[[[[[[[[[[[[[[[[[[ \\\" {{{{{{{{{{{{"}))
     with pytest.raises(records.Unreadable, match="16,000"):
         records.bounded(json.dumps({"why": "x" * records.MAX_CHARS}))
+
+
+def store_on(mocker, value: str | None, kind: str = "HostSystem"):
+    from datetime import datetime, timezone
+
+    from gpuvm.vsphere.intent import IntentStore
+
+    session = mocker.MagicMock()
+    session.content.customFieldsManager.field = [SimpleNamespace(key=INTENT, name="gpuvm.intent"),
+                                                 SimpleNamespace(key=OWNED, name="gpuvm.owned")]
+    session.si.CurrentTime.return_value = datetime(2026, 11, 25, 16, 50, 17, tzinfo=timezone.utc)
+    entity = SimpleNamespace(_moId="host-1", _wsdlName=kind,
+                             customValue=[SimpleNamespace(key=INTENT, value=value), SimpleNamespace(key=OWNED, value=value)])
+    return IntentStore(session, RUN), session.content.customFieldsManager.SetField, entity
+
+
+@pytest.mark.parametrize("value", [DEEP, "a note", '{"maintenance": 42}', "{}"])
+def test_gpuvm_does_not_record_over_a_foreign_value_and_so_does_not_act(mocker, value):
+    from gpuvm.errors import TaskError
+
+    store, set_field, entity = store_on(mocker, value)
+    with pytest.raises(TaskError, match=r"not recording intent 'maintenance' on HostSystem host-1, so not doing it: "
+                                        r"gpuvm.intent holds a value gpuvm did not write"):
+        store.record(entity, "maintenance", "reboot of esx-01")
+    store.clear(entity, "maintenance")  # nothing of gpuvm's to clear
+    set_field.assert_not_called()
+
+
+def test_acts_gpuvm_did_not_write_are_kept_as_found_when_it_records_its_own(mocker):
+    store, set_field, entity = store_on(mocker, json.dumps({"ops-note": {"keep": "me"}}))
+    store.record(entity, "maintenance", "reboot of esx-01")
+    written = json.loads(set_field.call_args.kwargs["value"])
+    assert written == {"ops-note": {"keep": "me"},
+                       "maintenance": {"v": 1, "run": RUN, "why": "reboot of esx-01", "since": SINCE, "data": {}}}
+    assert host(set_field.call_args.kwargs["value"]).intents["maintenance"].run == RUN  # read back as gpuvm's
+
+
+def test_gpuvm_does_not_overwrite_a_foreign_ownership_record(mocker):
+    from gpuvm.errors import TaskError
+    from gpuvm.vsphere.owned import OwnedStore
+
+    store, set_field, entity = store_on(mocker, '{"passthrough": ["0000:17:00.0"]}')
+    with pytest.raises(TaskError, match="gpuvm.owned holds a value gpuvm did not write"):
+        OwnedStore(store.session, RUN).edit(entity, "record passthrough",
+                                            lambda o: o.model_copy(update={"passthrough": ["0000:31:00.0"]}))
+    set_field.assert_not_called()

@@ -110,11 +110,11 @@ def lock_value(text: Any) -> Holder | Held:
     expiry (gpuvm's marker of a foreign value, a lock from before leases); Unreadable otherwise."""
     try:
         holder = records.read(text, Holder)
-    except Unreadable:
+    except Unreadable as error:
         try:
             holder = records.read(text, Held)
-        except Unreadable as error:
-            raise Unreadable(str(error).replace("not a held", "not a lock value")) from None
+        except Unreadable:
+            raise error from None
     assert isinstance(holder, (Holder, Held))
     return holder
 

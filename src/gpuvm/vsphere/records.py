@@ -193,6 +193,8 @@ def intent_record(act: str, kind: str, record: Any) -> IntentRecord:
 # -- gpuvm.owned ---------------------------------------------------------------------------------
 
 class OwnedRecord(Record):
+    model_config = ConfigDict(title="record of what gpuvm owns")
+
     run: RunId | None = None  # the run that wrote it last (none in the previous release's records)
     passthrough: list[Pci]
     released: list[Pci]
@@ -209,6 +211,8 @@ class OwnedRecord(Record):
 class Lease(Record):
     """A run's lease (vsphere/lock.py)."""
 
+    model_config = ConfigDict(title="lease")
+
     run: RunId
     who: Text
     since: Stamp
@@ -224,6 +228,8 @@ class Lease(Record):
 class Holder(Record):
     """A host lock's value: the run holding it (held while that run's lease is unexpired)."""
 
+    model_config = ConfigDict(title="lock value")
+
     run: RunId
     who: Text
     since: Stamp
@@ -233,11 +239,15 @@ class Held(Record):
     """A host lock's value that holds it until its own `expires`: gpuvm's marker of a foreign value
     it found there (`found`), or a lock from a gpuvm before leases."""
 
+    model_config = ConfigDict(title="lock value")
+
     since: Stamp
     expires: Stamp
     found: Text | None = None
-    who: Text | None = None
+    who: Text | None = None  # the rest: a lock from before leases
     run: Text | None = None
+    machine: Text | None = None
+    pid: StrictInt | None = None
 
     @property
     def until(self) -> datetime:
@@ -249,7 +259,8 @@ def why_invalid(error: Exception) -> str:
     if isinstance(error, ValidationError):
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return f"{where}: {first['msg']}"[:120] if where else str(first["msg"])[:120]
+        text = str(first["msg"]).removeprefix("Value error, ")
+        return f"{where}: {text}"[:120] if where else text[:120]
     return str(error)[:120]
 
 
@@ -259,7 +270,7 @@ def read(text: Any, schema: type[Record]) -> Record:
     try:
         return schema.model_validate(data)
     except ValueError as error:
-        raise Unreadable(f"not a {schema.__name__.lower()} gpuvm writes: {why_invalid(error)}") from None
+        raise Unreadable(f"not a {schema.model_config.get('title')} gpuvm writes: {why_invalid(error)}") from None
 
 
 def encode(record: Record) -> str:
