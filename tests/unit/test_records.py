@@ -220,3 +220,21 @@ def test_gpuvm_does_not_overwrite_a_foreign_ownership_record(mocker):
         OwnedStore(store.session, RUN).edit(entity, "record passthrough",
                                             lambda o: o.model_copy(update={"passthrough": ["0000:31:00.0"]}))
     set_field.assert_not_called()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-.", min_size=1, max_size=255))
+def test_every_record_gpuvm_writes_reads_back_as_gpuvms(name):
+    """What host.reboot, vm.lifecycle and the reboot memo record, with names as long as vSphere allows."""
+    from gpuvm.vsphere.intent import Intent, encode, read
+
+    def back(act, kind, why, **data):
+        value = encode({act: Intent(run=RUN, why=why, since=SINCE, data=data)})
+        return read(value, name, kind)
+
+    assert back("maintenance", "host", f"reboot of {name} for pending changes").foreign == []
+    assert back("power-off", "vm", f"stopped for the reboot of {name}", host=name, restore="poweredOn").foreign == []
+    assert back(f"clone {name[:80]}", "vm", f"clone to {name[:80]}", vm=name[:80], task="task-12").foreign == []
+    memo = back("rebooted", "host", f"rebooted for 1 change(s): mig.mode on {name}"[:200], booted=SINCE,
+                changes=[reboot_memo.identity(MIG_PENDING)] * records.MAX_REMEMBERED)
+    assert memo.foreign == [] and len(memo.acts["rebooted"].data["changes"]) == records.MAX_REMEMBERED

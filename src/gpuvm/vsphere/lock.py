@@ -18,9 +18,12 @@ A lock is held while the lease of the run its value names is unexpired. A lock w
 being taken: it is held while any other run's unexpired lease says `taking` (its taker wrote that
 lease before creating the lock and clears the flag only once its locks name it), so however slowly
 vCenter answers, a lock being taken is never judged abandoned; a taker killed in between leaves a
-lock that is stale once its lease expires. A value with its own `expires` is what gpuvm wrote
-before leases, honoured until then; a value gpuvm never wrote is replaced by such a marker, held for
-one `ttl`, and the run is refused in one line meanwhile. Liveness is expiry only: never a pid or a
+lock that is stale once its lease expires. Every value is read by vsphere/records.py (`Lease`,
+`Holder`, `Held`: bounded, versioned, strictly typed, a lease naming its own run); a lease gpuvm did
+not write holds nothing (plan and verify warn of it). A value with its own `expires` is what gpuvm wrote
+before leases, honoured until then; a value gpuvm never wrote, found by a run that needs that lock,
+is replaced by such a marker quoting it (the one foreign value gpuvm replaces: the attribute is
+gpuvm's lock), held for one `ttl`, and the run is refused in one line meanwhile. Liveness is expiry only: never a pid or a
 host name (wrong across PID namespaces, containers and machines of one name). A stale lock is
 removed by key (a run that finds it gone already gets InvalidArgument, as from vCenter) and created
 again, which only one run achieves.
@@ -155,7 +158,7 @@ def who() -> str:
         user = getpass.getuser()
     except (KeyError, OSError):  # a container's uid with no passwd entry
         user = str(os.getuid())
-    return f"{user}@{socket.gethostname()} pid {os.getpid()}"[-200:]  # as a lease keeps it (records.Text)
+    return f"{user}@{socket.gethostname()} pid {os.getpid()}"[-1000:]  # as a lease keeps it (records.Text)
 
 
 class HostLocks:

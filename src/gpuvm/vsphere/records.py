@@ -60,8 +60,9 @@ class Foreign(BaseModel):
             clear = (f"if nobody needs it, clear it: `govc fields.set {self.field} '' <path of {self.object}>`, "
                      f"PowerCLI `Set-Annotation -Entity {self.object} -CustomAttribute {self.field} -Value ''`, "
                      "or the object's Custom Attributes in the vSphere Client")
-        return (f"{self.field} holds a value gpuvm did not write ({self.why}: {self.shown}); gpuvm does not act on it "
-                f"and does not overwrite it; {clear}")
+        kept = ("a run that needs this lock replaces it by a marker quoting it and is refused for one lease"
+                if self.field.startswith("gpuvm.lock.") else "does not overwrite it")
+        return f"{self.field} holds a value gpuvm did not write ({self.why}: {self.shown}); gpuvm does not act on it, {kept}; {clear}"
 
 
 ROOT = "root folder"
@@ -115,8 +116,8 @@ def _run_id(text: str) -> str:
 
 RunId = Annotated[StrictStr, AfterValidator(_run_id)]
 Stamp = Annotated[StrictStr, Field(max_length=40), AfterValidator(_aware)]
-Text = Annotated[StrictStr, Field(max_length=200)]
-Name = Annotated[StrictStr, Field(min_length=1, max_length=80)]
+Text = Annotated[StrictStr, Field(max_length=1000)]  # why, who: gpuvm's own name objects of up to 255 characters
+Name = Annotated[StrictStr, Field(min_length=1, max_length=255)]  # a host's (DNS) or VM's name
 Digest = Annotated[StrictStr, Field(pattern=f"^[0-9a-f]{{{DIGEST}}}$")]
 Pci = Annotated[StrictStr, Field(pattern=r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")]
 
@@ -260,8 +261,8 @@ def why_invalid(error: Exception) -> str:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         text = str(first["msg"]).removeprefix("Value error, ")
-        return f"{where}: {text}"[:120] if where else text[:120]
-    return str(error)[:120]
+        return f"{where}: {text}"[:SHOWN * 2] if where else text[:SHOWN * 2]
+    return str(error)[:SHOWN * 2]
 
 
 def read(text: Any, schema: type[Record]) -> Record:
