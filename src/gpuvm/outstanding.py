@@ -43,6 +43,6 @@ def outstanding(inventory: Inventory, hosts: Iterable[str], vms: Iterable[str]) 
 def foreign(inventory: Inventory) -> list[Note]:
     """One warning per value (or act's record) in gpuvm's attributes that gpuvm did not write, on every
     object of the vCenter: never acted on, so reported wherever it is."""
-    found = [f for kind in (inventory.hosts, inventory.vms, inventory.templates) for obj in kind.values()
-             for f in obj.foreign] + inventory.foreign
-    return [Note(f.object, FOREIGN, f.message()) for f in found]
+    found = [(obj.name, f) for kind in (inventory.hosts, inventory.vms, inventory.templates) for obj in kind.values()
+             for f in obj.foreign] + [(f.object, f) for f in inventory.foreign]
+    return [Note(name, FOREIGN, f.message()) for name, f in found]  # by the runbook's name (east/esx-01)

@@ -173,10 +173,10 @@ def act_data(act: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:
     """The act's data, checked against its schema (ValueError: not an act gpuvm records on a `kind`)."""
     on = kind_of(act)
     if on is None:
-        raise ValueError(f"act {act[:SHOWN]!r} is not one gpuvm records")
+        raise ValueError("not an act gpuvm records")
     schema = CloneData if act.startswith(CLONE) else ACTS[act][1]
     if on != kind:
-        raise ValueError(f"act {act!r} is recorded on a {on}, not a {kind}")
+        raise ValueError(f"gpuvm records it on a {on}, not a {kind}")
     typed = schema.model_validate(data)
     if isinstance(typed, CloneData) and typed.vm != act[len(CLONE):]:
         raise ValueError(f"its data names VM {typed.vm[:SHOWN]!r}")
