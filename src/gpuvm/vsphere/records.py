@@ -57,12 +57,14 @@ class Foreign(BaseModel):
             clear = (f"once no gpuvm run is running, remove it: `govc fields.rm {self.field}` (or the vSphere Client: "
                      "Administration > Custom Attributes)")
         else:
-            clear = (f"if nobody needs it, clear it: `govc fields.set {self.field} '' <path of {self.object}>`, "
+            when = "once no gpuvm act is outstanding on it" if self.act else "if nobody needs it"
+            clear = (f"{when}, clear it: `govc fields.set {self.field} '' <path of {self.object}>`, "
                      f"PowerCLI `Set-Annotation -Entity {self.object} -CustomAttribute {self.field} -Value ''`, "
                      "or the object's Custom Attributes in the vSphere Client")
         kept = ("a run that needs this lock replaces it by a marker quoting it and is refused for one lease"
                 if self.field.startswith("gpuvm.lock.") else "does not overwrite it")
-        return f"{self.field} holds a value gpuvm did not write ({self.why}: {self.shown}); gpuvm does not act on it, {kept}; {clear}"
+        return (f"{self.field} holds a value gpuvm did not write ({self.why}: {self.shown}); gpuvm does not act on it, "
+                f"{kept}; {clear}")
 
 
 ROOT = "root folder"
