@@ -238,3 +238,16 @@ def test_every_record_gpuvm_writes_reads_back_as_gpuvms(name):
     memo = back("rebooted", "host", f"rebooted for 1 change(s): mig.mode on {name}"[:200], booted=SINCE,
                 changes=[reboot_memo.identity(MIG_PENDING)] * records.MAX_REMEMBERED)
     assert memo.foreign == [] and len(memo.acts["rebooted"].data["changes"]) == records.MAX_REMEMBERED
+
+
+def test_verify_json_carries_the_warnings_of_a_clean_verify():
+    from gpuvm.documents import verify_json
+    from gpuvm.plan import Note
+    from gpuvm.runs import Verified
+    from tests.schema_check import check
+
+    note = Note("esx-01", "foreign", "gpuvm.intent holds a value gpuvm did not write (not JSON: 'x')")
+    document = json.loads(verify_json(verified=Verified(foreign=[note])))
+    assert document["drift"] is False and document["notes"] == [
+        {"target": "esx-01", "step": "foreign", "message": note.message, "level": "warning"}]
+    assert check(document) == "verify"
