@@ -68,7 +68,8 @@ def verify_json(verified: Any = None, drift: Any = None) -> str:
     """`verify`'s verdict: no drift (`verified`, a runs.Verified), or the drift (a DriftError with its
     plan, or a runs.NotObserved: the targets it could not reach, and the drift on the others)."""
     if drift is None:
-        return dumps(document("verify", drift=False, changes=[], notes=[], unreachable={},
+        notes = [{"target": n.target, "step": n.step, "message": n.message, "level": n.level} for n in verified.foreign]
+        return dumps(document("verify", drift=False, changes=[], notes=notes, unreachable={},
                               mesh_guests=verified.mesh_guests, message="No drift: infrastructure matches the runbook."))
     plan = getattr(drift, "plan", None) or Plan()
     return dumps(document("verify", drift=True, changes=[c.to_dict() for c in plan.changes],

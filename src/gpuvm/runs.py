@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_
 from gpuvm.errors import ConnectError, DriftError, InputError, TargetFailures, listed
 from gpuvm.journal import Journal, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
-from gpuvm.outstanding import STEP as OUTSTANDING
+from gpuvm.outstanding import FOREIGN, STEP as OUTSTANDING
 from gpuvm.plan import Note, Plan
 from gpuvm.desired import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
@@ -391,6 +391,7 @@ class Verified:
     """The world matches the runbook."""
 
     mesh_guests: int | None = None  # guests whose SSH mesh was checked pair by pair; None: no mesh
+    foreign: list[Note] = field(default_factory=list)  # values gpuvm did not write in its attributes: warned of, not drift
 
 
 def _drift_message(plan: Plan, held: list[Note], runbook: Path) -> str:
@@ -422,7 +423,8 @@ def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targ
         if not plan.empty or held:
             raise PlanDrift(_drift_message(plan, held, runbook), plan)
         mesh = book.guests and book.guests.ssh_mesh and book.guests.ssh_mesh.enabled
+        foreign = [note for note in plan.notes if note.step == FOREIGN]  # never acted on: no apply removes it
         if cluster is None or not mesh or (chosen is not None and not set(cluster.of_role("guest")) <= chosen):
-            return Verified()
+            return Verified(foreign=foreign)
         check_mesh(cluster)  # every ordered pair of guests logs in with the mesh key
-        return Verified(mesh_guests=len(cluster.of_role("guest")))
+        return Verified(mesh_guests=len(cluster.of_role("guest")), foreign=foreign)

@@ -76,7 +76,8 @@ def hold(sim, host: str, expires_in: float, before_leases: bool = False) -> None
         holder = {"run": "0badc0ffee00", "who": "ops@jumphost pid 4242", "since": "2026-11-23T09:00:00+00:00"}
         if not before_leases:
             key = manager.AddCustomFieldDef(name="gpuvm.lease.0badc0ffee00", moType=vim.Folder).key
-            manager.SetField(entity=content.rootFolder, key=key, value=json.dumps({**holder, "expires": expires}))
+            manager.SetField(entity=content.rootFolder, key=key, value=json.dumps(
+                {"v": 1, **holder, "expires": expires, "taking": False, "hosts": 1}))
         key = manager.AddCustomFieldDef(name=f"gpuvm.lock.{host}", moType=vim.Folder).key
         manager.SetField(entity=content.rootFolder, key=key,
                          value=json.dumps({**holder, "expires": expires} if before_leases else holder))

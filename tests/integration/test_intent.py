@@ -19,21 +19,24 @@ def test_intents_recorded_on_hosts_and_vms_are_read_back_and_cleared_one_act_at_
             facts = read_inventory(session)
             host = session.ref("HostSystem", facts.hosts["esx-01"].moid)
             vm = session.ref("VirtualMachine", facts.vms["esx-01-vm1"].moid)
-            store = IntentStore(session, "run1")
+            store = IntentStore(session, "c0ffee000003")
             store.record(host, "maintenance", "reboot for 2 changes")
-            store.record(host, "reboot", "for changes", changes=["a", "b"])
-            store.record(vm, "power-off", "reboot of esx-01", restore="poweredOn")
+            memo = {"booted": "2026-11-25T16:50:17+00:00", "changes": [["0123456789ab", "ba9876543210"]]}
+            store.record(host, "rebooted", "for changes", **memo)
+            store.record(vm, "power-off", "reboot of esx-01", host="esx-01", restore="poweredOn")
             facts = read_inventory(session)
-            assert set(facts.hosts["esx-01"].intents) == {"maintenance", "reboot"}
-            assert facts.hosts["esx-01"].intents["reboot"].data == {"changes": ["a", "b"]}
+            assert set(facts.hosts["esx-01"].intents) == {"maintenance", "rebooted"}
+            assert facts.hosts["esx-01"].intents["rebooted"].data == memo
             intent = facts.vms["esx-01-vm1"].intents["power-off"]
-            assert (intent.run, intent.why, intent.data) == ("run1", "reboot of esx-01", {"restore": "poweredOn"})
+            assert (intent.run, intent.why, intent.data) == ("c0ffee000003", "reboot of esx-01",
+                                                             {"host": "esx-01", "restore": "poweredOn"})
             assert intent.since  # vCenter's time
             store.clear(host, "maintenance")
             store.clear(vm, "power-off")
             facts = read_inventory(session)
-            assert set(facts.hosts["esx-01"].intents) == {"reboot"} and facts.vms["esx-01-vm1"].intents == {}
+            assert set(facts.hosts["esx-01"].intents) == {"rebooted"} and facts.vms["esx-01-vm1"].intents == {}
             # a value someone else wrote is shown, never acted on
             session.content.customFieldsManager.SetField(entity=vm, key=store.key(), value="not json")
-            assert set(read_inventory(session).vms["esx-01-vm1"].intents) == {"unreadable"}
+            vm_facts = read_inventory(session).vms["esx-01-vm1"]
+            assert vm_facts.intents == {} and [f.why for f in vm_facts.foreign] == ["not JSON"]
             assert any(f.name == FIELD for f in session.content.customFieldsManager.field)

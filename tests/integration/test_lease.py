@@ -99,7 +99,7 @@ def test_failed_renewals_stop_the_run_before_another_run_takes_over(sim, caplog)
     taken: list[float] = []  # when the second run began the attempt that took the host over
     stopped: list[GpuvmError] = []
     with session_of(sim) as first, session_of(sim) as second:
-        with HostLocks(first, [host], "run-first", ttl=TTL):
+        with HostLocks(first, [host], "f1a57f1a57f1", ttl=TTL):
             cut_off_clock(first)
 
             def take_over() -> None:
@@ -107,7 +107,7 @@ def test_failed_renewals_stop_the_run_before_another_run_takes_over(sim, caplog)
                 while time.monotonic() < end:
                     began = time.monotonic()
                     try:
-                        with HostLocks(second, [host], "run-second", ttl=TTL):
+                        with HostLocks(second, [host], "5ec0d05ec0d0", ttl=TTL):
                             taken.append(began)
                             return
                     except LockedError:
@@ -134,7 +134,7 @@ def test_failed_renewals_stop_the_run_before_another_run_takes_over(sim, caplog)
 
 def test_a_read_is_still_allowed_after_the_lease_is_lost_and_a_change_is_refused(sim):
     host = a_host()
-    with session_of(sim) as session, HostLocks(session, [host], "run-x", ttl=TTL):
+    with session_of(sim) as session, HostLocks(session, [host], "00000000000a", ttl=TTL):
         cut_off_clock(session)
         time.sleep(TTL)  # past the deadline, renewals failing all the while
         with pytest.raises(GpuvmError) as refused:
@@ -156,8 +156,8 @@ def lease(sim: Simulator, run: str, who: str, expires_in: float, taking: bool = 
         key = content.customFieldsManager.AddCustomFieldDef(name=f"gpuvm.lease.{run}", moType=vim.Folder).key
         expires = si.CurrentTime() + timedelta(seconds=expires_in)
         content.customFieldsManager.SetField(entity=content.rootFolder, key=key, value=json.dumps(
-            {"run": run, "who": who, "since": "2026-11-23T09:00:00+00:00", "taking": taking,
-             "expires": expires.isoformat(timespec="milliseconds")}))
+            {"v": 1, "run": run, "who": who, "since": "2026-11-23T09:00:00+00:00", "taking": taking,
+             "expires": expires.isoformat(timespec="milliseconds"), "hosts": 1}))
 
 
 @pytest.mark.parametrize("held_by", ["a lease", "gpuvm before leases"])
@@ -174,7 +174,7 @@ def test_a_live_lock_naming_this_machine_and_a_dead_pid_is_not_broken(sim, held_
                                      "since": "2026-11-23T09:00:00+00:00",
                                      "expires": expires.isoformat(timespec="seconds")}))
     with session_of(sim) as session, pytest.raises(LockedError, match=f"host {host} is locked by another gpuvm run"):
-        with HostLocks(session, [host], "run-y", ttl=TTL):
+        with HostLocks(session, [host], "00000000000b", ttl=TTL):
             pass
 
 
@@ -185,10 +185,10 @@ def test_a_lock_with_no_value_is_held_while_a_run_takes_its_locks_then_stale_whe
     plant(sim, host, None)
     with session_of(sim) as session:
         with pytest.raises(LockedError, match=rf"host {host} is locked by another gpuvm run \(taking its locks now\): ops@elsewhere"):
-            with HostLocks(session, [host], "run-v", ttl=TTL):
+            with HostLocks(session, [host], "00000000000c", ttl=TTL):
                 pass
         time.sleep(2.1)  # the taker's lease expired
-        with HostLocks(session, [host], "run-v2", ttl=TTL) as locks:
+        with HostLocks(session, [host], "00000000000d", ttl=TTL) as locks:
             assert host in locks.held
     assert f"gpuvm.lease.{run}" not in field_names(sim)  # the expired lease was removed with its lock
 
@@ -226,14 +226,14 @@ def test_a_lock_value_gpuvm_did_not_write_is_refused_clearly_then_held_for_a_bou
     plant(sim, host, value)
     with session_of(sim) as session:
         with pytest.raises(LockedError) as refused:
-            with HostLocks(session, [host], "run-z", ttl=1.0):
+            with HostLocks(session, [host], "00000000000e", ttl=1.0):
                 pass
         message = str(refused.value)
         assert f"host {host}" in message and "did not write" in message and "\n" not in message, message
         assert len(message) < 400, message
         if value == GARBAGE["not JSON"]:  # one case is enough to wait out
             time.sleep(1.5)  # held no longer than a lease
-            with HostLocks(session, [host], "run-z2", ttl=1.0):
+            with HostLocks(session, [host], "00000000000f", ttl=1.0):
                 pass
             assert lock_value(sim, host) is None  # released
 
@@ -254,7 +254,7 @@ def test_breaking_a_stale_lock_another_run_broke_first_is_no_error(sim):
             remove(key=key)
 
         object.__setattr__(manager, "RemoveCustomFieldDef", another_run_first)
-        with HostLocks(session, [host], "run-w", ttl=TTL) as locks:
+        with HostLocks(session, [host], "000000000010", ttl=TTL) as locks:
             assert host in locks.held
 
 
@@ -280,16 +280,16 @@ def test_a_lock_being_taken_while_vcenter_is_slow_is_not_broken(slow_fields):
             except GpuvmError as error:
                 results[name] = error
 
-    first = threading.Thread(target=take, args=("run-first", second_done))
+    first = threading.Thread(target=take, args=("f1a57f1a57f1", second_done))
     first.start()
     end = time.monotonic() + 15
     while time.monotonic() < end and f"gpuvm.lock.{host}" not in field_names(sim):
         time.sleep(0.1)
-    take("run-second")  # the first run's definition exists; what says who holds it may be on its way
+    take("5ec0d05ec0d0")  # the first run's definition exists; what says who holds it may be on its way
     second_done.set()
     first.join()
-    assert results.get("run-first") == "held", results
-    assert isinstance(results.get("run-second"), LockedError), results
+    assert results.get("f1a57f1a57f1") == "held", results
+    assert isinstance(results.get("5ec0d05ec0d0"), LockedError), results
 
 
 def field_names(sim: Simulator) -> list[str]:

@@ -168,14 +168,15 @@ def test_verify_names_every_outstanding_intent_even_with_nothing_to_change(tmp_p
         assert gpuvm("verify", str(runbook)).exit_code == 0
         with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
             facts = read_inventory(session)
-            store = IntentStore(session, "5c1d")
+            store = IntentStore(session, "5c1d00000000")
             vm = session.ref("VirtualMachine", facts.vms["esx-01-vm2"].moid)  # on the runbook's host, not in it
-            store.record(vm, "clone", "clone esx-01-vm3 under way")
-            store.record(session.ref("HostSystem", facts.hosts["esx-01"].moid), "rebooted", "rebooted for 1 change")
+            store.record(vm, "clone esx-01-vm3", "clone esx-01-vm3 under way", vm="esx-01-vm3")
+            store.record(session.ref("HostSystem", facts.hosts["esx-01"].moid), "rebooted", "rebooted for 1 change",
+                         booted=facts.hosts["esx-01"].booted, changes=[["0123456789ab"]])
             verified = gpuvm("verify", str(runbook))
             assert verified.exit_code == 5, verified.output
-            assert "esx-01-vm2: gpuvm intent 'clone' outstanding: recorded by run 5c1d" in verified.output
+            assert "esx-01-vm2: gpuvm intent 'clone esx-01-vm3' outstanding: recorded by run 5c1d00000000" in verified.output
             assert "clone esx-01-vm3 under way" in verified.output and "'rebooted'" not in verified.output
-            assert "esx-01-vm2: gpuvm intent 'clone'" in gpuvm("plan", str(runbook)).output  # plan shows it too
-            store.clear(vm, "clone")
+            assert "esx-01-vm2: gpuvm intent 'clone esx-01-vm3'" in gpuvm("plan", str(runbook)).output  # plan too
+            store.clear(vm, "clone esx-01-vm3")
         assert gpuvm("verify", str(runbook)).exit_code == 0

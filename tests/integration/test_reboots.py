@@ -47,7 +47,7 @@ def record_intent(entity: str, act: str, why: str, **data) -> None:
         facts = read_inventory(session)
         kind, moid = (("HostSystem", facts.hosts[entity].moid) if entity in facts.hosts
                       else ("VirtualMachine", facts.vms[entity].moid))
-        IntentStore(session, "killed-run").record(session.ref(kind, moid), act, why, **data)
+        IntentStore(session, "c0ffee000001").record(session.ref(kind, moid), act, why, **data)
 
 
 def test_a_failed_reboot_leaves_pending_settings_that_plan_and_verify_show_and_the_next_apply_reboots(

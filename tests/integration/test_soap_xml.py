@@ -67,9 +67,10 @@ def lab():
             for key, value in env_for(sim).items():
                 env.setenv(key, value)
             with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
-                store = IntentStore(session, "run1")
-                store.record(objects["esx-01"], "reboot", "for changes", changes=["a"])
-                store.record(objects["esx-01-vm1"], "power-off", "reboot of esx-01", restore="poweredOn")
+                store = IntentStore(session, "c0ffee000003")
+                store.record(objects["esx-01"], "rebooted", "for changes", booted="2026-11-25T16:50:17+00:00",
+                             changes=[["0123456789ab"]])
+                store.record(objects["esx-01-vm1"], "power-off", "reboot of esx-01", host="esx-01", restore="poweredOn")
             yield sim
 
 
@@ -144,7 +145,8 @@ def test_the_facts_of_inventory_xmls_reading_are_those_of_pyvmomis_decoding(lab,
     assert fast.model_dump(exclude={"taken"}) == slow.model_dump(exclude={"taken"})
     vm = fast.vms["esx-01-vm1"]  # a GPU and a NIC read among the devices left unread
     assert [d.kind for d in vm.pci] == ["classic"] and vm.nic is not None and vm.nic.type == "VirtualVmxnet3"
-    assert vm.intents["power-off"].data == {"restore": "poweredOn"} and "reboot" in fast.hosts["esx-01"].intents
+    assert vm.intents["power-off"].data == {"host": "esx-01", "restore": "poweredOn"}
+    assert "rebooted" in fast.hosts["esx-01"].intents
     assert fast.templates and fast.folders["gpu-train"] and fast.pools["training"] and fast.networks["gpu-net"]
     assert any(h.pci and h.pci[0].numa_node is not None for h in fast.hosts.values())
     assert fast.hosts["esx-01"].booted and fast.hosts["esx-01"].vm_moids and fast.vms["esx-01-vm1"].extra_config

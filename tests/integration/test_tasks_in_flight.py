@@ -117,7 +117,7 @@ def record_clone_intent(sim: Simulator, monkeypatch, **data) -> None:
 
     with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
         template = session.content.searchIndex.FindByInventoryPath("DC0/vm/ubuntu-gpu")
-        IntentStore(session, "killed").record(template, "clone train-1", "clone to train-1", vm="train-1", **data)
+        IntentStore(session, "c0ffee000002").record(template, "clone train-1", "clone to train-1", vm="train-1", **data)
 
 
 def test_killed_before_the_clone_task_was_recorded_the_template_tasks_are_awaited(tmp_path, monkeypatch):

@@ -8,7 +8,8 @@ import pytest
 
 from gpuvm.errors import InputError, LeaseLostError
 from gpuvm.vsphere import lock
-from gpuvm.vsphere.lock import HostLocks, lease_of, names_run, parse
+from gpuvm.vsphere.lock import HostLocks, foreign_values, lease_of, lock_value
+from gpuvm.vsphere.records import Held, Holder, Unreadable
 from gpuvm.vsphere.session import RequestCounter, _instrument, changes_vcenter, unfenced
 
 
@@ -48,7 +49,7 @@ def test_the_session_checks_the_fence_before_a_change_only(mocker):
 
 def locks_at(mocker, now: float, deadline: float, ttl: float = 300.0) -> HostLocks:
     mocker.patch.object(lock, "clock", return_value=now)
-    locks = HostLocks(mocker.Mock(), ["esx-01", "esx-02"], "run1", ttl=ttl, journal=mocker.Mock())
+    locks = HostLocks(mocker.Mock(), ["esx-01", "esx-02"], "3f2a9c1d0e4b", ttl=ttl, journal=mocker.Mock())
     locks.deadline = deadline
     return locks
 
@@ -75,21 +76,47 @@ def test_a_lost_lease_stays_lost_after_a_late_renewal(mocker):
         locks.check()
 
 
-@pytest.mark.parametrize("value", [None, 5, "", "{", "[]", "[" * 50_000, '"' + "x" * lock.MAX_VALUE + '"'])
-def test_a_value_that_is_no_json_object_parses_as_none(value):
-    assert parse(value) is None
+RUN = "3f2a9c1d0e4b"
+LEASE = (f'{{"v": 1, "run": "{RUN}", "who": "ops@a pid 1", "since": "2026-11-25T10:00:00+00:00", '
+         '"expires": "2030-01-01T00:00:00+00:00", "taking": false, "hosts": 1}')
+
+
+@pytest.mark.parametrize("value", [None, 5, "", "{", "[]", "[" * 50_000, '"' + "x" * 20_000 + '"'])
+def test_a_value_that_is_no_json_object_is_unreadable(value):
+    assert lease_of("gpuvm.lease." + RUN, value) is None
+    with pytest.raises(Unreadable):
+        lock_value(value)
 
 
 @pytest.mark.parametrize("value", ['{"run": "r"}', '{"run": "r", "expires": 1}', '{"run": "r", "expires": "soon"}',
-                                   '{"run": "r", "expires": "2030-01-01T00:00:00"}', '{"expires": "2030-01-01T00:00:00Z"}'])
+                                   '{"run": "r", "expires": "2030-01-01T00:00:00"}', '{"expires": "2030-01-01T00:00:00Z"}',
+                                   LEASE.replace(RUN, "run-1"),  # no gpuvm run id
+                                   LEASE.replace('"v": 1', '"v": 2'),  # a version gpuvm does not know
+                                   LEASE.replace('"hosts": 1', '"hosts": 1, "extra": 0'),
+                                   LEASE.replace('2030-01-01T00:00:00+00:00"', '2030-01-01T00:00:00"')])  # no zone
 def test_a_value_gpuvm_did_not_write_is_no_lease(value):
-    assert lease_of(value) is None
+    assert lease_of("gpuvm.lease." + RUN, value) is None
 
 
-def test_a_lease_and_a_holder_parse():
-    assert lease_of('{"run": "r", "expires": "2030-01-01T00:00:00+00:00", "taking": false}')["run"] == "r"
-    assert names_run(parse('{"run": "r", "who": "ops@a pid 1", "since": "2026-11-25T10:00:00+00:00"}'))
-    assert not names_run(parse('{"run": "r"}')) and not names_run(parse('{"run": 5, "who": "a", "since": "b"}'))
+def test_a_lease_a_holder_and_a_marker_parse_and_a_lease_names_its_own_run():
+    assert lease_of("gpuvm.lease." + RUN, LEASE).run == RUN
+    assert lease_of("gpuvm.lease." + RUN, LEASE.replace('"v": 1, ', "")).run == RUN  # the previous release's
+    assert lease_of("gpuvm.lease.aaaaaaaaaaaa", LEASE) is None  # another run's lease in this run's attribute
+    holder = lock_value(f'{{"run": "{RUN}", "who": "ops@a pid 1", "since": "2026-11-25T10:00:00+00:00"}}')
+    assert isinstance(holder, Holder) and holder.run == RUN
+    marker = lock_value('{"v": 1, "found": "x", "since": "2026-11-25T10:00:00Z", "expires": "2026-11-25T10:05:00Z"}')
+    assert isinstance(marker, Held) and marker.found == "x"
+    for value in ('{"run": "r"}', '{"run": 5, "who": "a", "since": "2026-11-25T10:00:00Z"}'):
+        with pytest.raises(Unreadable):
+            lock_value(value)
+
+
+def test_foreign_lease_and_lock_values_are_reported_with_the_command_that_clears_them():
+    found = foreign_values({"gpuvm.lease." + RUN: LEASE, "gpuvm.lease.aaaaaaaaaaaa": '{"hello": 1}',
+                            "gpuvm.lock.esx-01": "[" * 9000, "gpuvm.lock.esx-02": ""})
+    assert [(f.field, f.object) for f in found] == [("gpuvm.lease.aaaaaaaaaaaa", "root folder"),
+                                                    ("gpuvm.lock.esx-01", "root folder")]
+    assert "nested 9000 levels deep" in found[1].why and "govc fields.rm gpuvm.lock.esx-01" in found[1].message()
 
 
 def test_the_lease_length_comes_from_the_environment_or_is_refused_clearly(monkeypatch):

@@ -15,7 +15,7 @@ from gpuvm.steps import host_passthrough
 from gpuvm.steps.base import Context
 from gpuvm.steps.host_passthrough import Forget, SetPassthrough, owned_after
 from gpuvm.vsphere.facts import VmPciDevice
-from gpuvm.vsphere.owned import Owned, parse
+from gpuvm.vsphere.owned import Owned, read
 from tests.unit.factories import inventory, vm
 from tests.unit.test_capacity import h100_host, runbook
 from tests.unit.test_passthrough_release import GPUS, classic, owned, releases
@@ -80,8 +80,15 @@ def test_the_record_follows_enable_release_and_forget(tmp_path):
 
 
 def test_a_value_gpuvm_did_not_write_owns_nothing():
-    assert parse("not json") == parse('{"passthrough": 3}') == parse("x" * 20_000) == Owned()
-    assert parse('{"passthrough": ["0000:17:00.0"]}').passthrough == ["0000:17:00.0"]
+    for value in ("not json", '{"passthrough": 3}', "x" * 20_000, '{"passthrough": ["0000:17:00.0"]}',  # a half
+                  '{"v": 1, "passthrough": ["0000:17:00.0"], "released": []}',  # versioned, no run
+                  '{"passthrough": ["all of them"], "released": []}', "[" * 9_000):
+        owned, foreign = read(value, "esx-01")
+        assert owned == Owned() and foreign is not None and foreign.field == "gpuvm.owned", value
+    previous = '{"passthrough": ["0000:17:00.0"], "released": []}'  # the previous release's, exactly
+    assert read(previous, "esx-01") == (Owned(passthrough=["0000:17:00.0"]), None)
+    now = Owned(passthrough=["0000:17:00.0"]).encode("3f2a9c1d0e4b")
+    assert '"v": 1' in now and read(now, "esx-01") == (Owned(passthrough=["0000:17:00.0"]), None)
 
 
 def test_apply_records_ownership_on_the_host_before_the_passthrough_call(mocker):

@@ -63,7 +63,7 @@ class World:
         self.log.append(("record " + act, entity._moId))
         self.intents[(entity._moId, act)] = data
 
-    def current(self, entity):
+    def current(self, entity, kind):
         return {act: data for (moid, act), data in self.intents.items() if moid == entity._moId}
 
     def clear(self, entity, act):

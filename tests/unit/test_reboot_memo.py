@@ -86,10 +86,11 @@ def test_the_memo_is_cleared_once_nothing_waits_on_the_host(mocker):
 
 
 def test_a_memo_of_many_changes_leaves_room_for_the_other_acts_on_the_host():
-    from gpuvm.vsphere.intent import MAX_VALUE, encode
+    from gpuvm.vsphere.intent import encode
+    from gpuvm.vsphere.records import MAX_CHARS
 
     many = [Change("host.passthrough", "esx-01", f"pci 0000:{i:02x}:00.0 (GA100 [A100 PCIe 80GB])", "passthrough",
                    "enabled (reboot pending)", "active", Disruption.HOST_REBOOT) for i in range(500)]
     memo = Intent(run="3f2a9c1d0e4b", why="rebooted for 500 change(s): …", since=BOOTED,
                   data={"booted": BOOTED, "changes": [reboot_memo.identity(c) for c in many[:reboot_memo.MAX_REMEMBERED]]})
-    assert len(encode({reboot_memo.ACT: memo})) < MAX_VALUE / 2
+    assert len(encode({reboot_memo.ACT: memo})) < MAX_CHARS / 2

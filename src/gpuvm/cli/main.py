@@ -205,6 +205,8 @@ def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, st
     if json_:
         print(verify_json(verified=verified))
         return
+    for note in verified.foreign:  # gpuvm acts on none of them: warned of, not drift
+        out.print(f"warning: {note.target}: {note.message}", markup=False, highlight=False)
     if verified.mesh_guests is not None:
         out.print(f"SSH mesh: all {verified.mesh_guests} guests reach each other.")
     out.print("No drift: infrastructure matches the runbook.")

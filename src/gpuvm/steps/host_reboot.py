@@ -20,7 +20,9 @@ state to restore, why, the host); before entering maintenance mode, "maintenance
 record is cleared only once the act is undone: the host out of maintenance, the VM on again. When
 anything after the first stop fails, the run undoes what it did; what it cannot undo keeps its
 record, and the next run of any machine plans it (host out of maintenance, VM on again, a stale
-record cleared). Maintenance mode without gpuvm's record is someone else's and never touched.
+record cleared). Maintenance mode without gpuvm's record is someone else's and never touched; a
+record gpuvm cannot prove it wrote (vsphere/records.py: `{"maintenance": 42}`, a power-off record
+naming no gpuvm run) is no record of gpuvm's: reported, never acted on.
 
 Hosts reboot in batches of --max-unavailable (default 1); when a host fails, the hosts not
 rebooted yet are left alone, so a cluster is never taken down by one bad run.
@@ -248,7 +250,7 @@ def _undo(ctx: Context, name: str, own: bool, stopped: list[str]) -> None:
     if own:
         with contextlib.suppress(Exception):
             host = _host(ctx, name)
-            if MAINTENANCE in ctx.intents.current(host):  # only maintenance mode gpuvm recorded, never an operator's
+            if MAINTENANCE in ctx.intents.current(host, "host"):  # only maintenance mode gpuvm recorded, never an operator's
                 wait_for_other_tasks(ctx.session, host, CANCEL_GRACE_S)  # an enter task being canceled ends first
                 _leave(ctx, name)
     for vm in stopped:

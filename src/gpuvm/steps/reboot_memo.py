@@ -30,14 +30,15 @@ from gpuvm.names import vsphere_name
 from gpuvm.plan import Change, Disruption, Note, Plan
 from gpuvm.vsphere.facts import HostFacts, Inventory
 from gpuvm.vsphere.intent import Intent
+from gpuvm.vsphere.records import DIGEST, MAX_REMEMBERED
 from gpuvm.vsphere.inventory import boot_time
 from gpuvm.vsphere.tasks import call
 
 ACT = "rebooted"
 REBOOT_STEP = "host.reboot"
 FLAG = "--allow-repeat-reboot"
-DIGEST = 12  # hex characters of each key: 48 bits, no two settings of one host alike
-MAX_REMEMBERED = 200  # changes a memo names (~6,000 characters); those past it may be rebooted for once more
+# DIGEST: hex characters of each key, 48 bits, no two settings of one host alike; MAX_REMEMBERED: changes
+# a memo names (~6,000 characters), those past it may be rebooted for once more (records.RebootedData)
 
 
 class RepeatedReboot(TaskError):
@@ -47,7 +48,7 @@ class RepeatedReboot(TaskError):
 
 def identity(change: Change) -> list[str]:
     """What names a waiting change in the memo, compactly (a host's custom attribute holds every
-    act, at most intent.MAX_VALUE characters): digests of its setting with its field, and with the
+    act, at most records.MAX_CHARS characters): digests of its setting with its field, and with the
     value it wants; a change matches a memo entry when either digest is the same. The target by its
     name in vCenter (the memo is on a host of one vCenter): the same whether a runbook shows it as
     `east/esx-01` or `esx-01`."""
@@ -75,11 +76,12 @@ def waiting_on(host: str, index: dict[str, list[Change]], inventory: Inventory) 
 
 
 def still_pending(facts: HostFacts, waiting: Iterable[Change]) -> list[Change]:
-    """The pending changes among `waiting` that gpuvm rebooted the host for, the host not rebooted since."""
+    """The pending changes among `waiting` that gpuvm rebooted the host for, the host not rebooted since
+    (the memo read strictly: `records.RebootedData`, its changes lists of digests)."""
     memo = facts.intents.get(ACT)
-    if memo is None or not facts.booted or memo.data.get("booted") != facts.booted:
+    if memo is None or not facts.booted or memo.data["booted"] != facts.booted:
         return []
-    known = {key for entry in memo.data.get("changes") or [] if isinstance(entry, list) for key in entry}
+    known = {key for entry in memo.data["changes"] for key in entry}
     return [c for c in waiting if c.pending and known.intersection(identity(c))]
 
 

@@ -16,6 +16,7 @@ from gpuvm.errors import InputError
 from gpuvm.pci import MELLANOX, NVIDIA, gpu_memory_gb, pci_id
 from gpuvm.vsphere.intent import Intent
 from gpuvm.vsphere.owned import Owned
+from gpuvm.vsphere.records import Foreign
 
 
 class PciDevice(BaseModel):
@@ -90,6 +91,7 @@ class HostFacts(BaseModel):
     graphics_manager: str | None = None
     intents: dict[str, Intent] = {}  # what a gpuvm run began on it and has not finished (vsphere/intent.py)
     owned: Owned = Owned()  # the passthrough gpuvm enabled on it (vsphere/owned.py)
+    foreign: list[Foreign] = []  # values in gpuvm's attributes gpuvm did not write (vsphere/records.py): never acted on
     vm_moids: list[str] | None = None  # every VM and template registered on it (HostSystem.vm); None: not read
 
     _pci_index: tuple[int, int, dict[str, PciDevice]] = PrivateAttr(default=(0, -1, {}))
@@ -163,6 +165,7 @@ class VmFacts(BaseModel):
     nic: VmNic | None = None  # its first virtual NIC (None: it has none)
     clone_of: str | None = None  # not created yet: the plan clones it from this template (moid "")
     intents: dict[str, Intent] = {}  # what a gpuvm run began on it and has not finished (vsphere/intent.py)
+    foreign: list[Foreign] = []  # values in gpuvm's attributes gpuvm did not write (vsphere/records.py): never acted on
 
     @property
     def powered_on(self) -> bool:
@@ -200,6 +203,7 @@ class Inventory(BaseModel):
     folders: dict[str, list[str]] = {}  # VM folder name → moids (names need not be unique)
     pools: dict[str, list[tuple[str, str]]] = {}  # resource pool name → (moid, owner compute resource moid)
     networks: dict[str, list[NetworkFacts]] = {}  # network name → the networks of that name (names need not be unique)
+    foreign: list[Foreign] = []  # the root folder's gpuvm.lease.* and gpuvm.lock.* values gpuvm did not write
     _vms_by_host: tuple[int, dict[str | None, list[VmFacts]]] = PrivateAttr(default=(-1, {}))
 
     def vms_on(self, host: str) -> list[VmFacts]:

@@ -13,6 +13,12 @@ Acts in use: "maintenance" (gpuvm is entering, or holds, the host's maintenance 
 template: a clone of that name is under way), and one memo kept once its act is done: "rebooted"
 (the host rebooted for these changes: a change still pending after it is not rebooted for again).
 
+Each value is read as input (vsphere/records.py): a record gpuvm cannot prove it wrote (not
+bounded JSON, not of an act's schema, no gpuvm run id) is `Foreign`: plan and verify warn of it,
+nothing acts on it. gpuvm never overwrites one: acts it did not write are kept as found when it
+rewrites the value, and it refuses (TaskError, the act not done) to record an act over a foreign
+record of that act, or on an object whose whole value is not gpuvm's.
+
 Writes to one object are serialised within a run (the whole value is replaced by each SetField);
 across runs the host locks keep two runs off the same host's objects.
 """
@@ -22,18 +28,22 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
+from gpuvm.errors import TaskError
+from gpuvm.vsphere import records
+from gpuvm.vsphere.records import Foreign, Unreadable, shown
 from gpuvm.vsphere.tasks import call
 
 FIELD = "gpuvm.intent"
-MAX_VALUE = 16_000  # characters: a value longer than this was not written by gpuvm
 
 
 class Intent(BaseModel):
-    """One act gpuvm began on an object and has not finished or undone."""
+    """One act gpuvm began on an object and has not finished or undone (read: `records.IntentRecord`,
+    its data checked against its act's schema)."""
 
     run: str = "?"  # the run that recorded it
     why: str = ""
@@ -41,28 +51,43 @@ class Intent(BaseModel):
     data: dict[str, Any] = {}  # what the act needs to be finished or undone (e.g. the power state to restore)
 
 
-def parse(value: str | None) -> dict[str, Intent]:
-    """The intents in one attribute value; a value gpuvm did not write is kept as act "unreadable"
-    (verify shows it; nothing acts on it)."""
+@dataclass(frozen=True)
+class Intents:
+    """One attribute value, read: gpuvm's acts, and what is not gpuvm's (reported, never acted on)."""
+
+    acts: dict[str, Intent] = field(default_factory=dict)
+    kept: dict[str, Any] = field(default_factory=dict)  # acts gpuvm did not write: kept as found when it rewrites
+    foreign: list[Foreign] = field(default_factory=list)
+    whole: Foreign | None = None  # the value is not gpuvm's at all: gpuvm does not replace it
+
+
+def read(value: str | None, name: str, kind: str) -> Intents:
+    """The intents in the value of `gpuvm.intent` on `name` (a "host" or a "vm": VMs and templates)."""
     if not value:
-        return {}
+        return Intents()
     try:
-        raw = json.loads(value) if len(value) <= MAX_VALUE else None
-    except ValueError:
-        raw = None
-    if not isinstance(raw, dict):
-        return {"unreadable": Intent(why=f"{FIELD} holds a value gpuvm did not write")}
-    out: dict[str, Intent] = {}
+        raw = records.bounded(value)
+        if not raw:
+            raise Unreadable("an empty object: gpuvm clears the attribute instead")
+    except Unreadable as error:
+        whole = Foreign(object=name, field=FIELD, why=str(error), shown=shown(value))
+        return Intents(foreign=[whole], whole=whole)
+    acts, kept, foreign = {}, {}, []
     for act, record in raw.items():
         try:
-            out[str(act)] = Intent.model_validate(record)
-        except ValueError:
-            out[str(act)] = Intent(why=f"{FIELD}[{act}] holds a record gpuvm did not write")
-    return out
+            typed = records.intent_record(act, kind, record)
+            acts[act] = Intent(run=typed.run, why=typed.why, since=typed.since, data=typed.data)
+        except ValueError as error:
+            kept[act] = record
+            foreign.append(Foreign(object=name, field=FIELD, why=f"act {act[:records.SHOWN]!r}: "
+                                   f"{records.why_invalid(error)}", shown=shown(record), act=act))
+    return Intents(acts, kept, foreign)
 
 
-def encode(intents: Mapping[str, Intent]) -> str:
-    return json.dumps({act: i.model_dump() for act, i in intents.items()}, sort_keys=True) if intents else ""
+def encode(intents: Mapping[str, Intent], kept: Mapping[str, Any] | None = None) -> str:
+    """The value gpuvm writes: each act's record with the current version, the acts it did not write as found."""
+    records_ = {act: {"v": records.VERSION, **i.model_dump()} for act, i in intents.items()} | dict(kept or {})
+    return json.dumps(records_, sort_keys=True) if records_ else ""
 
 
 def field_key(fields: Any, name: str = FIELD) -> int | None:
@@ -79,9 +104,9 @@ def value_of(custom_values: Any, key: int | None) -> str | None:
     return values[-1] if values else None
 
 
-def values_of(custom_values: Any, key: int | None) -> dict[str, Intent]:
-    """The intents in an object's `customValue`."""
-    return parse(value_of(custom_values, key))
+def _named(entity: Any) -> str:
+    """How an object is named in a message about its value (no round trip for its name)."""
+    return f"{getattr(entity, '_wsdlName', 'object')} {getattr(entity, '_moId', entity)}"
 
 
 class IntentStore:
@@ -119,10 +144,10 @@ class IntentStore:
         with self._guard:
             return self._locks.setdefault(entity._moId, threading.Lock())
 
-    def current(self, entity: Any) -> dict[str, Intent]:
-        """The intents on `entity` now (one read)."""
+    def current(self, entity: Any, kind: str) -> dict[str, Intent]:
+        """gpuvm's intents on `entity` (a "host" or a "vm") now (one read)."""
         key = self.key()
-        return values_of(call("read intent", lambda: entity.customValue), key)
+        return read(value_of(call("read intent", lambda: entity.customValue), key), _named(entity), kind).acts
 
     def record(self, entity: Any, act: str, why: str, **data: Any) -> None:
         """Record, before the act, that this run is about to do `act` to `entity`, and why."""
@@ -135,13 +160,17 @@ class IntentStore:
 
     def _update(self, entity: Any, act: str, intent: Intent | None) -> None:
         def edit(value: str | None) -> str | None:
-            intents = parse(value)
-            if intent is None and act not in intents:
-                return None
-            intents.pop(act, None)
+            found = read(value, _named(entity), records.kind_of(act) or "vm")
+            if intent is None and act not in found.acts:
+                return None  # nothing of gpuvm's to clear
+            foreign = found.whole or next((f for f in found.foreign if f.act == act), None)
+            if intent is not None and foreign is not None:
+                raise TaskError(f"not recording intent {act!r} on {foreign.object}, so not doing it: "
+                                + foreign.message())
+            acts = {a: i for a, i in found.acts.items() if a != act}
             if intent is not None:
-                intents[act] = intent
-            return encode(intents)
+                acts[act] = intent
+            return encode(acts, found.kept)
 
         self.rewrite(entity, f"record intent {act!r}", edit)
 

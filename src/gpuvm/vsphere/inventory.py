@@ -14,8 +14,8 @@ from gpuvm import collector
 from gpuvm.pci import pci_id, unsigned16
 from gpuvm.vsphere.facts import (DatastoreFacts, Graphics, HostFacts, Inventory, NetworkFacts, PciDevice, VmFacts, VmNic,
                                   VmPciDevice)
-from gpuvm.vsphere import inventory_xml, owned
-from gpuvm.vsphere.intent import field_key, values_of
+from gpuvm.vsphere import intent, inventory_xml, lock, owned
+from gpuvm.vsphere.intent import field_key, value_of
 from gpuvm.vsphere.session import Session
 from gpuvm.vsphere.tasks import call
 
@@ -141,6 +141,8 @@ def host_facts(moid: str, props: dict[str, Any], intent_key: int | None = None,
             passthru_active=bool(info and info.passthruActive),
         ))
     parent = props.get("parent")
+    intents = intent.read(value_of(props.get("customValue"), intent_key), props["name"], "host")
+    mine, foreign = owned.read(value_of(props.get("customValue"), owned_key), props["name"])
     return HostFacts(
         name=props["name"], moid=moid, compute_resource=parent._moId if parent is not None else "",
         networks=[ref._moId for ref in props.get("network") or []],
@@ -159,8 +161,7 @@ def host_facts(moid: str, props: dict[str, Any], intent_key: int | None = None,
         pci=devices,
         passthru_system=_moid(props.get("configManager.pciPassthruSystem")),
         graphics_manager=_moid(props.get("configManager.graphicsManager")),
-        intents=values_of(props.get("customValue"), intent_key),
-        owned=owned.owned_of(props.get("customValue"), owned_key),
+        intents=intents.acts, owned=mine, foreign=intents.foreign + ([foreign] if foreign else []),
         vm_moids=[ref._moId for ref in props.get("vm") or []],
     )
 
@@ -223,6 +224,7 @@ def vm_nic(devices: list[Any]) -> VmNic | None:
 def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
              datastore_names: dict[str, str] | None = None, intent_key: int | None = None) -> VmFacts:
     host_ref = props.get("runtime.host")
+    intents = intent.read(value_of(props.get("customValue"), intent_key), props["name"], "vm")
     return VmFacts(
         name=props["name"], moid=moid,
         host=host_names.get(host_ref._moId) if host_ref is not None else None,
@@ -237,7 +239,7 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
         nic=vm_nic(props.get("config.hardware.device") or []),
         datastores=[(datastore_names or {}).get(ref._moId, ref._moId) for ref in props.get("datastore") or []],
         disk_gb=-(-int(props.get("summary.storage.committed") or 0) >> 30),
-        intents=values_of(props.get("customValue"), intent_key),
+        intents=intents.acts, foreign=intents.foreign,
     )
 
 
@@ -298,4 +300,14 @@ def _read_inventory(session: Session) -> Inventory:
         facts = vm_facts(moid, props, host_names, datastore_names, intent_key)
         (templates if props.get("config.template") else vms)[facts.name] = facts
     return Inventory(source=session.target.url, hosts=hosts, vms=vms, templates=templates, datastores=datastores,
-                     folders=folders, pools=pools, networks=by_name)
+                     folders=folders, pools=pools, networks=by_name, foreign=_root_foreign(session, fields))
+
+
+def _root_foreign(session: Session, fields: Any) -> list[Any]:
+    """The values of the root folder's leases and locks gpuvm did not write (read only when such attributes exist)."""
+    names = {f.key: f.name for f in fields or [] if f.name.startswith((lock.PREFIX, lock.LEASE_PREFIX))}
+    if not names:
+        return []
+    root = session.content.rootFolder
+    values = {v.key: v.value for v in call("read lock holders", lambda: root.customValue) or [] if v.key in names}
+    return lock.foreign_values({names[key]: value for key, value in values.items()})

@@ -18,9 +18,12 @@ A lock is held while the lease of the run its value names is unexpired. A lock w
 being taken: it is held while any other run's unexpired lease says `taking` (its taker wrote that
 lease before creating the lock and clears the flag only once its locks name it), so however slowly
 vCenter answers, a lock being taken is never judged abandoned; a taker killed in between leaves a
-lock that is stale once its lease expires. A value with its own `expires` is what gpuvm wrote
-before leases, honoured until then; a value gpuvm never wrote is replaced by such a marker, held for
-one `ttl`, and the run is refused in one line meanwhile. Liveness is expiry only: never a pid or a
+lock that is stale once its lease expires. Every value is read by vsphere/records.py (`Lease`,
+`Holder`, `Held`: bounded, versioned, strictly typed, a lease naming its own run); a lease gpuvm did
+not write holds nothing (plan and verify warn of it). A value with its own `expires` is what gpuvm wrote
+before leases, honoured until then; a value gpuvm never wrote, found by a run that needs that lock,
+is replaced by such a marker quoting it (the one foreign value gpuvm replaces: the attribute is
+gpuvm's lock), held for one `ttl`, and the run is refused in one line meanwhile. Liveness is expiry only: never a pid or a
 host name (wrong across PID namespaces, containers and machines of one name). A stale lock is
 removed by key (a run that finds it gone already gets InvalidArgument, as from vCenter) and created
 again, which only one run achieves.
@@ -38,7 +41,6 @@ close is a pause longer than `margin` between the check and the call reaching vC
 from __future__ import annotations
 
 import getpass
-import json
 import logging
 import os
 import socket
@@ -51,6 +53,8 @@ from typing import Any
 
 from gpuvm.errors import InputError, LeaseLostError, LockedError, TaskError, listed
 from gpuvm.executors.group import run_group
+from gpuvm.vsphere import records
+from gpuvm.vsphere.records import ROOT, Foreign, Held, Holder, Lease, Unreadable, shown
 from gpuvm.vsphere.session import unfenced
 from gpuvm.vsphere.tasks import call, fault_text
 
@@ -59,8 +63,7 @@ log = logging.getLogger(__name__)
 PREFIX = "gpuvm.lock."
 LEASE_PREFIX = "gpuvm.lease."
 TTL = 300.0  # seconds a lease lives without renewal ($GPUVM_LOCK_TTL: tests of killed runs use a few)
-MAX_VALUE = 64 * 1024  # characters of a value worth parsing (gpuvm's own are a few hundred)
-SHOWN = 60  # characters of a foreign value quoted in a message
+SHOWN = 60  # characters of a value quoted in a message
 NAMING_THREADS = 8  # SetFields at once while the locks taken are given their holder
 
 
@@ -87,44 +90,55 @@ def lease_length() -> float:
     return ttl
 
 
-def parse(text: Any) -> dict[str, Any] | None:
-    """A value's JSON object; None for anything else (not JSON, too long, too deep, not an object)."""
-    if not isinstance(text, str) or len(text) > MAX_VALUE:
-        return None
+def read_lease(name: str, text: Any) -> Lease:
+    """The lease in the value of attribute `name` (`gpuvm.lease.<run>`), as gpuvm writes it: that
+    run's, strictly typed (vsphere/records.py); Unreadable otherwise."""
+    lease = records.read(text, Lease)
+    assert isinstance(lease, Lease)
+    if LEASE_PREFIX + lease.run != name:
+        raise Unreadable(f"the lease of run {lease.run} in the attribute of another")
+    return lease
+
+
+def lease_of(name: str, text: Any) -> Lease | None:
+    """`read_lease`, None for anything else (a definition with a stranger's value holds nothing)."""
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
+        return read_lease(name, text)
+    except Unreadable:
         return None
-    return data if isinstance(data, dict) else None
 
 
-def expiry(data: dict[str, Any]) -> datetime | None:
-    """`expires` as an aware time; None when missing or not one."""
-    raw = data.get("expires")
-    if not isinstance(raw, str):
-        return None
+def lock_value(text: Any) -> Holder | Held:
+    """A host lock's value as gpuvm writes it: the run holding it, or a value holding it until its own
+    expiry (gpuvm's marker of a foreign value, a lock from before leases); Unreadable otherwise."""
     try:
-        when = datetime.fromisoformat(raw)
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else None
+        holder = records.read(text, Holder)
+    except Unreadable as error:
+        try:
+            holder = records.read(text, Held)
+        except Unreadable:
+            raise error from None
+    assert isinstance(holder, (Holder, Held))
+    return holder
 
 
-def lease_of(text: Any) -> dict[str, Any] | None:
-    """A lease as gpuvm writes it (a run, an aware `expires`); None for anything else."""
-    data = parse(text)
-    return data if data is not None and isinstance(data.get("run"), str) and expiry(data) else None
+def foreign_values(values: dict[str, str]) -> list[Foreign]:
+    """The root folder's lease and lock values (attribute name → value) gpuvm did not write."""
+    found = []
+    for name, text in values.items():
+        if not text:
+            continue  # a lock being taken
+        try:
+            read_lease(name, text) if name.startswith(LEASE_PREFIX) else lock_value(text)
+        except Unreadable as error:
+            found.append(Foreign(object=ROOT, field=name, why=str(error), shown=shown(text)))
+    return found
 
 
-def names_run(data: dict[str, Any]) -> bool:
-    """A host lock's value as gpuvm writes it: the run holding it, who, since when."""
-    return "expires" not in data and all(isinstance(data.get(k), str) for k in ("run", "who", "since"))
-
-
-def holder_text(data: dict[str, Any]) -> str:
+def holder_text(record: Lease | Held) -> str:
     """Who holds a lock, for one line (each part cut short: a value may come from anyone)."""
     def part(key: str) -> str:
-        text = str(data.get(key, "?"))
+        text = str(getattr(record, key, None) or "?")
         return text[:SHOWN] + ("…" if len(text) > SHOWN else "")
 
     return f"{part('who')} (run {part('run')}, since {part('since')}, until {part('expires')} unless renewed)"
@@ -144,7 +158,7 @@ def who() -> str:
         user = getpass.getuser()
     except (KeyError, OSError):  # a container's uid with no passwd entry
         user = str(os.getuid())
-    return f"{user}@{socket.gethostname()} pid {os.getpid()}"
+    return f"{user}@{socket.gethostname()} pid {os.getpid()}"[-1000:]  # as a lease keeps it (records.Text)
 
 
 class HostLocks:
@@ -278,13 +292,12 @@ class HostLocks:
 
     def _lease_value(self, now: datetime) -> str:
         expires = now + timedelta(seconds=self.ttl)
-        return json.dumps({"run": self.run, "who": self.who, "since": self.since,
-                           "expires": expires.isoformat(timespec="milliseconds"), "taking": self.taking,
-                           "hosts": len(self.hosts)})
+        return records.encode(Lease(run=self.run, who=self.who, since=self.since, taking=self.taking,
+                                    expires=expires.isoformat(timespec="milliseconds"), hosts=len(self.hosts)))
 
     def _name_holder(self) -> None:
         """Every lock taken names this run (in parallel: 4,096 SetFields one by one take ~10 s here)."""
-        holder = json.dumps({"run": self.run, "who": self.who, "since": self.since})
+        holder = records.encode(Holder(run=self.run, who=self.who, since=self.since))
 
         def name_holder(key: int) -> None:
             with unfenced():
@@ -390,52 +403,51 @@ class HostLocks:
 
     def _refuse_if_held(self, host: str, key: int, seen: Seen) -> None:
         value = seen.values.get(key)
-        if value is None:  # being taken, or its taker was killed before it named itself
-            takers = [lease for lease in self._leases(seen).values()
-                      if lease.get("taking") is True and expiry(lease) > seen.now]  # type: ignore[operator]
+        if not value:  # being taken, or its taker was killed before it named itself
+            takers = [lease for lease in self._leases(seen).values() if lease.taking and lease.until > seen.now]
             if takers:
                 raise LockedError(f"host {host} is locked by another gpuvm run (taking its locks now): "
                                   f"{holder_text(takers[0])}; "
                                   "nothing was changed (try again when it ends)")
             return
-        data = parse(value)
-        if data is not None and names_run(data):
-            lease = self._leases(seen).get(data["run"])
-            if lease is not None and expiry(lease) > seen.now:  # type: ignore[operator]
+        try:
+            held = lock_value(value)
+        except Unreadable:  # not what gpuvm writes
+            held = self._mark(key, value, seen.now)
+        if isinstance(held, Holder):
+            lease = self._leases(seen).get(held.run)
+            if lease is not None and lease.until > seen.now:
                 raise LockedError(f"host {host} is locked by another gpuvm run: {holder_text(lease)}; "
                                   "nothing was changed (try again when it ends)")
             return
-        if data is None or expiry(data) is None:  # not what gpuvm writes
-            data = self._mark(key, value, seen.now)
-        if expiry(data) <= seen.now:  # type: ignore[operator]
+        if held.until <= seen.now:
             return
-        if "found" in data:
-            raise LockedError(f"host {host}'s lock holds a value gpuvm did not write ({data['found']}): it counts as "
-                              f"held until {data['expires']} (vCenter time), then the next run takes it over; "
+        if held.found is not None:
+            raise LockedError(f"host {host}'s lock holds a value gpuvm did not write ({held.found}): it counts as "
+                              f"held until {held.expires} (vCenter time), then the next run takes it over; "
                               "nothing was changed")
-        raise LockedError(f"host {host} is locked by another gpuvm run: {holder_text(data)}; "
+        raise LockedError(f"host {host} is locked by another gpuvm run: {holder_text(held)}; "
                           "nothing was changed (try again when it ends)")  # a gpuvm from before leases
 
-    def _leases(self, seen: Seen) -> dict[str, dict[str, Any]]:
+    def _leases(self, seen: Seen) -> dict[str, Lease]:
         """Other runs' leases by run (a definition with no value or a stranger's value holds nothing:
         a run writes its lease before it takes any lock)."""
-        found = {name[len(LEASE_PREFIX):]: lease_of(seen.values.get(key)) for name, key in seen.fields.items()
-                 if name.startswith(LEASE_PREFIX) and key != self.lease_key}
-        return {run: lease for run, lease in found.items() if lease is not None}
+        found = [lease_of(name, seen.values.get(key)) for name, key in seen.fields.items()
+                 if name.startswith(LEASE_PREFIX) and key != self.lease_key]
+        return {lease.run: lease for lease in found if lease is not None}
 
-    def _mark(self, key: int, value: str, now: datetime) -> dict[str, Any]:
-        """Replace a value gpuvm did not write by a marker that holds the lock for one ttl."""
-        shown = value[:SHOWN] + ("…" if len(value) > SHOWN else "")
-        marker = {"found": json.dumps(shown), "since": now.isoformat(timespec="seconds"),
-                  "expires": (now + timedelta(seconds=self.ttl)).isoformat(timespec="seconds")}
-        call("mark a foreign lock value", lambda: self._set(key, json.dumps(marker)))
+    def _mark(self, key: int, value: str, now: datetime) -> Held:
+        """Replace a value gpuvm did not write by a marker that quotes it and holds the lock for one ttl."""
+        marker = Held(found=shown(value), since=now.isoformat(timespec="seconds"),
+                      expires=(now + timedelta(seconds=self.ttl)).isoformat(timespec="seconds"))
+        call("mark a foreign lock value", lambda: self._set(key, records.encode(marker)))
         return marker
 
     def _collect_expired_leases(self, seen: Seen) -> None:
         """Remove leases that expired (their runs stopped changing anything before then)."""
         for name, key in seen.fields.items():
-            lease = lease_of(seen.values.get(key)) if name.startswith(LEASE_PREFIX) else None
-            if lease is not None and key != self.lease_key and expiry(lease) <= seen.now:  # type: ignore[operator]
+            lease = lease_of(name, seen.values.get(key)) if name.startswith(LEASE_PREFIX) else None
+            if lease is not None and key != self.lease_key and lease.until <= seen.now:
                 try:
                     self._remove(key)
                 except Exception as error:  # noqa: BLE001 - left for the next run to remove

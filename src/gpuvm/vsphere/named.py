@@ -41,4 +41,4 @@ def renamed(inventory: Inventory, hosts: Iterable[str], vms: Iterable[str]) -> I
         vms={vm_names.get(k, k): vm(v) for k, v in inventory.vms.items()},
         templates={k: vm(t) for k, t in inventory.templates.items()},
         datastores=inventory.datastores, folders=inventory.folders, pools=inventory.pools,
-        networks=inventory.networks)
+        networks=inventory.networks, foreign=inventory.foreign)

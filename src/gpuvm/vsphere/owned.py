@@ -5,8 +5,13 @@ it lives in vCenter next to the device (every machine and operator sees it, in t
 inventory read: `HostFacts.owned`), not in a local journal that another machine, another state
 directory or a lost disk would not have. The value is JSON:
 
-    {"passthrough": ["0000:17:00.0", ...],   enabled by gpuvm, not released since
+    {"v": 1, "run": "3f2a9c1d0e4b",          the schema's version, the run that wrote it last
+     "passthrough": ["0000:17:00.0", ...],   enabled by gpuvm, not released since
      "released": ["0000:31:00.0", ...]}      turned off by gpuvm, the host's reboot still pending
+
+Read as input (vsphere/records.py): a value gpuvm did not write owns nothing, is reported, and is
+never overwritten (the passthrough step refuses to change that host's devices until it is cleared).
+A value with no version (the previous release's) is honoured when it has exactly that shape.
 
 Written before the act (`host.passthrough`), so a killed run leaves at worst a record for a device
 the act never reached: seen off at the next plan, that record is dropped, never acted on. Kept
@@ -19,9 +24,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from gpuvm.vsphere.intent import MAX_VALUE, IntentStore, value_of
+from gpuvm.errors import TaskError
+from gpuvm.vsphere import records
+from gpuvm.vsphere.intent import IntentStore, value_of
+from gpuvm.vsphere.records import Foreign, OwnedRecord, Unreadable, shown
 
 FIELD = "gpuvm.owned"
 
@@ -30,23 +38,24 @@ class Owned(BaseModel):
     passthrough: list[str] = []  # PCI addresses whose passthrough gpuvm enabled
     released: list[str] = []  # PCI addresses whose passthrough gpuvm turned off, the reboot still pending
 
-    def encode(self) -> str:
-        return json.dumps(self.model_dump(), sort_keys=True) if self.passthrough or self.released else ""
+    def encode(self, run: str) -> str:
+        """The value gpuvm writes (the current version, `run` writing it); "" when it owns nothing."""
+        if not self.passthrough and not self.released:
+            return ""
+        return records.encode(OwnedRecord(run=run, passthrough=self.passthrough, released=self.released))
 
 
-def parse(value: str | None) -> Owned:
-    """The record in one attribute value; a value gpuvm did not write owns nothing (nothing released)."""
-    if not value or len(value) > MAX_VALUE:
-        return Owned()
+def read(value: str | None, host: str) -> tuple[Owned, Foreign | None]:
+    """The record in one attribute value on `host`; a value gpuvm did not write owns nothing (nothing
+    released) and is returned as foreign."""
+    if not value:
+        return Owned(), None
     try:
-        return Owned.model_validate_json(value)
-    except ValidationError:
-        return Owned()
-
-
-def owned_of(custom_values: Any, key: int | None) -> Owned:
-    """The record in an object's `customValue`."""
-    return parse(value_of(custom_values, key))
+        record = records.read(value, OwnedRecord)
+    except Unreadable as error:
+        return Owned(), Foreign(object=host, field=FIELD, why=str(error), shown=shown(value))
+    assert isinstance(record, OwnedRecord)
+    return Owned(passthrough=record.passthrough, released=record.released), None
 
 
 class OwnedStore:
@@ -54,12 +63,17 @@ class OwnedStore:
 
     def __init__(self, session: Any, run: str):
         self._store = IntentStore(session, run, field=FIELD)
+        self.run = run
 
     def edit(self, host: Any, what: str, change: Callable[[Owned], Owned]) -> None:
-        """Replace the host's record by `change(record now)` (read and written at once; unchanged: no write)."""
+        """Replace the host's record by `change(record now)` (read and written at once; unchanged: no
+        write). A value gpuvm did not write is not replaced: TaskError, nothing done."""
         def edit(value: str | None) -> str | None:
-            before = parse(value)
+            before, foreign = read(value, f"host {getattr(host, '_moId', host)}")
+            if foreign is not None:
+                raise TaskError(f"not recording what gpuvm owns on {foreign.object}, so not changing it: "
+                                + foreign.message())
             after = change(before.model_copy(deep=True))
-            return None if after == before else after.encode()
+            return None if after == before else after.encode(self.run)
 
         self._store.rewrite(host, what, edit)
