@@ -9,6 +9,7 @@ import pytest
 from gpuvm.errors import InputError, LeaseLostError
 from gpuvm.vsphere import lock
 from gpuvm.vsphere.lock import HostLocks, lease_of, names_run, parse
+from gpuvm.vsphere.bounded import Line, Timeouts
 from gpuvm.vsphere.session import RequestCounter, _instrument, changes_vcenter, unfenced
 
 
@@ -26,7 +27,7 @@ def test_a_read_is_not_fenced(method):
 
 def instrumented(mocker, fence):
     stub = SimpleNamespace(InvokeMethod=mocker.Mock(return_value="done"), InvokeAccessor=mocker.Mock())
-    session = SimpleNamespace(fence=fence)
+    session = SimpleNamespace(fence=fence, line=Line("https://vc/sdk", Timeouts()))
     _instrument(stub, RequestCounter(), mocker.Mock(generation=0), session)
     return stub
 
