@@ -155,3 +155,18 @@ def test_a_server_without_the_versions_document_is_not_a_vcenter(mocker, status,
         api_version(line(), "vc-east", 443, "/sdk", None)
     assert raised.value.field == "url"
 
+
+
+def test_a_sessions_calls_are_bounded_and_a_property_read_is_named_by_its_property(mocker):
+    from gpuvm.vsphere.session import RequestCounter, _instrument
+
+    invoke = mocker.Mock(side_effect=socket.timeout("timed out"))
+    stub = SimpleNamespace(InvokeMethod=invoke, InvokeAccessor=mocker.Mock())
+    session = SimpleNamespace(fence=None, line=line(call=3))
+    _instrument(stub, RequestCounter(), mocker.Mock(generation=0), session)
+    with pytest.raises(ConnectError, match=r"did not answer a read of field within 3 s"):
+        stub.InvokeMethod(None, SimpleNamespace(wsdlName="Fetch"), ("field",))
+    with pytest.raises(ConnectError, match=r"did not answer a read of field within 3 s"):  # not called again
+        stub.InvokeMethod(None, SimpleNamespace(wsdlName="CurrentTime"), ())
+    assert invoke.call_count == 1
+

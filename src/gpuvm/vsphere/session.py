@@ -146,9 +146,10 @@ def _instrument(stub: Any, counter: RequestCounter, relogin: "_Relogin", session
 
     invoke, invoke_accessor = stub.InvokeMethod, stub.InvokeAccessor
 
-    def invoke_method(mo: Any, info: Any, *rest: Any) -> Any:
-        with session.line.calling(info.wsdlName):
-            return invoke(mo, info, *rest)
+    def invoke_method(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
+        name = f"a read of {args[0]}" if info.wsdlName == "Fetch" and args else info.wsdlName  # an accessor
+        with session.line.calling(name):
+            return invoke(mo, info, args, *rest)
 
     def method(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
         if session.fence is not None and changes_vcenter(info.wsdlName) and not getattr(_unfenced, "on", False):
