@@ -170,3 +170,21 @@ def test_a_sessions_calls_are_bounded_and_a_property_read_is_named_by_its_proper
         stub.InvokeMethod(None, SimpleNamespace(wsdlName="CurrentTime"), ())
     assert invoke.call_count == 1
 
+
+
+def test_the_first_call_unanswered_cuts_the_others_waiting_on_the_same_vcenter(mocker):
+    mocker.patch.object(HTTPSConnection, "connect", lambda self: None)
+    bounded_line = line(call=3)
+    waiting = bounded_line.connection("vc-east", 443)
+    waiting.sock, peer = socket.socketpair()
+    waiting_call = bounded_line.calling("ReconfigVM_Task")
+    waiting_call.__enter__()  # under way in another thread, say
+    with pytest.raises(ConnectError, match="did not answer RetrievePropertiesEx within 3 s"):
+        with bounded_line.calling("RetrievePropertiesEx"):
+            raise socket.timeout("timed out")
+    peer.settimeout(5)
+    assert peer.recv(1) == b"", "the other call's socket was not shut down"
+    reset = ConnectionResetError(104, "Connection reset by peer")  # what the waiting call's read then meets
+    with pytest.raises(ConnectError, match="did not answer RetrievePropertiesEx within 3 s"):
+        waiting_call.__exit__(type(reset), reset, None)
+    peer.close()

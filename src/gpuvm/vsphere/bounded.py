@@ -1,7 +1,8 @@
 """Every vCenter call bounded (STYLE 15): a connection opens (TCP and TLS) within `connect_timeout`
 seconds, and each call waits at most `call_timeout` for its answer. A vCenter that lets either go by
-is taken as not answering: that call and every later one to it fail at once with a ConnectError
-naming it (its targets fail or are "not observed"; the run does not wait on it again).
+is taken as not answering: that call fails with a ConnectError naming it, and so do at once the
+other calls under way to it (cut) and every later one (its targets fail or are "not observed"; the
+run does not wait on it again).
 
 An interrupt (SIGTERM, Ctrl-C) cuts every call under way (their sockets shut down, so a thread
 blocked reading an answer wakes now, not after a timeout); worker threads call no more, and what
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.client import HTTPException, HTTPSConnection
-from typing import Any
+from typing import Any, NoReturn
 
 from gpuvm.errors import ConnectError
 from gpuvm.executors.base import UNDER_WAY
@@ -89,20 +90,33 @@ class Line:
         try:
             yield
         except _ConnectTimeout as e:
-            self.silent = f"{self.url}: no answer within {e.args[0]:g} s (connecting; vcenter.connect_timeout)"
-            raise ConnectError(self.silent) from None
+            self._give_up(f"{self.url}: no answer within {e.args[0]:g} s (connecting; vcenter.connect_timeout)")
         except TimeoutError:
-            self.silent = f"{self.url}: did not answer {method} within {self.timeout('call'):g} s (vcenter.call_timeout)"
-            raise ConnectError(self.silent) from None
+            self._give_up(f"{self.url}: did not answer {method} within {self.timeout('call'):g} s (vcenter.call_timeout)")
         except (OSError, HTTPException, ssl.SSLError):
+            if self.silent is not None:  # cut: another call found the vCenter silent
+                raise ConnectError(self.silent) from None
             if self._grace_ends is None:
                 raise
             raise ConnectError(f"{self.url}: {method} stopped: gpuvm was interrupted") from None
+
+    def _give_up(self, why: str) -> NoReturn:
+        """The vCenter is not answering: said once, the other calls waiting on it cut."""
+        with self._lock:
+            first = self.silent is None
+            if first:
+                self.silent = why
+        if first:
+            self._cut_all()
+        raise ConnectError(self.silent) from None
 
     def cut(self) -> None:
         """At an interrupt (from the signal's own thread): every connection's socket shut down, the
         idle ones dropped; the calls that follow have what is left of GRACE."""
         self._grace_ends = time.monotonic() + GRACE
+        self._cut_all()
+
+    def _cut_all(self) -> None:
         with self._lock:
             connections = list(self._open)
         for connection in connections:
