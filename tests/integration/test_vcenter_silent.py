@@ -24,7 +24,7 @@ from tests.integration.vcenter import raw_state, simulated_vcenters
 
 pytestmark = pytest.mark.integration
 CONNECT, CALL = 2, 3  # the runbook's bounds for east, in seconds
-LATE = 5  # seconds a run may take past its bound (a process's start, west's own work)
+LATE = 10  # seconds a run may take past its bound (a process's start, west's own work, a busy machine)
 
 
 def runbook(tmp_path: Path, lines: list[str], east_url: str, east_call: float = CALL) -> Path:
@@ -90,18 +90,21 @@ def test_plan_and_verify_report_a_silent_vcenter_not_observed_within_its_connect
             assert took < CONNECT + LATE, (command, took)
 
 
-def test_a_vcenter_that_holds_its_inventory_answer_is_not_observed_within_its_call_bound(monkeypatch, tmp_path):
+@pytest.mark.parametrize("order", [("east", "west"), ("west", "east")], ids=["read-here", "read-in-a-child"])
+def test_a_vcenter_that_holds_its_inventory_answer_is_not_observed_within_its_call_bound(monkeypatch, tmp_path, order):
+    """The first vCenter is read in gpuvm's process, the others in children (vsphere/fleet.py)."""
     options = {"east": dict(hosts=1, vms_per_host=1, rebind=True, host_prefix="east-",
                             latency={"RetrievePropertiesEx": "120s"}),
                "west": dict(hosts=1, vms_per_host=1, rebind=True, host_prefix="west-")}
-    with simulated_vcenters(monkeypatch, tmp_path, options) as (sims, lines):
+    with simulated_vcenters(monkeypatch, tmp_path, {side: options[side] for side in order}) as (sims, lines):
         book = runbook(tmp_path, lines, sims["east"].url)
-        done, took = gpuvm("plan", str(book), timeout=CALL + LATE + 20)
-        output = done.stdout + done.stderr
-        assert done.returncode == 3, output
-        assert "vCenter east not reached" in output and f"did not answer RetrievePropertiesEx within {CALL:g} s" in output
-        assert "west-esx-01-vm1" in output and "Traceback" not in output
-        assert took < CALL + LATE, took
+        for command in ("plan", "verify"):
+            done, took = gpuvm(command, str(book), timeout=CALL + LATE + 20)
+            output = done.stdout + done.stderr
+            assert done.returncode == 3, output
+            assert "vCenter east not reached" in output and f"did not answer RetrievePropertiesEx within {CALL:g} s" in output
+            assert "west-esx-01-vm1" in output and "Traceback" not in output
+            assert took < CALL + LATE, (command, took)
 
 
 def test_apply_fails_the_targets_of_a_vcenter_gone_silent_within_its_bound_and_applies_the_other(fleet, tmp_path):
