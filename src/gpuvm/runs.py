@@ -131,7 +131,7 @@ def observe_fleet(runbook: Runbook, access: Access, snapshot: Path | None = None
                              f"{len(runbook.vcenters)} ({listed(runbook.all_vcenters)})")
         return Fleet({DEFAULT_VCENTER: Inventory.load(snapshot)})
     with connect_all(runbook, access) as (sessions, down):
-        return Fleet.of(runbook, read_all(sessions), down)
+        return Fleet.read(runbook, sessions, down)
 
 
 def observe_inventory(runbook: Runbook, access: Access, snapshot: Path | None = None) -> Inventory:
@@ -195,8 +195,8 @@ def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, se
 def _plan_apart(book: Runbook, access: Access) -> Plan:
     """Several vCenters, no SSH target: each vCenter's part planned where its inventory is read."""
     with connect_all(book, access) as (sessions, down):
-        parts = read_all(sessions, lambda name, inventory: fleet_plan.plan_part(book.part(name), inventory))
-    return fleet_plan.merged(list(parts.values()), Fleet.of(book, {}, down).unobserved)
+        parts, lost = read_all(sessions, lambda name, inventory: fleet_plan.plan_part(book.part(name), inventory))
+    return fleet_plan.merged(list(parts.values()), Fleet.of(book, {}, {**down, **lost}).unobserved)
 
 
 def _plan(book: Runbook, access: Access, snapshot: Path | None, targets: Sequence[str]) -> Plan:
@@ -297,7 +297,8 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
         locks = [stack.enter_context(HostLocks(session, _hosts(book.part(name) if book.vcenters else book),
                                                journal.run_id, journal=journal))
                  for name, session in sessions.items()]
-        fleet = Fleet.of(book, read_all(sessions), lost)  # read under the locks: what no other run is changing now
+        fleet = Fleet.read(book, sessions, lost)  # read under the locks: what no other run is changing now
+        sessions = {name: sessions[name] for name in fleet.inventories}  # a vCenter silent meanwhile: not observed
         live = reached(book, fleet)
         cluster, seen, down = stack.enter_context(remote(live, access, options.parallel, whole=book))
         plan, desired = make_plan(live, fleet, cluster, seen, down)
@@ -330,7 +331,7 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
                         max_unavailable=options.max_unavailable)
         contexts = {name: Context(session, fleet.inventories[name], steps, cluster, down, planned=plan.changes,
                                   journal=journal, intents=intents[name]) for name, session in sessions.items()}
-        if len(contexts) == 1 and not lost:
+        if len(contexts) == 1 and not fleet.down:
             context, regions = next(iter(contexts.values())), {}
         else:  # each host and VM through its own vCenter; the guests through none
             context = Context(None, facts, steps, cluster, down, planned=plan.changes, journal=journal)

@@ -39,3 +39,23 @@ def test_sigterm_mid_command_exits_130_saying_interrupted(capsys):
     finally:
         UNDER_WAY.reset()  # the handler told every later command not to start
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_a_second_signal_while_the_first_unwinds_ends_the_process_at_once(mocker):
+    from gpuvm.executors.base import UNDER_WAY
+
+    ended = mocker.patch.object(common.os, "_exit", side_effect=SystemExit)
+    mocker.patch.object(UNDER_WAY, "stop_all")
+    try:
+        try:
+            common._interrupt(signal.SIGTERM, None)
+        except KeyboardInterrupt:
+            pass
+        ended.assert_not_called()  # the first unwinds: locks released, the run's end journaled
+        try:
+            common._interrupt(signal.SIGINT, None)
+        except SystemExit:
+            pass
+        ended.assert_called_once_with(130)
+    finally:
+        UNDER_WAY.reset()

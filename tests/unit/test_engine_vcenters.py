@@ -82,7 +82,7 @@ def test_every_vcenter_down_leaves_every_target_unobserved_and_nothing_read(tmp_
 
     book = _book(tmp_path)
     down = {name: ConnectError(f"https://vc-{name}/sdk: cannot connect") for name in ("east", "west")}
-    fleet = Fleet.of(book, read_all({}), down)
+    fleet = Fleet.of(book, read_all({})[0], down)
     plan, _ = engine.make_plan(book.part(), fleet)
     assert set(plan.unobserved) == {"esx-e1", "vm-e1", "esx-w1", "vm-w1"} and not plan.changes
 

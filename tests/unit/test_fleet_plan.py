@@ -93,7 +93,8 @@ def sessions(mocker):
 
 
 def test_each_vcenters_work_runs_in_the_process_that_read_it_and_its_result_comes_back(sessions):
-    results = read_all(sessions, lambda name, known: (name, os.getpid(), known.source))
+    results, lost = read_all(sessions, lambda name, known: (name, os.getpid(), known.source))
+    assert lost == {}
     assert list(results) == ["east", "west", "north"]
     assert [r[0] for r in results.values()] == list(results) and [r[2] for r in results.values()] == [
         "https://vc-east/sdk", "https://vc-west/sdk", "https://vc-north/sdk"]
@@ -117,3 +118,43 @@ def test_a_childs_work_failing_raises_its_error_in_the_parent(sessions):
 
     with pytest.raises(GpuvmError, match=r"^https://vc-west/sdk: <function"):
         read_all(sessions, unpicklable)
+
+
+def test_vcenters_that_stop_answering_while_read_come_back_lost_not_raised(sessions, mocker):
+    """Issue 33: a read that times out (a ConnectError, vsphere/bounded.py) leaves its vCenter not
+    observed, whether read here (east) or in a child (north); the others' results come back."""
+    def read(session):
+        if session.target.url != "https://vc-west/sdk":
+            raise ConnectError(f"{session.target.url}: did not answer RetrievePropertiesEx within 3 s")
+        return Inventory(source=session.target.url)
+
+    mocker.patch.object(fleet_module, "read_inventory", read)
+    results, lost = read_all(sessions, lambda name, known: known.source)
+    assert results == {"west": "https://vc-west/sdk"}
+    assert {name: str(e) for name, e in lost.items()} == {
+        name: f"https://vc-{name}/sdk: did not answer RetrievePropertiesEx within 3 s" for name in ("east", "north")}
+    assert all(isinstance(e, ConnectError) for e in lost.values())
+
+
+def test_a_fleet_read_leaves_a_vcenter_silent_while_read_not_observed(tmp_path, mocker):
+    book = _book(tmp_path)
+    silent = ConnectError("https://vc-east/sdk: did not answer RetrievePropertiesEx within 3 s")
+    mocker.patch.object(fleet_module, "read_all", return_value=({"west": _inventories()["west"]}, {"east": silent}))
+    fleet = Fleet.read(book, {"east": None, "west": None}, {})
+    assert list(fleet.inventories) == ["west"] and fleet.down == {"east": silent}
+    assert fleet.unobserved == {name: f"vCenter east not reached: {silent}" for name in ("esx-e1", "vm-e1")}
+
+
+def test_one_vcenter_silent_while_read_is_the_runs_error(tmp_path, mocker):
+    book = load_runbook(_one(tmp_path))
+    silent = ConnectError("https://vc/sdk: did not answer RetrievePropertiesEx within 3 s")
+    mocker.patch.object(fleet_module, "read_all", return_value=({}, {"default": silent}))
+    with pytest.raises(ConnectError) as raised:
+        Fleet.read(book, {"default": None}, {})
+    assert raised.value is silent
+
+
+def _one(tmp_path):
+    path = tmp_path / "one.yaml"
+    path.write_text("vcenter: {url: 'https://vc/sdk', user: u, password_env: P}\nhosts: [{name: esx-01}]\n")
+    return path

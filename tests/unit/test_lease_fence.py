@@ -10,6 +10,7 @@ from gpuvm.errors import InputError, LeaseLostError
 from gpuvm.vsphere import lock
 from gpuvm.vsphere.lock import HostLocks, foreign_values, lease_of, lock_value
 from gpuvm.vsphere.records import Held, Holder, Unreadable
+from gpuvm.vsphere.bounded import Line, Timeouts
 from gpuvm.vsphere.session import RequestCounter, _instrument, changes_vcenter, unfenced
 
 
@@ -27,7 +28,7 @@ def test_a_read_is_not_fenced(method):
 
 def instrumented(mocker, fence):
     stub = SimpleNamespace(InvokeMethod=mocker.Mock(return_value="done"), InvokeAccessor=mocker.Mock())
-    session = SimpleNamespace(fence=fence)
+    session = SimpleNamespace(fence=fence, line=Line("https://vc/sdk", Timeouts()))
     _instrument(stub, RequestCounter(), mocker.Mock(generation=0), session)
     return stub
 

@@ -12,6 +12,7 @@ import pytest
 from gpuvm import runs
 from gpuvm.apply_options import ApplyOptions
 from gpuvm.runbook.model import DEFAULT_VCENTER, Runbook
+from gpuvm.vsphere import fleet as fleet_module
 from gpuvm.vsphere.fleet import Fleet
 from gpuvm.errors import DriftError, InputError, TargetFailures
 from gpuvm.plan import Change, Plan
@@ -48,7 +49,7 @@ def world(mocker, monkeypatch, tmp_path):
     mocker.patch.object(runs, "load_runbook", side_effect=lambda path: state.book)
     mocker.patch.object(runs, "observe_fleet", side_effect=lambda book, access, snapshot=None: state.fleet)
     mocker.patch.object(runs, "connect", side_effect=lambda book, access: nullcontext(state.session))
-    mocker.patch.object(runs, "read_all", side_effect=lambda sessions: {name: state.inventory for name in sessions})
+    mocker.patch.object(fleet_module, "read_all", side_effect=lambda sessions: ({name: state.inventory for name in sessions}, {}))
     mocker.patch.object(runs, "remote", side_effect=remote)
     mocker.patch.object(runs, "HostLocks", side_effect=locks)
     return state
@@ -195,7 +196,7 @@ def test_apply_over_two_vcenters_locks_and_acts_in_each_through_its_own_session(
     path.write_text(TWO.split("guests:")[0])
     sessions = {"east": SimpleNamespace(name="east"), "west": SimpleNamespace(name="west")}
     mocker.patch.object(runs, "connect_all", return_value=nullcontext((sessions, {})))
-    mocker.patch.object(runs, "read_all", side_effect=lambda reached: {n: Inventory(source=n) for n in reached})
+    mocker.patch.object(fleet_module, "read_all", side_effect=lambda reached: ({n: Inventory(source=n) for n in reached}, {}))
     locked = []
 
     def locks(session, hosts, run, journal=None):

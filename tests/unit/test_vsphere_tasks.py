@@ -135,14 +135,15 @@ def test_wait_for_other_tasks_polls_until_the_vm_is_idle(mocker):
 
 
 def test_login_refused_is_a_connect_error(mocker):
-    mocker.patch("pyVim.connect.SmartConnect", side_effect=vim.fault.InvalidLogin())
+    mocker.patch("gpuvm.vsphere.session.api_version", return_value="vim.version.v8_0_1_0")
+    mocker.patch.object(vim.ServiceInstance, "RetrieveContent", side_effect=vim.fault.InvalidLogin())
     target = Target("vc", 443, "/sdk", "admin", "pw", False, None)
     with pytest.raises(ConnectError, match=r"https://vc:443/sdk: login refused for user admin"):
         Session(target).__enter__()
 
 
 def test_connection_refused_is_a_connect_error(mocker):
-    mocker.patch("pyVim.connect.SmartConnect", side_effect=ConnectionRefusedError(111, "Connection refused"))
+    mocker.patch("gpuvm.vsphere.session.api_version", side_effect=ConnectionRefusedError(111, "Connection refused"))
     with pytest.raises(ConnectError, match=r"cannot connect: \[Errno 111\] Connection refused"):
         Session(Target("vc", 443, "/sdk", "admin", "pw", True, None)).__enter__()
 

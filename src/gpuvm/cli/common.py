@@ -75,11 +75,15 @@ def fail(message: str, code: int) -> typer.Exit:
 
 
 def _interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM and SIGINT: stop every command under way (the remote side signalled) from a thread
-    of its own (the main thread may hold the locks that takes), then unwind like Ctrl-C, so the
-    run journals its end within seconds instead of after each command's timeout."""
+    """SIGTERM and SIGINT: stop every command and vCenter call under way (the remote side signalled)
+    from a thread of its own (the main thread may hold the locks that takes), then unwind like
+    Ctrl-C, so the run journals its end within seconds instead of after each command's timeout.
+    A second signal while that unwinds ends the process at once (its locks left to their lease)."""
     from gpuvm.executors.base import UNDER_WAY
 
+    if UNDER_WAY.interrupted.is_set():
+        os.write(2, b"interrupted again: exiting now (host locks not released are freed when their lease expires)\n")
+        os._exit(130)
     UNDER_WAY.interrupted.set()  # no worker thread starts a command from now on
     threading.Thread(target=UNDER_WAY.stop_all, name="gpuvm-interrupt", daemon=True).start()
     raise KeyboardInterrupt

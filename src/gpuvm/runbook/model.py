@@ -65,6 +65,8 @@ class VCenter(Strict):
     password_env: str | None = Field(default=None, description="environment variable holding the password")
     insecure: bool | None = None  # true: TLS verification off (said so on every connect); default: GOVC_INSECURE
     ca_file: Path | None = None  # a CA bundle to verify vCenter's certificate; default: GOVC_TLS_CA_CERTS
+    connect_timeout: Seconds = 15  # seconds to open a connection (TCP and TLS); past it, the vCenter is not reached
+    call_timeout: Seconds = 120  # seconds a call may wait for its answer; past it, the vCenter is not answering
 
     @field_validator("url")
     @classmethod

@@ -1,15 +1,17 @@
 """Several vCenters in one run: a session to each, logged in in parallel; their inventories, read in
 parallel; and `Fleet`, what the engine plans across them.
 
-A vCenter that cannot be reached (no answer, TLS or login refused) does not stop the others: its
-hosts, VMs and guests are "not observed" (exit 3), as an SSH target that does not answer is. With
-one vCenter (`vcenter:`, the short form) nothing changes: its failure is the run's error.
+A vCenter that cannot be reached (no answer, TLS or login refused), or stops answering while its
+inventory is read (vsphere/bounded.py), does not stop the others: its hosts, VMs and guests are "not
+observed" (exit 3), as an SSH target that does not answer is. With one vCenter (`vcenter:`, the short
+form) nothing changes: its failure is the run's error.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import pickle
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -43,18 +45,30 @@ def each(items: Mapping[str, T], work: Callable[[T], R]) -> tuple[dict[str, R], 
 
 
 def read_all(reached: Mapping[str, Session],
-             then: Callable[[str, Inventory], Any] | None = None) -> dict[str, Any]:
-    """Every vCenter's inventory, read at once (one request each, plus paging). With several, the
-    first is read here and the others in child processes, one each: decoding an answer is Python
-    work, which threads would take in turns. `then(name, inventory)`, when given, runs where the
-    inventory was read (a child: its vCenter's plan, `fleet_plan.py`) and its result comes back
-    instead of the inventory."""
+             then: Callable[[str, Inventory], Any] | None = None) -> tuple[dict[str, Any], dict[str, ConnectError]]:
+    """Every vCenter's inventory, read at once (one request each, plus paging), and the vCenters whose
+    read failed to connect or went unanswered (→ why). With several, the first is read here and the
+    others in child processes, one each: decoding an answer is Python work, which threads would take
+    in turns. `then(name, inventory)`, when given, runs where the inventory was read (a child: its
+    vCenter's plan, `fleet_plan.py`) and its result comes back instead of the inventory."""
     if not reached:  # every vCenter down: nothing to read, every target not observed
-        return {}
+        return {}, {}
     work = then or _inventory
     first, *others = reached
+    results: dict[str, Any] = {}
+    lost: dict[str, ConnectError] = {}
+
+    def read_first() -> None:
+        try:
+            inventory = read_inventory(reached[first])
+        except ConnectError as e:
+            lost[first] = e
+        else:
+            results[first] = work(first, inventory)
+
     if not others:
-        return {first: work(first, read_inventory(reached[first]))}
+        read_first()
+        return results, lost
     fork = multiprocessing.get_context("fork")  # the child has the code (and `then`) loaded: nothing to send
     children, answered = {}, set()
     try:
@@ -64,16 +78,19 @@ def read_all(reached: Mapping[str, Session],
             child.start()
             child_end.close()
             children[name] = (child, answer)
-        results = {first: work(first, read_inventory(reached[first]))}  # while the children read theirs
+        read_first()  # while the children read theirs
         for name, (child, answer) in children.items():
             kind, value = _answer_of(reached[name].target, answer)
             answered.add(name)
             if kind == "raise":
                 raise value
-            if kind != "ok":  # reached a moment ago: a vCenter gone now fails the run, not just its targets
-                raise (ConnectError if kind == "connect" else GpuvmError)(value)
-            results[name] = value
-        return results
+            if kind == "connect":
+                lost[name] = ConnectError(value)
+            elif kind != "ok":
+                raise GpuvmError(value)
+            else:
+                results[name] = value
+        return results, lost
     finally:
         for name, (child, answer) in children.items():
             if name not in answered:
@@ -101,7 +118,10 @@ def _read_alone(name: str, target: Target, work: Callable[[str, Inventory], Any]
     """In a child process: log in (its own session: the parent's connections are not shared), read,
     log out, `work` on the inventory. Sends back its result, or the error: a read's as its kind and
     message (an exception's own pickling may not carry it over), `work`'s as raised where it pickles
-    whole (so that the parent raises what the first vCenter's `work` would raise), else its message."""
+    whole (so that the parent raises what the first vCenter's `work` would raise), else its message.
+    SIGTERM and SIGINT end it at once (the parent, interrupted, terminates it)."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
     try:
         with Session(target) as session:
             inventory = read_inventory(session)
@@ -135,6 +155,16 @@ class Fleet:
 
     inventories: dict[str, Inventory]
     unobserved: dict[str, str] = field(default_factory=dict)  # hosts, VMs, guests of vCenters not reached → why
+    down: dict[str, Exception] = field(default_factory=dict)  # the vCenters not reached → why
+
+    @classmethod
+    def read(cls, book: Runbook, reached: Mapping[str, Session], down: Mapping[str, Exception]) -> "Fleet":
+        """The inventories of the vCenters `reached`; those `down` and those that stop answering while
+        read are not observed (one vCenter, `vcenter:`: its error is the run's)."""
+        inventories, lost = read_all(reached)
+        if lost and not book.vcenters:
+            raise next(iter(lost.values()))
+        return cls.of(book, inventories, {**down, **lost})
 
     @classmethod
     def of(cls, book: Runbook, inventories: dict[str, Inventory], down: Mapping[str, Exception]) -> "Fleet":
@@ -145,7 +175,7 @@ class Fleet:
             part = book.part(name)
             why = f"vCenter {name} not reached: {error}"
             unobserved |= {h.name: why for h in part.hosts} | {v.name: why for v in part.vms}
-        return cls(inventories, unobserved)
+        return cls(inventories, unobserved, dict(down))
 
     def parts(self, book: Runbook) -> list[tuple[Runbook, Inventory]]:
         """Each vCenter's part of the runbook with its inventory (one vCenter: the runbook itself)."""

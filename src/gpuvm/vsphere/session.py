@@ -2,7 +2,8 @@
 
 TLS verification is on unless the user turns it off (`insecure: true`, `GOVC_INSECURE=1` or
 `--insecure`). A CA bundle can be given (`ca_file`, `GOVC_TLS_CA_CERTS`). The password is read
-from an environment variable and registered as a secret.
+from an environment variable and registered as a secret. Every call is bounded (vsphere/bounded.py:
+`connect_timeout`, `call_timeout`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from gpuvm.errors import ConnectError, InputError
+from gpuvm.executors.base import UNDER_WAY
 from gpuvm.runbook.model import VCenter, env_flag, url_problem
 from gpuvm.runbook.strict import shown
 from gpuvm.secrets import redact, remember, secret_from_env, without_password
+from gpuvm.vsphere.bounded import Line, Timeouts, api_version
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,7 @@ class Target:
     password: str
     insecure: bool
     ca_file: Path | None
+    timeouts: Timeouts = Timeouts()
 
     @property
     def url(self) -> str:  # never carries credentials
@@ -73,7 +77,8 @@ def resolve_target(config: VCenter, insecure: bool = False, where: Callable[[str
     if ca is not None:
         _check_ca(ca, where("vcenter.ca_file") if config.ca_file else "GOVC_TLS_CA_CERTS")
     return Target(host=parts.hostname or "", port=parts.port or 443, path=parts.path or "/sdk",
-                  user=user, password=password, insecure=turn_off, ca_file=ca)
+                  user=user, password=password, insecure=turn_off, ca_file=ca,
+                  timeouts=Timeouts(config.connect_timeout, config.call_timeout))
 
 
 def _check_ca(ca: Path, where: str) -> None:
@@ -136,10 +141,15 @@ def unfenced() -> Iterator[None]:
 def _instrument(stub: Any, counter: RequestCounter, relogin: "_Relogin", session: "Session") -> None:
     """Count every round trip; check the run's lease before every call that changes vCenter; when
     vCenter says the session is gone (NotAuthenticated: an expired or terminated session), log in
-    again once and repeat the call — it was refused, not done."""
+    again once and repeat the call — it was refused, not done. Every call within its bounds."""
     from pyVmomi import vim
 
-    invoke_method, invoke_accessor = stub.InvokeMethod, stub.InvokeAccessor
+    invoke, invoke_accessor = stub.InvokeMethod, stub.InvokeAccessor
+
+    def invoke_method(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
+        name = f"a read of {args[0]}" if info.wsdlName == "Fetch" and args else info.wsdlName  # an accessor
+        with session.line.calling(name):
+            return invoke(mo, info, args, *rest)
 
     def method(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
         if session.fence is not None and changes_vcenter(info.wsdlName) and not getattr(_unfenced, "on", False):
@@ -200,6 +210,7 @@ class Session:
 
     def __init__(self, target: Target, counter: RequestCounter | None = None):
         self.target = target
+        self.line = Line(target.url, target.timeouts)
         self.counter = counter or RequestCounter()
         self.si: Any = None
         # Called with the method's name before every call that changes vCenter (HostLocks sets it:
@@ -207,42 +218,56 @@ class Session:
         self.fence: Callable[[str], None] | None = None
 
     def __enter__(self) -> "Session":
-        from pyVim.connect import SmartConnect
-        from pyVmomi import vim
-
         if self.target.insecure:
             context = ssl._create_unverified_context()  # the user turned verification off
         else:
             context = ssl.create_default_context(cafile=str(self.target.ca_file) if self.target.ca_file else None)
+        self._interrupt = UNDER_WAY.add(self.line.cut)  # an interrupt cuts this session's calls under way
         try:
-            self.si = SmartConnect(host=self.target.host, port=self.target.port, path=self.target.path,
-                                   user=self.target.user, pwd=self.target.password, sslContext=context,
-                                   connectionPoolTimeout=-1)
-        except vim.fault.InvalidLogin:
-            raise ConnectError(f"{self.target.url}: login refused for user {self.target.user}",
-                               field="password_env") from None
-        except ssl.SSLCertVerificationError as e:
-            raise ConnectError(f"{self.target.url}: TLS certificate not trusted ({e.verify_message}); "
-                               "give vcenter.ca_file or GOVC_TLS_CA_CERTS, or --insecure to turn checks off",
-                               field="ca_file" if self.target.ca_file else "url") from None
-        except (OSError, ssl.SSLError) as e:
-            raise ConnectError(f"{self.target.url}: cannot connect: {redact(str(e))}", field="url") from None
-        except Exception as e:  # pyvmomi wraps some transport errors in its own types
-            raise ConnectError(f"{self.target.url}: cannot connect: {redact(str(e))}", field="url") from None
-        self._relogin = _Relogin(self)
-        _instrument(self.si._stub, self.counter, self._relogin, self)
-        self._content = self.si.RetrieveContent()  # `si.content` would be a round trip per use
+            self.si = self._log_in(context)
+            self._relogin = _Relogin(self)
+            _instrument(self.si._stub, self.counter, self._relogin, self)
+            self._content = self.si.RetrieveContent()  # `si.content` would be a round trip per use
+        except BaseException:
+            UNDER_WAY.remove(self._interrupt)
+            raise
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        from pyVim.connect import Disconnect
+    def _log_in(self, context: ssl.SSLContext) -> Any:
+        """The logged-in ServiceInstance, as pyVim's SmartConnect makes it but with every connection
+        bounded (`self.line`); a failure is a ConnectError naming the runbook's field responsible."""
+        from pyVmomi import SoapStubAdapter, vim
 
+        target, line = self.target, self.line
+        try:
+            with line.calling("connect"):
+                version = api_version(line, target.host, target.port, target.path, context)
+                stub = SoapStubAdapter(host=target.host, port=target.port, path=target.path, version=version,
+                                       sslContext=context, connectionPoolTimeout=-1)
+                line.attach(stub)
+                si = vim.ServiceInstance("ServiceInstance", stub)
+                si.RetrieveContent().sessionManager.Login(userName=target.user, password=target.password)
+                return si
+        except ConnectError:
+            raise
+        except vim.fault.InvalidLogin:
+            raise ConnectError(f"{target.url}: login refused for user {target.user}", field="password_env") from None
+        except ssl.SSLCertVerificationError as e:
+            raise ConnectError(f"{target.url}: TLS certificate not trusted ({e.verify_message}); "
+                               "give vcenter.ca_file or GOVC_TLS_CA_CERTS, or --insecure to turn checks off",
+                               field="ca_file" if target.ca_file else "url") from None
+        except Exception as e:  # OSError, ssl.SSLError; pyvmomi wraps some transport errors in its own types
+            raise ConnectError(f"{target.url}: cannot connect: {redact(str(e))}", field="url") from None
+
+    def __exit__(self, *exc: Any) -> None:
         if self.si is not None:
             try:
-                Disconnect(self.si)
+                self._content.sessionManager.Logout()
             except Exception:
                 pass  # the session may already be gone; nothing useful to tell the user
+            self.si._stub.DropConnections()
             self.si = None
+        UNDER_WAY.remove(self._interrupt)
 
     @property
     def content(self) -> Any:
@@ -274,15 +299,16 @@ class Session:
         request = stub.SerializeRequest(mo, info, list(args))
         headers = {"Cookie": stub.cookie, "SOAPAction": stub.versionId, "Accept-Encoding": "gzip",
                    "Content-Type": "text/xml; charset=UTF-8"}
-        connection = stub.GetConnection()
-        try:
-            connection.request("POST", stub.path, request, headers)
-            response = connection.getresponse()
-            body = response.read()
-        except (OSError, HTTPException):
-            connection.close()
-            stub.DropConnections()  # as pyVmomi does: the server may be sick
-            raise
+        with self.line.calling(method):
+            connection = stub.GetConnection()
+            try:
+                connection.request("POST", stub.path, request, headers)
+                response = connection.getresponse()
+                body = response.read()
+            except (OSError, HTTPException):
+                connection.close()
+                stub.DropConnections()  # as pyVmomi does: the server may be sick
+                raise
         stub.ReturnConnection(connection)
         if response.getheader("Content-Encoding", "").lower() == "gzip":
             body = gzip.decompress(body)
