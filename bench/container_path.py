@@ -7,14 +7,13 @@ distribution) on the builder, then ships it to the other (`docker save`, sent ov
 campaigns in the same run, plain (mpirun on the guests) and `container: true` (worker containers,
 mpirun inside the launcher's container), repeats interleaved; each run timed from launch to exit.
 
-Needs root and docker.io + debootstrap; takes the bed's machine-wide lock.
+Needs root and docker.io + debootstrap; takes the benchmarks' bed lock (bedbench.py).
 Run: `.venv/bin/python bench/container_path.py [--repeats 5]`.
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import statistics
 import sys
 import tempfile
@@ -26,7 +25,8 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "testbed"))
 
 from base_image import base_tarball  # noqa: E402
-from bed import TestBed  # noqa: E402
+from bed import BENCH_NAMES, TestBed  # noqa: E402
+from bedbench import hold_bed  # noqa: E402
 
 from gpuvm.bench.campaign import plan_campaign  # noqa: E402
 from gpuvm.bench.runner import CampaignRunner, executors_for  # noqa: E402
@@ -141,11 +141,13 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     tarball = base_tarball("bookworm")
-    with open("/tmp/gpuvm-testbed.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    lock = hold_bed("container_path.py")
+    if lock is None:
+        return 2
+    with lock:
         with tempfile.TemporaryDirectory(prefix="gpuvm-bench-containers-") as tmp:
             work = Path(tmp)
-            bed = TestBed(work / "bed", esxi=0, guests=len(GUESTS))
+            bed = TestBed(work / "bed", esxi=0, guests=len(GUESTS), names=BENCH_NAMES)
             try:
                 bed.up()
                 for g in GUESTS:
