@@ -8,7 +8,9 @@ campaigns in the same run, plain (mpirun on the guests) and `container: true` (w
 mpirun inside the launcher's container), repeats interleaved; each run timed from launch to exit.
 
 Needs root and docker.io + debootstrap; takes the benchmarks' bed lock (bedbench.py).
-Run: `.venv/bin/python bench/container_path.py [--repeats 5]`.
+Run: `.venv/bin/python bench/container_path.py [--repeats 5]`. `--smoke` (seconds, for `make test`):
+the mesh and one plain run of one batch; the image's build and ship and the containerised campaign
+(minutes) are what tests/integration/test_container_campaign.py runs.
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ from gpuvm.steps.base import Context  # noqa: E402
 
 GUESTS = ["gpu-vm-01", "gpu-vm-02"]
 BASE = "gpuvm-base/debian:bookworm"
+BATCHES = {False: ("32", "3", "2", "1", "16"), True: ("16", "1", "1", "0", "2")}  # (--smoke): image size, iters,
+# batches per iter, warm-up batches, batch size
 
 
-def runbook_text(bed: TestBed, container: bool, repeats: int) -> str:
+def runbook_text(bed: TestBed, container: bool, repeats: int, smoke: bool = False) -> str:
+    image_size, iters, batches, warmup, batch_size = BATCHES[smoke]
     lines = [f"ssh: {{known_hosts: {bed.known_hosts_file}}}", "hosts: [{name: esx-01}]", "vms:",
              *[f"  - {{name: {g}, host: esx-01}}" for g in GUESTS], "guests:",
              f"  image: {{name: gpuvm/ci, base: '{BASE}', mpi: distro, framework: pytorch, framework_from: distro,",
@@ -51,9 +56,10 @@ def runbook_text(bed: TestBed, container: bool, repeats: int) -> str:
         lines.append(f"    - {{vm: {g}, ssh: {{address: {h.address}, user: {h.user}, key_file: {h.key_file}, sudo: true}}}}")
     lines += ["benchmarks:", f"  container: {str(container).lower()}", "  runs:", "    - name: ddp", "      kind: pytorch_train",
               "      model: resnet18", "      python: python3",
-              '      args: ["--image-size", "32", "--num-iters", "3", "--num-batches-per-iter", "2", "--num-warmup-batches", "1"]',
+              f'      args: ["--image-size", "{image_size}", "--num-iters", "{iters}", "--num-batches-per-iter", '
+              f'"{batches}", "--num-warmup-batches", "{warmup}"]',
               "      env: {GLOO_SOCKET_IFNAME: eth0, OMP_NUM_THREADS: '1'}",
-              "      batch_size: 16", "      nodes: [2]", f"      repeats: {repeats}",
+              f"      batch_size: {batch_size}", "      nodes: [2]", f"      repeats: {repeats}",
               '      mpirun_args: ["-mca", "btl_tcp_if_include", "eth0", "-mca", "oob_tcp_if_include", "eth0"]']
     return "\n".join(lines) + "\n"
 
@@ -75,9 +81,12 @@ class Timer:
         if error:
             raise SystemExit(f"{bench} {point} {label}: {error}")
 
+    def note(self, line: str) -> None:
+        print(f"  {line}", file=sys.stderr)
 
-def set_up(work: Path, bed: TestBed) -> tuple[float, float, int]:
-    """SSH mesh, then guest.image: (build s, ship s, image bytes)."""
+
+def set_up(work: Path, bed: TestBed, image: bool = True) -> tuple[float, float, int]:
+    """SSH mesh, then (`image`) guest.image: (build s, ship s, image bytes)."""
     path = work / "plain.yaml"
     path.write_text(runbook_text(bed, False, 1))
     cluster = build_cluster(load_runbook(path), work / "state")
@@ -88,6 +97,8 @@ def set_up(work: Path, bed: TestBed) -> tuple[float, float, int]:
             for name, changes in planned.items():
                 if changes:
                     step.apply(ctx, cluster.targets[name], changes)
+        if not image:
+            return 0.0, 0.0, 0
         times: dict[str, float] = {}
         build, copy = guest_image._build, guest_image._copy_to
 
@@ -116,9 +127,9 @@ def set_up(work: Path, bed: TestBed) -> tuple[float, float, int]:
         cluster.close()
 
 
-def campaign(work: Path, bed: TestBed, container: bool, repeats: int) -> tuple[Timer, float]:
+def campaign(work: Path, bed: TestBed, container: bool, repeats: int, smoke: bool = False) -> tuple[Timer, float]:
     path = work / ("container.yaml" if container else "plain.yaml")
-    path.write_text(runbook_text(bed, container, repeats))
+    path.write_text(runbook_text(bed, container, repeats, smoke))
     book = load_runbook(path)
     points = plan_campaign(book)
     executors = executors_for(book, points, False, work / "state")
@@ -139,7 +150,10 @@ def campaign(work: Path, bed: TestBed, container: bool, repeats: int) -> tuple[T
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help="seconds: the mesh and one plain run of one batch")
     args = parser.parse_args()
+    if args.smoke:
+        return smoke()
     tarball = base_tarball("bookworm")
     lock = hold_bed("container_path.py")
     if lock is None:
@@ -170,6 +184,25 @@ def main() -> int:
     print(f"container campaign time outside its runs (versions, workers start + stop, results): "
           f"median {statistics.median(overhead):.2f} s")
     print(f"added_s_per_run={added:.2f} build_s={build_s:.1f} ship_s={ship_s:.1f} image_gb={size / 1e9:.2f}")
+    return 0
+
+
+def smoke() -> int:
+    """The script's own path at a size of seconds: bed, mesh, one plain campaign of one run."""
+    lock = hold_bed("container_path.py")
+    if lock is None:
+        return 2
+    with lock, tempfile.TemporaryDirectory(prefix="gpuvm-bench-containers-") as tmp:
+        work = Path(tmp)
+        bed = TestBed(work / "bed", esxi=0, guests=len(GUESTS), names=BENCH_NAMES)
+        try:
+            bed.up()
+            set_up(work, bed, image=False)
+            timer, total = campaign(work, bed, False, 1, smoke=True)
+        finally:
+            bed.down()
+    print(f"smoke: one plain run {timer.seconds[0]:.2f} s, campaign {total:.2f} s (image and containers not measured)")
+    print(f"plain_s_per_run={timer.seconds[0]:.2f} campaign_s={total:.2f}")
     return 0
 
 
