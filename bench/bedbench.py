@@ -1,5 +1,9 @@
 """What the benchmarks on a test bed share (a module of its own: importing a bench script runs its
-set-up): root and the bed's machine-wide lock first, and the guests back to no mesh between sizes."""
+set-up): root and the benchmarks' bed lock first, and the guests back to no mesh between sizes.
+
+A benchmark's bed has its own names (`BENCH_NAMES`: bridge, namespaces, subnet) and its own lock,
+so it runs beside the tests' bed (which `make test`'s bench smoke test may have up) without waiting
+for it or touching it; two benchmarks' beds take turns."""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from typing import IO
 from bed import TestBed
 
 from gpuvm.steps.guest_ssh_mesh.files import IDENTITY
+
+BENCH_LOCK = "/tmp/gpuvm-bench-bed.lock"  # the benchmarks' bed (BENCH_NAMES); the tests' is /tmp/gpuvm-testbed.lock
 
 
 def reset(bed: TestBed, n: int) -> None:
@@ -28,9 +34,9 @@ def reset(bed: TestBed, n: int) -> None:
         os.chmod(d / "authorized_keys", 0o600)
 
 
-def hold_bed(script: str, lock_path: str) -> IO[str] | None:
-    """The bed's lock, held (wait for a test session or another bench using it), or None when not root:
-    the bed uses network namespaces."""
+def hold_bed(script: str, lock_path: str = BENCH_LOCK) -> IO[str] | None:
+    """The benchmarks' bed lock, held (wait for another bench using it), or None when not root: the
+    bed uses network namespaces."""
     if os.geteuid() != 0:
         print(f"bench/{script} needs root (the test bed uses network namespaces)", file=sys.stderr)
         return None

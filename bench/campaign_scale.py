@@ -123,7 +123,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="4,16,64", help="guest counts (at most 200)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    lock = hold_bed("campaign_scale.py", "/tmp/gpuvm-bench-bed.lock")  # one bed per machine
+    lock = hold_bed("campaign_scale.py")
     if lock is None:
         return 2
     rows = []

@@ -17,7 +17,7 @@ The last line, with the defaults (4 vCenters × 512 hosts × 8 VMs, 64 guests):
 `multi_vcenter_x_single=R plan_x_wire_floor=R image_rounds_64=N operator_image_bytes=B overhead_64_over_4=R`
 (with `--guests N`, the keys name N).
 Run: `.venv/bin/python bench/fleet.py [--vcenters 4] [--hosts 512] [--vms-per-host 8] [--runs 3]
-[--guests 64] [--mb 24] [--mbit 40] [--star-up-to 16]` (as root).
+[--guests 64] [--mb 24] [--mbit 40] [--star-up-to 16] [--parts plan_vcenters.py,...]` (as root).
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ def guest_sizes(guests: int) -> str:
 
 
 def parts_for(args: argparse.Namespace) -> list[Part]:
+    """The parts `--parts` names (default: all four), in their order."""
+    return [part for part in all_parts(args) if args.parts is None or part.script in args.parts]
+
+
+def all_parts(args: argparse.Namespace) -> list[Part]:
     n, sizes = args.guests, guest_sizes(args.guests)
     return [
         Part("plan_vcenters.py", ("--vcenters", str(args.vcenters), "--hosts", str(args.hosts),
@@ -167,11 +172,13 @@ def run_script(part: Part) -> tuple[int, list[str], list[str]]:
 def report(args: argparse.Namespace, outcomes: list[Outcome]) -> list[str]:
     """The lines printed after the parts: failures, each goal against its figure, the summary last."""
     figures = {key: value for o in outcomes for key, value in o.figures.items()}
+    ran = {key for o in outcomes for key in o.part.keys}
     lines = [f"part failed: {o.part.script}: {o.failure}" for o in outcomes if o.failure]
     lines.append("goals (issue 27), figures of this run:")
     for goal in goals_for(args):
         value = figures.get(goal.key)
-        verdict = "NA (part failed)" if value is None else ("met" if goal.met(float(value)) else "NOT met")
+        missing = "NA (part failed)" if goal.key in ran else "NA (not run: --parts)"
+        verdict = missing if value is None else ("met" if goal.met(float(value)) else "NOT met")
         lines.append(f"  {goal.text:<62} {goal.key}={value or NA}  {verdict}")
     lines.append(" ".join(f"{key}={figures.get(key, NA)}" for key in summary_keys(args.guests)))
     return lines
@@ -187,6 +194,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mb", type=int, default=24, help="the fan-out's image size in MiB")
     parser.add_argument("--mbit", type=int, default=40, help="each bed machine's link, Mbit/s (0: unshaped)")
     parser.add_argument("--star-up-to", type=int, default=16, help="the fan-out's star for contrast up to this size")
+    parser.add_argument("--parts", type=lambda text: text.split(","), help="only these parts, e.g. "
+                        "plan_vcenters.py,wire_floor.py (default: all four)")
     args = parser.parse_args(argv)
     if args.guests <= 4:
         parser.error("--guests must be more than 4 (the campaign's overhead is against 4 guests)")

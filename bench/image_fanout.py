@@ -17,7 +17,7 @@ guest's veth, both ends, and on the bridge for gpuvm's machine), so a hop is bou
 on a real network; `--mbit 0` leaves the links unshaped. Goal (issue 27): tree ≤ (⌈log2 N⌉ + 1) ×
 one hop, and 0 image bytes through gpuvm's machine.
 
-Needs root (network namespaces) and docker.io; takes the bed's machine-wide lock.
+Needs root (network namespaces) and docker.io; takes the benchmarks' bed lock (bedbench.py).
 Run: `.venv/bin/python bench/image_fanout.py [--sizes 4,8,16] [--mb 24] [--mbit 40] [--star-up-to 16]`.
 """
 
@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "testbed"))
 
 from bedbench import hold_bed  # noqa: E402
-from bed import BRIDGE, VETH_PREFIX, TestBed  # noqa: E402
+from bed import BENCH_NAMES, TestBed  # noqa: E402
 from fanout import small_image, start_docker, stop_docker, write_runbook  # noqa: E402
 
 from gpuvm.executors.group import run_group  # noqa: E402
@@ -65,9 +65,9 @@ guest_image.fan_out = _counting_fan_out  # the tree's rounds, as the step ran th
 def shape(bed: TestBed, names: list[str], mbit: int) -> None:
     """Every machine its own link of `mbit` each way: guests (both ends of their veth) and gpuvm's (the bridge)."""
     tbf = ["root", "tbf", "rate", f"{mbit}mbit", "burst", "256kb", "latency", "200ms"]
-    commands = [["tc", "qdisc", "replace", "dev", BRIDGE, *tbf]]
+    commands = [["tc", "qdisc", "replace", "dev", bed.naming.bridge, *tbf]]
     for name in names:
-        commands.append(["tc", "qdisc", "replace", "dev", VETH_PREFIX + name, *tbf])  # the guest's download
+        commands.append(["tc", "qdisc", "replace", "dev", bed.naming.veth_prefix + name, *tbf])  # the guest's download
         commands.append(["ip", "netns", "exec", bed.netns(name), "tc", "qdisc", "replace", "dev", "eth0", *tbf])
     for command in commands:
         subprocess.run(command, check=True, capture_output=True)
@@ -137,13 +137,13 @@ def main() -> int:
     parser.add_argument("--mbit", type=int, default=40, help="each machine's link, Mbit/s each way (0: unshaped)")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    lock = hold_bed("image_fanout.py", "/tmp/gpuvm-testbed.lock")  # one bed per machine
+    lock = hold_bed("image_fanout.py")
     if lock is None:
         return 2
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpuvm-bench-fanout-") as tmp:
         work = Path(tmp)
-        bed = TestBed(work / "bed", esxi=0, guests=max(sizes))
+        bed = TestBed(work / "bed", esxi=0, guests=max(sizes), names=BENCH_NAMES)
         names = [f"gpu-vm-{i:02d}" for i in range(1, max(sizes) + 1)]
         try:
             bed.up()

@@ -50,9 +50,12 @@ def horovodrun_args(guests: Sequence[Guest]) -> list[str]:
 
 def write_launch_files(runbook: Runbook, out_dir: Path) -> dict[str, Path]:
     """Write `hostfile` and `horovodrun_hosts` into out_dir; return them by name."""
+    from gpuvm.files import writing
+
     guests = guests_of(runbook)
-    out_dir.mkdir(parents=True, exist_ok=True)
     files = {"hostfile": out_dir / "hostfile", "horovodrun_hosts": out_dir / "horovodrun_hosts"}
-    files["hostfile"].write_text(hostfile(guests))
-    files["horovodrun_hosts"].write_text(horovod_hosts(guests) + "\n")
+    with writing(out_dir, "launch files"):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        files["hostfile"].write_text(hostfile(guests))
+        files["horovodrun_hosts"].write_text(horovod_hosts(guests) + "\n")
     return files

@@ -139,3 +139,14 @@ def test_parts_run_this_checkouts_gpuvm_first(fleet):
     assert env["PYTHONPATH"].split(":") == [str(SCRIPT.parents[1] / "src"), "/elsewhere/src"]
     assert env["HOME"] == "/root" and env["PYTHONUNBUFFERED"] == "1"
     assert fleet.part_env({})["PYTHONPATH"] == str(SCRIPT.parents[1] / "src")
+
+
+def test_parts_runs_only_the_parts_named_and_says_the_rest_were_not_run(fleet, mocker, capsys):
+    outputs = fake_outputs()
+    code, lines = run_fleet(fleet, mocker, capsys, outputs, ["--parts", "wire_floor.py"])
+    assert code == 0
+    assert [call.args[0].script for call in fleet.run_script.call_args_list] == ["wire_floor.py"]
+    goals = [line for line in lines if line.startswith("  ")]
+    assert [line.rsplit("  ", 1)[1] for line in goals] == ["NA (not run: --parts)", "met", *["NA (not run: --parts)"] * 4]
+    assert lines[-1] == ("multi_vcenter_x_single=NA plan_x_wire_floor=2.40 image_rounds_64=NA "
+                         "operator_image_bytes=NA overhead_64_over_4=NA")

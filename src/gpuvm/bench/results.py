@@ -215,13 +215,16 @@ def point_key(benchmark: Benchmark, point: Point) -> tuple[str | int, ...]:
 
 def save_results(directory: Path | str, results: Results) -> Path:
     """Write `results.json` into `directory` (created, with `logs/`); return its path."""
+    from gpuvm.files import writing
+
     directory = Path(directory)
-    (directory / LOGS_DIR).mkdir(parents=True, exist_ok=True)
     path = directory / RESULTS_FILE
     text = json.dumps(scrub(results.model_dump(mode="json")), indent=2) + "\n"  # secrets masked, then encoded
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    with writing(path, "results"):
+        (directory / LOGS_DIR).mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
     return path
 
 

@@ -45,7 +45,7 @@ from gpuvm.bench.stats import half_width, median_ci
 from gpuvm.errors import GpuvmError, InputError, RemoteCommandError
 from gpuvm.executors.base import Executor, last_line
 from gpuvm.executors.group import GroupResult, at_once, run_group
-from gpuvm.files import UPLOAD_BYTES, read_capped
+from gpuvm.files import UPLOAD_BYTES, read_capped, writing
 from gpuvm.image import image_ref
 from gpuvm.names import file_stem
 from gpuvm.runbook.benchmarks import BenchmarkRun, BenchmarkSpec
@@ -278,15 +278,18 @@ class CampaignRunner:
 
     def _run_point(self, point: PlannedPoint, stem: str) -> tuple[Outcome, str]:
         base = self.directory / "logs" / point.run.name / (point.setup or "") / point.label
-        base.mkdir(parents=True, exist_ok=True)
+        with writing(base, "logs"):
+            base.mkdir(parents=True, exist_ok=True)
+            if not point.concurrent:
+                (base / "command.sh").write_text(redact(launch_script(self.workdir, point.jobs[0].command)) + "\n")
+            else:
+                (base / stem).mkdir(exist_ok=True)
+                for job in point.jobs:
+                    (base / f"command-{file_stem(job.vm)}.sh").write_text(
+                        redact(launch_script(self.workdir, job.command)) + "\n")
         if not point.concurrent:
-            job = point.jobs[0]
-            (base / "command.sh").write_text(redact(launch_script(self.workdir, job.command)) + "\n")
             log = base / f"{stem}.log"
-            return self._run_job(point, job, log, _pidfile()), self._relative(log)
-        (base / stem).mkdir(exist_ok=True)
-        for job in point.jobs:
-            (base / f"command-{file_stem(job.vm)}.sh").write_text(redact(launch_script(self.workdir, job.command)) + "\n")
+            return self._run_job(point, point.jobs[0], log, _pidfile()), self._relative(log)
         pidfiles = {job.vm: _pidfile() for job in point.jobs}
 
         def stop_all() -> None:  # Ctrl-C: the jobs' ranks are stopped, then their threads end
@@ -321,7 +324,9 @@ class CampaignRunner:
 
         watchdog = threading.Timer(run.timeout, expire)
         watchdog.daemon = True
-        with open(log, "wb") as sink:
+        with writing(log, "a log"):
+            sink = open(log, "wb")
+        with sink:
             watchdog.start()
             try:
                 result = executor.run_script(script, timeout=run.timeout + STOP_GRACE, check=False, stdout_to=sink)

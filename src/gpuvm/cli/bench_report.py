@@ -117,14 +117,13 @@ def report_command(
     print the table; with --max-overhead, the verdicts too (and the exit code of `compare`)."""
     from gpuvm.bench.compare import compare
     from gpuvm.bench.report import render_terminal, write_report
+    from gpuvm.files import writing
 
     comparison = compare(*_load(results, baseline), max_overhead=_limit(max_overhead, baseline))
     first = results[0]
     out_dir = out_dir or (first if first.is_dir() else first.parent) / "report"
-    try:
+    with writing(out_dir, "the report"):
         written = write_report(comparison, out_dir)
-    except OSError as e:
-        raise InputError(f"{out_dir}: cannot write the report: {e.strerror or e}") from None
     out.print(render_terminal(comparison))
     out.print("wrote:", highlight=False, markup=False)
     for path in written:

@@ -50,12 +50,15 @@ def run_command(
     from gpuvm.apply_options import ApplyOptions
     from gpuvm.bench.runs import CampaignChoice, dry_run as dry_run_lines, prepare_campaign, run_campaign
 
+    from gpuvm.files import check_writable
+
     choice = CampaignChoice(local, tuple(only or ()), tuple(setup or ()), repeats)
     reach = access(insecure, accept_new_host_keys, state_dir)
     if dry_run:
         for line in dry_run_lines(runbook, choice, reach):
             out.print(line, highlight=False, markup=False, soft_wrap=True)
         return
+    check_writable(out_dir, "results", directory=True)  # before a setup is applied or a benchmark runs
     prepared = prepare_campaign(runbook, choice, reach, ApplyOptions(allow_power_off=allow_power_off,
                                                                      allow_host_reboot=allow_host_reboot,
                                                                      allow_repeat_reboot=allow_repeat_reboot),

@@ -88,9 +88,12 @@ def inventory(runbook: Path = RUNBOOK, save: Optional[Path] = typer.Option(None,
               insecure: bool = INSECURE, json_: bool = JSON) -> None:
     """Hosts, their GPUs and NICs (model, PCI address, NUMA, passthrough state), and VMs."""
     from gpuvm.documents import inventory_json
+    from gpuvm.files import check_writable
     from gpuvm.render import print_inventory
     from gpuvm.runs import inventory_of
 
+    if save:
+        check_writable(save, "snapshot")  # before vCenter is asked anything
     facts = inventory_of(runbook, access(insecure))
     if json_:
         print(inventory_json(facts))

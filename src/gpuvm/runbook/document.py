@@ -52,12 +52,12 @@ class TooLarge(Exception):
 def expanded_size(node: Any, memo: dict[int, int], parents: frozenset[int] = frozenset()) -> int:
     """How many values the document has once YAML aliases are expanded, counted without expanding
     them (an aliased value is the same object at each use). Refuses a value that contains itself."""
-    if not isinstance(node, (CommentedMap, CommentedSeq)):
+    if not isinstance(node, (dict, list)):
         return 1
     if id(node) in parents:
         raise TooLarge("a YAML alias refers to a value that contains it")
     if id(node) not in memo:
-        children = node.values() if isinstance(node, CommentedMap) else node
+        children = node.values() if isinstance(node, dict) else node
         memo[id(node)] = 1 + sum(expanded_size(c, memo, parents | {id(node)}) for c in children)
     return memo[id(node)]
 

@@ -218,7 +218,9 @@ class Inventory(BaseModel):
         return list(index.get(host, []))
 
     def save(self, path: Path) -> None:
-        path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        from gpuvm.files import write_text
+
+        write_text(path, self.model_dump_json(indent=2) + "\n", "snapshot")
 
     @classmethod
     def load(cls, path: Path) -> "Inventory":
