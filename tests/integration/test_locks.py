@@ -11,13 +11,16 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 
 import pytest
 from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
-from tests.integration.vcenter import use_simulator
+from gpuvm.vsphere.lock import HostLocks
+from gpuvm.vsphere.session import Session, Target
+from tests.integration.vcenter import simulated_vcenters, use_simulator
 from tests.schema_check import check
 
 pytestmark = pytest.mark.integration
@@ -84,7 +87,6 @@ def test_the_lease_of_a_killed_apply_is_listed_and_broken_so_the_next_apply_proc
         assert all(row["state"] == "live" for row in rows if row["run"] == killed and row["kind"] != "intent"), rows
         table = gpuvm("locks", str(runbook))
         assert table.exit_code == 0 and killed in table.output and "esx-01" in table.output, table.output
-        print(table.output)
 
         refused = gpuvm("apply", str(runbook), *FLAGS)
         assert refused.exit_code == 7 and "locked by another gpuvm run" in refused.output, refused.output
@@ -118,3 +120,33 @@ def test_breaking_the_lease_of_a_live_apply_stops_it_at_its_next_change_with_exi
         output = run.communicate(timeout=60)[0]
         assert run.returncode == 8, output
         assert "lease" in output and "lost" in output, output
+
+
+def test_a_fleet_runbook_lists_and_breaks_a_run_in_every_vcenter_each_row_naming_its_vcenter(tmp_path, monkeypatch):
+    sides = ("east", "west")
+    options = {side: dict(hosts=1, vms_per_host=1, host_prefix=f"{side}-") for side in sides}
+    with simulated_vcenters(monkeypatch, tmp_path, options) as (sims, lines):
+        lines += ["hosts:", *(f"  - {{name: {side}-esx-01, vcenter: {side}}}" for side in sides)]
+        runbook = tmp_path / "fleet.yaml"
+        runbook.write_text("\n".join(lines) + "\n")
+        run = "0123456789ab"
+        with ExitStack() as stack:
+            holders = []
+            for side in sides:
+                sim = sims[side]
+                session = stack.enter_context(Session(Target(host=sim.host, port=sim.port, path="/sdk",
+                                                             user=sim.username, password=sim.password,
+                                                             insecure=False, ca_file=sim.cert_file)))
+                holders.append(stack.enter_context(HostLocks(session, [f"{side}-esx-01"], run, ttl=300)))
+            rows = listed(runbook)
+            assert {(r["vcenter"], r["kind"], r["object"]) for r in rows if r["run"] == run} == {
+                *((side, "lease", run) for side in sides), *((side, "lock", f"{side}-esx-01") for side in sides)}
+            table = gpuvm("locks", str(runbook))
+            assert table.exit_code == 0 and "vcenter" in table.output and "west" in table.output, table.output
+
+            broken = gpuvm("locks", str(runbook), "--break", run, "--yes")
+            assert broken.exit_code == 0 and "vCenter east" in broken.output and "vCenter west" in broken.output
+            assert not [r for r in listed(runbook) if r["run"] == run]
+            for held in holders:
+                held._renew_once()  # its next renewal: the fence finds its lease gone
+                assert held.lost is not None and "removed in vCenter" in held.lost
