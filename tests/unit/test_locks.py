@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuvm.cli.main import app
+from gpuvm.documents import schema
 from gpuvm.errors import InputError
 from gpuvm.vsphere import lock_report, records
 from gpuvm.vsphere.facts import HostFacts, Inventory, VmFacts
@@ -22,7 +23,7 @@ from gpuvm.vsphere.records import Holder, Lease
 from tests.schema_check import check
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
-LIVE, DEAD, TAKER = "aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"
+LIVE, DEAD, TAKER, UNWRITTEN = "aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc", "eeeeeeeeeeee"
 RUNBOOK = """\
 vcenter: {user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}
 hosts: [{name: esx-01}, {name: esx-02}, {name: esx-03}, {name: esx-04}, {name: esx-05}]
@@ -45,13 +46,14 @@ def holder(run: str) -> str:
 
 def seen(taking: bool = False) -> Seen:
     """A live run on esx-01, a dead one on esx-02, a lock being taken on esx-03, a foreign lock on
-    esx-04, a foreign lease, and a lock of a host the runbook does not name."""
+    esx-04, a foreign lease, a lease its run never wrote, and a lock of a host the runbook does not name."""
     values = {1: lease(LIVE, 300), 2: holder(LIVE), 3: lease(DEAD, -1), 4: holder(DEAD), 5: "", 6: "{not json",
               7: "hello", 8: holder(LIVE)}
     if taking:
         values[9] = lease(TAKER, 300, taking=True)
     fields = {f"gpuvm.lease.{LIVE}": 1, "gpuvm.lock.esx-01": 2, f"gpuvm.lease.{DEAD}": 3, "gpuvm.lock.esx-02": 4,
               "gpuvm.lock.esx-03": 5, "gpuvm.lock.esx-04": 6, f"gpuvm.lease.{'d' * 12}": 7, "gpuvm.lock.other": 8,
+              f"gpuvm.lease.{UNWRITTEN}": 10,
               **({f"gpuvm.lease.{TAKER}": 9} if taking else {})}
     return Seen(NOW, fields, values)
 
@@ -73,6 +75,7 @@ def test_leases_and_the_runbooks_host_locks_with_their_state():
     assert rows[("lock", "esx-03")].state == "stale"  # no run is taking locks: its taker was killed
     assert "gpuvm.lock.esx-04" in rows[("foreign", "esx-04")].why and "did not write" in rows[("foreign", "esx-04")].why
     assert rows[("foreign", "d" * 12)].act == f"gpuvm.lease.{'d' * 12}"
+    assert rows[("lease", UNWRITTEN)].state == "stale" and "holds nothing" in rows[("lease", UNWRITTEN)].why
     assert ("lock", "other") not in rows  # not the runbook's host
 
 
@@ -101,6 +104,7 @@ def test_intents_on_the_runbooks_hosts_their_vms_and_templates_only():
 def test_a_run_is_broken_by_its_lease_and_the_locks_naming_it_only():
     assert lock_report.held_by(LIVE, seen()) == {f"lease gpuvm.lease.{LIVE}": 1, "the lock of host esx-01": 2,
                                                  "the lock of host other": 8}
+    assert lock_report.held_by(UNWRITTEN, seen()) == {f"lease gpuvm.lease.{UNWRITTEN}": 10}  # by its name
 
 
 def test_a_run_holding_nothing_is_refused_naming_the_runs_that_hold():
@@ -169,3 +173,24 @@ def test_a_break_removes_by_key_says_intents_stay_and_journals_who(command, tmp_
     assert "intents stay" in broken.output
     entry = json.loads((tmp_path / "state" / "journal.jsonl").read_text().splitlines()[-1])
     assert entry["status"] == "locks-broken" and entry["broken_run"] == LIVE and "pid" in entry["who"]
+
+
+def test_the_schema_names_every_kind_of_row():
+    kinds = schema("locks")["properties"]["rows"]["items"]["properties"]["kind"]["enum"]
+    assert sorted(kinds) == sorted(lock_report.KINDS)
+
+
+def test_a_vcenter_not_reached_is_warned_of_and_exits_3_after_the_others_rows(command, mocker):
+    from gpuvm.errors import ConnectError
+
+    run, _ = command
+
+    @contextmanager
+    def one_down(book, access):
+        yield {"default": object()}, {"west": ConnectError("connection refused")}
+
+    mocker.patch("gpuvm.runs.connect_all", one_down)
+    shown = run()
+    assert shown.exit_code == 3, shown.output
+    assert "vCenter west not reached" in shown.output and "connection refused" in shown.output
+    assert LIVE in shown.stdout  # the vCenter reached is listed

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from gpuvm.cli.common import access, fail, handle_errors, interactive, load, out
+from gpuvm.cli.common import access, fail, handle_errors, interactive, load, out, warn
 
 NOTHING = "No gpuvm lease, lock or intent on the runbook's objects."
 INTENTS_STAY = ("intents stay: each is cleared only by the apply that finishes or undoes its act "
@@ -43,12 +43,14 @@ def locks_command(
     book = load(runbook)
     with connect_all(book, access(insecure)) as (sessions, down):
         report = lock_report.observe(book, sessions, down)
+        for name, why in report.down.items():
+            warn(f"vCenter {name} not reached, its leases, locks and intents not shown: {why}")
         if break_ is None:
             print_report(report, json_, fleet=bool(book.vcenters))
         else:
             _break(report, sessions, break_, yes, state_dir)
     if report.down:
-        raise ConnectError("; ".join(f"vCenter {name} not reached: {why}" for name, why in report.down.items()))
+        raise ConnectError(f"vCenter(s) {', '.join(report.down)} not reached")
 
 
 def print_report(report: Any, json_: bool, fleet: bool) -> None:

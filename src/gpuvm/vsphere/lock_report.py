@@ -21,7 +21,7 @@ from gpuvm.runbook.model import Runbook
 from gpuvm.vsphere import lock
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.fleet import read_all
-from gpuvm.vsphere.records import ROOT, Foreign, Held, Holder, Lease, Unreadable, shown
+from gpuvm.vsphere.records import ROOT, RUN_ID, Foreign, Held, Holder, Lease, Unreadable, shown
 
 KINDS = ("lease", "lock", "intent", "foreign")
 
@@ -59,16 +59,24 @@ class Objects:
         return cls(hosts, {vm.name for vm in book.vms}, {vm.template for vm in book.vms if vm.template})
 
 
-def leases(seen: lock.Seen) -> dict[str, tuple[int, Lease | Foreign]]:
-    """Every lease definition by name: its key, and the lease (Foreign when gpuvm did not write it)."""
-    found: dict[str, tuple[int, Lease | Foreign]] = {}
+def leases(seen: lock.Seen) -> dict[str, tuple[int, Lease | Foreign | None]]:
+    """Every lease definition by name: its key, and the lease (Foreign when gpuvm did not write it;
+    None with no value: its run stopped between creating it and writing it)."""
+    found: dict[str, tuple[int, Lease | Foreign | None]] = {}
     for name, key in seen.fields.items():
-        if name.startswith(lock.LEASE_PREFIX) and (text := seen.values.get(key)):
-            try:
-                found[name] = (key, lock.read_lease(name, text))
-            except Unreadable as error:
-                found[name] = (key, Foreign(object=ROOT, field=name, why=str(error), shown=shown(text)))
+        if not name.startswith(lock.LEASE_PREFIX):
+            continue
+        text = seen.values.get(key)
+        try:
+            found[name] = (key, lock.read_lease(name, text) if text else None)
+        except Unreadable as error:
+            found[name] = (key, Foreign(object=ROOT, field=name, why=str(error), shown=shown(text)))
     return found
+
+
+def _live(seen: lock.Seen) -> dict[str, Lease]:
+    """The runs' leases gpuvm wrote, by run."""
+    return {record.run: record for _, record in leases(seen).values() if isinstance(record, Lease)}
 
 
 def lease_state(lease: Lease, now: datetime) -> str:
@@ -79,7 +87,7 @@ def lease_state(lease: Lease, now: datetime) -> str:
 
 def root_rows(vcenter: str, seen: lock.Seen, hosts: set[str]) -> list[Row]:
     """Every lease, and the locks of `hosts`, in one vCenter (pure: from what `lock.look` read)."""
-    runs = {record.run: record for _, record in leases(seen).values() if isinstance(record, Lease)}
+    runs = _live(seen)
     rows = [_lease_row(vcenter, name, record, seen.now) for name, (_, record) in sorted(leases(seen).items())]
     for name, key in sorted(seen.fields.items()):
         host = name[len(lock.PREFIX):]
@@ -93,9 +101,13 @@ def _foreign_row(vcenter: str, object_: str, foreign: Foreign) -> Row:
                why=foreign.message())
 
 
-def _lease_row(vcenter: str, name: str, record: Lease | Foreign, now: datetime) -> Row:
+def _lease_row(vcenter: str, name: str, record: Lease | Foreign | None, now: datetime) -> Row:
+    run = name[len(lock.LEASE_PREFIX):]
     if isinstance(record, Foreign):
-        return _foreign_row(vcenter, name[len(lock.LEASE_PREFIX):], record)
+        return _foreign_row(vcenter, run, record)
+    if record is None:
+        return Row(vcenter, "lease", run, run, state="stale", why="no value: its run stopped before writing it; "
+                                                                 "it holds nothing")
     return Row(vcenter, "lease", record.run, record.run, record.who, record.since, record.expires,
                lease_state(record, now), why=f"{record.hosts} host lock(s)")
 
@@ -122,8 +134,7 @@ def _lock_row(vcenter: str, host: str, text: str | None, runs: dict[str, Lease],
 
 def object_rows(vcenter: str, inventory: Inventory, objects: Objects, seen: lock.Seen) -> list[Row]:
     """The intents (and foreign values) on the runbook's objects in one vCenter (pure)."""
-    alive = {record.run for _, record in leases(seen).values()
-             if isinstance(record, Lease) and record.until > seen.now}
+    alive = {run for run, lease in _live(seen).items() if lease.until > seen.now}
     vms = objects.vms | {vm.name for host in objects.hosts for vm in inventory.vms_on(host)}
     found: list[tuple[str, Any]] = [*((name, inventory.hosts.get(name)) for name in sorted(objects.hosts)),
                                     *((name, inventory.vms.get(name)) for name in sorted(vms)),
@@ -155,9 +166,9 @@ def _holders(seen: lock.Seen) -> dict[str, tuple[int, Holder]]:
 
 
 def runs_holding(seen: lock.Seen) -> set[str]:
-    """The runs with a lease or a lock naming them."""
-    return ({record.run for _, record in leases(seen).values() if isinstance(record, Lease)}
-            | {value.run for _, value in _holders(seen).values()})
+    """The runs with a lease definition (named for its run, whatever its value) or a lock naming them."""
+    named = {name[len(lock.LEASE_PREFIX):] for name in leases(seen)}
+    return {run for run in named if RUN_ID.fullmatch(run)} | {value.run for _, value in _holders(seen).values()}
 
 
 def check_run(run: str, seen: dict[str, lock.Seen]) -> None:
@@ -169,9 +180,9 @@ def check_run(run: str, seen: dict[str, lock.Seen]) -> None:
 
 
 def held_by(run: str, seen: lock.Seen) -> dict[str, int]:
-    """What `run` holds in one vCenter: its lease, then the locks naming it (what → key)."""
-    held = {f"lease {name}": key for name, (key, record) in leases(seen).items()
-            if isinstance(record, Lease) and record.run == run}
+    """What `run` holds in one vCenter: its lease definition, then the locks naming it (what → key)."""
+    name = lock.LEASE_PREFIX + run
+    held = {f"lease {name}": seen.fields[name]} if name in seen.fields else {}
     held.update({f"the lock of host {host}": key for host, (key, value) in sorted(_holders(seen).items())
                  if value.run == run})
     return held
