@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from gpuvm.cli import bench_report, bench_run, init, schema, size
+from gpuvm.cli import bench_report, bench_run, init, locks, schema, size
 from gpuvm.cli.common import Gpuvm, access, ends_process, err, fail, finish, handle_errors, interactive, load, out
 
 app = Gpuvm(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -44,6 +44,7 @@ bench_run.register(bench_app)
 size.register(app)
 init.register(app)
 schema.register(app)
+locks.register(app)
 
 RUNBOOK = typer.Argument(..., exists=False, help="The runbook (YAML)", show_default=False)
 INSECURE = typer.Option(False, "--insecure", help="Turn TLS certificate verification OFF (says so loudly)")

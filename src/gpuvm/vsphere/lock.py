@@ -153,6 +153,26 @@ class Seen:
     values: dict[int, str]
 
 
+def look(session: Any) -> Seen:
+    """The definitions, the root folder's values and vCenter's time, over `session`."""
+    manager = session.content.customFieldsManager
+    fields = {f.name: f.key for f in call("read custom attributes", lambda: manager.field) or []}
+    root = session.content.rootFolder
+    values = {v.key: v.value for v in call("read lock holders", lambda: root.customValue) or []}
+    now = call("read vCenter time", lambda: session.si.CurrentTime())
+    return Seen(now, fields, values)  # the time read last: a lease seen is no younger than it
+
+
+def remove(session: Any, key: int) -> None:
+    """Remove a definition by key; one already gone (another run removed it) is no error."""
+    from pyVmomi import vim, vmodl
+
+    try:
+        session.content.customFieldsManager.RemoveCustomFieldDef(key=key)
+    except (vmodl.fault.InvalidArgument, vim.fault.NotFound):  # vCenter: InvalidArgument
+        pass
+
+
 def who() -> str:
     try:
         user = getpass.getuser()
@@ -260,22 +280,13 @@ class HostLocks:
         return {f.name: f.key for f in call("read custom attributes", lambda: self._manager.field) or []}
 
     def _look(self) -> Seen:
-        fields = self._fields()
-        root = self.session.content.rootFolder
-        values = {v.key: v.value for v in call("read lock holders", lambda: root.customValue) or []}
-        return Seen(self._now(), fields, values)  # the time read last: a lease seen is no younger than it
+        return look(self.session)
 
     def _set(self, key: int, value: str) -> None:
         self._manager.SetField(entity=self.session.content.rootFolder, key=key, value=value)
 
     def _remove(self, key: int) -> None:
-        """Remove a definition; one already gone (another run removed it) is no error."""
-        from pyVmomi import vim, vmodl
-
-        try:
-            self._manager.RemoveCustomFieldDef(key=key)
-        except (vmodl.fault.InvalidArgument, vim.fault.NotFound):  # vCenter: InvalidArgument
-            pass
+        remove(self.session, key)
 
     def _create(self, name: str) -> int | None:
         """The new definition's key; None when it exists already."""
