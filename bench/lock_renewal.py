@@ -16,6 +16,7 @@ import json
 import statistics
 import sys
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def main() -> int:
                         insecure=False, ca_file=sim.cert_file)
         with Session(target) as session:
             start = time.perf_counter()
-            with HostLocks(session, [f"esx-{i:05d}" for i in range(args.hosts)], "bench") as locks:
+            with HostLocks(session, [f"esx-{i:05d}" for i in range(args.hosts)], uuid.uuid4().hex[:12]) as locks:
                 taken = time.perf_counter() - start
                 locks._stop.set()  # no renewals of its own while rounds are timed
                 before = timed(lambda: old_round(locks), args.rounds)
