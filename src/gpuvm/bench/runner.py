@@ -264,6 +264,10 @@ class CampaignRunner:
                     rest = [entry for entry in schedule[index:] if entry[0] is not point]
                     campaign.runs_total -= len(schedule) - index - len(rest)
                     schedule[index:] = rest
+                elif point.run.repeats == "auto" and k == point.run.repeats_max:
+                    said = unsettled_at_cap(point.run, shown, self.recorder.values(point))
+                    self.observer.note(said)
+                    campaign.notes.append(said)
         except KeyboardInterrupt:
             campaign.interrupted = True
         finally:
@@ -389,6 +393,15 @@ def settled(run: BenchmarkRun, values: Sequence[float]) -> bool:
         return False
     width = half_width(median_ci(values), median(values)) if values else None
     return width is not None and width <= run.repeats_target
+
+
+def unsettled_at_cap(run: BenchmarkRun, point: str, values: Sequence[float]) -> str:
+    """What a `repeats: auto` point that ran `repeats_max` repeats without settling says."""
+    width = half_width(median_ci(values), median(values)) if values else None
+    spread = f"±{width * 100:.1f} %" if width is not None else f"none ({len(values)} figure(s))"
+    return (f"{run.name} {point}: repeats: auto stopped at repeats_max ({run.repeats_max}) with its median's 95 % "
+            f"interval {spread}, wider than repeats_target ±{run.repeats_target * 100:g} %; raise repeats_max "
+            f"to narrow it")
 
 
 def _programs(run: BenchmarkRun, containerised: bool) -> list[str]:
