@@ -118,19 +118,29 @@ MAX_LINES = 20  # failed targets a TargetFailures names one per line
 
 
 class TargetFailures(GpuvmError):
-    """Some targets of a run failed; the others finished. Carries one line per failed target."""
+    """Some targets of a run failed, or were not observed (`not_observed`: why); the others finished.
+    Carries one line per target, and counts each kind apart ("1 target(s) failed, 4 not observed")."""
 
     code = "targets-failed"
 
-    def __init__(self, failures: dict[str, GpuvmError | Exception], results: dict | None = None):
+    def __init__(self, failures: dict[str, GpuvmError | Exception], results: dict | None = None,
+                 not_observed: dict[str, str] | None = None):
         self.failures = failures
+        self.not_observed = not_observed or {}
         self.results = results if results is not None else {}  # the targets that succeeded
-        lines = [f"{target}: {error}" for target, error in list(failures.items())[:MAX_LINES]]
-        if len(failures) > MAX_LINES:
-            lines.append(f"… and {len(failures) - MAX_LINES:,} more (the journal has every one)")
-        super().__init__(f"{len(failures):,} target(s) failed:\n  " + "\n  ".join(lines))
+        entries = [f"{target}: {error}" for target, error in failures.items()]
+        entries += [f"{target} (not observed): {why}" for target, why in self.not_observed.items()]
+        lines = entries[:MAX_LINES]
+        if len(entries) > MAX_LINES:
+            lines.append(f"… and {len(entries) - MAX_LINES:,} more (the journal has every one)")
+        counts = [f"{len(failures):,} target(s) failed"] if failures else []
+        if self.not_observed:
+            counts.append(f"{len(self.not_observed):,} {'' if failures else 'target(s) '}not observed")
+            self.code = "targets-failed" if failures else "not-observed"
+        super().__init__(", ".join(counts) + ":\n  " + "\n  ".join(lines))
 
     @property
     def exit_code(self) -> int:  # type: ignore[override]
         codes = {getattr(e, "exit_code", 1) for e in self.failures.values()}
+        codes |= {ConnectError.exit_code} if self.not_observed else set()
         return codes.pop() if len(codes) == 1 else 1
