@@ -38,6 +38,7 @@ from gpuvm.bench.environment import capture
 from gpuvm.bench.datasets import planned_datasets, write_datasets
 from gpuvm.bench.network import rank_script
 from gpuvm.bench.parsers import parse_output
+from gpuvm.bench.parsers.failure import failure_line
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import Environment, save_results
 from gpuvm.bench.software import software_versions
@@ -344,7 +345,7 @@ class CampaignRunner:
                 watchdog.cancel()
         text = _redact_file(log)
         if error is not None:
-            last = last_line(text)[:300]
+            last = failure_line(text)[:300]
             return self._failed(run, f"{error}" + (f": {last}" if last else ""))
         options: dict[str, Any] = {}
         if run.kind == "command":
