@@ -73,18 +73,19 @@ class _Command:
     """The command under way: whether it was given --json, and the signal that interrupted it."""
 
     as_json = False
-    signal = signal.SIGINT  # a KeyboardInterrupt no handler of ours raised: Ctrl-C
+    stopped_by = signal.SIGINT  # a KeyboardInterrupt no handler of ours raised: Ctrl-C
 
 
 def fail(message: str, code: int, kind: str | None = None) -> typer.Exit:
     """The command ends in error: `message` on stderr and exit status `code`; given --json, the
     gpuvm.error/1 document on stdout too (its `code` is `kind`, by default what the status says)."""
-    from gpuvm.documents import error_json
-
     message = redact(message)
-    document = error_json(message, code, kind or {2: "input"}.get(code, "interrupted" if code > 128 else "error"))
-    if _Command.as_json and document is not None:
-        print(document, flush=True)
+    if _Command.as_json:
+        from gpuvm.documents import error_json
+
+        kind = kind or {2: "input"}.get(code, "interrupted" if code > 128 else "error")
+        if (document := error_json(message, code, kind)) is not None:
+            print(document, flush=True)
     err.print(f"[red]error[/]: {escape(message)}", highlight=False, markup=True, soft_wrap=True)
     return typer.Exit(code)
 
@@ -92,7 +93,7 @@ def fail(message: str, code: int, kind: str | None = None) -> typer.Exit:
 def interrupted_exit() -> int:
     """An interrupted command's exit status: 128 + the signal's number, as a shell reports a process
     the signal ended (130 for SIGINT, 143 for SIGTERM), at every moment of a run (gpuvm.cli.entry)."""
-    return 128 + _Command.signal
+    return 128 + _Command.stopped_by
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -105,7 +106,7 @@ def _interrupt(signum: int, frame: Any) -> None:
     if UNDER_WAY.interrupted.is_set():
         os.write(2, b"interrupted again: exiting now (host locks not released are freed when their lease expires)\n")
         os._exit(128 + signum)
-    _Command.signal = signal.Signals(signum)
+    _Command.stopped_by = signal.Signals(signum)
     UNDER_WAY.interrupted.set()  # no worker thread starts a command from now on
     threading.Thread(target=UNDER_WAY.stop_all, name="gpuvm-interrupt", daemon=True).start()
     raise KeyboardInterrupt
@@ -117,21 +118,20 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from gpuvm.executors.base import UNDER_WAY
-
         from gpuvm.documents import command_begins
+        from gpuvm.executors.base import UNDER_WAY
 
         main = threading.current_thread() is threading.main_thread()
         previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
         UNDER_WAY.reset()
         command_begins()
-        _Command.as_json, _Command.signal = bool(kwargs.get("json_")), signal.SIGINT
+        _Command.as_json, _Command.stopped_by = bool(kwargs.get("json_")), signal.SIGINT
         try:
             return fn(*args, **kwargs)
         except GpuvmError as e:
             raise fail(str(e), e.exit_code, e.code) from None
         except KeyboardInterrupt:
-            raise fail(f"interrupted by {_Command.signal.name}", interrupted_exit(), "interrupted") from None
+            raise fail(f"interrupted by {_Command.stopped_by.name}", interrupted_exit(), "interrupted") from None
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
