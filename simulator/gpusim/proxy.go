@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -66,6 +67,12 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if m != nil {
 			rt.requests.add(string(m[1]))
 		}
+		if m != nil && string(m[1]) == "Fetch" {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+			rt.serveFetch(w, r)
+			return
+		}
 		if m != nil && proxiedMethods[string(m[1])] {
 			if t := thisRe.FindSubmatch(body); t != nil && rt.ensureProxy(string(t[2]), string(t[4])) {
 				body = thisRe.ReplaceAll(body, []byte("${1}"+proxyPrefix+"${2}${3}${4}<"))
@@ -92,6 +99,37 @@ func (rt *router) serveUnproxied(w http.ResponseWriter, r *http.Request) {
 		body = bytes.ReplaceAll(body, []byte(`"`+proxyPrefix+kind+`"`), []byte(`"`+kind+`"`))
 		body = bytes.ReplaceAll(body, []byte(`>`+proxyPrefix+kind+`<`), []byte(`>`+kind+`<`))
 	}
+	answer(w, rec, body)
+}
+
+// emptyFetch is vCenter's answer to Fetch of a property that is unset: no value.
+const emptyFetch = `<?xml version="1.0" encoding="UTF-8"?>
+<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" xmlns:xsd="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"><soapenv:Body><FetchResponse xmlns="urn:vim25"></FetchResponse></soapenv:Body></soapenv:Envelope>`
+
+// serveFetch serves PropertyCollector.Fetch, what pyVmomi reads one property with. The stock Fetch
+// panics (index out of range) on a property that is unset, a template's resourcePool for one, and
+// the client's connection drops; vCenter answers it with no value (None), and so does gpusim.
+func (rt *router) serveFetch(w http.ResponseWriter, r *http.Request) {
+	rec := httptest.NewRecorder()
+	if panicked := served(rt.next, rec, r); panicked != nil {
+		log.Printf("Fetch: %v: answered with no value (an unset property, as vCenter does)", panicked)
+		w.Header().Set("Content-Type", "text/xml; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, emptyFetch)
+		return
+	}
+	answer(w, rec, rec.Body.Bytes())
+}
+
+// served runs the handler; what it panicked with, if it did.
+func served(h http.Handler, w http.ResponseWriter, r *http.Request) (panicked any) {
+	defer func() { panicked = recover() }()
+	h.ServeHTTP(w, r)
+	return nil
+}
+
+// answer writes a recorded answer, with `body` in place of its own.
+func answer(w http.ResponseWriter, rec *httptest.ResponseRecorder, body []byte) {
 	for key, values := range rec.Header() {
 		w.Header()[key] = values
 	}

@@ -3,7 +3,9 @@
 Every document carries `"schema": "gpuvm.<command>/<version>"`; the JSON Schema that describes it
 is src/gpuvm/schemas/<command>.json (shipped in the wheel, read by `schema`). A version changes
 only when a field is removed or changes meaning; new fields can appear within a version.
-Secrets are scrubbed from every document (`dumps`).
+Secrets are scrubbed from every document (`dumps`). A command given `--json` that ends in an error
+prints that error as a `gpuvm.error/1` document (`error_json`), unless it printed the document
+that tells how it ended first (verify's drift, bench run's campaign, apply's summary).
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ import json
 from importlib import resources
 from typing import Any
 
+from gpuvm.errors import DOCUMENT_VERSION, error_document
 from gpuvm.plan import Plan
 from gpuvm.secrets import scrub
 from gpuvm.vsphere.facts import Inventory
 
-VERSIONS = {"plan": 1, "apply": 1, "verify": 1, "inventory": 1, "bench-run": 1, "bench-compare": 2, "size": 1, "locks": 1}
+VERSIONS = {"plan": 1, "apply": 1, "verify": 1, "inventory": 1, "bench-run": 1, "bench-compare": 2, "size": 1,
+            "locks": 1, "error": DOCUMENT_VERSION}
+STREAM_ENDS = {"apply": "summary"}  # a command printing a stream of documents: the event that ends it
+_outcome_printed = False  # the command under way has made the document that tells how it ended
 
 
 def schema_id(command: str) -> str:
@@ -29,7 +35,25 @@ def schema(command: str) -> dict[str, Any]:
 
 
 def document(command: str, **fields: Any) -> dict[str, Any]:
+    global _outcome_printed
+    if command not in STREAM_ENDS or fields.get("event") == STREAM_ENDS[command]:
+        _outcome_printed = True
     return {"schema": schema_id(command), **fields}
+
+
+def command_begins() -> None:
+    global _outcome_printed
+    _outcome_printed = False
+
+
+def error_json(message: str, exit_code: int, code: str) -> str | None:
+    """The gpuvm.error/1 document of the error that ends a command (on one line, so that it also
+    ends apply's stream), or None after a document told how it ended (its own, or an error's)."""
+    global _outcome_printed
+    if _outcome_printed:
+        return None
+    _outcome_printed = True
+    return dumps(error_document(message, exit_code, code), indent=None)
 
 
 def dumps(data: dict[str, Any], indent: int | None = 2) -> str:

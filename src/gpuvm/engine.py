@@ -299,14 +299,38 @@ class _Runner:
         return failures
 
     def _all(self, ctx: Context, by_target: dict[str, list[Change]], parallel: int) -> dict[str, Exception]:
-        for target, changes in by_target.items():
-            self._start(target, changes)
+        """Every target started up front and finished at the end, or by a `begins_targets` step as it
+        starts and ends each (a rolling reboot's hosts, batch by batch; one it never began that failed
+        is only failed)."""
+        begun: set[str] = set()
+        ended: set[str] = set()
+        lock = threading.Lock()
+
+        def begin(target: str) -> None:
+            with lock:
+                if target in by_target and target not in begun:
+                    begun.add(target)
+                    self._start(target, by_target[target])
+
+        def end(target: str, error: Exception | None = None) -> None:
+            with lock:
+                if target in by_target and target not in ended:
+                    ended.add(target)
+                    self._finish(target, by_target[target], error)
+
+        for target in () if self.step.begins_targets else by_target:
+            begin(target)
+        previous, (ctx.begin, ctx.end) = (ctx.begin, ctx.end), (begin, end)
         try:
             failures = self.step.apply_all(ctx, by_target, parallel)  # type: ignore[misc]
         except Exception as error:  # the step itself broke: every target failed with it
             failures = {target: error for target in by_target}
-        for target, changes in by_target.items():
-            self._finish(target, changes, failures.get(target))
+        finally:
+            ctx.begin, ctx.end = previous
+        for target in by_target:
+            if target not in failures:
+                begin(target)
+            end(target, failures.get(target))
         return failures
 
     def _start(self, target: str, changes: list[Change]) -> None:

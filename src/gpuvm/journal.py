@@ -46,6 +46,7 @@ class JournalError(GpuvmError):
     its next act, its locks released; what it recorded on the objects stays for the next run."""
 
     exit_code = 1
+    code = "journal"
 
 
 def state_path(explicit: Path | None = None) -> Path:

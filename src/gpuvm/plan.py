@@ -53,11 +53,14 @@ class Change:
         return data
 
 
+WHOLE_RUN = "-"  # the target of a Note about the whole run (a snapshot plan, targets not given)
+
+
 @dataclass(frozen=True)
 class Note:
     """Something the user should know that is not a change (a warning, a skipped target)."""
 
-    target: str
+    target: str  # WHOLE_RUN: about the run, no one target
     step: str
     message: str
     level: str = "warning"

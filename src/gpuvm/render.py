@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuvm.errors import listed
-from gpuvm.plan import Change, Disruption, Plan
+from gpuvm.plan import WHOLE_RUN, Change, Disruption, Plan
 from gpuvm.secrets import redact
 from gpuvm.untrusted import printable
 from gpuvm.vsphere.facts import Inventory
@@ -137,8 +137,8 @@ def print_plan(console: Console, plan: Plan, form: str = "text") -> None:
     if plan.left_out:
         _write(console, redact("\n".join(left_out_lines(plan))))
     for note in plan.notes:
-        console.print(f"[yellow]{note.level}[/]: {escape(note.target)}: {escape(redact(note.message))}",
-                      highlight=False, markup=True)
+        about = "" if note.target == WHOLE_RUN else f"{escape(note.target)}: "
+        console.print(f"[yellow]{note.level}[/]: {about}{escape(redact(note.message))}", highlight=False, markup=True)
     console.print(plan_summary(plan), highlight=False, soft_wrap=True)
 
 

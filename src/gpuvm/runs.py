@@ -262,10 +262,8 @@ class Applied:
         """`apply`'s verdict, the worst outcome first: targets failed or not observed (TargetFailures:
         the failures' exit code, 3 when all are connections), then changes left out by `--target`
         (LeftOutDrift, 5: the targets do not match the runbook yet). Nothing raised: they match."""
-        problems: dict[str, Exception] = {**self.failed, **{f"{name} (not observed)": ConnectError(why)
-                                                              for name, why in self.unobserved.items()}}
-        if problems:
-            raise TargetFailures(problems)
+        if self.failed or self.unobserved:
+            raise TargetFailures(dict(self.failed), not_observed=dict(self.unobserved))
         if self.plan.left_out:
             raise LeftOutDrift(self.plan)
 

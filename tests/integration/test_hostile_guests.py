@@ -112,7 +112,7 @@ def test_a_guest_tool_printing_without_end_fails_quickly(testbed):
 
 def test_sigterm_stops_a_hung_guest_command_within_seconds(testbed, tmp_path):
     """nvidia-smi hangs on esx-01-vm2's guest, the one with a MIG layout (run under sudo, as the
-    lab's guests do): plan is stopped with SIGTERM while it waits; it exits 130 within seconds, not
+    lab's guests do): plan is stopped with SIGTERM while it waits; it exits 143 within seconds, not
     after the 600 s command timeout, and the hung process on the guest is gone."""
     testbed.set_state("gpu-vm-02", "hang", ["nvidia-smi"])
     runbook = lab_for_bed(testbed, tmp_path / "lab.yaml")
@@ -130,7 +130,7 @@ def test_sigterm_stops_a_hung_guest_command_within_seconds(testbed, tmp_path):
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
         took = time.monotonic() - start
-    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, out + err
+    assert proc.returncode == 143 and "interrupted" in err and "Traceback" not in err, out + err
     assert took < 10, f"stopped after {took:.1f}s"
     deadline = time.monotonic() + 5
     while remote_processes(testbed, "gpu-vm-02", "nvidia-smi") and time.monotonic() < deadline:

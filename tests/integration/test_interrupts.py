@@ -91,7 +91,7 @@ def test_apply_stopped_at_a_step_boundary_converges_on_one_rerun(lab, tmp_path, 
         if sig == signal.SIGKILL:
             assert run.returncode == -signal.SIGKILL, output
         else:  # stopped cleanly: its end journaled, no later step begun, no traceback
-            assert run.returncode == 130 and "interrupted" in output and "Traceback" not in output, output
+            assert run.returncode == 128 + sig and "interrupted" in output and "Traceback" not in output, output
             assert stopped[-1]["status"] == "run-end" and stopped[-1]["interrupted"] == "KeyboardInterrupt", stopped[-3:]
         begun = {e["step"] for e in stopped if e["status"] == "started"}
         assert max(ORDER.index(s) for s in begun) == ORDER.index(step), f"later steps begun: {begun}"

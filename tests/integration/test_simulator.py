@@ -552,3 +552,14 @@ def test_vgpu_needs_the_nvidia_vgpu_manager_running_after_a_reboot(make_env, tmp
     assert "grid_a100d-4c" in host.config.sharedPassthruGpuTypes
     assert "grid_a100d-4c" in host.configManager.graphicsManager.sharedPassthruGpuTypes
     ok(vm.PowerOnVM_Task())
+
+
+def test_an_unset_property_reads_as_none_as_on_vcenter(make_env):
+    """pyVmomi reads one property with Fetch; the stock simulator panicked on an unset one (a template's
+    resourcePool), dropping the connection. vCenter answers None, and the simulator goes on answering."""
+    env = make_env(vms_per_host=1, templates=["tpl"])
+    template = env.vm("tpl")
+    assert template.config.template is True and template.resourcePool is None
+    vm = next(v for v in env.objects(vim.VirtualMachine) if v.name != "tpl")
+    assert vm.resourcePool is not None and vm.resourcePool.name  # a set property: its value, as before
+    assert "Fetch" in env.sim.log() and "panic" not in env.sim.log()

@@ -153,5 +153,5 @@ def test_sigterm_ends_an_apply_blocked_on_a_silent_vcenter_within_5_s(tmp_path, 
         finally:
             run.kill()
         took = time.monotonic() - signalled
-    assert run.returncode == 130 and "interrupted" in output and "Traceback" not in output, output
+    assert run.returncode == 143 and "interrupted by SIGTERM" in output and "Traceback" not in output, output
     assert took < 5, took

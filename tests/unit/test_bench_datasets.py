@@ -146,3 +146,17 @@ def test_a_long_write_says_how_long_it_has_been_going(tmp_path, monkeypatch):
     assert any(re.fullmatch(rf"dataset {re.escape(str(data))}: checking or writing on vm1: \d+ s", line)
                for line in lines[:-1]), lines
     assert lines[-1] == f"dataset {data}: written on vm1"
+
+
+def test_results_keep_the_dataset_a_benchmark_read(tmp_path):
+    """`gpuvm size --results` reads its file size (tests/unit/test_sizing.py)."""
+    from datetime import UTC, datetime
+
+    from gpuvm.bench.recording import Outcome, Recorder
+
+    runbook = book(tmp_path, one_run(**TRAIN))
+    points = plan_campaign(runbook)
+    recorder = Recorder(runbook, points, local=False)
+    recorder.record(points[0], Outcome(100.0, None, "img/sec"), "logs/x.log")
+    [bench] = recorder.results(datetime.now(UTC), datetime.now(UTC), {}, None).benchmarks
+    assert (bench.dataset.files, bench.dataset.file_kb) == (48, 20)

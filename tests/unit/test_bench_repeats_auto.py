@@ -25,6 +25,9 @@ def test_tight_points_stop_at_3_repeats_and_noisy_ones_run_to_the_cap(tmp_path):
     bench = load_results(done.results_file).benchmarks[0]
     assert [len(p.repeats) for p in bench.points] == [3, 6]
     assert done.runs_done == done.runs_total == 9
+    [said] = done.notes  # the noisy point says it stopped at the cap, unsettled; the tight one nothing
+    assert said.startswith("b nodes-2: repeats: auto stopped at repeats_max (6) with its median's 95 % interval ±")
+    assert "wider than repeats_target ±1 %; raise repeats_max" in said
 
 
 def test_failed_runs_do_not_count_towards_the_interval(tmp_path):

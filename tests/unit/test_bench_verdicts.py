@@ -72,7 +72,7 @@ def test_noisy_data_with_2_percent_median_overhead_is_inconclusive():
 
 
 def test_verdict_exit_codes_are_distinct_and_not_taken():
-    taken = {1, 2, 3, 4, 5, 6, 7, 8, 130}
+    taken = {1, 2, 3, 4, 5, 6, 7, 8, 130, 143}
     assert VERDICT_EXIT_CODES["pass"] == 0
     codes = [VERDICT_EXIT_CODES["fail"], VERDICT_EXIT_CODES["inconclusive"]]
     assert len(set(codes)) == 2 and not set(codes) & taken
@@ -203,6 +203,8 @@ def test_compare_exit_code_and_json_tell_the_verdict(cli, tmp_path, factor, outc
     assert text.exit_code == code
     answer = {"pass": "yes", "fail": "no", "inconclusive": "inconclusive"}[outcome]
     assert f"b at 1 node: VM within 2.0 % of bare metal: {answer} — overhead" in " ".join(text.output.split())
+    if outcome == "inconclusive":  # a campaign with repeats: auto stopped at its cap: raising the cap helps
+        assert "with `repeats: auto`, a higher `repeats_max`" in " ".join(text.output.split())
 
 
 def test_nan_in_results_and_benchmark_output_is_a_named_failure_not_a_traceback(cli, tmp_path):

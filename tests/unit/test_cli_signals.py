@@ -1,10 +1,16 @@
 """SIGTERM stops a command as Ctrl-C does: one handler for both while a command runs (the premise of
-tests/integration/test_interrupts.py, which stops each boundary cleanly with one of the two)."""
+tests/integration/test_interrupts.py, which stops each boundary cleanly with one of the two). Each
+signal has one exit status at every moment of a run: 128 + its number (130 SIGINT, 143 SIGTERM)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
+
+import pytest
 
 from gpuvm.cli import common
 
@@ -22,23 +28,27 @@ def test_sigterm_and_sigint_have_one_handler_while_a_command_runs_and_theirs_aft
     assert {s: signal.getsignal(s) for s in before} == before
 
 
-def test_sigterm_mid_command_exits_130_saying_interrupted(capsys):
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_mid_command_exits_128_plus_its_number_saying_interrupted(capsys, signum, status):
     @common.handle_errors
-    def command() -> None:
-        os.kill(os.getpid(), signal.SIGTERM)
+    def command(json_: bool) -> None:
+        os.kill(os.getpid(), signum)
         raise AssertionError("not interrupted")
 
     from gpuvm.executors.base import UNDER_WAY
 
     try:
-        command()
+        command(json_=True)
     except common.typer.Exit as stopped:
-        assert stopped.exit_code == 130
+        assert stopped.exit_code == status
     else:
         raise AssertionError("no exit")
     finally:
         UNDER_WAY.reset()  # the handler told every later command not to start
-    assert "interrupted" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert f"interrupted by {signum.name}" in printed.err
+    assert json.loads(printed.out) | {"message": ""} == {"schema": "gpuvm.error/1", "code": "interrupted",
+                                                          "exit": status, "message": "", "file": None, "line": None}
 
 
 def test_a_second_signal_while_the_first_unwinds_ends_the_process_at_once(mocker):
@@ -56,6 +66,34 @@ def test_a_second_signal_while_the_first_unwinds_ends_the_process_at_once(mocker
             common._interrupt(signal.SIGINT, None)
         except SystemExit:
             pass
-        ended.assert_called_once_with(130)
+        ended.assert_called_once_with(130)  # the second signal's status: SIGINT
     finally:
         UNDER_WAY.reset()
+
+
+# While gpuvm loads (here: as it imports typer, before any command runs), the console script's entry
+# point has its handlers installed already.
+LOADING = """
+import os, signal, sys
+from importlib.metadata import entry_points
+
+class SignalOnImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "typer":
+            os.kill(os.getpid(), signal.{signal})
+        return None
+
+sys.argv = ["gpuvm", "validate", "rb.yaml", "--json"]
+[script] = entry_points(group="console_scripts", name="gpuvm")
+sys.meta_path.insert(0, SignalOnImport())
+sys.exit(script.load()())
+"""
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_while_gpuvm_loads_exits_as_one_mid_command_would(signum, status):
+    ran = subprocess.run([sys.executable, "-c", LOADING.format(signal=signum.name)], capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == status, ran.stderr
+    assert f"interrupted by {signum.name}" in ran.stderr and "Traceback" not in ran.stderr
+    assert json.loads(ran.stdout)["exit"] == status

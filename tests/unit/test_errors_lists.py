@@ -84,6 +84,23 @@ def test_target_failures_exit_code_is_the_common_one_else_1():
     assert TargetFailures(mixed).exit_code == 1
 
 
+def test_targets_not_observed_are_counted_as_not_observed_not_as_failed():
+    """Apply's verdict after "0 target(s) failed, ..., 4 not observed" says so too (not "4 target(s) failed")."""
+    from gpuvm.engine import Outcome
+    from gpuvm.plan import Plan
+    from gpuvm.runs import Applied
+
+    down = {f"gpu-vm-0{i}": "cannot connect" for i in range(1, 5)}
+    with pytest.raises(TargetFailures) as only_down:
+        Applied(Plan(unobserved=down), Outcome()).raise_for_outcome()
+    assert str(only_down.value).splitlines()[:2] == ["4 target(s) not observed:", "  gpu-vm-01 (not observed): cannot connect"]
+    assert (only_down.value.exit_code, only_down.value.code) == (3, "not-observed")
+    with pytest.raises(TargetFailures) as both:
+        Applied(Plan(unobserved=down), Outcome(failed={"esx-01 (host.reboot)": TaskError("refused")})).raise_for_outcome()
+    assert str(both.value).splitlines()[:2] == ["1 target(s) failed, 4 not observed:", "  esx-01 (host.reboot): refused"]
+    assert (both.value.exit_code, both.value.code) == (1, "targets-failed")
+
+
 RUNBOOK = """\
 vcenter:
   user: administrator@vsphere.local

@@ -277,3 +277,13 @@ def test_a_failed_install_undoes_like_a_failed_reboot(world, mocker):
     assert "component apply failed" in str(failures["esx-01"]) and "reboot" not in [w for w, _ in world.log]
     assert not world.host.runtime.inMaintenanceMode and world.vms["gpu-vm"].runtime.powerState == "poweredOn"
     assert world.intents == {}
+
+
+def test_a_host_and_its_vms_are_begun_before_its_first_act_and_ended_after_its_last(world, mocker):
+    """So that a rolling reboot shows each host started when its turn comes (tests/unit/test_rolling_progress.py)."""
+    begin = mocker.Mock(side_effect=lambda target: world.log.append(("begin", target)))
+    end = mocker.Mock(side_effect=lambda target, error: world.log.append(("end", target, error)))
+    assert reboot(world, mocker, begin=begin, end=end) == {}
+    assert world.log[:3] == [("begin", "esx-01"), ("begin", "gpu-vm"), ("begin", "build-box")]
+    assert world.log[-3:] == [("end", "esx-01", None), ("end", "gpu-vm", None), ("end", "build-box", None)]
+    assert ("reboot", "host-esx-01") in world.log[3:-3]

@@ -7,7 +7,7 @@ import json
 
 from rich.console import Console
 
-from gpuvm.plan import Change, Disruption, Note, Plan
+from gpuvm.plan import WHOLE_RUN, Change, Disruption, Note, Plan
 from gpuvm.steps.host_passthrough import SetPassthrough
 from gpuvm.steps.vm_hardware import RemoveDevice
 from gpuvm.documents import plan_json
@@ -106,3 +106,12 @@ def test_text_groups_changes_by_target_then_step_with_a_mark_per_change():
     assert lines[7:9] == ["  vm.power", "    ~ vm power: poweredOff → poweredOn"]
     added = Change("vm.advanced", "vm1", "extraConfig", "numa.nodeAffinity", None, "0")
     assert "    + extraConfig numa.nodeAffinity: 0" in rendered(Plan(changes=[added]), "text").splitlines()
+
+
+def test_a_note_about_the_whole_run_names_no_target():
+    """Not `info: -: not targeted: ...` (a note of the run, not of a target named "-")."""
+    p = Plan(notes=[Note(WHOLE_RUN, "targeting", "not targeted: 4 change(s) on esx-02", level="info"),
+                    Note("vm1", "resolve", "4 NVLinked GPUs in one VM")])
+    lines = rendered(p, "text").splitlines()
+    assert "info: not targeted: 4 change(s) on esx-02" in lines
+    assert "warning: vm1: 4 NVLinked GPUs in one VM" in lines

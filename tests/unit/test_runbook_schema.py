@@ -76,6 +76,30 @@ def test_the_schema_refuses_what_the_models_refuse(edit, where):
     assert errors and all(any(path[:len(where)] == where for path in _paths(e)) for e in errors), errors
 
 
+@pytest.mark.parametrize("drop, where", [
+    (lambda rb: rb["hosts"][0]["nvidia_host_driver"].pop("sha256"), ["hosts", 0, "nvidia_host_driver"]),
+    (lambda rb: rb["guests"]["driver"].pop("sha256"), ["guests", "driver"]),
+])
+def test_an_installers_sha256_is_required_by_the_schema_as_by_validate(drop, where, tmp_path):
+    """docs/runbook.md said `nvidia_host_driver.sha256` may be null, while validate requires it."""
+    from gpuvm.errors import InputError
+    from gpuvm.runbook.loader import load_runbook
+
+    path = REPO / "playbooks" / "vgpu-from-bare-esxi.yaml"
+    runbook = copy.deepcopy(_yaml(path))
+    drop(runbook)
+    errors = list(_validator().iter_errors(runbook))
+    assert errors and all(any(p[:len(where)] == where for p in _paths(e)) for e in errors), errors
+    text = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    written = tmp_path / "rb.yaml"
+    holder = "nvidia_host_driver" if where[0] == "hosts" else "driver"
+    first = next(i for i, line in enumerate(text) if line.strip().startswith(f"{holder}:"))
+    cut = next(i for i in range(first, len(text)) if text[i].strip().startswith("sha256:"))
+    written.write_text("".join(text[:cut] + text[cut + 1:]), encoding="utf-8")
+    with pytest.raises(InputError, match=r"driver\.sha256: required field is missing"):
+        load_runbook(written)
+
+
 def _paths(error) -> list[list]:
     """Where an error points, and (for anyOf) where each of its alternatives' errors do."""
     return [list(error.absolute_path)] + [p for sub in error.context or () for p in _paths(sub)]

@@ -291,3 +291,21 @@ def test_inventory_errors(tmp_path):
     assert result.exit_code == 2 and "junk.json: not a gpuvm inventory snapshot (format:" in result.stderr
     result = gpuvm("--model", "resnet50", "--inventory", tmp_path / "missing.json")
     assert result.exit_code == 2 and "missing.json: cannot read snapshot" in result.stderr
+
+
+def test_results_whose_benchmark_read_a_dataset_size_its_samples_by_its_files(tmp_path):
+    """`size --results` takes the dataset's file_kb as sample_kb (not the default 110 KB); a flag still wins."""
+    from gpuvm.runbook.benchmarks import Dataset
+
+    bench = Benchmark(name="rn18", kind="pytorch_train", unit="img/sec", dataset=Dataset(files=256, file_kb=40),
+                      points=[Point(nodes=1, repeats=[Repeat(value=1000.0)])])
+    results = save_results(tmp_path / "run", Results(environment="vm", benchmarks=[bench])).parent
+    data = json.loads(gpuvm("--model", "resnet18", "--results", results, "--json").stdout)
+    assert data["inputs"]["sample_kb"] == 40
+    assert data["storage_gb_per_s"] == pytest.approx(1000 * 40e3 / 1e9, abs=1e-4)
+    assert "sample_kb: 40 KB, the files of rn18's dataset (--results)" in data["assumptions"]
+    given = json.loads(gpuvm("--model", "resnet18", "--results", results, "--sample-kb", 90, "--json").stdout)
+    assert given["inputs"]["sample_kb"] == 90
+    book = tmp_path / "book.yaml"
+    book.write_text("sizing:\n  model: resnet18\n  sample_kb: 70\n")
+    assert json.loads(gpuvm(book, "--results", results, "--json").stdout)["inputs"]["sample_kb"] == 70

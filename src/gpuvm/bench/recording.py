@@ -133,7 +133,7 @@ class Recorder:
             unit, better = self.unit(run)
             benchmarks.append(Benchmark(
                 name=name, kind=run.kind, unit=unit, higher_is_better=better, scenario=run.scenario,
-                scaling=run.scaling_mode, launch=run.launch,
+                scaling=run.scaling_mode, launch=run.launch, dataset=run.dataset,
                 points=[Point(nodes=p.nodes, gpus_per_node=p.gpus_per_node, vms=p.vms, setup=p.setup,
                               network_mapping=p.mapping, network=dict(p.network),  # type: ignore[arg-type]
                               data=p.data,  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuvm.errors import InputError
-from gpuvm.runbook.benchmarks import Launch
+from gpuvm.runbook.benchmarks import Dataset, Launch
 from gpuvm.files import RESULTS_BYTES, read_text_capped
 from gpuvm.runbook.document import MAX_NODES, Locator, TooLarge, expanded_size, field_path
 from gpuvm.secrets import scrub
@@ -155,6 +155,7 @@ class Benchmark(_Model):
     scenario: Literal["concurrent", "scaling"] = "scaling"
     scaling: Literal["weak", "strong"] | None = None
     launch: Launch | None = None  # the launcher; None in baselines and older results
+    dataset: Dataset | None = None  # the files it read, as gpuvm wrote them (their size: `size --results`)
     points: list[Point] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -38,6 +38,7 @@ from gpuvm.bench.environment import capture
 from gpuvm.bench.datasets import planned_datasets, write_datasets
 from gpuvm.bench.network import rank_script
 from gpuvm.bench.parsers import parse_output
+from gpuvm.bench.parsers.failure import failure_line
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import Environment, save_results
 from gpuvm.bench.software import software_versions
@@ -264,6 +265,10 @@ class CampaignRunner:
                     rest = [entry for entry in schedule[index:] if entry[0] is not point]
                     campaign.runs_total -= len(schedule) - index - len(rest)
                     schedule[index:] = rest
+                elif point.run.repeats == "auto" and k == point.run.repeats_max:
+                    said = unsettled_at_cap(point.run, shown, self.recorder.values(point))
+                    self.observer.note(said)
+                    campaign.notes.append(said)
         except KeyboardInterrupt:
             campaign.interrupted = True
         finally:
@@ -345,7 +350,7 @@ class CampaignRunner:
                 watchdog.cancel()
         text = _redact_file(log)
         if error is not None:
-            last = last_line(text)[:300]
+            last = failure_line(text)[:300]
             return self._failed(run, f"{error}" + (f": {last}" if last else ""))
         options: dict[str, Any] = {}
         if run.kind == "command":
@@ -394,6 +399,15 @@ def settled(run: BenchmarkRun, values: Sequence[float]) -> bool:
         return False
     width = half_width(median_ci(values), median(values)) if values else None
     return width is not None and width <= run.repeats_target
+
+
+def unsettled_at_cap(run: BenchmarkRun, point: str, values: Sequence[float]) -> str:
+    """What a `repeats: auto` point that ran `repeats_max` repeats without settling says."""
+    width = half_width(median_ci(values), median(values)) if values else None
+    spread = f"±{width * 100:.1f} %" if width is not None else f"none ({len(values)} figure(s))"
+    return (f"{run.name} {point}: repeats: auto stopped at repeats_max ({run.repeats_max}) with its median's 95 % "
+            f"interval {spread}, wider than repeats_target ±{run.repeats_target * 100:g} %; raise repeats_max "
+            f"to narrow it")
 
 
 def _programs(run: BenchmarkRun, containerised: bool) -> list[str]:

@@ -96,7 +96,8 @@ def _exit_for_verdict(comparison: Any, max_overhead: str | None) -> None:
     names = [f"{v.benchmark} at {v.point}" for v in comparison.verdicts if v.outcome == "inconclusive"]
     raise fail(f"inconclusive: the data cannot tell whether {listed(names)} "
                f"{'is' if len(names) == 1 else 'are'} within {max_overhead}; run more repeats "
-               "(repeats: auto)", VERDICT_EXIT_CODES["inconclusive"])
+               "(a higher `repeats`; with `repeats: auto`, a higher `repeats_max`, where it stops)",
+               VERDICT_EXIT_CODES["inconclusive"])
 
 
 @handle_errors

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuvm.cli.common import access, err, escape, fail, handle_errors, interactive, out
+from gpuvm.cli.common import access, err, escape, fail, handle_errors, interactive, interrupted_exit, out
 
 
 def register(app: typer.Typer) -> None:
@@ -69,12 +69,12 @@ def run_command(
         print(campaign_json(campaign))
     if campaign.results_file is None:
         raise fail("interrupted before any benchmark ran" if campaign.interrupted else "no benchmark ran",
-                   130 if campaign.interrupted else 1)
+                   interrupted_exit() if campaign.interrupted else 1)
     if not json_:
         out.print(f"results: {campaign.results_file}", highlight=False, markup=False, soft_wrap=True)
     if campaign.interrupted:
         raise fail(f"interrupted after {campaign.runs_done} of {campaign.runs_total} run(s); "
-                   f"what was measured is in {campaign.results_file}", 130)
+                   f"what was measured is in {campaign.results_file}", interrupted_exit())
     campaign.raise_for_failures()
     if not json_:
         out.print(f"compare: gpuvm bench compare {campaign.directory}", highlight=False, markup=False, soft_wrap=True)

@@ -69,9 +69,31 @@ def escape(text: str) -> str:
     return rich_escape(text)
 
 
-def fail(message: str, code: int) -> typer.Exit:
-    err.print(f"[red]error[/]: {escape(redact(message))}", highlight=False, markup=True, soft_wrap=True)
+class _Command:
+    """The command under way: whether it was given --json, and the signal that interrupted it."""
+
+    as_json = False
+    stopped_by = signal.SIGINT  # a KeyboardInterrupt no handler of ours raised: Ctrl-C
+
+
+def fail(message: str, code: int, kind: str | None = None) -> typer.Exit:
+    """The command ends in error: `message` on stderr and exit status `code`; given --json, the
+    gpuvm.error/1 document on stdout too (its `code` is `kind`, by default what the status says)."""
+    message = redact(message)
+    if _Command.as_json:
+        from gpuvm.documents import error_json
+
+        kind = kind or {2: "input"}.get(code, "interrupted" if code > 128 else "error")
+        if (document := error_json(message, code, kind)) is not None:
+            print(document, flush=True)
+    err.print(f"[red]error[/]: {escape(message)}", highlight=False, markup=True, soft_wrap=True)
     return typer.Exit(code)
+
+
+def interrupted_exit() -> int:
+    """An interrupted command's exit status: 128 + the signal's number, as a shell reports a process
+    the signal ended (130 for SIGINT, 143 for SIGTERM), at every moment of a run (gpuvm.cli.entry)."""
+    return 128 + _Command.stopped_by
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -83,28 +105,33 @@ def _interrupt(signum: int, frame: Any) -> None:
 
     if UNDER_WAY.interrupted.is_set():
         os.write(2, b"interrupted again: exiting now (host locks not released are freed when their lease expires)\n")
-        os._exit(130)
+        os._exit(128 + signum)
+    _Command.stopped_by = signal.Signals(signum)
     UNDER_WAY.interrupted.set()  # no worker thread starts a command from now on
     threading.Thread(target=UNDER_WAY.stop_all, name="gpuvm-interrupt", daemon=True).start()
     raise KeyboardInterrupt
 
 
 def handle_errors(fn: F) -> F:
-    """Expected failures print one clear message and exit with their code; never a traceback."""
+    """Expected failures print one clear message and exit with their code, never a traceback; with
+    --json (a `json_` parameter) a gpuvm.error/1 document too (`fail`)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from gpuvm.documents import command_begins
         from gpuvm.executors.base import UNDER_WAY
 
         main = threading.current_thread() is threading.main_thread()
         previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
         UNDER_WAY.reset()
+        command_begins()
+        _Command.as_json, _Command.stopped_by = bool(kwargs.get("json_")), signal.SIGINT
         try:
             return fn(*args, **kwargs)
         except GpuvmError as e:
-            raise fail(str(e), e.exit_code) from None
+            raise fail(str(e), e.exit_code, e.code) from None
         except KeyboardInterrupt:
-            raise fail("interrupted", 130) from None
+            raise fail(f"interrupted by {_Command.stopped_by.name}", interrupted_exit(), "interrupted") from None
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)

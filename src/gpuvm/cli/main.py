@@ -128,7 +128,7 @@ def plan(runbook: Path = RUNBOOK,
         try:
             the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot, setup, target)
         except GpuvmError as e:
-            raise fail(str(e), 1 if detailed_exitcode else e.exit_code) from None
+            raise fail(str(e), 1 if detailed_exitcode else e.exit_code, e.code) from None
         if json_:
             print(plan_json(the_plan))
         else:

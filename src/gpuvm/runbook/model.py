@@ -16,7 +16,7 @@ from gpuvm.errors import InputError, listed
 from gpuvm.names import Names, vsphere_name
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.document import field_path
-from gpuvm.runbook.strict import Seconds, Strict, checked_name, checked_reference, shown
+from gpuvm.runbook.strict import Seconds, Strict, checked_name, checked_reference, required_in_schema, shown
 from gpuvm.secrets import without_password
 from gpuvm.sizing.spec import SizingSpec
 from gpuvm.vgpu_profiles import vgpu_profile
@@ -179,9 +179,10 @@ class HostDriver(Strict):
     """The NVIDIA vGPU manager (ESXi host driver): an offline bundle installed with `esxcli software
     component apply -d` in maintenance mode, running after the host reboot."""
 
+    model_config = required_in_schema("sha256")
     bundle: str = Field(min_length=1)  # on the host (/vmfs/volumes/<datastore>/….zip) or an http(s) URL
     version: str  # the driver version the bundle installs, as nvidia-smi reports it: 535.154.02
-    sha256: str | None = Field(default=None, validate_default=True, description="the bundle's sha256")
+    sha256: str | None = Field(default=None, validate_default=True, description="the bundle's sha256 (it runs as root on the host)")
     component: str | None = None  # its name in `esxcli software component list`; default: NVIDIA's one
     state: Literal["present", "absent"] = "present"  # absent: the component is removed
 
@@ -577,11 +578,12 @@ class NvidiaDriver(Strict):
     """The NVIDIA driver, one version on every guest, from NVIDIA's .run installer: the data-center
     driver (passthrough VMs), or the vGPU guest driver (`kind: vgpu`, for vGPU VMs)."""
 
+    model_config = required_in_schema("sha256")
     version: str  # 535.183.01
     kind: Literal["datacenter", "vgpu"] = "datacenter"  # vgpu: the vGPU guest driver, matching the hosts' vGPU manager
     # the .run installer's URL, {version} filled in; the guest fetches it
     installer: str = "https://us.download.nvidia.com/tesla/{version}/NVIDIA-Linux-x86_64-{version}.run"
-    sha256: str | None = Field(default=None, validate_default=True, description="the installer's sha256")
+    sha256: str | None = Field(default=None, validate_default=True, description="the installer's sha256 (it runs as root on every guest)")
 
     _digest = field_validator("sha256")(lambda cls, v: _sha256(v, "the driver installer"))
 
@@ -601,7 +603,7 @@ class Rdma(Strict):
     stack: Literal["inbox", "mofed"] = "inbox"  # inbox: rdma-core and ibverbs-utils with apt-get; mofed: MLNX_OFED
     version: str | None = None  # inbox: an rdma-core package version (default: any); mofed: 5.8-3.0.7.0
     installer: str | None = None  # mofed: the MLNX_OFED_LINUX-….tgz URL for the guests' distribution
-    sha256: str | None = Field(default=None, validate_default=True, description="mofed: the tarball's sha256")
+    sha256: str | None = Field(default=None, validate_default=True, description="mofed: the tarball's sha256, required with it")
 
     _url = field_validator("installer")(lambda cls, v: None if v is None else _download_url(v))
 

@@ -26,6 +26,21 @@ def shown(value: object, limit: int = 60) -> str:
     return quoted + (f" (… {len(text)} characters)" if len(text) > limit else "")
 
 
+def required_in_schema(*names: str) -> ConfigDict:
+    """The config of a model whose fields `names` default to None only so that their validator can
+    say they are missing in its own words: its JSON Schema (and docs/runbook.md) says they are
+    required strings, as validation does."""
+
+    def edit(schema: dict[str, Any]) -> None:
+        schema["required"] = [*schema.get("required", []), *names]
+        for name in names:
+            prop = schema["properties"][name]
+            prop.pop("default", None)
+            prop.update(next(o for o in prop.pop("anyOf") if o.get("type") != "null"))
+
+    return ConfigDict(json_schema_extra=edit)
+
+
 def _types(annotation: Any) -> set[Any]:
     """The plain types an annotation admits (unions, Optional, Annotated and lists looked through)."""
     origin = typing.get_origin(annotation)

@@ -29,35 +29,41 @@ FLAGS = {
 def sizing_of(runbook: Path | None, flags: dict[str, Any], results: Path | None = None,
               benchmark: str | None = None, inventory: Path | None = None) -> Sizing:
     """The job sized from its inputs. `flags`: the flags given (by FLAGS' names; None: not given).
-    `results`: a results directory, whose measured images/s (of `benchmark`) replace the estimate
-    and whose storage benchmarks' read rates are shown."""
+    `results`: a results directory, whose measured images/s (of `benchmark`) replace the estimate,
+    whose storage benchmarks' read rates are shown, and whose dataset's file size is the sample size
+    where neither a flag nor the runbook gives one."""
     given = {field: flags[flag] for flag, field in FLAGS.items() if flags.get(flag) is not None}
     if "parameters" in given:
         given["parameters"] = int(given["parameters"])
-    measured, storage = None, []
+    measured, storage, read = None, [], None
     if results is not None:
-        from gpuvm.sizing.measured import measured_storage, measured_throughput
+        from gpuvm.sizing.measured import measured_sample_kb, measured_storage, measured_throughput
 
         storage = measured_storage(results)
         if found := measured_throughput(results, benchmark, given.get("gpus"), required=not storage):
             rate, measured_gpus, source = found
             given.setdefault("gpus", measured_gpus)
             measured = (rate, source)
-    spec, notes = spec_of(runbook, given, inventory)
+        read = measured_sample_kb(results, benchmark)
+    spec, notes = spec_of(runbook, given, inventory, {"sample_kb": read[0]} if read else {})
+    if read and spec.sample_kb == read[0]:
+        notes.append(read[1])
     return size(spec, measured, storage, notes)
 
 
-def spec_of(runbook: Path | None, given: dict[str, Any], inventory: Path | None = None) -> tuple[SizingSpec, list[str]]:
-    """The runbook's `sizing` section with the flags given (by field) laid over it, then the inventory's
-    GPU model (and its count of them, where neither says how many GPUs a job has); with notes for the
-    report. A bad value names its flag, or the runbook's field."""
+def spec_of(runbook: Path | None, given: dict[str, Any], inventory: Path | None = None,
+            measured: dict[str, Any] | None = None) -> tuple[SizingSpec, list[str]]:
+    """The runbook's `sizing` section with the flags given (by field) laid over it, both over what
+    `measured` results say (a dataset's file size), then the inventory's GPU model (and its count of
+    them, where neither says how many GPUs a job has); with notes for the report. A bad value names
+    its flag, or the runbook's field."""
     section: dict[str, Any] = {}
     if runbook is not None:
         book = load_runbook(runbook)
         if book.sizing is None:
             raise InputError(f"{runbook}: no `sizing` section (see gpuvm/sizing/spec.py), or leave the runbook out")
         section = book.sizing.model_dump(exclude_unset=True)
-    fields, notes = {**section, **given}, []
+    fields, notes = {**(measured or {}), **section, **given}, []
     if inventory is not None:
         from gpuvm.sizing.inventory import gpu_from_inventory
 

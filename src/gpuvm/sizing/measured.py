@@ -45,6 +45,19 @@ def measured_throughput(path: Path, benchmark: str | None = None, gpus: int | No
     return rate, point.gpus, f"measured: {chosen.name}, {point.gpus} GPU(s){on}, median of {len(runs)} run(s)"
 
 
+def measured_sample_kb(path: Path, benchmark: str | None = None) -> tuple[float, str] | None:
+    """(KB, where from) of one sample as the results read it: the file size of the dataset gpuvm wrote
+    for the benchmark named, else for the one benchmark (or several of one size) that had one."""
+    from gpuvm.bench.results import load_results
+
+    read = [b for b in load_results(path).benchmarks if b.dataset is not None and benchmark in (None, b.name)]
+    sizes = {b.dataset.file_kb for b in read if b.dataset is not None}
+    if len(sizes) != 1:
+        return None
+    file_kb = sizes.pop()
+    return file_kb, f"sample_kb: {file_kb:g} KB, the files of {', '.join(b.name for b in read)}'s dataset (--results)"
+
+
 @dataclass(frozen=True)
 class MeasuredStorage:
     benchmark: str

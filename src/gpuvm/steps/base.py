@@ -66,6 +66,10 @@ def quiet(target: str, status: str) -> None:
     """The progress of a step run without a listener (plan, tests)."""
 
 
+def unannounced(target: str, error: Exception | None = None) -> None:
+    """`Context.begin` and `Context.end` outside an engine run (plan, tests)."""
+
+
 @dataclass
 class Context:
     """What steps observe and apply through."""
@@ -79,6 +83,8 @@ class Context:
     journal: Journal | None = None  # apply only: the history of what steps did
     intents: IntentStore | None = None  # apply only: what steps are about to do, recorded on the objects
     say: Say = quiet  # progress of a step that runs long (image build and ship): the engine's listener
+    begin: Callable[[str], None] = unannounced  # a `begins_targets` step starts work on a target (journal, progress)
+    end: Callable[[str, Exception | None], None] = unannounced  # ... and ends it (None: done)
     while_off: WhileOff | None = None  # apply only: VM changes made while a step has the VMs off
     _planned_index: tuple[int, dict[str, list[Change]]] = field(default_factory=lambda: (0, {}), repr=False)
 
@@ -123,6 +129,7 @@ class Step(Generic[TargetT, FactT]):
     apply_all: Callable[[Context, dict[str, list[Change]], int], dict[str, Exception]] | None = None
     reboots_host: bool = False
     restarts_guest: bool = False
+    begins_targets: bool = False  # its apply_all calls ctx.begin and ctx.end as each target starts and ends (batches)
 
     @property
     def over_ssh(self) -> bool:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Iterable, Literal
 
 from gpuvm.errors import GpuvmError, TaskError, listed
 from gpuvm.executors.group import run_group
@@ -172,8 +172,9 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
                 work.setdefault(action.host, _HostWork()).stops.append((target, action))
             elif isinstance(action, RestorePower):
                 work.setdefault(action.host, _HostWork()).restores.append((target, action))
-    failed = dict(run_group({h: h for h, w in work.items() if w.reboot is None},
-                            lambda h: _recover(ctx, h, work[h]), parallel, name="recover").failed)
+    recovering = {h: h for h, w in work.items() if w.reboot is None}
+    failed = dict(run_group(recovering, lambda h: _recover(ctx, h, work[h]), parallel, name="recover").failed)
+    _end(ctx, recovering, work, failed)
     hosts = [h for h, w in work.items() if w.reboot is not None]
     size = max(1, ctx.options.max_unavailable)
     left: dict[str, Exception] = {}  # hosts not rebooted because one failed before them
@@ -184,6 +185,7 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
                                   f"(hosts reboot {size} at a time)") for h in batch}
             continue
         failed.update(run_group(batch, lambda h: _reboot(ctx, h, work[h]), min(parallel, size), name="reboot").failed)
+        _end(ctx, batch, work, failed)
     failures = failed | left
     for host, w in work.items():
         for vm in w.vms:
@@ -192,8 +194,22 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
     return failures
 
 
+def _begin(ctx: Context, name: str, work: _HostWork) -> None:
+    """The host's work starts now (its batch's turn): it and its VMs are begun (journal, progress)."""
+    for target in (name, *work.vms):
+        ctx.begin(target)
+
+
+def _end(ctx: Context, hosts: Iterable[str], work: dict[str, _HostWork], failed: dict[str, Exception]) -> None:
+    """The hosts' work ended (their batch's): they and their VMs are done, or failed with the host."""
+    for host in hosts:
+        for target in (host, *work[host].vms):
+            ctx.end(target, failed.get(host))
+
+
 def _recover(ctx: Context, name: str, work: _HostWork) -> None:
     """What interrupted runs left on a host that is not rebooted now: maintenance mode, then its VMs."""
+    _begin(ctx, name, work)
     if work.leave is not None:
         _leave_interrupted(ctx, name, work.leave)
     _restore_all(ctx, [(vm, restore.power_on) for vm, restore in work.restores])
@@ -201,6 +217,7 @@ def _recover(ctx: Context, name: str, work: _HostWork) -> None:
 
 def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
     assert work.reboot is not None
+    _begin(ctx, name, work)
     own = work.reboot.own_maintenance
     stopped: list[str] = []  # VMs this run stopped (or found stopped by an earlier one): owed a power-on on failure
     try:
@@ -406,4 +423,5 @@ def apply(ctx: Context, host: DesiredHost, changes: list[Change]) -> None:
         raise failures[host.name]
 
 
-STEP = Step(NAME, "host", observe, plan, apply, apply_all=apply_all, reboots_host=True, restarts_guest=True)
+STEP = Step(NAME, "host", observe, plan, apply, apply_all=apply_all, reboots_host=True, restarts_guest=True,
+            begins_targets=True)
