@@ -277,3 +277,18 @@ def test_a_failed_install_undoes_like_a_failed_reboot(world, mocker):
     assert "component apply failed" in str(failures["esx-01"]) and "reboot" not in [w for w, _ in world.log]
     assert not world.host.runtime.inMaintenanceMode and world.vms["gpu-vm"].runtime.powerState == "poweredOn"
     assert world.intents == {}
+
+
+def test_a_vm_stop_without_its_hosts_reboot_in_the_run_fails_untouched_never_done(world, mocker):
+    """A stop for a reboot that this run does not make (its host not given) is no change made: the VM
+    fails with why, nothing is acted on, and the journal cannot read it as done."""
+    ctx = Context(session=mocker.MagicMock(), options=Options(shutdown_timeout=1, task_timeout=5),
+                  inventory=inventory([r750xa()], [vm("gpu-vm", power_state="poweredOn")]))
+    ctx.session.ref.side_effect = world.ref
+    ctx.intents = mocker.MagicMock(record=world.record, clear=world.clear, current=world.current)
+    stop = Change("host.reboot", "gpu-vm", "vm", "power", "on", "off", Disruption.VM_POWER_OFF,
+                  StopForReboot("esx-01", restore=False))
+    failures = host_reboot.apply_all(ctx, {"gpu-vm": [stop]}, 1)
+    assert set(failures) == {"gpu-vm"}
+    assert str(failures["gpu-vm"]) == "not stopped: the reboot of esx-01 is not part of this run"
+    assert world.log == []

@@ -25,7 +25,9 @@ record gpuvm cannot prove it wrote (vsphere/records.py: `{"maintenance": 42}`, a
 naming no gpuvm run) is no record of gpuvm's: reported, never acted on.
 
 Hosts reboot in batches of --max-unavailable (default 1); when a host fails, the hosts not
-rebooted yet are left alone, so a cluster is never taken down by one bad run.
+rebooted yet are left alone, so a cluster is never taken down by one bad run. A VM's stop is its
+host's reboot's: given without that reboot (`--target` leaves it out: gpuvm/targeting.py) it fails,
+never reads as done.
 """
 
 from __future__ import annotations
@@ -172,6 +174,8 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
                 work.setdefault(action.host, _HostWork()).stops.append((target, action))
             elif isinstance(action, RestorePower):
                 work.setdefault(action.host, _HostWork()).restores.append((target, action))
+    unmade = {vm: TaskError(f"not stopped: the reboot of {h} is not part of this run")  # `--target`: never "done"
+              for h, w in work.items() if w.reboot is None for vm, _ in w.stops}
     failed = dict(run_group({h: h for h, w in work.items() if w.reboot is None},
                             lambda h: _recover(ctx, h, work[h]), parallel, name="recover").failed)
     hosts = [h for h, w in work.items() if w.reboot is not None]
@@ -189,7 +193,7 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
         for vm in w.vms:
             if host in failures:
                 failures[vm] = failures[host]
-    return failures
+    return unmade | failures
 
 
 def _recover(ctx: Context, name: str, work: _HostWork) -> None:
