@@ -67,10 +67,10 @@ def test_json_has_changes_notes_and_summary_but_no_apply_spec():
     data = json.loads(plan_json(plan()))
     assert data["schema"] == "gpuvm.plan/1"
     assert data["summary"] == {"changes": 3, "targets": 2, "vm_power_off": 1, "host_reboot": 1, "vm_destroy": 0, "pending": 0,
-                               "not_observed": 0, "left_out": 0}
+                               "not_observed": 0, "left_out": 0, "known_after_apply": 0}
     assert data["changes"][1] == {"step": "vm.hardware", "target": "vm1", "resource": "pci device (new)",
                                   "field": "device", "before": None, "after": "0000:17:00.0",
-                                  "disruption": "vm-power-off", "pending": False}
+                                  "disruption": "vm-power-off", "pending": False, "known_after_apply": False}
 
 
 def test_secrets_are_scrubbed_from_tables_and_json():
