@@ -106,3 +106,13 @@ def test_text_groups_changes_by_target_then_step_with_a_mark_per_change():
     assert lines[7:9] == ["  vm.power", "    ~ vm power: poweredOff → poweredOn"]
     added = Change("vm.advanced", "vm1", "extraConfig", "numa.nodeAffinity", None, "0")
     assert "    + extraConfig numa.nodeAffinity: 0" in rendered(Plan(changes=[added]), "text").splitlines()
+
+
+def test_a_change_known_after_apply_says_so_in_text_table_and_json():
+    later = Plan(changes=[Change("guest.ssh_mesh", "train-01", "guest", "setup", None, "as the runbook asks",
+                                known_after_apply=True)])
+    assert "    + guest setup: as the runbook asks (known after apply)" in rendered(later, "text").splitlines()
+    row = next(line for line in rendered(later).splitlines() if "guest.ssh_mesh" in line)
+    assert "as the runbook asks (known after apply)" in row
+    assert plan_summary(later) == "Plan: 1 change(s) on 1 target(s) (1 known after apply)."
+    assert json.loads(plan_json(later))["changes"][0]["known_after_apply"] is True
