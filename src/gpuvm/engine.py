@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuvm import after_apply
 from gpuvm.apply_options import ApplyOptions
 from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, ObserveError, RemoteCommandError, listed
 from gpuvm.executors.group import GroupResult, at_once, run_group
@@ -150,7 +151,8 @@ def plan_by_step(runbook: Runbook, inventory: Inventory) -> tuple[Desired, list[
 def make_plan(runbook: Runbook, inventory: Inventory | Fleet, cluster: Cluster | None = None,
               facts: Facts | None = None, unreachable: Mapping[str, Exception | str] | None = None) -> tuple[Plan, Desired]:
     """The plan reads no history: what gpuvm owns is on the objects (`HostFacts.owned`, intents).
-    SSH targets in `unreachable` (→ why: `observe_reachable`'s errors) are not observed: the plan lists them and is incomplete.
+    SSH targets in `unreachable` (→ why: `observe_reachable`'s errors) are not observed: the plan lists them and is incomplete,
+    but for the guests of VMs it creates, whose guest steps are known after apply (gpuvm.after_apply).
     With several vCenters (a `Fleet`), each vCenter's hosts and VMs are resolved and planned against
     its own inventory, the guests across all; the targets of a vCenter not reached are not observed."""
     fleet = inventory if isinstance(inventory, Fleet) else Fleet({"": inventory})
@@ -175,8 +177,12 @@ def make_plan(runbook: Runbook, inventory: Inventory | Fleet, cluster: Cluster |
         else:
             plan.changes.extend(plan_step(step, ctx, desired, facts or {}))
     plan.notes.extend(reboot_memo.notes(reboot_memo.repeats(plan.changes, inventory)))  # a reboot that did not help
+    awaited = after_apply.awaited(plan.changes, unreachable or {}) if cluster is not None else set()
+    plan.changes.extend(after_apply.planned(awaited, cluster.targets, STEPS) if cluster is not None else [])
+    plan.unobserved = {name: why for name, why in plan.unobserved.items() if name not in awaited}
     roles = {n: t.role for n, t in cluster.targets.items()} if cluster is not None else {}
-    plan.notes += [unobserved_note(name, roles.get(name, "guest"), why, plan, inventory)
+    plan.notes += [after_apply.note(name, why) if name in awaited else
+                   unobserved_note(name, roles.get(name, "guest"), why, plan, inventory)
                    for name, why in (unreachable or {}).items()]
     plan.notes += [Note(name, "observe", why) for name, why in fleet.unobserved.items()]
     return plan, desired
@@ -442,7 +448,8 @@ class _StepRun:
         runnable = {}
         with self.lock:
             for change in self.plan.for_step(step.name):
-                if id(change) not in self.attempted and (only is None or change.target in only):
+                if id(change) not in self.attempted and (only is None or change.target in only) \
+                        and not change.known_after_apply:  # planned for real once its guest is observed
                     self.attempted.add(id(change))
                     by_target.setdefault(change.target, []).append(change)
             for target, changes in by_target.items():
@@ -507,7 +514,7 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, journal: Journal,
     early = {s.name for s in _early_guest_steps()}
     guest_steps = [s for s in STEPS if s.role == "guest"]
     late = {s.name for s in guest_steps} - early
-    plan.changes = [c for c in plan.changes if c.step not in late]
+    plan.changes = [c for c in plan.changes if c.step not in late and not c.known_after_apply]
     observed = observe_remote(cluster, "guest", parallel)
     for name, error in observed.failed.items():
         if keep is None or keep.covers(name):

@@ -35,6 +35,8 @@ class Change:
     after: Any
     disruption: Disruption = Disruption.NONE
     action: Any = field(default=None, compare=False)
+    # planned from the runbook alone (a guest of a VM this plan creates): apply observes the target, then plans it
+    known_after_apply: bool = False
 
     @property
     def pending(self) -> bool:
@@ -124,5 +126,6 @@ class Plan:
                 "pending": sum(1 for c in self.changes if c.pending),
                 "not_observed": len(self.unobserved),
                 "left_out": len(self.left_out),
+                "known_after_apply": sum(1 for c in self.changes if c.known_after_apply),
             },
         }

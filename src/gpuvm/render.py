@@ -16,6 +16,7 @@ from gpuvm.untrusted import printable
 from gpuvm.vsphere.facts import Inventory
 
 NO_CHANGES = "No changes. Infrastructure matches the runbook."
+KNOWN_AFTER_APPLY = "(known after apply)"  # a change planned from the runbook alone (gpuvm.after_apply)
 
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, caption: str | None = None,
@@ -63,9 +64,9 @@ def change_line(change: Change) -> str:
     else:
         values = f"{change.before} → {change.after}"
     what = change.resource if change.resource.endswith(change.field) else f"{change.resource} {change.field}"
-    label = ""
+    label = f" {KNOWN_AFTER_APPLY}" if change.known_after_apply else ""
     if change.disruption != Disruption.NONE:
-        label = f" ({'pending: ' if change.pending else ''}{_SHORT[change.disruption]})"
+        label += f" ({'pending: ' if change.pending else ''}{_SHORT[change.disruption]})"
     return f"{mark(change)} {what}: {values}{label}"
 
 
@@ -107,8 +108,10 @@ def plan_summary(plan: Plan) -> str:
     reboot = len(plan.disruptive(Disruption.HOST_REBOOT))
     pending = sum(1 for c in plan.changes if c.pending)
     destroy = len(plan.disruptive(Disruption.VM_DESTROY))
+    later = sum(1 for c in plan.changes if c.known_after_apply)
     marks = [f"{destroy} DESTROY a VM" if destroy else "", f"{power} need VM power-off" if power else "",
-             f"{reboot} need host reboot" + (f" of which {pending} pending" if pending else "") if reboot else ""]
+             f"{reboot} need host reboot" + (f" of which {pending} pending" if pending else "") if reboot else "",
+             f"{later} known after apply" if later else ""]
     marked = ", ".join(m for m in marks if m)
     summary = f"Plan: {len(plan.changes)} change(s) on {len(plan.targets())} target(s)" + \
         (f" ({marked})." if marked else ".")
@@ -129,7 +132,8 @@ def print_plan(console: Console, plan: Plan, form: str = "text") -> None:
     then what was left out, the notes (a target not observed has one, saying why) and the summary. Plain text, so that
     10,000 changes print in a blink."""
     if not plan.empty and form == "table":
-        rows = [(c.step, c.target, c.resource, c.field, _value(c.before), _value(c.after),
+        rows = [(c.step, c.target, c.resource, c.field, _value(c.before),
+                 _value(c.after) + (f" {KNOWN_AFTER_APPLY}" if c.known_after_apply else ""),
                  ("! " + c.disruption_label) if c.disruption != Disruption.NONE else "") for c in plan.changes]
         console.print(table(None, ["step", "target", "resource", "field", "before", "after", "disruption"], rows))
     elif not plan.empty:

@@ -13,6 +13,8 @@ A change depends on a target outside the selection when:
 - a VM's new devices need devices removed from another VM on its host (a GPU moves, or frees room
   for a vGPU or a dynamic DirectPath count), or its power-on needs another VM powered off (that
   VM's dynamic DirectPath holds the GPU it names): the whole VM and its guest are left out;
+- a running VM's stop for its host's reboot is that reboot's: with the host outside, the stop is left
+  out, and so is the power-on `vm.power` plans after it (unless a change of the VM's own powers it off);
 - a guest's image is to be copied from a builder that builds it in this run: its `guest.image`;
 - the SSH mesh changes on a guest left out too: the mesh is one key and one set of files on every
   guest, so its `guest.ssh_mesh` changes are left out on all of them.
@@ -31,6 +33,8 @@ from gpuvm.errors import InputError, listed
 from gpuvm.plan import Change, Disruption, LeftOut, Note, Plan
 from gpuvm.runbook.model import Runbook
 from gpuvm.names import split
+from gpuvm.steps.host_reboot import StopForReboot
+from gpuvm.steps.vm_power import SetPower
 from gpuvm.vsphere.facts import Inventory
 
 NOTE_STEP = "target"
@@ -154,12 +158,27 @@ def _whole_target_reasons(by_target: dict[str, list[Change]], inside: set[str], 
     return reasons
 
 
+def _reboot_reasons(changes: list[Change], inside: set[str]) -> list[tuple[Change, str]]:
+    """A VM's stop for the reboot of a host outside (only that reboot makes it), and the power-on
+    `vm.power` plans after it unless a change of the VM's own powers it off: with why."""
+    stops = [c for c in changes if isinstance(c.action, StopForReboot) and c.action.host not in inside]
+    if not stops:
+        return []
+    host = stops[0].action.host
+    left = [(c, f"waits for the reboot of {host}, not targeted") for c in stops]
+    if not any(c.disruption == Disruption.VM_POWER_OFF for c in changes if c not in stops):
+        left += [(c, f"powers it on after the reboot of {host}, not targeted") for c in changes
+                 if isinstance(c.action, SetPower) and c.action.state == "on"]
+    return left
+
+
 def _change_reasons(by_target: dict[str, list[Change]], inside: set[str]) -> list[tuple[Change, str]]:
-    """Changes inside that depend on a guest or VM outside, with why."""
+    """Changes inside that depend on a guest or VM outside (or a host's reboot), with why."""
     left: list[tuple[Change, str]] = []
     mesh_outside = sorted(n for n, cs in by_target.items()
                           if n not in inside and any(c.step == "guest.ssh_mesh" for c in cs))
     for name in sorted(inside & by_target.keys()):
+        left += _reboot_reasons(by_target[name], inside)
         for change in by_target[name]:
             action = change.action
             if change.step == "guest.ssh_mesh" and mesh_outside:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from gpusim import Simulator
 from gpuvm.cli.main import app
 from tests.integration.test_vsphere_flow import LAB_FILE, vsphere_only
-from tests.integration.vcenter import LAB_MIG, use_simulator
+from tests.integration.vcenter import LAB_MIG, raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
 
@@ -59,3 +59,48 @@ def test_targets_narrow_plan_apply_and_verify(monkeypatch, tmp_path):
         rest = gpuvm("plan", lab, "--json")
         assert targets(rest) == {"esx-02", "esx-02-vm1", "esx-02-vm2"}  # the other host untouched
         assert gpuvm("verify", lab, "--target", "esx-02-vm2").exit_code == 5
+
+
+PENDING_REBOOT = """\
+vcenter: {user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}
+hosts:
+  - {name: esx-01, passthrough: [{address: "0000:17:00.0"}], allow_maintenance: true, allow_reboot: true}
+vms:
+  - {name: esx-01-vm1, host: esx-01, firmware: bios}
+  - {name: esx-01-vm2, host: esx-01, firmware: bios}
+"""
+
+
+def test_a_vm_targeted_without_the_host_whose_reboot_stops_it_is_left_out_and_apply_counts_nothing(
+        monkeypatch, tmp_path):
+    """Issue 34, item 1: esx-01's reboot is pending (its passthrough waits for it) and stops its running
+    VMs; `--target esx-01-vm2` plans neither that stop nor the power-on after it (they are the
+    reboot's, esx-01 is not targeted): both are left out, with why, and apply makes and journals nothing."""
+    book = tmp_path / "rb.yaml"
+    book.write_text(PENDING_REBOOT)
+    with Simulator(hosts=1, vms_per_host=2, vm_power="on") as sim:
+        use_simulator(monkeypatch, sim, tmp_path / "state")
+        alone = gpuvm("plan", book, "--target", "esx-01-vm2", "--json", "--detailed-exitcode")
+        assert alone.exit_code == 2, alone.stdout + alone.stderr
+        plan = json.loads(alone.stdout)
+        assert plan["changes"] == [], plan["changes"]
+        assert {(c["step"], c["field"]) for c in plan["left_out_changes"]} == {("host.reboot", "power"),
+                                                                            ("vm.power", "power")}
+        assert "waits for the reboot of esx-01, not targeted" in plan["left_out"]["esx-01-vm2"]
+
+        applied = gpuvm("apply", book, "--target", "esx-01-vm2", "--yes", "--allow-power-off")
+        assert applied.exit_code == 5, applied.stdout + applied.stderr  # drift remains, nothing applied
+        assert "Applied" not in applied.stdout and "waits for the reboot of esx-01" in applied.stderr
+        journal = tmp_path / "state" / "journal.jsonl"
+        done = [e for e in map(json.loads, journal.read_text().splitlines()) if e.get("status") == "done"] \
+            if journal.exists() else []
+        assert done == [], done
+        assert raw_state(sim)["esx-01-vm2"]["power"] == "poweredOn"
+
+        host = gpuvm("plan", book, "--target", "esx-01", "--json")
+        assert {(c["target"], c["step"]) for c in json.loads(host.stdout)["changes"]} >= {
+            ("esx-01", "host.reboot"), ("esx-01-vm2", "host.reboot")}
+        assert gpuvm("apply", book, "--target", "esx-01", "--yes", "--allow-host-reboot",
+                     "--allow-power-off").exit_code == 0
+        assert gpuvm("plan", book, "--target", "esx-01-vm2", "--detailed-exitcode").exit_code == 0
+        assert raw_state(sim)["esx-01-vm2"]["power"] == "poweredOn"

@@ -287,3 +287,18 @@ def test_a_host_and_its_vms_are_begun_before_its_first_act_and_ended_after_its_l
     assert world.log[:3] == [("begin", "esx-01"), ("begin", "gpu-vm"), ("begin", "build-box")]
     assert world.log[-3:] == [("end", "esx-01", None), ("end", "gpu-vm", None), ("end", "build-box", None)]
     assert ("reboot", "host-esx-01") in world.log[3:-3]
+
+
+def test_a_vm_stop_without_its_hosts_reboot_in_the_run_fails_untouched_never_done(world, mocker):
+    """A stop for a reboot that this run does not make (its host not given) is no change made: the VM
+    fails with why, nothing is acted on, and the journal cannot read it as done."""
+    ctx = Context(session=mocker.MagicMock(), options=Options(shutdown_timeout=1, task_timeout=5),
+                  inventory=inventory([r750xa()], [vm("gpu-vm", power_state="poweredOn")]))
+    ctx.session.ref.side_effect = world.ref
+    ctx.intents = mocker.MagicMock(record=world.record, clear=world.clear, current=world.current)
+    stop = Change("host.reboot", "gpu-vm", "vm", "power", "on", "off", Disruption.VM_POWER_OFF,
+                  StopForReboot("esx-01", restore=False))
+    failures = host_reboot.apply_all(ctx, {"gpu-vm": [stop]}, 1)
+    assert set(failures) == {"gpu-vm"}
+    assert str(failures["gpu-vm"]) == "not stopped: the reboot of esx-01 is not part of this run"
+    assert world.log == []

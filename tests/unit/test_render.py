@@ -67,10 +67,10 @@ def test_json_has_changes_notes_and_summary_but_no_apply_spec():
     data = json.loads(plan_json(plan()))
     assert data["schema"] == "gpuvm.plan/1"
     assert data["summary"] == {"changes": 3, "targets": 2, "vm_power_off": 1, "host_reboot": 1, "vm_destroy": 0, "pending": 0,
-                               "not_observed": 0, "left_out": 0}
+                               "not_observed": 0, "left_out": 0, "known_after_apply": 0}
     assert data["changes"][1] == {"step": "vm.hardware", "target": "vm1", "resource": "pci device (new)",
                                   "field": "device", "before": None, "after": "0000:17:00.0",
-                                  "disruption": "vm-power-off", "pending": False}
+                                  "disruption": "vm-power-off", "pending": False, "known_after_apply": False}
 
 
 def test_secrets_are_scrubbed_from_tables_and_json():
@@ -115,3 +115,13 @@ def test_a_note_about_the_whole_run_names_no_target():
     lines = rendered(p, "text").splitlines()
     assert "info: not targeted: 4 change(s) on esx-02" in lines
     assert "warning: vm1: 4 NVLinked GPUs in one VM" in lines
+
+
+def test_a_change_known_after_apply_says_so_in_text_table_and_json():
+    later = Plan(changes=[Change("guest.ssh_mesh", "train-01", "guest", "setup", None, "as the runbook asks",
+                                known_after_apply=True)])
+    assert "    + guest setup: as the runbook asks (known after apply)" in rendered(later, "text").splitlines()
+    row = next(line for line in rendered(later).splitlines() if "guest.ssh_mesh" in line)
+    assert "as the runbook asks (known after apply)" in row
+    assert plan_summary(later) == "Plan: 1 change(s) on 1 target(s) (1 known after apply)."
+    assert json.loads(plan_json(later))["changes"][0]["known_after_apply"] is True

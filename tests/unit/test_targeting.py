@@ -12,6 +12,7 @@ from gpuvm.errors import InputError
 from gpuvm.plan import Change, Disruption, Plan
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps.guest_image import PlaceImage
+from gpuvm.steps.host_reboot import RebootHost, StopForReboot
 from gpuvm.steps.vm_hardware import AddDevice, RemoveDevice
 from gpuvm.steps.vm_power import FreeGpu, SetPower
 from gpuvm.targeting import Scope, select
@@ -151,3 +152,32 @@ def test_a_host_brings_the_vms_it_will_have_and_a_vm_destroyed_frees_nothing_for
     add = _change("vm.hardware", "esx-01-vm1", AddDevice(None, "uuid"))  # type: ignore[arg-type]
     plan = narrowed(Plan(changes=[destroy, add]), "esx-01-vm1")
     assert plan.empty and "devices removed from esx-01-vm2" in left(plan)["esx-01-vm1"]
+
+
+def _reboot_of_esx01(*more: Change) -> Plan:
+    """esx-01's reboot pending (a passthrough setting made before), esx-01-vm2 running on it: stopped
+    for the reboot, and so powered on again by vm.power."""
+    pending = Change("host.passthrough", "esx-01", "pci 0000:17:00.0", "passthrough", "enabled, inactive",
+                     "active", Disruption.HOST_REBOOT)
+    reboot = Change("host.reboot", "esx-01", "host", "reboot", "1 change(s) waiting", "rebooted (maintenance mode)",
+                    Disruption.HOST_REBOOT, RebootHost())
+    stop = Change("host.reboot", "esx-01-vm2", "vm", "power", "poweredOn", "poweredOff for the reboot of esx-01",
+                  Disruption.VM_POWER_OFF, StopForReboot("esx-01", restore=False))
+    power = Change("vm.power", "esx-01-vm2", "vm", "power", "poweredOff", "poweredOn", action=SetPower("on"))
+    return Plan(changes=[pending, reboot, stop, *more, power])
+
+
+def test_a_vm_stopped_for_the_reboot_of_a_host_left_out_is_not_stopped_nor_started_by_the_run():
+    plan = narrowed(_reboot_of_esx01(), "esx-01-vm2")
+    assert plan.empty  # nothing the run would make: the stop is the host's reboot's, the power-on undoes it
+    assert [e.change.step for e in plan.left_out] == ["host.reboot", "vm.power"]
+    assert left(plan) == {"esx-01-vm2": "waits for the reboot of esx-01, not targeted; powers it on after the "
+                                        "reboot of esx-01, not targeted (2)"}
+    assert narrowed(_reboot_of_esx01(), "esx-01").changes == _reboot_of_esx01().changes  # with its host: all
+
+
+def test_a_vm_that_its_own_change_powers_off_keeps_its_power_on_when_its_hosts_reboot_is_left_out():
+    cpus = Change("vm.hardware", "esx-01-vm2", "vm", "cpus", 8, 16, Disruption.VM_POWER_OFF)
+    plan = narrowed(_reboot_of_esx01(cpus), "esx-01-vm2")
+    assert [(c.step, c.field) for c in plan.changes] == [("vm.hardware", "cpus"), ("vm.power", "power")]
+    assert left(plan) == {"esx-01-vm2": "waits for the reboot of esx-01, not targeted (1)"}

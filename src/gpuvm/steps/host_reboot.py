@@ -25,7 +25,9 @@ record gpuvm cannot prove it wrote (vsphere/records.py: `{"maintenance": 42}`, a
 naming no gpuvm run) is no record of gpuvm's: reported, never acted on.
 
 Hosts reboot in batches of --max-unavailable (default 1); when a host fails, the hosts not
-rebooted yet are left alone, so a cluster is never taken down by one bad run.
+rebooted yet are left alone, so a cluster is never taken down by one bad run. A VM's stop is its
+host's reboot's: given without that reboot (`--target` leaves it out: gpuvm/targeting.py) it fails,
+never reads as done.
 """
 
 from __future__ import annotations
@@ -173,8 +175,10 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
             elif isinstance(action, RestorePower):
                 work.setdefault(action.host, _HostWork()).restores.append((target, action))
     recovering = {h: h for h, w in work.items() if w.reboot is None}
+    unmade = {vm: TaskError(f"not stopped: the reboot of {h} is not part of this run")  # `--target`: never "done"
+              for h in recovering for vm, _ in work[h].stops}
     failed = dict(run_group(recovering, lambda h: _recover(ctx, h, work[h]), parallel, name="recover").failed)
-    _end(ctx, recovering, work, failed)
+    _end(ctx, recovering, work, failed | unmade)
     hosts = [h for h, w in work.items() if w.reboot is not None]
     size = max(1, ctx.options.max_unavailable)
     left: dict[str, Exception] = {}  # hosts not rebooted because one failed before them
@@ -191,7 +195,7 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
         for vm in w.vms:
             if host in failures:
                 failures[vm] = failures[host]
-    return failures
+    return unmade | failures
 
 
 def _begin(ctx: Context, name: str, work: _HostWork) -> None:
@@ -201,10 +205,11 @@ def _begin(ctx: Context, name: str, work: _HostWork) -> None:
 
 
 def _end(ctx: Context, hosts: Iterable[str], work: dict[str, _HostWork], failed: dict[str, Exception]) -> None:
-    """The hosts' work ended (their batch's): they and their VMs are done, or failed with the host."""
+    """The hosts' work ended (their batch's): they and their VMs are done, or failed (with the host, or
+    on their own: a VM in `failed`)."""
     for host in hosts:
         for target in (host, *work[host].vms):
-            ctx.end(target, failed.get(host))
+            ctx.end(target, failed.get(target) or failed.get(host))
 
 
 def _recover(ctx: Context, name: str, work: _HostWork) -> None:
