@@ -16,7 +16,8 @@ from gpuvm.plan import Plan
 from gpuvm.secrets import scrub
 from gpuvm.vsphere.facts import Inventory
 
-VERSIONS = {"plan": 1, "apply": 1, "verify": 1, "inventory": 1, "bench-run": 1, "bench-compare": 2, "size": 1}
+VERSIONS = {"plan": 1, "apply": 1, "verify": 1, "inventory": 1, "bench-run": 1, "bench-compare": 2, "size": 1,
+            "saved-plan": 1}
 
 
 def schema_id(command: str) -> str:

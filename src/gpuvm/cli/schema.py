@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def schema_command(name: str = typer.Argument(..., metavar="NAME", show_default=False,
                                               help="runbook, or a command that prints JSON: plan, apply, verify, "
-                                                   "inventory, bench-run, bench-compare, size"),
+                                                   "inventory, bench-run, bench-compare, size, saved-plan"),
                    markdown: bool = typer.Option(False, "--markdown",
                                                  help="runbook only: the reference (docs/runbook.md) instead")) -> None:
     """Print the JSON Schema of the runbook (for editors: the playbooks' yaml-language-server line), or
