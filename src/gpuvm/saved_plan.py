@@ -21,7 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuvm.documents import document, dumps, plan_fields, schema_id
 from gpuvm.errors import InputError
@@ -218,7 +218,7 @@ class _Note(BaseModel):
 class _Runbook(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str
-    sha256: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     setup: str | None = None
     targets: list[str] = []
 

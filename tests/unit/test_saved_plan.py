@@ -1,0 +1,109 @@
+"""Saved plans (gpuvm.saved_plan): the file's round trip, the objects' digests, and what makes a
+saved plan stale."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+
+from gpuvm.errors import InputError
+from gpuvm.plan import Change, Disruption, LeftOut, Note, Plan
+from gpuvm.saved_plan import SavedPlan, made, needed_flags, object_digest, read, stale
+from gpuvm.secrets import remember
+from gpuvm.vsphere.facts import HostFacts, Inventory, VmFacts
+from tests.schema_check import check
+
+BOOK = SimpleNamespace(digest="a" * 64)
+
+
+@dataclass(frozen=True)
+class GuestFact:  # an SSH step's fact, as steps observe them
+    driver: str
+    modules: frozenset[str]
+
+
+def inventory(cpus: int = 2, disk_gb: int = 10) -> Inventory:
+    return Inventory(hosts={"esx-01": HostFacts(name="esx-01", moid="host-1")},
+                     vms={"vm1": VmFacts(name="vm1", moid="vm-1", host="esx-01", cpus=cpus, disk_gb=disk_gb)})
+
+
+FACTS = {("guest.driver", "vm1"): GuestFact("535.1", frozenset({"nvidia", "nvidia_uvm"}))}
+
+
+def a_plan() -> Plan:
+    return Plan([Change("vm.hardware", "vm1", "vm1", "cpus", 2, 4, Disruption.VM_POWER_OFF, action=object()),
+                 Change("host.passthrough", "esx-01", "0000:3b:00.0", "passthrough", False, True,
+                        Disruption.HOST_REBOOT, action=object()),
+                 Change("host.reboot", "esx-01", "esx-01", "reboot", None, "reboot", Disruption.HOST_REBOOT)],
+                [Note("vm1", "vm.hardware", "a note")], {"vm2": "did not answer"},
+                [LeftOut(Change("vm.power", "vm3", "vm3", "power", "off", "on"), "waits on esx-02")])
+
+
+def test_the_file_reads_back_as_written_and_matches_its_schema(tmp_path):
+    saved = made(BOOK, tmp_path / "rb.yaml", "two", ["esx-01"], a_plan(), inventory(), FACTS)
+    file = tmp_path / "plan.json"
+    file.write_text(saved.to_json())
+    assert check(json.loads(file.read_text())) == "saved-plan"
+    again = read(file)
+    assert again == SavedPlan(str(tmp_path / "rb.yaml"), "a" * 64, again.plan, saved.objects, saved.needs, "two",
+                              ("esx-01",))
+    assert [c.to_dict() for c in again.plan.changes] == [c.to_dict() for c in saved.plan.changes]
+    assert [c.pending for c in again.plan.changes] == [False, False, True]
+    assert again.plan.notes == saved.plan.notes and again.plan.unobserved == {"vm2": "did not answer"}
+    assert again.plan.left_out == saved.plan.left_out
+    assert stale(again, a_plan(), inventory(), FACTS) == []
+
+
+def test_the_flags_a_plan_needs():
+    assert needed_flags(a_plan()) == ["--allow-power-off", "--allow-host-reboot"]
+    destroy = Plan([Change("vm.lifecycle", "vm1", "vm1", "state", "present", None, Disruption.VM_DESTROY)])
+    assert needed_flags(destroy) == ["--allow-destroy"] and needed_flags(Plan()) == []
+
+
+def test_secrets_never_reach_the_file(tmp_path):
+    secret = remember("s3cr3t-licence-token")
+    plan = Plan([Change("guest.licensing", "vm1", "gridd.conf", "token", None, f"token={secret}")])
+    text = made(BOOK, tmp_path / "rb.yaml", None, [], plan, inventory(), {}).to_json()
+    assert secret not in text and "token=" in text
+
+
+def test_a_digest_changes_with_what_was_observed_of_its_object_only():
+    base = object_digest("vm1", inventory(), FACTS)
+    assert object_digest("vm1", inventory(), dict(FACTS)) == base
+    assert object_digest("vm1", inventory(cpus=3), FACTS) != base
+    assert object_digest("vm1", inventory(disk_gb=11), FACTS) == base  # grows by itself while it runs
+    other_guest = {("guest.driver", "vm1"): GuestFact("550.2", frozenset({"nvidia"}))}
+    assert object_digest("vm1", inventory(), other_guest) != base
+    assert object_digest("esx-01", inventory(cpus=3), other_guest) == object_digest("esx-01", inventory(), FACTS)
+    assert object_digest("vm9", inventory(), {}) != object_digest("vm1", inventory(), {})  # absent: absent
+
+
+def test_a_plan_is_stale_naming_each_object_changed_or_planned_otherwise(tmp_path):
+    saved = made(BOOK, tmp_path / "rb.yaml", None, [], a_plan(), inventory(), FACTS)
+    assert stale(saved, a_plan(), inventory(cpus=3), FACTS) == ["vm1: changed since the plan was made"]
+    fewer = Plan(a_plan().changes[1:])
+    assert stale(saved, fewer, inventory(), FACTS) == ["vm1: its changes differ (1 planned, 0 now)"]
+    more = Plan([*a_plan().changes, Change("vm.power", "vm2", "vm2", "power", "off", "on")])
+    assert stale(saved, more, inventory(), FACTS) == ["vm2: its changes differ (0 planned, 1 now)"]
+    other = Plan([Change("vm.hardware", "vm1", "vm1", "cpus", 2, 8, Disruption.VM_POWER_OFF), *a_plan().changes[1:]])
+    assert stale(saved, other, inventory(), FACTS) == ["vm1: its changes differ (1 planned, 1 now)"]
+
+
+def test_a_runbook_is_not_a_saved_plan_and_a_bad_saved_plan_is_refused_naming_the_file(tmp_path):
+    book = tmp_path / "rb.yaml"
+    book.write_text("hosts: [{name: esx-01}]\n")
+    assert read(book) is None
+    as_json = tmp_path / "rb.json"
+    as_json.write_text('{"hosts": [{"name": "esx-01"}]}')
+    assert read(as_json) is None
+    other = tmp_path / "old.json"
+    other.write_text('{"schema": "gpuvm.saved-plan/9"}')
+    with pytest.raises(InputError, match=rf"{other}: .*another gpuvm version"):
+        read(other)
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema": "gpuvm.saved-plan/1", "runbook": {"path": "rb.yaml"}}')
+    with pytest.raises(InputError, match=rf"{broken}: not a valid saved plan: runbook.sha256"):
+        read(broken)
