@@ -23,14 +23,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpuvm import collector
 from gpuvm.documents import document, dumps, plan_fields, schema_id
+from gpuvm.engine import STEPS
 from gpuvm.errors import InputError
 from gpuvm.files import RUNBOOK_BYTES, read_capped
+from gpuvm.apply_options import ApplyOptions
 from gpuvm.plan import Change, Disruption, LeftOut, Note, Plan
+from gpuvm.runbook.loader import load_runbook
+from gpuvm.runbook.model import Runbook
+from gpuvm.runbook.setups import select_setup
+from gpuvm.render import change_line
+from gpuvm.runs import Access, Applied, RemoteFacts, apply_loaded, plan_observed
+from gpuvm.targeting import select
 from gpuvm.vsphere.facts import Inventory
 
 KIND = "saved-plan"
-RemoteFacts = dict[tuple[str, str], Any]  # (step, target) → observed fact, as runs.RemoteFacts
 _VOLATILE = {"disk_gb"}  # a running VM's committed storage grows by itself: not a change to its configuration
 _KEPT = object()  # a saved change's action: carried out (not pending); the re-made plan's actions are what runs
 
@@ -53,23 +61,17 @@ class SavedPlan:
                               needs=self.needs, objects=self.objects, **plan_fields(self.plan)))
 
 
-def made(book: Any, runbook: Path, setup: str | None, targets: Sequence[str], plan: Plan, inventory: Inventory,
+def made(book: Runbook, runbook: Path, setup: str | None, targets: Sequence[str], plan: Plan, inventory: Inventory,
          facts: RemoteFacts) -> SavedPlan:
     """The saved form of `plan`, made from `book` (the runbook at `runbook`) over what was observed."""
     return SavedPlan(str(runbook), book.digest, plan, object_digests(plan, inventory, facts), needed_flags(plan),
                      setup, tuple(targets))
 
 
-def plan_to_file(runbook: Path, out: Path, access: Any, setup: str | None = None,
+def plan_to_file(runbook: Path, out: Path, access: Access, setup: str | None = None,
                  targets: Sequence[str] = ()) -> SavedPlan:
     """`plan RUNBOOK --out FILE`: plan the runbook live (on `targets` only when given) and write the
     saved plan to `out`."""
-    from gpuvm import collector
-    from gpuvm.runbook.loader import load_runbook
-    from gpuvm.runbook.setups import select_setup
-    from gpuvm.runs import plan_observed
-    from gpuvm.targeting import select
-
     book = select_setup(load_runbook(runbook), setup)
     select(book, targets)  # unknown names refused before anything is read
     with collector.paused():  # inventories and plans: objects made in bulk
@@ -82,15 +84,11 @@ def plan_to_file(runbook: Path, out: Path, access: Any, setup: str | None = None
     return saved
 
 
-def apply_saved(file: Path, saved: SavedPlan, access: Any, options: Any, **shown: Any) -> Any:
+def apply_saved(file: Path, saved: SavedPlan, access: Access, options: ApplyOptions, **shown: Any) -> Applied:
     """`apply FILE`: carry out the saved plan, and only it (runs.Applied). Refused with nothing touched
     when the runbook's text changed, when the plan needs an --allow-* flag `options` lacks (before
     connecting), or when the plan made again under the locks differs (StalePlan). `shown`:
     apply_loaded's show_plan, confirm and progress."""
-    from gpuvm.runbook.loader import load_runbook
-    from gpuvm.runbook.setups import select_setup
-    from gpuvm.runs import apply_loaded
-
     book = select_setup(load_runbook(saved.runbook), saved.setup)
     check_runbook(saved, book, file)
     given = [flag for flag, on in {"--allow-destroy": options.allow_destroy, "--allow-power-off": options.allow_power_off,
@@ -102,8 +100,6 @@ def apply_saved(file: Path, saved: SavedPlan, access: Any, options: Any, **shown
 
 def needed_flags(plan: Plan) -> list[str]:
     """The --allow-* flags `apply` needs for `plan` (engine.check_allowed asks for them)."""
-    from gpuvm.engine import STEPS
-
     reboot_steps = {s.name for s in STEPS if s.reboots_host}
     flags = {"--allow-destroy": plan.disruptive(Disruption.VM_DESTROY),
              "--allow-power-off": plan.disruptive(Disruption.VM_POWER_OFF),
@@ -144,25 +140,32 @@ def _canonical(value: Any) -> Any:
 
 def stale(saved: SavedPlan, plan: Plan, inventory: Inventory, facts: RemoteFacts) -> list[str]:
     """What differs between the saved plan and `plan`, made again now over `inventory` and `facts`:
-    one line per object changed since (its digest) or whose changes differ; none: the same plan."""
-    now = _by_target(plan.changes)
-    before = _by_target(saved.plan.changes)
+    one line per object changed since (its digest) or planned otherwise now; none: the same plan."""
+    now, before = _by_target(plan.changes), _by_target(saved.plan.changes)
     problems = []
     for target in dict.fromkeys([*before, *now]):
-        if target in saved.objects and object_digest(target, inventory, facts) != saved.objects[target]:
-            problems.append(f"{target}: changed since the plan was made")
-        elif before.get(target) != now.get(target):
-            problems.append(f"{target}: its changes differ ({len(before.get(target, []))} planned, "
-                            f"{len(now.get(target, []))} now)")
+        changed = target in saved.objects and object_digest(target, inventory, facts) != saved.objects[target]
+        planned, current = before.get(target, {}), now.get(target, {})
+        differs = "" if planned.keys() == current.keys() else (
+            f"; planned: {_lines(planned, current)}; now: {_lines(current, planned)}")
+        if changed or differs:
+            problems.append(f"{target}: {'changed since the plan was made' if changed else 'planned otherwise now'}"
+                            f"{differs}")
     return problems
 
 
-def _by_target(changes: Sequence[Change]) -> dict[str, list[Any]]:
-    """Changes by target, each as the file holds it (scrubbed, JSON values)."""
-    by_target: dict[str, list[Any]] = {}
+def _by_target(changes: Sequence[Change]) -> dict[str, dict[str, Change]]:
+    """Changes by target, each keyed by its form in the file (scrubbed, JSON values)."""
+    by_target: dict[str, dict[str, Change]] = {}
     for change in changes:
-        by_target.setdefault(change.target, []).append(json.loads(dumps(change.to_dict(), indent=None)))
+        by_target.setdefault(change.target, {})[dumps(change.to_dict(), indent=None)] = change
     return by_target
+
+
+def _lines(these: dict[str, Change], but_not: dict[str, Change], most: int = 3) -> str:
+    """The changes of `these` not in `but_not`, one short line each."""
+    lines = [change_line(change) for key, change in these.items() if key not in but_not]
+    return ", ".join(lines[:most]) + (f" and {len(lines) - most} more" if len(lines) > most else "") or "nothing"
 
 
 class StalePlan(InputError):
@@ -178,7 +181,7 @@ def refuse_if_stale(saved: SavedPlan, file: Path) -> Callable[[Plan, Inventory, 
     return check
 
 
-def check_runbook(saved: SavedPlan, book: Any, file: Path) -> None:
+def check_runbook(saved: SavedPlan, book: Runbook, file: Path) -> None:
     """Refuse a runbook whose text changed since the plan was made."""
     if book.digest != saved.sha256:
         raise StalePlan(f"stale plan: plan again; the runbook {saved.runbook} changed since {file} was made "

@@ -25,9 +25,10 @@ class GuestFact:  # an SSH step's fact, as steps observe them
     modules: frozenset[str]
 
 
-def inventory(cpus: int = 2, disk_gb: int = 10) -> Inventory:
+def inventory(cpus: int = 2, disk_gb: int = 10, memory_mb: int = 1024) -> Inventory:
     return Inventory(hosts={"esx-01": HostFacts(name="esx-01", moid="host-1")},
-                     vms={"vm1": VmFacts(name="vm1", moid="vm-1", host="esx-01", cpus=cpus, disk_gb=disk_gb)})
+                     vms={"vm1": VmFacts(name="vm1", moid="vm-1", host="esx-01", cpus=cpus, disk_gb=disk_gb,
+                                         memory_mb=memory_mb)})
 
 
 FACTS = {("guest.driver", "vm1"): GuestFact("535.1", frozenset({"nvidia", "nvidia_uvm"}))}
@@ -83,13 +84,17 @@ def test_a_digest_changes_with_what_was_observed_of_its_object_only():
 
 def test_a_plan_is_stale_naming_each_object_changed_or_planned_otherwise(tmp_path):
     saved = made(BOOK, tmp_path / "rb.yaml", None, [], a_plan(), inventory(), FACTS)
-    assert stale(saved, a_plan(), inventory(cpus=3), FACTS) == ["vm1: changed since the plan was made"]
+    assert stale(saved, a_plan(), inventory(disk_gb=99), FACTS) == []
+    assert stale(saved, a_plan(), inventory(memory_mb=2048), FACTS) == ["vm1: changed since the plan was made"]
+    cpus_now = Plan([Change("vm.hardware", "vm1", "vm1", "cpus", 3, 4, Disruption.VM_POWER_OFF), *a_plan().changes[1:]])
+    assert stale(saved, cpus_now, inventory(cpus=3), FACTS) == [
+        "vm1: changed since the plan was made; planned: ! vm1 cpus: 2 → 4 (VM power-off); "
+        "now: ! vm1 cpus: 3 → 4 (VM power-off)"]
     fewer = Plan(a_plan().changes[1:])
-    assert stale(saved, fewer, inventory(), FACTS) == ["vm1: its changes differ (1 planned, 0 now)"]
+    assert stale(saved, fewer, inventory(), FACTS) == [
+        "vm1: planned otherwise now; planned: ! vm1 cpus: 2 → 4 (VM power-off); now: nothing"]
     more = Plan([*a_plan().changes, Change("vm.power", "vm2", "vm2", "power", "off", "on")])
-    assert stale(saved, more, inventory(), FACTS) == ["vm2: its changes differ (0 planned, 1 now)"]
-    other = Plan([Change("vm.hardware", "vm1", "vm1", "cpus", 2, 8, Disruption.VM_POWER_OFF), *a_plan().changes[1:]])
-    assert stale(saved, other, inventory(), FACTS) == ["vm1: its changes differ (1 planned, 1 now)"]
+    assert stale(saved, more, inventory(), FACTS) == ["vm2: planned otherwise now; planned: nothing; now: ~ vm2 power: off → on"]
 
 
 def test_a_runbook_is_not_a_saved_plan_and_a_bad_saved_plan_is_refused_naming_the_file(tmp_path):
@@ -107,3 +112,26 @@ def test_a_runbook_is_not_a_saved_plan_and_a_bad_saved_plan_is_refused_naming_th
     broken.write_text('{"schema": "gpuvm.saved-plan/1", "runbook": {"path": "rb.yaml"}}')
     with pytest.raises(InputError, match=rf"{broken}: not a valid saved plan: runbook.sha256"):
         read(broken)
+
+
+def test_apply_of_a_saved_plan_refuses_a_changed_runbook_or_a_flag_not_given_before_connecting(tmp_path, mocker):
+    from gpuvm.apply_options import ApplyOptions
+    from gpuvm.saved_plan import StalePlan, apply_saved
+
+    book = tmp_path / "rb.yaml"
+    book.write_text("hosts: []\n")
+    loaded = mocker.patch("gpuvm.saved_plan.load_runbook", return_value=SimpleNamespace(digest="b" * 64))
+    applied = mocker.patch("gpuvm.saved_plan.apply_loaded")
+    saved = made(BOOK, book, None, ["vm1"], a_plan(), inventory(), FACTS)
+    with pytest.raises(StalePlan, match=rf"the runbook {book} changed since {tmp_path}/plan.json was made"):
+        apply_saved(tmp_path / "plan.json", saved, None, ApplyOptions(allow_power_off=True, allow_host_reboot=True))
+    loaded.return_value = BOOK
+    with pytest.raises(InputError, match="the saved plan needs --allow-host-reboot"):
+        apply_saved(tmp_path / "plan.json", saved, None, ApplyOptions(allow_power_off=True))
+    applied.assert_not_called()
+    options = ApplyOptions(allow_power_off=True, allow_host_reboot=True)
+    apply_saved(tmp_path / "plan.json", saved, None, options, progress=print)
+    (args, kwargs), = applied.call_args_list
+    assert args == (BOOK, None, options) and kwargs["targets"] == ("vm1",) and kwargs["progress"] is print
+    with pytest.raises(StalePlan, match="vm1: changed since"):
+        kwargs["check"](a_plan(), inventory(cpus=3), FACTS)
