@@ -39,7 +39,9 @@ from gpuvm.targeting import select
 from gpuvm.vsphere.facts import Inventory
 
 KIND = "saved-plan"
-_VOLATILE = {"disk_gb"}  # a running VM's committed storage grows by itself: not a change to its configuration
+# Observed values that move by themselves, not changes to an object: a running VM's committed
+# storage (VmFacts.disk_gb), the seconds a guest's licence has left (guest.licensing's expires_in)
+_VOLATILE = {"disk_gb", "expires_in"}
 _KEPT = object()  # a saved change's action: carried out (not pending); the re-made plan's actions are what runs
 
 
@@ -113,26 +115,24 @@ def object_digests(plan: Plan, inventory: Inventory, facts: RemoteFacts) -> dict
 
 
 def object_digest(target: str, inventory: Inventory, facts: RemoteFacts) -> str:
-    host, vm = inventory.hosts.get(target), inventory.vms.get(target)
-    seen = {"host": host.model_dump(mode="json") if host else None,
-            "vm": vm.model_dump(mode="json", exclude=_VOLATILE) if vm else None,
-            "remote": {step: _canonical(fact) for (step, name), fact in sorted(facts.items(), key=lambda i: i[0])
-                       if name == target}}
-    return hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()
+    seen = _canonical({"host": inventory.hosts.get(target), "vm": inventory.vms.get(target),
+                       "remote": {step: fact for (step, name), fact in facts.items() if name == target}})
+    return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()
 
 
 def _canonical(value: Any) -> Any:
-    """An observed fact as plain JSON values, the same for the same fact whatever its type."""
+    """An observed fact as plain JSON values, the same for the same fact whatever its type; the
+    values that move by themselves (`_VOLATILE`) left out."""
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+        return _canonical(value.model_dump(mode="json"))
     if is_dataclass(value) and not isinstance(value, type):
         return _canonical(asdict(value))
     if isinstance(value, Enum):
         return _canonical(value.value)
     if isinstance(value, dict):
-        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda i: str(i[0]))}
+        return {str(k): _canonical(v) for k, v in value.items() if k not in _VOLATILE}
     if isinstance(value, (set, frozenset)):
-        return sorted((_canonical(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True, default=str))
+        return sorted((_canonical(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)

@@ -23,6 +23,7 @@ BOOK = SimpleNamespace(digest="a" * 64)
 class GuestFact:  # an SSH step's fact, as steps observe them
     driver: str
     modules: frozenset[str]
+    expires_in: float = 3600.0  # as guest.licensing's: seconds left, moving by itself
 
 
 def inventory(cpus: int = 2, disk_gb: int = 10, memory_mb: int = 1024) -> Inventory:
@@ -76,6 +77,8 @@ def test_a_digest_changes_with_what_was_observed_of_its_object_only():
     assert object_digest("vm1", inventory(), dict(FACTS)) == base
     assert object_digest("vm1", inventory(cpus=3), FACTS) != base
     assert object_digest("vm1", inventory(disk_gb=11), FACTS) == base  # grows by itself while it runs
+    later = {("guest.driver", "vm1"): GuestFact("535.1", frozenset({"nvidia_uvm", "nvidia"}), expires_in=3000.0)}
+    assert object_digest("vm1", inventory(), later) == base
     other_guest = {("guest.driver", "vm1"): GuestFact("550.2", frozenset({"nvidia"}))}
     assert object_digest("vm1", inventory(), other_guest) != base
     assert object_digest("esx-01", inventory(cpus=3), other_guest) == object_digest("esx-01", inventory(), FACTS)
