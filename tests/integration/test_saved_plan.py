@@ -86,3 +86,24 @@ def test_apply_of_a_saved_plan_refuses_when_a_planned_vm_or_the_runbook_changed_
         assert applied.exit_code == 0, applied.output
         assert raw_state(sim)["esx-01-vm1"]["cpus"] == 4
         assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0
+
+
+def test_a_saved_plan_of_the_lab_hosts_vms_and_guests_is_carried_out_as_planned(testbed, tmp_path, monkeypatch):
+    # the digests of ESXi shells' and guests' facts, observed twice (at plan, and under apply's locks), agree
+    from tests.integration.test_end_to_end import lab_for_bed
+    from tests.integration.vcenter import LAB_MIG, reboot_hook
+
+    testbed.up()  # fresh test hosts: the lab's plan changes hosts, VMs and guests
+    saved = tmp_path / "lab.plan"
+    with Simulator(hosts=2, vms_per_host=2, on_reboot=reboot_hook(testbed), mig=LAB_MIG) as sim:
+        use_simulator(monkeypatch, sim, tmp_path / "state")
+        runbook = lab_for_bed(testbed, tmp_path / "lab.yaml")
+        planned = gpuvm("plan", str(runbook), "--out", str(saved))
+        assert planned.exit_code == 0, planned.output
+        document = json.loads(saved.read_text())
+        assert {"esx-01", "esx-01-vm1"} <= set(document["objects"]), document["objects"]
+        assert any(c["step"].startswith("esxi.") for c in document["changes"])  # ESXi shells' facts, over SSH
+        applied = gpuvm("apply", str(saved), "--yes", "--allow-host-reboot")
+        assert applied.exit_code == 0, applied.output
+        assert gpuvm("plan", str(runbook), "--detailed-exitcode").exit_code == 0
+    testbed.up()  # leave fresh hosts behind
