@@ -138,3 +138,24 @@ def test_apply_of_a_saved_plan_refuses_a_changed_runbook_or_a_flag_not_given_bef
     assert args == (BOOK, None, options) and kwargs["targets"] == ("vm1",) and kwargs["progress"] is print
     with pytest.raises(StalePlan, match="vm1: changed since"):
         kwargs["check"](a_plan(), inventory(cpus=3), FACTS)
+
+
+def test_show_prints_a_saved_plan_as_plan_does_and_refuses_a_runbook(tmp_path):
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+
+    file = tmp_path / "plan.json"
+    file.write_text(made(BOOK, tmp_path / "rb.yaml", "two", [], a_plan(), inventory(), FACTS).to_json())
+    as_json = CliRunner().invoke(app, ["show", str(file), "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    document = json.loads(as_json.stdout)
+    assert check(document) == "plan" and document["changes"] == [c.to_dict() for c in a_plan().changes]
+    text = CliRunner().invoke(app, ["show", str(file)])
+    assert text.exit_code == 0 and "--setup two" in text.stdout and "--allow-power-off --allow-host-reboot" in text.stdout
+    assert "cpus: 2 → 4" in text.stdout
+    table = CliRunner().invoke(app, ["show", str(file), "--format", "table"])
+    assert table.exit_code == 0 and "vm.hardware" in table.stdout, table.output
+    (book := tmp_path / "rb.yaml").write_text("hosts: []\n")
+    refused = CliRunner().invoke(app, ["show", str(book)])
+    assert refused.exit_code == 2 and "not a saved plan" in refused.output

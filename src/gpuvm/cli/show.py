@@ -37,5 +37,5 @@ def show_command(file: Path = typer.Argument(..., metavar="FILE", help="A plan s
     scope += "".join(f" --target {name}" for name in saved.targets)
     needs = f"; apply needs {' '.join(saved.needs)}" if saved.needs else ""
     out.print(f"saved plan of {saved.runbook}{scope} (sha256 {saved.sha256[:12]}…){needs}",
-              markup=False, highlight=False)
+              markup=False, highlight=False, soft_wrap=True)
     print_plan(out, saved.plan, form)
