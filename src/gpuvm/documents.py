@@ -20,7 +20,7 @@ from gpuvm.secrets import scrub
 from gpuvm.vsphere.facts import Inventory
 
 VERSIONS = {"plan": 1, "apply": 1, "verify": 1, "inventory": 1, "bench-run": 1, "bench-compare": 2, "size": 1,
-            "locks": 1, "error": DOCUMENT_VERSION}
+            "locks": 1, "saved-plan": 1, "error": DOCUMENT_VERSION}
 STREAM_ENDS = {"apply": "summary"}  # a command printing a stream of documents: the event that ends it
 _outcome_printed = False  # the command under way has made the document that tells how it ended
 

@@ -200,13 +200,21 @@ def _plan_apart(book: Runbook, access: Access) -> Plan:
 
 
 def _plan(book: Runbook, access: Access, snapshot: Path | None, targets: Sequence[str]) -> Plan:
+    if snapshot is None:
+        return plan_observed(book, access, targets)[0]
     fleet = observe_fleet(book, access, snapshot)
-    if snapshot is not None:
-        plan, _ = make_plan(book, fleet)
-        return narrowed(plan, book, targets, fleet.merged(book))[0]
+    plan, _ = make_plan(book, fleet)
+    return narrowed(plan, book, targets, fleet.merged(book))[0]
+
+
+def plan_observed(book: Runbook, access: Access, targets: Sequence[str] = ()) -> tuple[Plan, Inventory, RemoteFacts]:
+    """The live plan of a loaded runbook (on `targets` only when given), with what it was made from:
+    the inventory and the SSH targets' facts (a saved plan digests them: gpuvm.saved_plan)."""
+    fleet = observe_fleet(book, access)
     with remote(reached(book, fleet), access, whole=book) as (cluster, facts, down):
         plan, _ = make_plan(reached(book, fleet), fleet, cluster, facts, down)
-    return narrowed(plan, book, targets, fleet.merged(book))[0]
+    inventory = fleet.merged(book)
+    return narrowed(plan, book, targets, inventory)[0], inventory, facts
 
 
 def reached(book: Runbook, fleet: Fleet) -> Runbook:
@@ -286,8 +294,11 @@ def apply_runbook(runbook: Path, access: Access, options: ApplyOptions = ApplyOp
 
 def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOptions(), *,
                  show_plan: Callable[[Plan], None] | None = None, confirm: Callable[[Plan], None] | None = None,
-                 progress: Progress | None = None, targets: Sequence[str] = ()) -> Applied:
-    """`apply_runbook` for a runbook already loaded (a campaign's setup is built, not read)."""
+                 progress: Progress | None = None, targets: Sequence[str] = (),
+                 check: Callable[[Plan, Inventory, RemoteFacts], None] | None = None) -> Applied:
+    """`apply_runbook` for a runbook already loaded (a campaign's setup is built, not read). `check`
+    sees the plan made under the locks, and what it was made from, first: raising stops the run
+    with nothing touched (a saved plan that is stale: gpuvm.saved_plan)."""
     select(book, targets)  # unknown names refused before anything is touched
     journal = Journal(make_state_dir(access.state_dir))
     with ExitStack() as stack:
@@ -304,6 +315,8 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
         plan, scope = narrowed(plan, book, targets, facts)
         if scope is not None:
             down = {name: why for name, why in down.items() if scope.covers(name)}
+        if check is not None:
+            check(plan, facts, seen)
         if show_plan is not None:
             show_plan(plan)
         intents = {name: IntentStore(session, journal.run_id) for name, session in sessions.items()}

@@ -14,34 +14,17 @@ import time
 from contextlib import ExitStack
 
 import pytest
-from typer.testing import CliRunner
 
 from gpusim import Simulator
-from gpuvm.cli.main import app
 from gpuvm.vsphere.lock import HostLocks
 from gpuvm.vsphere.session import Session, Target
 from tests.integration.vcenter import simulated_vcenters, use_simulator
+from tests.integration.test_reboot_kills import BOUNDARIES, FLAGS, RUNBOOK, entries, gpuvm
 from tests.schema_check import check
 
 pytestmark = pytest.mark.integration
 
-RUNBOOK = """\
-vcenter: {user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}
-hosts:
-  - {name: esx-01, passthrough: [{address: "0000:17:00.0"}], allow_maintenance: true, allow_reboot: true}
-vms: [{name: esx-01-vm1, host: esx-01, firmware: bios}]
-"""
-FLAGS = ("--yes", "--allow-host-reboot", "--allow-power-off")
-INTENT = {"status": "intent", "act": "maintenance", "state": "recorded"}  # the run holds its locks by then
-
-
-def gpuvm(*args: str):
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
-
-
-def entries(journal) -> list[dict]:
-    text = journal.read_text() if journal.exists() else ""
-    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+INTENT = BOUNDARIES["intent-recorded"]  # the run holds its locks by then
 
 
 def start_apply(runbook, journal, ttl: str) -> tuple[subprocess.Popen, str]:

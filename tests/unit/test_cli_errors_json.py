@@ -60,13 +60,14 @@ def test_verify_prints_its_own_document_for_drift_and_no_second_one(mocker):
     assert [check(d) for d in [json.loads(result.stdout)]] == ["verify"]  # exactly one document
 
 
-def test_apply_ends_its_stream_with_the_error_that_stopped_it(mocker):
+def test_apply_ends_its_stream_with_the_error_that_stopped_it(mocker, tmp_path):
     def refused(*args, show_plan, **kwargs):
         show_plan(Plan(changes=[Change("vm.hardware", "train-01", "vm", "cpus", 4, 8)]))
         raise LockedError("esx-01: locked by another gpuvm run")
 
     mocker.patch.object(runs, "apply_runbook", side_effect=refused)
-    result = gpuvm("apply", "lab.yaml", "--json", "--yes")
+    (book := tmp_path / "lab.yaml").write_text("hosts: [{name: esx-01}]\n")  # read first: a saved plan, or a runbook
+    result = gpuvm("apply", str(book), "--json", "--yes")
     events = documents(result.stdout)
     assert [check(e) for e in events] == ["apply", "error"] and result.exit_code == events[-1]["exit"] == 7
     assert events[-1]["code"] == "locked"

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from gpuvm.cli import bench_report, bench_run, init, locks, schema, size
+from gpuvm.cli import bench_report, bench_run, init, locks, schema, show, size
 from gpuvm.cli.common import Gpuvm, access, ends_process, err, fail, finish, handle_errors, interactive, load, out
 
 app = Gpuvm(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -45,6 +45,7 @@ size.register(app)
 init.register(app)
 schema.register(app)
 locks.register(app)
+show.register(app)
 
 RUNBOOK = typer.Argument(..., exists=False, help="The runbook (YAML)", show_default=False)
 INSECURE = typer.Option(False, "--insecure", help="Turn TLS certificate verification OFF (says so loudly)")
@@ -115,8 +116,11 @@ def plan(runbook: Path = RUNBOOK,
                                                      "out by --target), 3: some target in scope not "
                                                      "observed (worst first), 1: error"),
          accept_new_host_keys: bool = ACCEPT_KEYS, state_dir: Optional[Path] = STATE,
-         insecure: bool = INSECURE, setup: Optional[str] = SETUP, target: list[str] = TARGET) -> None:
-    """Dry run: every change on every host and VM, disruptive ones marked. Changes nothing."""
+         insecure: bool = INSECURE, setup: Optional[str] = SETUP, target: list[str] = TARGET,
+         save: Optional[Path] = typer.Option(None, "--out", metavar="FILE",
+                                             help="Also write the plan to FILE, for `apply FILE` to carry out "
+                                                  "exactly it (refused if anything it plans changed since)")) -> None:
+    """Dry run: every change on every host and VM, disruptive ones marked. Changes nothing (but --out's file)."""
     from gpuvm import collector
     from gpuvm.documents import plan_json
     from gpuvm.errors import GpuvmError
@@ -126,7 +130,17 @@ def plan(runbook: Path = RUNBOOK,
     ends_process()  # the inventory's tree and the plan are left to the OS, not freed one by one
     with collector.paused():  # the plan and its lines: many objects, no cycles (runs.plan_runbook pauses too)
         try:
-            the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot, setup, target)
+            if save is not None and snapshot is not None:
+                raise fail("--out saves a live plan: not with --snapshot", 2)
+            if save is not None:
+                from gpuvm.saved_plan import plan_to_file
+
+                the_plan = plan_to_file(runbook, save, access(insecure, accept_new_host_keys, state_dir), setup,
+                                        target).plan
+                err.print(f"plan saved to {save}; carry it out with: gpuvm apply {save}", markup=False, highlight=False)
+            else:
+                the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot, setup,
+                                        target)
         except GpuvmError as e:
             raise fail(str(e), 1 if detailed_exitcode else e.exit_code, e.code) from None
         if json_:
@@ -162,18 +176,23 @@ def apply(runbook: Path = RUNBOOK,
           json_: bool = typer.Option(False, "--json", help="One JSON document per line: the plan, each progress "
                                                            "event, a summary (schema gpuvm.apply/1)"),
           form: Form = FORMAT, target: list[str] = TARGET) -> None:
-    """Show the plan, ask (or --yes), apply it in parallel, journal every change."""
+    """Show the plan, ask (or --yes), apply it in parallel, journal every change. RUNBOOK may be a
+    plan saved by `plan --out`: exactly it is carried out, or refused (exit 2) if it is stale."""
     from gpuvm.apply_options import ApplyOptions
     from gpuvm.cli.apply_output import ApplyOutput
     from gpuvm.runs import apply_runbook
+    from gpuvm.saved_plan import apply_saved, read
 
     shown = ApplyOutput(json_, form.value)
     options = ApplyOptions(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
                            allow_destroy=allow_destroy, allow_repeat_reboot=allow_repeat_reboot, parallel=parallel,
                            max_unavailable=max_unavailable, shutdown_timeout=shutdown_timeout)
-    applied = apply_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), options,
-                            show_plan=shown.plan, confirm=None if yes else _confirm, progress=shown.progress,
-                            setup=setup, targets=target)
+    saved, reach = read(runbook), access(insecure, accept_new_host_keys, state_dir)
+    if saved is not None and (setup or target):
+        raise fail(f"{runbook} is a saved plan: it carries its own --setup and --target", 2)
+    ui = {"show_plan": shown.plan, "confirm": None if yes else _confirm, "progress": shown.progress}
+    applied = (apply_saved(runbook, saved, reach, options, **ui) if saved is not None
+               else apply_runbook(runbook, reach, options, setup=setup, targets=target, **ui))
     shown.summary(applied)
     applied.raise_for_outcome()  # failed or not observed: their code (3 for connections); left out: 5
 

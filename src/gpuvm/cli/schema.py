@@ -14,8 +14,8 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def schema_command(name: str = typer.Argument(..., metavar="NAME", show_default=False,
                                               help="runbook, or a command that prints JSON: plan, apply, verify, "
-                                                   "inventory, bench-run, bench-compare, size, locks; or error "
-                                                   "(any command's, with --json)"),
+                                                   "inventory, bench-run, bench-compare, size, locks, saved-plan; "
+                                                   "or error (any command's, with --json)"),
                    markdown: bool = typer.Option(False, "--markdown",
                                                  help="runbook only: the reference (docs/runbook.md) instead")) -> None:
     """Print the JSON Schema of the runbook (for editors: the playbooks' yaml-language-server line), or
