@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from gpuvm import collector
 from gpuvm.documents import document, dumps, plan_fields, schema_id
@@ -190,12 +190,26 @@ def check_runbook(saved: SavedPlan, book: Runbook, file: Path) -> None:
 
 # The file, read back: input from outside, bounded and checked against its schema before use.
 
+STEP_NAMES = frozenset(s.name for s in STEPS)
+
+
+def _a_step(name: str) -> str:
+    if name not in STEP_NAMES:
+        raise ValueError(f"{name[:40]!r} is not a step of this gpuvm (plan again)")
+    return name
+
+
+Named = Annotated[str, Field(min_length=1)]
+
+
 class _Change(BaseModel):
+    """A change as `plan --json` prints it: a step gpuvm has, on a named target, resource and field."""
+
     model_config = ConfigDict(extra="forbid")
-    step: str
-    target: str
-    resource: str
-    field: str
+    step: Annotated[str, AfterValidator(_a_step)]
+    target: Named
+    resource: Named
+    field: Named
     before: Any
     after: Any
     disruption: Disruption

@@ -59,6 +59,17 @@ def test_the_file_reads_back_as_written_and_matches_its_schema(tmp_path):
     assert stale(again, a_plan(), inventory(), FACTS) == []
 
 
+def test_a_change_of_a_step_this_gpuvm_has_not_or_on_no_target_is_refused_naming_it(tmp_path):
+    data = json.loads(made(BOOK, tmp_path / "rb.yaml", None, [], a_plan(), inventory(), FACTS).to_json())
+    file = tmp_path / "plan.json"
+    file.write_text(json.dumps(data | {"changes": [data["changes"][0] | {"step": "vm.teleport"}]}))
+    with pytest.raises(InputError, match=rf"{file}: not a valid saved plan: changes.0.step: .*'vm.teleport' is not a step"):
+        read(file)
+    file.write_text(json.dumps(data | {"changes": [data["changes"][0] | {"target": ""}]}))
+    with pytest.raises(InputError, match=rf"{file}: not a valid saved plan: changes.0.target"):
+        read(file)
+
+
 def test_the_flags_a_plan_needs():
     assert needed_flags(a_plan()) == ["--allow-power-off", "--allow-host-reboot"]
     destroy = Plan([Change("vm.lifecycle", "vm1", "vm1", "state", "present", None, Disruption.VM_DESTROY)])
