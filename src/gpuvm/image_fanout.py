@@ -201,9 +201,9 @@ mkfifo "$t/peer" || exit 1
   < "$t/peer" > /dev/null 2> "$t/load.err" &
 peer=$!
 {{ {save} 2>"$t/save.err"; echo $? > "$t/save"; }} | bash -c {feed} feed "$t" {int(chunk)} "$t/peer" $peer {int(stall)} &
-wait $!  # in the background: a TERM is handled now, not once the pipeline is done
+wait $! 2> /dev/null  # in the background: a TERM is handled now; the shell's word on a job it cut off ("Terminated") is not the hop's
 fed=$?
-wait $peer
+wait $peer 2> /dev/null
 load=$?
 save=$(cat "$t/save" 2>/dev/null || echo 1)
 if [ "$save" != 0 ] && [ "$save" != 141 ]; then echo "docker save failed (exit $save): $(last "$t/save.err")" >&2; exit {SAVE_FAILED}; fi
