@@ -125,13 +125,13 @@ def outcome(part: Part, code: int, out: list[str], err: list[str]) -> Outcome:
         last = next((line.strip() for line in reversed(out) if line.strip()), "")
         return Outcome(part, {}, f"its last line has no {', '.join(missing)} ({last[:200]!r})")
     figures = {key: figures[key] for key in part.keys}
-    bad = [key for key, value in figures.items() if not _is_number(value)]
+    bad = [key for key, value in figures.items() if not is_number(value)]
     if bad:
         return Outcome(part, {}, f"not a number: {', '.join(f'{k}={figures[k]}' for k in bad)}")
     return Outcome(part, figures)
 
 
-def _is_number(value: str) -> bool:
+def is_number(value: str) -> bool:
     try:
         float(value)
     except ValueError:

@@ -11,6 +11,7 @@ They run three at a time (the bed's four one after another, on their lock): abou
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -48,18 +49,16 @@ def test_every_bench_script_has_a_smoke_case():
     assert bench_scripts() == sorted(SMOKE), "give each bench/ script a case in SMOKE (arguments of a few seconds)"
 
 
-def figures(stdout: str) -> dict[str, str]:
-    """The `key=value` pairs of the last non-empty line."""
-    last = next((line for line in reversed(stdout.splitlines()) if line.strip()), "")
-    return dict(word.split("=", 1) for word in last.split() if "=" in word)
+def fleet_reader():
+    """bench/fleet.py, which reads the scripts' last lines for the fleet campaign: read here the same way."""
+    spec = importlib.util.spec_from_file_location("bench_fleet_reader", BENCH / "fleet.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
 
 
-def is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+FLEET = fleet_reader()
 
 
 BED = ("container_path.py", "image_fanout.py", "campaign_scale.py", "ssh_mesh.py")  # first: one after another
@@ -85,6 +84,6 @@ def test_bench_script_runs_at_smoke_size(runs: dict[str, Future], script):
     result = runs[script].result()
     said = f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
     assert result.returncode == 0, said
-    found = figures(result.stdout)
-    assert any(is_number(v) for v in found.values()), f"no figures on the last line\n{said}"
-    assert all(is_number(v) or v == "NA" for v in found.values()), said  # NA: fleet's parts not run
+    found = FLEET.last_line_figures(result.stdout.splitlines())
+    assert any(FLEET.is_number(v) for v in found.values()), f"no figures on the last line\n{said}"
+    assert all(FLEET.is_number(v) or v == "NA" for v in found.values()), said  # NA: fleet's parts not run
