@@ -25,12 +25,13 @@ def size_command(
     parameters: Annotated[Optional[float], typer.Option(help="Parameter count, for a model not in the table (7e9)")] = None,
     forward_gflops: Annotated[Optional[float], typer.Option(help="Its forward pass per sample, GFLOP")] = None,
     activation_mb: Annotated[Optional[float], typer.Option(help="Its activations per sample, MB in fp32")] = None,
-    precision: Annotated[Optional[str], typer.Option(help="fp32 (TF32 math on A100/H100), fp16 or bf16 (mixed); tf32 "
+    precision: Annotated[Optional[str], typer.Option(help="fp32 (TF32 math from Ampere on), fp16 or bf16 (mixed); tf32 "
                                                          "and amp are taken as fp32 and fp16  [default: fp32]")] = None,
     optimizer: Annotated[Optional[str], typer.Option(help="sgd, sgd-momentum, adam, adamw  [default: sgd-momentum]")] = None,
     batch_per_gpu: Annotated[Optional[int], typer.Option(help="Samples per GPU per step  [default: 64]")] = None,
-    gpu: Annotated[Optional[str], typer.Option(help="a100-80gb, a100-40gb, h100-sxm, h100-pcie, l40s, a30, "
-                                                    "v100-32gb, v100-16gb, t4  [default: a100-80gb]")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="h200, h200-nvl, h100-sxm, h100-pcie, h100-nvl, b200, l40s, "
+                                                    "rtx-pro-6000, a100-80gb, a100-40gb, a30, v100-32gb, v100-16gb, "
+                                                    "t4, or a name as nvidia-smi prints it  [default: a100-80gb]")] = None,
     gpus: Annotated[Optional[int], typer.Option(help="GPUs per job  [default: 1, the measured point's, or "
                                                      "all of --inventory's]")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="Jobs reading from the storage at once  [default: 1]")] = None,

@@ -120,6 +120,7 @@ def size(spec: SizingSpec, measured: tuple[float, str] | None = None,
     min_sharded = smallest_sharded(plain, usable)
     notes.append(f"memory per GPU: the model's state and activations only; CUDA context, workspaces and "
                  f"fragmentation take part of the {gpu.memory_gib:g} GiB too")
+    notes.append(f"GPU: {gpu.name}, dense peaks and bandwidth from the {gpu.source}")
 
     rate, basis, source, low, high, rows, samples_per_s = _job_rate(spec, gpu, table, measured, activation_fp32, notes)
     gpus_for_target = None

@@ -2,10 +2,10 @@
 
     sizing:
       model: resnet50          # from gpuvm's table (gpuvm size --help lists it), or give parameters
-      precision: fp16          # fp32 (TF32 on A100/H100) | fp16 | bf16 (mixed precision); tf32, amp: aliases
+      precision: fp16          # fp32 (TF32 from Ampere on) | fp16 | bf16 (mixed precision); tf32, amp: aliases
       optimizer: sgd-momentum  # sgd | sgd-momentum | adam | adamw
       batch_per_gpu: 1024
-      gpu: a100-80gb           # from the table, or a name as vSphere/nvidia-smi print it
+      gpu: a100-80gb           # from the table (h200, b200, l40s, ...), or a name as vSphere/nvidia-smi print it
       gpus: 4                  # per job
       jobs: 1                  # trained at once, all reading from the same storage
       sample_kb: 110           # one sample on disk (ImageNet's mean JPEG)

@@ -1,19 +1,22 @@
-"""Training throughput of one GPU from published measurements, and a roofline bound calibrated on them
-where a GPU or precision has none.
+"""Training throughput of one GPU from published measurements, and a roofline calibrated on them where a
+GPU has none.
 
 Precisions: `fp32` is PyTorch's default fp32 training, which runs convolutions on TF32 tensor cores on
-the GPUs that have them (A100, H100, L40S, A30: NVIDIA's tables label it "TF32") and plain FP32 on
-V100 and T4 (labelled "FP32"); `fp16` and `bf16` are mixed precision (AMP), measured with fp16 and
-taken at the same rate for bf16 (the same tensor-core peak on A100/H100).
+the GPUs that have them (NVIDIA's tables label it "TF32") and plain FP32 on V100 and T4 (labelled
+"FP32"); `fp16` and `bf16` are mixed precision (AMP), measured with fp16 and taken at the same rate
+for bf16 (the same tensor-core peak on every GPU here that has bf16).
 
-Rows marked `reference` are NVIDIA's own single-GPU runs of the ResNet-50 v1.5 recipe (a batch of 256
-where memory allows): the point estimate. The other rows are other published runs of the same model
-(other batch sizes, software); they widen the range shown, never move the point.
+Every row is a published single-GPU run of ResNet-50 v1.5. A GPU and precision with rows is sized at
+the rate nearest all of them in relative terms (2 / (1/lowest + 1/highest): as far below the highest
+as above the lowest), so no cited row is further from the estimate than the rows are from each other.
+Rows marked `reference` are NVIDIA's own (DeepLearningExamples, batch 256 where memory allows); their
+8-GPU strong scaling is the scaling used. MLPerf Training publishes minutes to train on 8 or more GPUs,
+not a single GPU's images/s, so no MLPerf row is here. No published single-GPU ResNet-50 training row
+was found for the H100 NVL, H200 NVL, L40S or RTX PRO 6000 Blackwell: they are sized by the roofline.
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from gpuvm.sizing.tables import GpuSpec, ModelSpec
@@ -24,6 +27,10 @@ DLE = ("NVIDIA DeepLearningExamples (github.com/NVIDIA/DeepLearningExamples), "
 LAMBDA = ("Lambda deeplearning-benchmark, pytorch/pytorch-train-throughput-{}.csv (github.com/lambdal/"
           "deeplearning-benchmark, commit 0551cb7), row '{}', column resnet50 (DLE's script; batch per "
           "pytorch-train-bs-{}.csv: 1280 on A100 and H100 PCIe)")
+LAMBDA_V2 = ("Lambda deeplearning-benchmark, pytorch/pytorch-train-throughput-v2-{}.csv (github.com/lambdal/"
+             "deeplearning-benchmark, commit aa5addb), row '{}', column resnet50 (DLE's script, synthetic data; "
+             "batch: results_v2/<row>/PyTorch_resnet50_{}/benchmark.para)")
+WITHIN = 0.25  # every cited row within this of the estimate, and of the calibrated roofline
 
 
 def precision_class(precision: str) -> str:
@@ -53,12 +60,21 @@ def _lambda(gpu: str, precision: str, rate: float, row: str) -> Measured:
     return Measured(gpu, precision, "resnet50", rate, None, None, LAMBDA.format(kind, row, kind))
 
 
+def _lambda_v2(gpu: str, precision: str, rate: float, batch: int, row: str) -> Measured:
+    kind, run = ("fp32", "FP32") if precision == "fp32" else ("fp16", "AMP")
+    return Measured(gpu, precision, "resnet50", rate, batch, None, LAMBDA_V2.format(kind, row, run))
+
+
 def _dle(gpu: str, precision: str, rate: float, batch: int, scaling_8: float, table: str) -> Measured:
     """A row of DLE's tables: its 1-GPU throughput and 8-GPU strong scaling; the batch is the
     platform's in configs.yml (DGX-1 FP32: 112, all else 256)."""
     return Measured(gpu, precision, "resnet50", rate, batch, scaling_8, DLE + table, reference=True)
 
 
+H100_SXM_V2 = "LambdaOD_Texas_1xH100_80GB_SXM5_192-222-52-102_v2"  # one of its 1-GPU H100 SXM5 rows; the others agree within 1 %
+H100_PCIE_V2 = "LambdaOD_1x_Texas_1xH100_80GB_PCIe_209-20-158-50_v2"
+H200_V2 = "LambdaBM_ENG04_1xH200_140GB_SXM_h200_v2"
+B200_V2 = "LambdaOD_test_1xB200_192GB_129-213-83-251_v2"
 MEASURED: list[Measured] = [
     _dle("a100-80gb", "fp32", 938, 256, 7.72, "'NVIDIA DGX A100 (8x A100 80GB)', TF32"),
     _dle("a100-80gb", "mixed", 2470, 256, 6.72, "'NVIDIA DGX A100 (8x A100 80GB)', mixed precision"),
@@ -74,6 +90,14 @@ MEASURED: list[Measured] = [
     _lambda("h100-pcie", "mixed", 1866, "H100 80GB PCIe Gen5"),
     _lambda("v100-16gb", "fp32", 369, "LambdaCloud V100 16GB"),
     _lambda("v100-16gb", "mixed", 833, "LambdaCloud V100 16GB"),
+    _lambda_v2("h100-sxm", "fp32", 1894, 640, H100_SXM_V2),
+    _lambda_v2("h100-sxm", "mixed", 2790, 1280, H100_SXM_V2),
+    _lambda_v2("h100-pcie", "fp32", 1248, 640, H100_PCIE_V2),
+    _lambda_v2("h100-pcie", "mixed", 1976, 1280, H100_PCIE_V2),
+    _lambda_v2("h200", "fp32", 2259, 1280, H200_V2),
+    _lambda_v2("h200", "mixed", 3079, 2560, H200_V2),
+    _lambda_v2("b200", "fp32", 2967, 1664, B200_V2),
+    _lambda_v2("b200", "mixed", 3076, 3328, B200_V2),
 ]
 
 # Batch-size speedups of data parallelism are not free: without a measured 8-GPU figure, assume
@@ -103,31 +127,83 @@ def _peak(gpu: GpuSpec, precision: str) -> float:
     return (gpu.tflops["fp16"] if precision == "mixed" else gpu.tflops["fp32"]) * 1e12
 
 
+def nearest_all(rates: list[float]) -> float:
+    """The rate as far (relatively) below the highest as above the lowest: within x of every rate
+    whenever any single rate is."""
+    return 2 / (1 / min(rates) + 1 / max(rates))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A tensor-core training step's time per sample, fitted to every row of a precision:
+    seconds_per_flop x the model's training FLOPs (the time no GPU's bandwidth removed: kernels,
+    launches, the rate reached on the math) + bytes_per_activation_byte x its fp32 activations / the
+    GPU's memory bandwidth (the traffic); `worst`: the largest relative miss over the `rows`."""
+
+    seconds_per_flop: float
+    bytes_per_activation_byte: float
+    worst: float
+    rows: int
+
+
+def _step_seconds(gpu: GpuSpec, flops: float, activation_bytes: float | None, seconds_per_flop: float,
+                  bytes_per_activation_byte: float) -> float:
+    traffic = bytes_per_activation_byte * activation_bytes / (gpu.memory_gb_per_s * 1e9) if activation_bytes else 0.0
+    return seconds_per_flop * flops + traffic
+
+
+def calibration(precision: str, gpu_of: dict[str, GpuSpec], model_of: dict[str, ModelSpec]) -> Calibration:
+    """The two constants that keep the largest relative miss over this precision's tensor-core rows
+    smallest (a grid, refined twice around the best point: deterministic, a few thousand tries; kept
+    per table, which are constants)."""
+    key = (precision, id(gpu_of), id(model_of))
+    if key not in _CALIBRATED:
+        _CALIBRATED[key] = _calibrate(precision, gpu_of, model_of)
+    return _CALIBRATED[key]
+
+
+_CALIBRATED: dict[tuple[str, int, int], Calibration] = {}
+
+
+def _calibrate(precision: str, gpu_of: dict[str, GpuSpec], model_of: dict[str, ModelSpec]) -> Calibration:
+    rows = [(gpu_of[m.gpu], _flops(model_of[m.model]), model_of[m.model].activation_bytes_per_sample, m.samples_per_s)
+            for m in MEASURED if m.precision == precision and (precision == "mixed" or gpu_of[m.gpu].tf32)]
+
+    def worst(a: float, k: float) -> float:
+        return max(abs(1 / (_step_seconds(g, f, b, a, k) * rate) - 1) for g, f, b, rate in rows)
+
+    a_top = max(1 / (rate * f) for _, f, _, rate in rows)
+    k_top = max(g.memory_gb_per_s * 1e9 / (rate * b) for g, _, b, rate in rows)
+    best, span = (a_top / 2, k_top / 2), (a_top / 2, k_top / 2)
+    for _ in range(3):
+        grid = [(max(best[0] + span[0] * i / 20, 0), max(best[1] + span[1] * j / 20, 1e-9))
+                for i in range(-20, 21) for j in range(-20, 21)]
+        best = min(grid, key=lambda ak: worst(*ak))
+        span = (span[0] / 10, span[1] / 10)
+    return Calibration(best[0], best[1], worst(*best), len(rows))
+
+
 def roofline(gpu: GpuSpec, precision: str, flops: float, activation_bytes: float | None,
-             gpus: dict[str, GpuSpec], models: dict[str, ModelSpec]) -> tuple[float, list[str]]:
-    """The lower of two roofs, each as high as the best reference row reached on that resource:
-    compute, the largest fraction of peak any reference row of this precision (on the same kind of
-    unit: tensor cores, or plain FP32) sustained; memory, the fewest bytes per sample any mixed-precision
-    reference row implies at its GPU's full bandwidth (per byte of fp32 activation; twice that in fp32,
-    whose activations take 4 bytes, not 2)."""
-    tensor = precision == "mixed" or gpu.tf32
-    same_unit = [m for m in MEASURED if m.reference and m.precision == precision
-                 and (precision == "mixed" or gpus[m.gpu].tf32 == tensor)]
-    utilization = max(m.samples_per_s * _flops(models[m.model]) / _peak(gpus[m.gpu], precision)
-                      for m in same_unit)
-    compute = utilization * _peak(gpu, precision) / flops
-    notes = [f"compute roof: {utilization:.1%} of {_peak(gpu, precision) / 1e12:g} TFLOPS / {flops / 1e9:.1f} GFLOP "
-             f"= {compute:,.0f}/s (the best fraction of peak of the {precision} reference rows)"]
-    if activation_bytes is None:
-        return compute, notes
-    mixed = [m for m in MEASURED if m.reference and m.precision == "mixed"]
-    per_activation_byte = min(gpus[m.gpu].memory_gb_per_s * 1e9
-                              / (m.samples_per_s * models[m.model].activation_bytes_per_sample) for m in mixed)
-    moved = per_activation_byte * activation_bytes * (2 if precision == "fp32" else 1)
-    memory = gpu.memory_gb_per_s * 1e9 / moved
-    notes.append(f"memory roof: {gpu.memory_gb_per_s:g} GB/s / {moved / 1e9:.2f} GB moved per sample = "
-                 f"{memory:,.0f}/s (bytes per sample: the fewest a mixed-precision reference row implies, x2 in fp32)")
-    return min(compute, memory), notes
+             gpus: dict[str, GpuSpec], models: dict[str, ModelSpec]) -> tuple[float, list[str], float]:
+    """(samples/s, how, the calibration's worst miss). Tensor cores: one sample's step time as
+    calibrated on every row of the precision (`calibration`). Plain FP32 (V100, T4): the compute roof,
+    the best fraction of peak any reference row of plain FP32 sustained."""
+    if precision == "mixed" or gpu.tf32:
+        fit = calibration(precision, gpus, models)
+        seconds = _step_seconds(gpu, flops, activation_bytes, fit.seconds_per_flop, fit.bytes_per_activation_byte)
+        moved = fit.bytes_per_activation_byte * (activation_bytes or 0)
+        note = (f"roofline: {fit.seconds_per_flop * flops * 1e3:.3f} ms per sample fixed ({flops / 1e9:.1f} GFLOP) + "
+                f"{moved / 1e9:.2f} GB moved at {gpu.memory_gb_per_s:g} GB/s = {1 / seconds:,.0f}/s; fitted to the "
+                f"{fit.rows} {precision} tensor-core rows, every one within {fit.worst:.0%} of it")
+        return 1 / seconds, [note], fit.worst
+    plain = [m for m in MEASURED if m.reference and m.precision == "fp32" and not gpus[m.gpu].tf32]
+    utilization = max(m.samples_per_s * _flops(models[m.model]) / _peak(gpus[m.gpu], "fp32") for m in plain)
+    compute = utilization * _peak(gpu, "fp32") / flops
+    note = (f"compute roof: {utilization:.1%} of {_peak(gpu, 'fp32') / 1e12:g} TFLOPS / {flops / 1e9:.1f} GFLOP "
+            f"= {compute:,.0f}/s (the best fraction of peak of the plain FP32 reference rows)")
+    worst = max(abs(utilization * _peak(gpus[m.gpu], "fp32") / _flops(models[m.model]) / m.samples_per_s - 1)
+                for m in MEASURED if m.precision == "fp32" and not gpus[m.gpu].tf32)
+    return compute, [note], worst
 
 
 def throughput(gpu: GpuSpec, precision: str, model: ModelSpec | None, flops: float,
@@ -138,21 +214,24 @@ def throughput(gpu: GpuSpec, precision: str, model: ModelSpec | None, flops: flo
     klass = precision_class(precision)
     rows = [m for m in MEASURED
             if model is not None and (m.model, m.gpu, m.precision) == (model.name, gpu.name, klass)]
-    reference = [m for m in rows if m.reference]
-    if reference:
-        point, how, notes = statistics.median(m.samples_per_s for m in reference), "measured", []
+    if rows:
+        rates = [m.samples_per_s for m in rows]
+        point, how, notes = nearest_all(rates), "measured", []
+        if len(rows) > 1:
+            notes.append(f"the rate nearest every row: 2 / (1/{min(rates):,.0f} + 1/{max(rates):,.0f}) = {point:,.0f}/s, "
+                         f"within {max(rates) / point - 1:.0%} of each")
+        low, high = min(rates), max(rates)
     else:
-        point, notes = roofline(gpu, klass, flops, activation_bytes, gpu_table, model_table)
+        point, notes, worst = roofline(gpu, klass, flops, activation_bytes, gpu_table, model_table)
         how = "roofline"
-        if not rows:  # a GPU nobody published: the range goes down to the worst row-to-roof ratio seen
-            notes.append("no published run on this GPU: the range's low end is the roof x 0.9, the lowest "
-                         "measured/roof ratio of the reference GPUs")
-    rates = [point] + [m.samples_per_s for m in rows] + ([0.9 * point] if not rows else [])
+        notes.append(f"no published run on this GPU and precision: the range is the roofline's worst miss, ±{worst:.0%}")
+        low, high = point * (1 - worst), point * (1 + worst)
+    reference = [m for m in rows if m.reference]
     measured_8 = [m.scaling_8 for m in reference if m.scaling_8]
     many = min(measured_8) / 8 if measured_8 else DEFAULT_SCALING
     scaling_source = (f"{many:.0%} of linear: the measured 8-GPU strong scaling of the reference row, "
                       f"taken for any count above one" if measured_8 else
                       f"{many:.0%} of linear: the worst 8-GPU scaling NVIDIA published (A100 AMP, 6.72 of 8); "
                       f"none measured for this GPU and precision")
-    return Throughput(point, min(rates), max(rates), how, [m.label() for m in rows] + notes,
+    return Throughput(point, low, high, how, [m.label() for m in rows] + notes,
                       many if gpus > 1 else 1.0, scaling_source, many)
