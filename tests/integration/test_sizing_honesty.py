@@ -117,3 +117,28 @@ benchmarks:
                              "--json").stdout)
     assert sized["throughput_source"].startswith("measured: rn18")
     assert sized["storage_gb_per_s"] * 1000 == pytest.approx(read_mb_s, rel=0.05)
+
+
+def test_decode_only_measures_one_cores_rate_on_photograph_shaped_files(tmp_path):
+    """gpuvm's workload writes files of a photograph's shape (--pixels) at the size asked, and
+    `--decode-only` times reading and decoding them alone: per second of CPU time (one thread, so at
+    least the wall clock's rate), the figure `gpuvm size --decode-per-core` takes."""
+    import re
+
+    from gpuvm.bench.commands import BUNDLED
+
+    workload = [PYTHON, BUNDLED["pytorch_train"]]
+    files = tmp_path / "photos"
+    wrote = subprocess.run([*workload, "--write-dataset", files, "--files", "16", "--file-kb", "12",
+                            "--pixels", "160x120"], capture_output=True, text=True, check=True).stdout
+    sizes = [p.stat().st_size for p in files.glob("*.jpg")]
+    assert "Wrote 16 files of 160 x 120 px" in wrote and sum(sizes) / 16 == pytest.approx(12_000, rel=0.15)
+    done = subprocess.run([*workload, "--data-dir", files, "--decode-only", "--batch-size", "8", "--image-size", "64",
+                           "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "2"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    per_core, wall = map(float, re.search(r"Decode: ([\d.]+) images/s per core \+-[\d.]+ \(CPU time; 1 thread: "
+                                          r"([\d.]+) images/s wall\)", done.stdout).groups())
+    assert per_core >= wall * 0.95 > 0
+    refused = subprocess.run([*workload, "--decode-only"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "--decode-only times the files of --data-dir" in refused.stderr

@@ -125,3 +125,25 @@ def test_epochs_and_hours_go_together():
 def test_nvidia_precision_names(given, taken):
     data = sized("--gpu", "NVIDIA H100 80GB HBM3", "--precision", given)
     assert (data["inputs"]["precision"], data["gpu"]["name"]) == (taken, "h100-sxm")
+
+
+def test_cores_to_decode_sit_beside_the_storage_rate_with_their_source(monkeypatch):
+    """The CPU side of the data path: a GPU's images/s over one core's decode rate, gpuvm's own
+    measurement unless --decode-per-core gives the user's; per GPU and for the jobs together."""
+    from gpuvm.sizing.tables import DECODE_IMAGES_PER_CORE
+
+    data = sized("--gpu", "h200", "--precision", "bf16", "--gpus", 8, "--jobs", 2)
+    per_gpu = data["samples_per_s"] / 8
+    assert data["decode"]["images_per_core"] == DECODE_IMAGES_PER_CORE
+    assert data["decode"]["cores_per_gpu"] == pytest.approx(per_gpu / DECODE_IMAGES_PER_CORE, rel=1e-3)
+    assert data["decode"]["cores"] == pytest.approx(2 * data["samples_per_s"] / DECODE_IMAGES_PER_CORE, rel=1e-3)
+    assert "pytorch_train.py --decode-only" in data["decode"]["source"]
+    own = sized("--gpu", "h200", "--precision", "bf16", "--decode-per-core", 1000)["decode"]
+    assert own["cores_per_gpu"] == pytest.approx(own["cores"]) and "--decode-per-core" in own["source"]
+
+    from gpuvm.cli import common
+
+    monkeypatch.setattr(common.out, "_console", None)  # made again at this COLUMNS
+    table = CliRunner().invoke(app, ["size", "--model", "resnet50", "--gpu", "b200"], env={"COLUMNS": "200"})
+    rows = [line for line in table.output.splitlines() if "storage must deliver" in line or "CPU cores to decode" in line]
+    assert [("storage" in rows[0]), ("CPU cores" in rows[1])] == [True, True], table.output

@@ -40,6 +40,9 @@ def size_command(
     latency_ms: Annotated[Optional[float], typer.Option(help="One storage read's latency, ms  [default: 1]")] = None,
     io_kb: Annotated[Optional[float], typer.Option(help="One read's size, KB  [default: a whole sample]")] = None,
     checkpoint_minutes: Annotated[Optional[float], typer.Option(help="Minutes between checkpoints  [default: 30]")] = None,
+    decode_per_core: Annotated[Optional[float], typer.Option(help="Images/s one CPU core decodes (measure: pytorch_train.py "
+                                                                  "--data-dir DIR --decode-only)  [default: gpuvm's "
+                                                                  "measurement, 320]")] = None,
     utilization: Annotated[Optional[float], typer.Option(help="Fraction of peak FLOPS reached, in place of the table "
                                                               "of published runs  [default: the table]")] = None,
     scaling_efficiency: Annotated[Optional[float], typer.Option(help="n GPUs' rate over n x one GPU's  [default: "

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from gpuvm.sizing.measured import MeasuredStorage
 from gpuvm.sizing.spec import SizingSpec
 from gpuvm.sizing.tables import (
+    DECODE_IMAGES_PER_CORE,
+    DECODE_SOURCE,
     MASTER_BYTES,
     MODELS,
     OPTIMIZER_STATE_BYTES,
@@ -57,6 +59,7 @@ class Sizing:
     throughput_rows: list[str]  # the published rows and roofs the rate came from
     gpus_for_target: int | None  # the GPU count that trains `epochs` within `hours`, if asked
     storage_gb_per_s: float
+    decode: Decode  # the CPU cores that decode the images the GPUs train on
     reads_per_s: float
     reads_in_flight: float
     checkpoint_gb: float
@@ -64,6 +67,22 @@ class Sizing:
     epoch_minutes: float
     assumptions: list[str] = field(default_factory=list)
     storage_measured: list[MeasuredStorage] = field(default_factory=list)  # read rates benchmarks measured
+
+
+@dataclass(frozen=True)
+class Decode:
+    """CPU cores that read and decode the samples: the GPUs' images/s over one core's rate."""
+
+    images_per_core: float
+    cores: float  # all jobs' GPUs
+    cores_per_gpu: float
+    source: str
+
+
+def decode_cores(spec: SizingSpec, samples_per_s: float) -> Decode:
+    per_core = spec.decode_per_core or DECODE_IMAGES_PER_CORE
+    source = "--decode-per-core (sizing.decode_per_core)" if spec.decode_per_core else DECODE_SOURCE
+    return Decode(per_core, samples_per_s * spec.jobs / per_core, samples_per_s / spec.gpus / per_core, source)
 
 
 def model_memory(parameters: int, precision: str, optimizer: str, activation_bytes: float,
@@ -131,6 +150,8 @@ def size(spec: SizingSpec, measured: tuple[float, str] | None = None,
     reads_per_sample = math.ceil(spec.sample_kb / spec.io_kb) if spec.io_kb else 1
     reads_per_s = samples_per_s * spec.jobs * reads_per_sample
     checkpoint_bytes = parameters * (4 + OPTIMIZER_STATE_BYTES[spec.optimizer])  # fp32 weights + state
+    if not spec.decode_per_core:
+        notes.append(f"CPU cores to decode: one core decodes {DECODE_IMAGES_PER_CORE} images/s, {DECODE_SOURCE}")
     notes.append(f"storage: every sample read once per epoch ({reads_per_sample} read(s) of "
                  f"{spec.io_kb or spec.sample_kb:g} KB), no cache in front of it")
     return Sizing(
@@ -139,6 +160,7 @@ def size(spec: SizingSpec, measured: tuple[float, str] | None = None,
         samples_per_s=samples_per_s, throughput_source=source, throughput_basis=basis,
         samples_per_s_range=(low, high), throughput_rows=rows, gpus_for_target=gpus_for_target,
         storage_gb_per_s=samples_per_s * spec.sample_kb * 1e3 * spec.jobs / 1e9,
+        decode=decode_cores(spec, samples_per_s),
         reads_per_s=reads_per_s,
         reads_in_flight=reads_per_s * spec.storage_latency_ms / 1e3,  # Little's law: L = λ W
         checkpoint_gb=checkpoint_bytes / 1e9,

@@ -23,6 +23,7 @@ FLAGS = {
     "dataset_samples": "dataset_samples", "latency_ms": "storage_latency_ms", "io_kb": "io_kb",
     "checkpoint_minutes": "checkpoint_minutes", "utilization": "utilization",
     "scaling_efficiency": "scaling_efficiency", "epochs": "epochs", "hours": "hours",
+    "decode_per_core": "decode_per_core",
 }
 
 

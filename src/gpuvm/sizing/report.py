@@ -41,6 +41,9 @@ def rate_rows(s: Sizing) -> list[tuple[str, str, str]]:
          f"{s.samples_per_s:,.0f}/s x {spec.sample_kb:g} KB{jobs}"),
         *(("storage measured", f"{m.gb_per_s:,.2f} GB/s", f"{m.source}: {_of_needed(m.gb_per_s, s)}")
           for m in s.storage_measured),
+        ("CPU cores to decode", f"{s.decode.cores:,.1f} ({s.decode.cores_per_gpu:,.1f} per GPU)",
+         f"{s.samples_per_s:,.0f}/s{jobs} / {s.decode.images_per_core:,.0f} per core: "
+         + ("--decode-per-core" if s.spec.decode_per_core else "gpuvm's measurement (below)")),
         ("reads per second", f"{s.reads_per_s:,.0f}", f"one per {spec.io_kb or spec.sample_kb:g} KB"),
         ("reads in flight", f"{s.reads_in_flight:,.1f}",
          f"Little's law: {s.reads_per_s:,.0f}/s x {spec.storage_latency_ms:g} ms"),
@@ -100,6 +103,8 @@ def sizing_json(s: Sizing) -> dict[str, Any]:
         "storage_gb_per_s": round(s.storage_gb_per_s, 4),
         "storage_measured": [{"benchmark": m.benchmark, "gb_per_s": round(m.gb_per_s, 4), "source": m.source,
                               "of_needed": round(m.gb_per_s / s.storage_gb_per_s, 4)} for m in s.storage_measured],
+        "decode": {"images_per_core": s.decode.images_per_core, "cores": round(s.decode.cores, 3),
+                   "cores_per_gpu": round(s.decode.cores_per_gpu, 3), "source": s.decode.source},
         "reads_per_s": round(s.reads_per_s, 2),
         "reads_in_flight": round(s.reads_in_flight, 3),
         "checkpoint_gb": round(s.checkpoint_gb, 4),

@@ -10,6 +10,7 @@
       jobs: 1                  # trained at once, all reading from the same storage
       sample_kb: 110           # one sample on disk (ImageNet's mean JPEG)
       storage_latency_ms: 1    # one read's latency at the storage
+      decode_per_core: 320     # images/s one CPU core decodes (pytorch_train.py --decode-only)
       epochs: 90               # with hours: the GPU count that trains them in time
       hours: 12
 """
@@ -40,6 +41,7 @@ class SizingSpec(Strict):
     storage_latency_ms: float = Field(default=1.0, gt=0)  # one storage read's latency, ms
     io_kb: float | None = Field(default=None, gt=0)  # one read; default: a whole sample
     checkpoint_minutes: float = Field(default=30, gt=0)  # minutes between checkpoints
+    decode_per_core: float | None = Field(default=None, gt=0)  # images/s one CPU core decodes; default: gpuvm's measurement
     utilization: float | None = Field(default=None, gt=0, le=1)  # of the GPU's peak: replaces the tables' rate
     scaling_efficiency: float | None = Field(default=None, gt=0, le=1)  # n GPUs' rate over n x one's
     epochs: float | None = Field(default=None, gt=0)  # time to train: this many epochs ...

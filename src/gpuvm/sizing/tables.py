@@ -122,6 +122,19 @@ WEIGHT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 MASTER_BYTES = {"fp32": 0, "fp16": 4, "bf16": 4}
 OPTIMIZER_STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}  # fp32 buffers per parameter
 
+# One CPU core's rate on the data path of image training: images per second of one process's CPU time,
+# measured by gpuvm's own workload, `pytorch_train.py --data-dir DIR --decode-only` (read, PIL decode,
+# RandomResizedCrop(224), ToTensor: what each DataLoader worker does; one thread), over 200 files
+# written by `pytorch_train.py --write-dataset DIR --files 200 --file-kb 110 --pixels 500x375`
+# (ImageNet's typical photograph: 500 x 375 px, ~110 KB), on this project's build machine (AMD EPYC,
+# Debian's python3-torch 1.13 and Pillow), 2026-11-28, five runs: 360.7, 325.4, 318.7 (the defaults:
+# batch 32, 10 warm-up, 10 x 10 timed batches), 308.2, 303.0 (2 warm-up, 5 x 4); the median, rounded.
+# CPU time, not the wall clock: the machine was shared (88-197 images/s wall).
+DECODE_IMAGES_PER_CORE = 320
+DECODE_SOURCE = ("gpuvm's measurement: pytorch_train.py --decode-only on 500 x 375 px, 110 KB JPEGs (PIL decode, "
+                 "RandomResizedCrop 224, ToTensor), 303-361 images/s per core of CPU time in five runs on an AMD "
+                 "EPYC, median 319; --decode-per-core with your CPU's own")
+
 IMAGENET_TRAIN_IMAGES = 1_281_167  # ILSVRC2012 training set (Russakovsky et al. 2015)
 IMAGENET_MEAN_KB = 110  # its ~138 GB of JPEGs / 1.28 M images; REFERENCE §7 and seed 000
 # Training costs ~3 forward passes: backward computes gradients for activations and for weights,
