@@ -70,3 +70,15 @@ def test_the_size_example_is_the_real_output(monkeypatch):
     output = result.output
     for number in NUMBER.findall("\n".join(shown)):
         assert re.search(rf"(?<![\d.,]){re.escape(number)}(?![\d]|[.,]\d)", output), number
+
+
+def test_the_readme_sizing_rows_are_the_real_output(monkeypatch):
+    """README's before-buying example: each row it shows is a row `gpuvm size` prints, at 100 columns."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    command = "size --model resnet50 --precision bf16 --batch-per-gpu 256 --gpu h200"
+    assert f"$ gpuvm {command}\n" in readme
+    shown = [line for line in readme.split(f"$ gpuvm {command}\n", 1)[1].split("```", 1)[0].splitlines() if line]
+    monkeypatch.setattr(common.out, "_console", None)
+    result = CliRunner().invoke(app, command.split(), env={"COLUMNS": "100"})
+    printed = [line.rstrip() for line in result.output.splitlines()]
+    assert len(shown) >= 3 and all(line in printed for line in shown), "\n".join(printed)
