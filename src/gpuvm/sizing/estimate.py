@@ -203,7 +203,7 @@ def _from_tables(spec: SizingSpec, gpu, table, forward: float, activation_fp32: 
     unit = ("TF32 tensor cores (PyTorch's default for convolutions)" if gpu.tf32 else "plain FP32 (no TF32)")
     kind = "mixed precision (AMP; fp16 rows, bf16 taken at the same rate)" if spec.precision != "fp32" else unit
     basis = "table" if rate.how == "measured" else "roofline"
-    what = "published runs" if rate.how == "measured" else "a bound calibrated on published runs"
+    what = "published runs" if rate.how == "measured" else "a roofline fitted to published runs"
     source = f"{basis}: {rate.per_gpu:,.0f}/s per GPU from {what}"
     if spec.gpus > 1:
         source += f" x {spec.gpus} x {scaling:.0%}"
