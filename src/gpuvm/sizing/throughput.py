@@ -195,6 +195,8 @@ def roofline(gpu: GpuSpec, precision: str, flops: float, activation_bytes: float
         note = (f"roofline: {fit.seconds_per_flop * flops * 1e3:.3f} ms per sample fixed ({flops / 1e9:.1f} GFLOP) + "
                 f"{moved / 1e9:.2f} GB moved at {gpu.memory_gb_per_s:g} GB/s = {1 / seconds:,.0f}/s; fitted to the "
                 f"{fit.rows} {precision} tensor-core rows, every one within {fit.worst:.0%} of it")
+        if not activation_bytes:
+            note += "; no activations given (--activation-mb): no traffic counted, so this is the fastest it can be"
         return 1 / seconds, [note], fit.worst
     plain = [m for m in MEASURED if m.reference and m.precision == "fp32" and not gpus[m.gpu].tf32]
     utilization = max(m.samples_per_s * _flops(models[m.model]) / _peak(gpus[m.gpu], "fp32") for m in plain)
