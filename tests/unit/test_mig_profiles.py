@@ -14,7 +14,7 @@ from gpuvm.errors import InputError, RemoteCommandError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor, ok
 from gpuvm.mig import GpuLayout, MigLayoutError
-from gpuvm.parsers.nvidia_smi import parse_gpu_instance_profiles
+from gpuvm.parsers.nvidia_smi import parse_created_instances, parse_gpu_instance_profiles
 from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_mig
@@ -209,3 +209,40 @@ def test_guest_disabling_mig_reads_no_list(tmp_path):
 def test_guest_refuses_a_list_it_cannot_read(tmp_path, answer, message):
     with pytest.raises(RemoteCommandError, match=message):
         observe(tmp_path, "all-3g.71gb", {QUERY: ok("", f"0, {H200}, Disabled, Disabled\n"), "nvidia-smi mig -lgip": answer})
+
+
+# -- the test bed's stand-in nvidia-smi lists what the real GPUs list ---------------------------------
+
+STANDIN = Path(__file__).resolve().parents[2] / "testbed" / "bin"
+
+
+def standin(tmp_path, gpu_name: str | None, *args: str):
+    import json
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(STANDIN))
+    try:
+        import _gpuvm_fake as fake
+    finally:
+        sys.path.remove(str(STANDIN))
+    if not (tmp_path / "state.json").exists():
+        state = fake.default_state("guest", "g1", gpus=1)
+        state["gpus"][0]["name"] = gpu_name or state["gpus"][0]["name"]
+        (tmp_path / "state.json").write_text(json.dumps(state))
+    return subprocess.run([sys.executable, str(STANDIN / "nvidia-smi"), *args], capture_output=True, text=True,
+                          env={"GPUVM_FAKE_STATE": str(tmp_path), "PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.parametrize("gpu_name, fixture", [(None, "nvidia_smi_mig_lgip.txt"), (H200, "nvidia_smi_mig_lgip_h200.txt")])
+def test_standin_lists_what_the_real_gpu_lists(tmp_path, gpu_name, fixture):
+    assert standin(tmp_path, gpu_name, "mig", "-lgip").stdout == (TOOLS / fixture).read_text()
+
+
+def test_standin_h200_makes_its_own_profiles(tmp_path):
+    assert standin(tmp_path, H200, "-i", "0", "-mig", "1").returncode == 0
+    made = standin(tmp_path, H200, "mig", "-i", "0", "-cgi", "3g.71gb,3g.71gb", "-C")
+    assert [c.profile for c in parse_created_instances(made.stdout)] == ["3g.71gb"] * 4
+    more = standin(tmp_path, H200, "mig", "-i", "0", "-cgi", "1g.18gb", "-C")
+    assert more.returncode == 2 and "Insufficient Resources" in more.stdout
+    assert [(r.profile, r.free) for r in parse_gpu_instance_profiles(standin(tmp_path, H200, "mig", "-lgip").stdout)][4] == ("3g.71gb", 0)
