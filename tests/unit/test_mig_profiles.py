@@ -159,11 +159,17 @@ guests:
 QUERY = re.compile("--query-gpu")
 
 
+def fake_cluster(tmp_path, fake: FakeExecutor, layout: str = "all-enabled"):
+    path = tmp_path / "rb.yaml"
+    if not path.exists():
+        path.write_text(textwrap.dedent(RUNBOOK).format(layout=layout))
+    return build_cluster(load_runbook(path), tmp_path, RemoteOptions(executor_factory=lambda name, access: fake))
+
+
 def observe(tmp_path, layout: str, responses: dict):
     fake = FakeExecutor("gpu-vm-01", responses)
-    path = tmp_path / "rb.yaml"
-    path.write_text(textwrap.dedent(RUNBOOK).format(layout=layout))
-    c = build_cluster(load_runbook(path), tmp_path, RemoteOptions(executor_factory=lambda name, access: fake))
+    (tmp_path / "rb.yaml").unlink(missing_ok=True)
+    c = fake_cluster(tmp_path, fake, layout)
     target = c.targets["gpu-vm-01"]
     return target, guest_mig.observe(Context(cluster=c), target), fake
 
@@ -246,3 +252,25 @@ def test_standin_h200_makes_its_own_profiles(tmp_path):
     more = standin(tmp_path, H200, "mig", "-i", "0", "-cgi", "1g.18gb", "-C")
     assert more.returncode == 2 and "Insufficient Resources" in more.stdout
     assert [(r.profile, r.free) for r in parse_gpu_instance_profiles(standin(tmp_path, H200, "mig", "-lgip").stdout)][4] == ("3g.71gb", 0)
+
+
+def test_guest_apply_reads_back_instances_of_a_gpu_the_table_does_not_know(tmp_path):
+    """An H20 (not in gpuvm's table) with the profiles it lists: what nvidia-smi made is compared as a
+    set of instances, not in an order only the table knows."""
+    made: list[str] = []
+    lgi = ("+-------------------------------------------------------+\n| GPU instances:                                        |\n"
+           "| GPU   Name             Profile  Instance   Placement  |\n|                          ID       ID       Start:Size |\n"
+           "|=======================================================|\n")
+    responses = {
+        QUERY: ok("", "0, NVIDIA H20, Enabled, Enabled\n"),
+        "nvidia-smi mig -lgip": ok("", (TOOLS / "nvidia_smi_mig_lgip_h100_nvl.txt").read_text()),
+        re.compile(r"mig -lgi( |$)"): lambda call: ok("", lgi + "".join(
+            f"|   0  MIG {p:<13}{9:>5}{i + 1:>9}{0:>11}:1".ljust(56) + "|\n+" + "-" * 55 + "+\n" for i, p in enumerate(made)))
+        if made else CommandResult("", 6, "No GPU instances found: Not Found\n", ""),
+        re.compile(r"-cgi (\S+) -C"): lambda call: (made.extend(re.search(r"-cgi (\S+)", call.command)[1].split(",")), ok("", ""))[1],
+    }
+    target, fact, fake = observe(tmp_path, '[{devices: all, mig-enabled: true, mig-devices: {"1g.12gb": 1, "2g.24gb": 1}}]', responses)
+    changes = guest_mig.plan(target, fact)
+    assert [c.after for c in changes] == ["2g.24gb x1, 1g.12gb x1"]
+    guest_mig.apply(Context(cluster=fake_cluster(tmp_path, fake)), target, changes)
+    assert made == ["2g.24gb", "1g.12gb"]
