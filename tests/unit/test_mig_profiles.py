@@ -274,3 +274,13 @@ def test_guest_apply_reads_back_instances_of_a_gpu_the_table_does_not_know(tmp_p
     assert [c.after for c in changes] == ["2g.24gb x1, 1g.12gb x1"]
     guest_mig.apply(Context(cluster=fake_cluster(tmp_path, fake)), target, changes)
     assert made == ["2g.24gb", "1g.12gb"]
+
+
+@pytest.mark.parametrize("layout", ["all-1g.24gb+gfx", "all-1g.24gb-me", "all-2g.48gb+me.all", "all-1g.18gb+me"])
+def test_runbook_names_variant_layouts(tmp_path, layout):
+    assert fake_cluster(tmp_path, FakeExecutor("gpu-vm-01"), layout).targets["gpu-vm-01"].mig == layout
+
+
+def test_runbook_refuses_a_layout_that_is_no_profile(tmp_path):
+    with pytest.raises(InputError, match=r"'all-1g\.24gb\+' is not a named MIG layout"):
+        fake_cluster(tmp_path, FakeExecutor("gpu-vm-01"), "all-1g.24gb+")
