@@ -196,6 +196,29 @@ def test_guest_mig_refuses_a_profile_of_another_gpu(testbed, tmp_path):
         cluster.close()
 
 
+def test_guest_mig_on_h200s_plans_from_their_own_list(testbed, tmp_path):
+    """A guest whose GPUs are H200s (the stand-in then lists an H200's real `nvidia-smi mig -lgip`)."""
+    testbed.set_state("gpu-vm-01", "gpus", [dict(g, name="NVIDIA H200") for g in testbed.state("gpu-vm-01")["gpus"]])
+    cluster = make_cluster(testbed, tmp_path, guests={"gpu-vm-01": "mig: all-3g.71gb"})
+    try:
+        first = plan_of(guest_mig, cluster, "gpu-vm-01")
+        assert [(c.resource, c.after) for c in first if c.field == "gpu instances"] == [
+            (f"GPU {i} (NVIDIA H200)", "3g.71gb x2") for i in range(4)]
+        converge(guest_mig, cluster, ["gpu-vm-01"])
+        listed = nvidia_smi.parse_gpu_list(cluster.executors["gpu-vm-01"].run(["nvidia-smi", "-L"]).stdout)
+        assert [[d.profile for d in g.mig_devices] for g in listed] == [["3g.71gb", "3g.71gb"]] * 4
+    finally:
+        cluster.close()
+    cluster = make_cluster(testbed, tmp_path, guests={"gpu-vm-01": "mig: all-3g.40gb"})
+    try:
+        with pytest.raises(InputError, match=r"guest gpu-vm-01: layout all-3g\.40gb: profile 3g\.40gb is not a MIG profile of "
+                                             r"GPU 0 \(NVIDIA H200\); its profiles are 1g\.18gb, 1g\.18gb\+me, 1g\.35gb, "
+                                             r"2g\.35gb, 3g\.71gb, 4g\.71gb, 7g\.141gb$"):
+            plan_of(guest_mig, cluster, "gpu-vm-01")
+    finally:
+        cluster.close()
+
+
 # -- guest.nic --------------------------------------------------------------------------------
 
 NIC = """

@@ -26,6 +26,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
 A100_80 = "NVIDIA A100 80GB PCIe"
 A100_40 = "NVIDIA A100-PCIE-40GB"
 FOUR_80 = {i: A100_80 for i in range(4)}
+LGIP = ("nvidia-smi mig -lgip", ok("", (FIXTURES / "nvidia_smi_mig_lgip.txt").read_text()))  # the A100 80GB's list
 
 
 def entries(*items: dict) -> list[MigDevices]:
@@ -86,7 +87,7 @@ def test_describe_and_canonical_order():
 @pytest.mark.parametrize("name, model", [
     ("NVIDIA A100 80GB PCIe", "A100 80GB"), ("NVIDIA A100-SXM4-80GB", "A100 80GB"), ("NVIDIA A100-PCIE-40GB", "A100 40GB"),
     ("NVIDIA H100 PCIe", "H100 80GB"), ("NVIDIA H100 80GB HBM3", "H100 80GB"), ("NVIDIA A30", "A30 24GB"),
-    ("NVIDIA H100 NVL", None), ("Tesla V100-SXM2-16GB", None),
+    ("NVIDIA H100 NVL", "H100 94GB"), ("Tesla V100-SXM2-16GB", None),
 ])
 def test_gpu_model(name, model):
     found = mig.gpu_model(name)
@@ -193,30 +194,31 @@ def test_esxi_apply_fails_when_the_mode_does_not_stick(tmp_path):
 # -- guest.mig: observe -----------------------------------------------------------------------
 
 def test_guest_observe_with_mig_off_does_not_list_instances(tmp_path):
-    fake = FakeExecutor("gpu-vm-01", {re.compile("--query-gpu"): ok("", query((0, "Disabled", "Disabled"), (1, "Disabled", "Disabled")))})
+    fake = FakeExecutor("gpu-vm-01", {re.compile("--query-gpu"): ok("", query((0, "Disabled", "Disabled"), (1, "Disabled", "Disabled"))),
+                                      LGIP[0]: LGIP[1]})
     c = cluster(tmp_path, fake)
-    assert guest_mig.observe(Context(cluster=c), c.targets["gpu-vm-01"]) == (gpu(0), gpu(1))
-    assert len(fake.calls) == 1
+    assert [g.index for g in guest_mig.observe(Context(cluster=c), c.targets["gpu-vm-01"])] == [0, 1]
+    assert fake.commands == [QUERY0.replace("-i 0 ", ""), "sudo -n nvidia-smi mig -lgip"]
 
 
 def test_guest_observe_reads_instances(tmp_path):
     fake = FakeExecutor("gpu-vm-01", {
         re.compile("--query-gpu"): ok("", query((0, "Enabled", "Enabled"), (1, "Enabled", "Enabled"), (2, "Enabled", "Enabled"))),
         "nvidia-smi mig -lgi": ok("", (FIXTURES / "nvidia_smi_mig_lgi.txt").read_text()),
+        LGIP[0]: LGIP[1],
     })
     c = cluster(tmp_path, fake)
-    assert guest_mig.observe(Context(cluster=c), c.targets["gpu-vm-01"]) == (
-        gpu(0, "Enabled", instances=["3g.40gb", "3g.40gb"]), gpu(1, "Enabled", instances=["2g.20gb", "1g.10gb"]),
-        gpu(2, "Enabled"))
+    assert [(g.index, g.current, g.instances) for g in guest_mig.observe(Context(cluster=c), c.targets["gpu-vm-01"])] == [
+        (0, "Enabled", ("3g.40gb", "3g.40gb")), (1, "Enabled", ("2g.20gb", "1g.10gb")), (2, "Enabled", ())]
     assert fake.calls[1].sudo
 
 
 @pytest.mark.parametrize("code, text", [(6, "No GPU instances found: Not Found"), (6, "No MIG-enabled devices found.")])
 def test_guest_observe_tolerates_no_instances(tmp_path, code, text):
     fake = FakeExecutor("gpu-vm-01", {re.compile("--query-gpu"): ok("", query((0, "Enabled", "Enabled"))),
-                                      "nvidia-smi mig -lgi": CommandResult("", code, text + "\n", "")})
+                                      "nvidia-smi mig -lgi": CommandResult("", code, text + "\n", ""), LGIP[0]: LGIP[1]})
     c = cluster(tmp_path, fake)
-    assert guest_mig.observe(Context(cluster=c), c.targets["gpu-vm-01"]) == (gpu(0, "Enabled"),)
+    assert [g.instances for g in guest_mig.observe(Context(cluster=c), c.targets["gpu-vm-01"])] == [()]
 
 
 def test_guest_observe_other_failures_raise(tmp_path):
@@ -285,7 +287,8 @@ class FakeGpu:
             else CommandResult("", 6, "No compute instances found: Not Found\n", ""),
             re.compile(r"mig -dgi"): self.destroy,
             re.compile(r"mig -i 0 -cgi (\S+) -C"): self.create,
-            re.compile(r"mig -lgi"): lambda call: ok("", lgi(*[(0, p, 9, i + 1, 0, 4) for i, p in enumerate(self.instances)]))
+            LGIP[0]: LGIP[1],
+            re.compile(r"mig -lgi( |$)"): lambda call: ok("", lgi(*[(0, p, 9, i + 1, 0, 4) for i, p in enumerate(self.instances)]))
             if self.instances else CommandResult("", 6, "No GPU instances found: Not Found\n", ""),
         }
 

@@ -473,9 +473,9 @@ class Guest(Strict):
     @field_validator("mig")
     @classmethod
     def _layout(cls, value: Any) -> Any:
-        if isinstance(value, str) and not re.match(r"^all-(disabled|enabled|\d+g\.\d+gb)$", value):
+        if isinstance(value, str) and not re.match(r"^all-(disabled|enabled|\d+g\.\d+gb([+-][a-z.]+)?)$", value):
             raise ValueError(f"'{value}' is not a named MIG layout (all-disabled, all-enabled, all-<profile> "
-                             "such as all-3g.40gb) — or give mig-parted entries")
+                             "such as all-3g.40gb, all-1g.24gb+gfx) — or give mig-parted entries")
         return value
 
 

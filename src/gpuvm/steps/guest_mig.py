@@ -1,7 +1,8 @@
 """guest.mig: MIG mode and GPU instances inside a guest with passthrough GPUs.
 
 The runbook's `mig` (a named layout or mig-parted entries, see `gpuvm.mig`) is expanded per GPU
-with the GPU names observed. Per GPU, the plan has at most a `mig.mode` change and one
+and checked against the profiles each GPU lists (`nvidia-smi mig -lgip`: ids, counts, memory); where
+the driver lists none (MIG off on older drivers), against gpuvm's table for the GPU's name. Per GPU, the plan has at most a `mig.mode` change and one
 `gpu instances` change; apply destroys the GPU's compute and GPU instances, then creates the
 wanted ones with their default compute instance (`nvidia-smi mig -cgi ... -C`), and reads back.
 
@@ -12,14 +13,16 @@ marked "needs VM power-off" because it ends every GPU process in the VM, as a po
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from itertools import islice, permutations
 from typing import Any
 
 from gpuvm.errors import RemoteCommandError
 from gpuvm.executors.base import CommandResult
-from gpuvm.mig import GpuLayout, MigLayoutError, canonical, describe, expand, gpu_model
-from gpuvm.parsers.nvidia_smi import GpuInstance, MigMode, parse_gpu_instances, parse_mig_query_csv
+from gpuvm.mig import GpuLayout, GpuModel, MigLayoutError, canonical, describe, expand, gpu_model, model_for, reported_model
+from gpuvm.parsers.nvidia_smi import (GpuInstance, GpuInstanceProfile, MigMode, parse_gpu_instance_profiles, parse_gpu_instances,
+                                      parse_mig_query_csv)
 from gpuvm.plan import Change, Disruption
 from gpuvm.desired.ssh import DesiredGuest
 from gpuvm.remote import Cluster, run
@@ -27,12 +30,14 @@ from gpuvm.steps.base import Context, Step
 
 NAME = "guest.mig"
 QUERY = ["nvidia-smi", "--query-gpu=index,name,mig.mode.current,mig.mode.pending", "--format=csv,noheader"]
+LGIP = ["nvidia-smi", "mig", "-lgip"]
 NOTHING_THERE = ("No MIG-enabled devices found", "No GPU instances found", "No compute instances found")
 
 
 @dataclass(frozen=True)
 class GpuMig(MigMode):
     instances: tuple[str, ...] = ()  # GPU instance profiles, largest first
+    profiles: tuple[GpuInstanceProfile, ...] = ()  # what `nvidia-smi mig -lgip` lists for this GPU
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,36 @@ def observe(ctx: Context, target: DesiredGuest) -> tuple[GpuMig, ...]:
     if any(m.current == "Enabled" for m in modes):
         for gi in _list_instances(target, cluster):
             instances.setdefault(gi.gpu, []).append(gi.profile)
-    return tuple(GpuMig(m.index, m.name, m.current, m.pending,
-                        canonical(instances.get(m.index, []), gpu_model(m.name))) for m in modes)
+    profiles = _list_profiles(target, cluster, modes) if _checks_profiles(target, modes) else {}
+    return tuple(GpuMig(m.index, m.name, m.current, m.pending, canonical(instances.get(m.index, []), gpu_model(m.name)),
+                        profiles.get(m.index, ())) for m in modes)
+
+
+def _checks_profiles(target: DesiredGuest, modes: list[MigMode]) -> bool:
+    return target.mig != "all-disabled" and any(m.current != "[N/A]" for m in modes)
+
+
+def _list_profiles(target: DesiredGuest, cluster: Cluster, modes: list[MigMode]) -> dict[int, tuple[GpuInstanceProfile, ...]]:
+    """Each GPU's profiles as `nvidia-smi mig -lgip` lists them (none where the driver lists none
+    while MIG is off); output that is not a whole GPU's profiles is an error naming the guest."""
+    result = run(target, cluster, LGIP, sudo=target.root, check=False)
+    if result.exit_code != 0:
+        if NOTHING_THERE[0] in result.stdout + result.stderr:
+            return {}
+        raise _failed(target, result)
+    names = {m.index: m.name for m in modes}
+    by_gpu: dict[int, list[GpuInstanceProfile]] = {}
+    try:
+        for row in parse_gpu_instance_profiles(result.stdout):
+            by_gpu.setdefault(row.gpu, []).append(row)
+        for gpu, rows in by_gpu.items():
+            try:
+                reported_model(names.get(gpu, f"GPU {gpu}"), rows)
+            except MigLayoutError as e:
+                raise RemoteCommandError(f"`{result.command}`: GPU {gpu}: {e}") from None
+    except RemoteCommandError as e:
+        raise RemoteCommandError(f"{target.name}: {NAME}: {e}") from None
+    return {gpu: tuple(rows) for gpu, rows in by_gpu.items() if gpu in names}
 
 
 def _list_instances(target: DesiredGuest, cluster: Cluster, gpu: int | None = None) -> list[GpuInstance]:
@@ -84,21 +117,23 @@ def plan(target: DesiredGuest, fact: tuple[GpuMig, ...]) -> list[Change]:
     mig = target.mig
     assert mig is not None
     try:
-        layouts = expand(mig, {g.index: g.name for g in fact})
-        return [c for gpu in fact if gpu.index in layouts for c in _plan_gpu(target.name, gpu, layouts[gpu.index])]
+        reported = {g.index: reported_model(g.name, g.profiles) for g in fact if g.profiles}
+        layouts = expand(mig, {g.index: g.name for g in fact}, reported)
+        return [c for gpu in fact if gpu.index in layouts
+                for c in _plan_gpu(target.name, gpu, layouts[gpu.index], model_for(gpu.name, reported.get(gpu.index)))]
     except MigLayoutError as e:
         label = mig if isinstance(mig, str) else "mig-parted entries"
         raise target.error(NAME, ("mig",), f"layout {label}: {e}") from None
 
 
-def _plan_gpu(name: str, gpu: GpuMig, want: GpuLayout) -> list[Change]:
+def _plan_gpu(name: str, gpu: GpuMig, want: GpuLayout, model: GpuModel | None) -> list[Change]:
     resource = f"GPU {gpu.index} ({gpu.name})"
     mode = "Enabled" if want.enabled else "Disabled"
     if gpu.current == "[N/A]":  # the GPU (or this VM's view of it, e.g. a vGPU) has no MIG
         if want.enabled:
             raise MigLayoutError(f"GPU {gpu.index} ({gpu.name}) reports MIG mode [N/A]: MIG is not available here")
         return []
-    have = canonical(gpu.instances, gpu_model(gpu.name)) if gpu.current == "Enabled" else ()
+    have = canonical(gpu.instances, model) if gpu.current == "Enabled" else ()
     instances = None
     if have != want.profiles:
         instances = Change(NAME, name, resource, "gpu instances", describe(have), describe(want.profiles),
@@ -175,7 +210,7 @@ def _create(target: DesiredGuest, cluster: Cluster, gpu: int, profiles: list[str
                                  f"(nvidia-smi: Insufficient Resources, {tried} order(s) tried)")
     model = gpu_model(_mode_of(target, cluster, gpu).name)
     made = canonical([gi.profile for gi in _list_instances(target, cluster, gpu)], model)
-    if made != tuple(profiles):
+    if Counter(made) != Counter(profiles):  # the order of profiles a table does not know is by name
         raise RemoteCommandError(f"GPU {gpu}: wanted {describe(profiles)} "
                                  f"but nvidia-smi lists {describe(made)}")
 
