@@ -40,6 +40,7 @@ from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.lock import HostLocks
 from gpuvm.vsphere.session import Session, Target, resolve_target
+from gpuvm.vsphere.shown import Shown, shown
 
 Progress = Callable[[str, str, str], None]  # (step, target, status), as the engine reports them
 RemoteFacts = dict[tuple[str, str], Any]  # (step, target) → observed fact
@@ -166,9 +167,10 @@ def discover(access: Access) -> tuple[Inventory, Target]:
         return read_inventory(session), resolve_target(book.vcenter, access.insecure)
 
 
-def inventory_of(runbook: Path, access: Access) -> Inventory:
-    """The live inventory of the runbook's vCenter."""
-    return observe_inventory(load_runbook(runbook), access)
+def inventory_of(runbook: Path, access: Access) -> tuple[Shown, Runbook]:
+    """What `inventory` shows of the runbook's vCenters, read live (vsphere/shown.py), and the runbook."""
+    book = load_runbook(runbook)
+    return shown(book, observe_fleet(book, access)), book
 
 
 def narrowed(plan: Plan, book: Runbook, targets: Sequence[str], inventory: Inventory) -> tuple[Plan, Scope | None]:
