@@ -135,12 +135,6 @@ def observe_fleet(runbook: Runbook, access: Access, snapshot: Path | None = None
         return Fleet.read(runbook, sessions, down)
 
 
-def observe_inventory(runbook: Runbook, access: Access, snapshot: Path | None = None) -> Inventory:
-    """The inventory: from a snapshot file, or read live from vCenter in one request (several
-    vCenters: theirs, merged)."""
-    return observe_fleet(runbook, access, snapshot).merged(runbook)
-
-
 @contextmanager
 def remote(runbook: Runbook, access: Access, parallel: int | None = None,
            whole: Runbook | None = None) -> Iterator[tuple[Cluster | None, RemoteFacts, dict[str, ConnectError]]]:
