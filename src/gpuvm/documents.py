@@ -11,13 +11,16 @@ that tells how it ended first (verify's drift, bench run's campaign, apply's sum
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuvm.errors import DOCUMENT_VERSION, error_document
 from gpuvm.plan import Plan
 from gpuvm.secrets import scrub
-from gpuvm.vsphere.facts import Inventory
+
+if TYPE_CHECKING:
+    from gpuvm.vsphere.shown import Shown
 
 VERSIONS = {"plan": 1, "apply": 1, "verify": 1, "inventory": 1, "bench-run": 1, "bench-compare": 2, "size": 1,
             "locks": 1, "saved-plan": 1, "error": DOCUMENT_VERSION}
@@ -73,19 +76,27 @@ def plan_json(plan: Plan) -> str:
     return dumps(document("plan", **plan_fields(plan)))
 
 
-def inventory_json(inventory: Inventory) -> str:
-    """What `inventory` prints: hosts with their GPUs and NICs, and VMs."""
-    hosts = [{"name": h.name, "state": "maintenance" if h.in_maintenance else h.connection_state,
+def inventory_json(seen: Shown, warnings: Sequence[str] = ()) -> str:
+    """What `inventory` prints: hosts with their GPUs and NICs, and VMs (with several vCenters, each
+    one's vCenter); the vCenters not reached, and the warnings said of them."""
+    inventory = seen.inventory
+
+    def where(vcenters: dict[str, str], name: str) -> dict[str, str]:
+        return {"vcenter": vcenters[name]} if name in vcenters else {}
+
+    hosts = [{"name": h.name, **where(seen.host_vcenters, h.name),
+              "state": "maintenance" if h.in_maintenance else h.connection_state,
               "memory_mb": h.memory_mb, "cpu_threads": h.cpu_threads, "graphics": h.graphics.default_type,
               "vgpu_profiles": list(h.vgpu_profiles),
               "devices": [{"address": d.id, "model": d.device_name, "vendor": d.vendor_name, "id": d.pci_id,
                            "kind": "gpu" if d.is_gpu else "nic", "numa_node": d.numa_node,
                            "passthrough": d.passthru_state} for d in h.pci if d.is_gpu or d.is_mellanox]}
              for h in inventory.hosts.values()]
-    vms = [{"name": vm.name, "host": vm.host, "power": vm.power_state, "cpus": vm.cpus, "memory_mb": vm.memory_mb,
-            "firmware": vm.firmware, "reserved": vm.reservation_locked, "hw_version": vm.hw_version,
-            "pci": [d.describe() for d in vm.pci]} for vm in inventory.vms.values()]
-    return dumps(document("inventory", source=inventory.source, taken=inventory.taken.isoformat(), hosts=hosts, vms=vms))
+    vms = [{"name": vm.name, **where(seen.vm_vcenters, vm.name), "host": vm.host, "power": vm.power_state,
+            "cpus": vm.cpus, "memory_mb": vm.memory_mb, "firmware": vm.firmware, "reserved": vm.reservation_locked,
+            "hw_version": vm.hw_version, "pci": [d.describe() for d in vm.pci]} for vm in inventory.vms.values()]
+    return dumps(document("inventory", source=inventory.source, taken=inventory.taken.isoformat(), hosts=hosts, vms=vms,
+                          not_reached=dict(seen.down), warnings=list(warnings)))
 
 
 def verify_json(verified: Any = None, drift: Any = None) -> str:

@@ -1,6 +1,6 @@
 """Launch files for a training job over all the runbook's guests: the Open MPI hostfile and
 horovodrun's `-H` list (`gpuvm launch-files`). Hosts are the guests' SSH addresses (the ones the SSH
-mesh trusts), in runbook order; slots are `Guest.slots`. The hostfile is rendered by the same
+mesh trusts), in runbook order; slots are each guest's `slots`, else its VM's GPU count. The hostfile is rendered by the same
 template the benchmark runner uses (`templates/bench/hostfile.j2`):
 
     10.0.0.11 slots=2            horovodrun -np 4 -H 10.0.0.11:2,10.0.0.12:2
@@ -17,14 +17,15 @@ from gpuvm.runbook.model import Guest, Runbook
 
 
 def guests_of(runbook: Runbook) -> list[Guest]:
+    """The runbook's guests, each with its slots (`Runbook.slots_of`: given, or its VM's GPU count)."""
     guests = runbook.guests.hosts if runbook.guests else []
     if not guests:
         raise InputError(f"{runbook.file}: guests.hosts: no guests to launch on; list the guest VMs with their ssh")
-    return guests
+    return [g.model_copy(update={"slots": runbook.slots_of(g)}) for g in guests]
 
 
 def _slots(guests: Sequence[Guest]) -> list[tuple[str, int]]:
-    return [(g.ssh.address, g.slots) for g in guests]
+    return [(g.ssh.address, g.slots or 1) for g in guests]
 
 
 def hostfile(guests: Sequence[Guest]) -> str:
@@ -40,7 +41,7 @@ def horovod_hosts(guests: Sequence[Guest]) -> str:
 
 
 def total_slots(guests: Sequence[Guest]) -> int:
-    return sum(g.slots for g in guests)
+    return sum(g.slots or 1 for g in guests)
 
 
 def horovodrun_args(guests: Sequence[Guest]) -> list[str]:

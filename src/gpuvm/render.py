@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,7 +13,9 @@ from gpuvm.errors import listed
 from gpuvm.plan import WHOLE_RUN, Change, Disruption, Plan
 from gpuvm.secrets import redact
 from gpuvm.untrusted import printable
-from gpuvm.vsphere.facts import Inventory
+
+if TYPE_CHECKING:
+    from gpuvm.vsphere.shown import Shown
 
 NO_CHANGES = "No changes. Infrastructure matches the runbook."
 KNOWN_AFTER_APPLY = "(known after apply)"  # a change planned from the runbook alone (gpuvm.after_apply)
@@ -168,18 +170,27 @@ def progress_line(step: str, target: str, status: str) -> str:
     return f"{mark} {step:<17} {escape(target)}: {escape(redact(status))}"
 
 
-def print_inventory(console: Console, inventory: Inventory) -> None:
+def print_inventory(console: Console, seen: "Shown") -> None:
+    """The hosts, their GPUs and NICs, and the VMs as tables (several vCenters: a vcenter column)."""
+    inventory, fleet = seen.inventory, bool(seen.host_vcenters or seen.vm_vcenters)
+
+    def where(vcenters: dict[str, str], name: str) -> tuple[str, ...]:
+        return (vcenters.get(name, ""),) if fleet else ()
+
+    first = ["vcenter"] if fleet else []
     host_rows = []
     for host in inventory.hosts.values():
         state = "maintenance" if host.in_maintenance else host.connection_state
-        host_rows.append((host.name, state, f"{host.memory_mb // 1024} GB", host.graphics.default_type,
-                          len(host.vgpu_profiles), len(inventory.vms_on(host.name))))
-    console.print(table("Hosts", ["host", "state", "memory", "graphics", "vGPU profiles", "VMs"], host_rows))
+        host_rows.append((*where(seen.host_vcenters, host.name), host.name, state, f"{host.memory_mb // 1024} GB",
+                          host.graphics.default_type, len(host.vgpu_profiles), len(inventory.vms_on(host.name))))
+    console.print(table("Hosts", [*first, "host", "state", "memory", "graphics", "vGPU profiles", "VMs"], host_rows))
     device_rows = [(host.name, d.id, d.device_name, d.pci_id, "" if d.numa_node is None else d.numa_node,
                     d.passthru_state)
                    for host in inventory.hosts.values() for d in host.pci if d.is_gpu or d.is_mellanox]
     console.print(table("GPUs and NICs", ["host", "address", "model", "id", "NUMA", "passthrough"], device_rows))
-    vm_rows = [(vm.name, vm.host, vm.power_state, vm.cpus, f"{vm.memory_mb // 1024} GB", vm.firmware,
-                "yes" if vm.reservation_locked else "no", ", ".join(d.describe() for d in vm.pci) or "-")
+    vm_rows = [(*where(seen.vm_vcenters, vm.name), vm.name, vm.host, vm.power_state, vm.cpus,
+                f"{vm.memory_mb // 1024} GB", vm.firmware, "yes" if vm.reservation_locked else "no",
+                ", ".join(d.describe() for d in vm.pci) or "-")
                for vm in inventory.vms.values()]
-    console.print(table("VMs", ["vm", "host", "power", "CPUs", "memory", "firmware", "reserved", "PCI devices"], vm_rows))
+    console.print(table("VMs", [*first, "vm", "host", "power", "CPUs", "memory", "firmware", "reserved", "PCI devices"],
+                        vm_rows))

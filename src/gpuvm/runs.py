@@ -40,6 +40,7 @@ from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.lock import HostLocks
 from gpuvm.vsphere.session import Session, Target, resolve_target
+from gpuvm.vsphere.shown import Shown, shown
 
 Progress = Callable[[str, str, str], None]  # (step, target, status), as the engine reports them
 RemoteFacts = dict[tuple[str, str], Any]  # (step, target) → observed fact
@@ -134,12 +135,6 @@ def observe_fleet(runbook: Runbook, access: Access, snapshot: Path | None = None
         return Fleet.read(runbook, sessions, down)
 
 
-def observe_inventory(runbook: Runbook, access: Access, snapshot: Path | None = None) -> Inventory:
-    """The inventory: from a snapshot file, or read live from vCenter in one request (several
-    vCenters: theirs, merged)."""
-    return observe_fleet(runbook, access, snapshot).merged(runbook)
-
-
 @contextmanager
 def remote(runbook: Runbook, access: Access, parallel: int | None = None,
            whole: Runbook | None = None) -> Iterator[tuple[Cluster | None, RemoteFacts, dict[str, ConnectError]]]:
@@ -166,9 +161,10 @@ def discover(access: Access) -> tuple[Inventory, Target]:
         return read_inventory(session), resolve_target(book.vcenter, access.insecure)
 
 
-def inventory_of(runbook: Path, access: Access) -> Inventory:
-    """The live inventory of the runbook's vCenter."""
-    return observe_inventory(load_runbook(runbook), access)
+def inventory_of(runbook: Path, access: Access) -> tuple[Shown, Runbook]:
+    """What `inventory` shows of the runbook's vCenters, read live (vsphere/shown.py), and the runbook."""
+    book = load_runbook(runbook)
+    return shown(book, observe_fleet(book, access)), book
 
 
 def narrowed(plan: Plan, book: Runbook, targets: Sequence[str], inventory: Inventory) -> tuple[Plan, Scope | None]:

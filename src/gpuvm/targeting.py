@@ -15,6 +15,8 @@ A change depends on a target outside the selection when:
   VM's dynamic DirectPath holds the GPU it names): the whole VM and its guest are left out;
 - a running VM's stop for its host's reboot is that reboot's: with the host outside, the stop is left
   out, and so is the power-on `vm.power` plans after it (unless a change of the VM's own powers it off);
+  a VM the runbook wants off (no power-on after the stop) is powered off on its own instead, by
+  `vm.power`: that change is the VM's, made and counted by the run;
 - a guest's image is to be copied from a builder that builds it in this run: its `guest.image`;
 - the SSH mesh changes on a guest left out too: the mesh is one key and one set of files on every
   guest, so its `guest.ssh_mesh` changes are left out on all of them.
@@ -34,7 +36,7 @@ from gpuvm.plan import Change, Disruption, LeftOut, Note, Plan
 from gpuvm.runbook.model import Runbook
 from gpuvm.names import split
 from gpuvm.steps.host_reboot import StopForReboot
-from gpuvm.steps.vm_power import SetPower
+from gpuvm.steps.vm_power import SetPower, set_power
 from gpuvm.vsphere.facts import Inventory
 
 NOTE_STEP = "target"
@@ -158,11 +160,31 @@ def _whole_target_reasons(by_target: dict[str, list[Change]], inside: set[str], 
     return reasons
 
 
+def _stops_outside(changes: list[Change], inside: set[str]) -> list[Change]:
+    """A VM's stops for the reboot of a host outside (only that reboot makes them)."""
+    return [c for c in changes if isinstance(c.action, StopForReboot) and c.action.host not in inside]
+
+
+def _own_power_off(changes: list[Change], inside: set[str]) -> tuple[Change, Change] | None:
+    """(the stop, the VM's own power-off) for a VM of the runbook's that is stopped for the reboot of
+    a host outside and wanted off: nothing of its own powers it off before nor on after (vm.power
+    planned no power-on: the stop leaves it as the runbook wants). The run makes that power-off."""
+    stops = _stops_outside(changes, inside)
+    if len(stops) != 1 or stops[0].action.restore:
+        return None
+    own = [c for c in changes if c is not stops[0]]
+    if any(c.disruption in (Disruption.VM_POWER_OFF, Disruption.VM_DESTROY) or isinstance(c.action, SetPower)
+           for c in own):
+        return None
+    return stops[0], set_power(stops[0].target, "off")
+
+
 def _reboot_reasons(changes: list[Change], inside: set[str]) -> list[tuple[Change, str]]:
-    """A VM's stop for the reboot of a host outside (only that reboot makes it), and the power-on
-    `vm.power` plans after it unless a change of the VM's own powers it off: with why."""
-    stops = [c for c in changes if isinstance(c.action, StopForReboot) and c.action.host not in inside]
-    if not stops:
+    """A VM's stop for the reboot of a host outside (only that reboot makes it; a VM wanted off is
+    powered off on its own instead: `_own_power_off`), and the power-on `vm.power` plans after it
+    unless a change of the VM's own powers it off: with why."""
+    stops = _stops_outside(changes, inside)
+    if not stops or _own_power_off(changes, inside):
         return []
     host = stops[0].action.host
     left = [(c, f"waits for the reboot of {host}, not targeted") for c in stops]
@@ -233,7 +255,11 @@ class Scope:
         left = [LeftOut(c, why) for name, why in whole.items() for c in by_target[name]]
         left += [LeftOut(c, why) for c, why in _change_reasons(by_target, inside)]
         dropped = {id(entry.change) for entry in left}
-        kept = [c for c in changes if c.target in inside and id(c) not in dropped]
+        instead: dict[int, Change] = {}  # a stop for a reboot left out → the VM's own power-off
+        for name in inside & by_target.keys():
+            if pair := _own_power_off(by_target[name], inside):
+                instead[id(pair[0])] = pair[1]
+        kept = [instead.get(id(c), c) for c in changes if c.target in inside and id(c) not in dropped]
         notes = []
         outside = sorted(t for t in by_target if t not in inside and t not in whole and t not in targets)
         if outside:

@@ -127,8 +127,12 @@ def test_a_fleet_runbook_lists_and_breaks_a_run_in_every_vcenter_each_row_naming
             table = gpuvm("locks", str(runbook))
             assert table.exit_code == 0 and "vcenter" in table.output and "west" in table.output, table.output
 
-            broken = gpuvm("locks", str(runbook), "--break", run, "--yes")
-            assert broken.exit_code == 0 and "vCenter east" in broken.output and "vCenter west" in broken.output
+            broken = gpuvm("locks", str(runbook), "--break", run, "--yes", "--json")
+            assert broken.exit_code == 0, broken.output
+            document = json.loads(broken.stdout)
+            assert check(document) == "locks" and document["broken"]["run"] == run
+            assert document["broken"]["removed"] == {side: [f"lease gpuvm.lease.{run}", f"the lock of host {side}-esx-01"]
+                                                     for side in sides}
             assert not [r for r in listed(runbook) if r["run"] == run]
             for held in holders:
                 held._renew_once()  # its next renewal: the fence finds its lease gone

@@ -104,3 +104,31 @@ def test_a_vm_targeted_without_the_host_whose_reboot_stops_it_is_left_out_and_ap
                      "--allow-power-off").exit_code == 0
         assert gpuvm("plan", book, "--target", "esx-01-vm2", "--detailed-exitcode").exit_code == 0
         assert raw_state(sim)["esx-01-vm2"]["power"] == "poweredOn"
+
+
+def test_a_vm_the_runbook_wants_off_is_powered_off_on_its_own_not_for_the_reboot_of_its_host_left_out(
+        monkeypatch, tmp_path):
+    """esx-01's reboot pending, esx-01-vm2 running and wanted off: with esx-01 left out, its stop is not
+    the reboot's but its own power-off (vm.power), which apply makes and counts alone; esx-01 untouched."""
+    book = tmp_path / "rb.yaml"
+    book.write_text(PENDING_REBOOT.replace("{name: esx-01-vm2, host: esx-01, firmware: bios}",
+                                           "{name: esx-01-vm2, host: esx-01, firmware: bios, power: off}"))
+    with Simulator(hosts=1, vms_per_host=2, vm_power="on") as sim:
+        use_simulator(monkeypatch, sim, tmp_path / "state")
+        host_before = raw_state(sim)["esx-01"]
+        alone = gpuvm("plan", book, "--target", "esx-01-vm2", "--json", "--detailed-exitcode")
+        assert alone.exit_code == 2, alone.stdout + alone.stderr
+        plan = json.loads(alone.stdout)
+        assert [(c["step"], c["target"], c["after"]) for c in plan["changes"]] == [
+            ("vm.power", "esx-01-vm2", "poweredOff")]
+        assert plan["left_out_changes"] == [] and "for the reboot" not in alone.stdout
+
+        applied = gpuvm("apply", book, "--target", "esx-01-vm2", "--yes", "--allow-power-off")
+        assert applied.exit_code == 0, applied.stdout + applied.stderr
+        assert "Applied 1 of 1" in applied.stdout + applied.stderr, applied.stdout + applied.stderr
+        done = [(e["step"], e["target"]) for e in map(json.loads, (tmp_path / "state" / "journal.jsonl").read_text()
+                                                       .splitlines()) if e.get("status") == "done"]
+        assert done == [("vm.power", "esx-01-vm2")], done
+        state = raw_state(sim)
+        assert state["esx-01-vm2"]["power"] == "poweredOff" and state["esx-01"] == host_before
+        assert gpuvm("plan", book, "--target", "esx-01-vm2", "--detailed-exitcode").exit_code == 0

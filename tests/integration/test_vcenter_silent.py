@@ -76,12 +76,12 @@ def fleet(monkeypatch, tmp_path):
         yield sims, lines
 
 
-def test_plan_and_verify_report_a_silent_vcenter_not_observed_within_its_connect_bound(fleet, tmp_path):
+def test_plan_verify_and_inventory_report_a_silent_vcenter_not_observed_within_its_connect_bound(fleet, tmp_path):
     sims, lines = fleet
     with SilentProxy(sims["east"].url) as proxy:
         book = runbook(tmp_path, lines, proxy.url)
         proxy.silence()
-        for command in ("plan", "verify"):
+        for command in ("plan", "verify", "inventory"):  # inventory: the others' objects, the silent one's warned of
             done, took = gpuvm(command, str(book), timeout=CONNECT + LATE + 20)
             assert done.returncode == 3, done.stdout + done.stderr
             assert "east-esx-01" in done.stdout + done.stderr and "vCenter east not reached" in done.stdout + done.stderr

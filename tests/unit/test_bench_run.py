@@ -34,10 +34,10 @@ guests:
   image: {name: gpuvm/dl, sshd_port: 12345}
   ssh_mesh: {container_port: 12345}
   hosts:
-    - {vm: vm1, ssh: {address: 10.0.0.1, user: gpuadmin}}
-    - {vm: vm2, ssh: {address: 10.0.0.2, user: gpuadmin}}
-    - {vm: vm3, ssh: {address: 10.0.0.3, user: gpuadmin}}
-    - {vm: vm4, ssh: {address: 10.0.0.4, user: root}}
+    - {vm: vm1, ssh: {address: 10.0.0.1, user: gpuadmin}, slots: 1}
+    - {vm: vm2, ssh: {address: 10.0.0.2, user: gpuadmin}, slots: 1}
+    - {vm: vm3, ssh: {address: 10.0.0.3, user: gpuadmin}, slots: 1}
+    - {vm: vm4, ssh: {address: 10.0.0.4, user: root}, slots: 1}
 """
 
 MPIRUN_COMMON = ("--tag-output -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_DEBUG=INFO "
@@ -154,7 +154,7 @@ def test_hostfile_and_nodes_taken_launcher_first(tmp_path):
 
 
 def test_slots_of_guests_are_the_default_gpus_per_vm(tmp_path):
-    infra = INFRA.replace("user: gpuadmin}}", "user: gpuadmin}, slots: 2}")
+    infra = INFRA.replace("user: gpuadmin}, slots: 1}", "user: gpuadmin}, slots: 2}")
     [point] = plan_campaign(book(tmp_path, one_run(kind="nccl_allreduce", nodes=[3]), infra=infra))
     assert point.jobs[0].hosts == (("10.0.0.1", 2), ("10.0.0.2", 2), ("10.0.0.3", 2))
 
@@ -199,8 +199,8 @@ def test_container_runs_wrap_mpirun_in_docker(tmp_path):
 
 def test_containers_get_rdma_devices_and_gpus_only_where_there_are_some(tmp_path):
     infra = INFRA.replace("image: {name: gpuvm/dl, sshd_port: 12345}", "image: {name: gpuvm/dl, gpus: false}").replace(
-        "- {vm: vm1, ssh: {address: 10.0.0.1, user: gpuadmin}}",
-        "- {vm: vm1, ssh: {address: 10.0.0.1, user: gpuadmin}, rdma_ports: [{device: mlx5_0, port: 1}]}")
+        "- {vm: vm1, ssh: {address: 10.0.0.1, user: gpuadmin}, slots: 1}",
+        "- {vm: vm1, ssh: {address: 10.0.0.1, user: gpuadmin}, slots: 1, rdma_ports: [{device: mlx5_0, port: 1}]}")
     runbook = book(tmp_path, "container: true\nlauncher: vm1\n" + one_run(kind="nccl_allreduce", nodes=[1]), infra)
     [point] = plan_campaign(runbook)
     assert "--device=/dev/infiniband" in point.jobs[0].command and "--gpus" not in point.jobs[0].command

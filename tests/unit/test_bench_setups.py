@@ -9,7 +9,7 @@ import pytest
 from gpuvm.apply_options import ApplyOptions
 from gpuvm.bench.campaign import plan_campaign, plan_stages
 from gpuvm.bench.dry_run import describe
-from gpuvm.bench.compare import compare
+from gpuvm.bench.compare import compare, point_label
 from gpuvm.bench.network import NetworkMapping, derive, read_port_maps
 from gpuvm.bench.results import Benchmark, Point, Repeat, Results, merge_results
 from gpuvm.bench.stages import preflight, relaid
@@ -81,6 +81,21 @@ def test_a_concurrent_run_without_groups_takes_every_guest_of_its_setup(tmp_path
     with pytest.raises(InputError, match="--setup two: --local runs have no setups"):
         plan_stages(book(tmp_path, SETUPS + RUN.replace("scenario: concurrent", "nodes: [1]")), local=True,
                     setups=["two"])
+
+
+def test_a_guest_without_slots_runs_as_many_ranks_as_its_vm_has_gpus_in_each_setup(tmp_path):
+    """Two VMs of 2 GPUs, guests without `slots`: "2 VMs × 2 GPUs", not × 1; a setup's own count wins."""
+    base = BASE.replace(", slots: 2", "")
+    setups = SETUPS.replace("\n      guests: [{vm: vm1, slots: 1}, {vm: vm2, slots: 1}]", "").replace(
+        "    - name: one\n      vms: [{name: vm1}]", "    - name: one\n      vms: [{name: vm1}, {name: vm2}]")
+    stages = plan_stages(book(tmp_path, setups + RUN, base))
+    points = [p for stage in stages for p in plan_campaign(stage.runbook, setup=stage.setup)]
+    assert [(p.setup, {job.hosts for job in p.jobs}) for p in points] == [
+        ("one", {(("localhost", 2),)}), ("two", {(("localhost", 1),)})]
+    recorded = [Point(nodes=p.nodes, gpus_per_node=p.gpus_per_node, vms=p.vms, setup=p.setup, repeats=[Repeat(value=1)])
+                for p in points]
+    bench = Benchmark(name="c", kind="nccl_allreduce", scenario="concurrent", points=recorded)
+    assert [point_label(bench, point) for point in recorded] == ["2 VMs × 2 GPUs", "2 VMs × 1 GPU"]
 
 
 @pytest.mark.parametrize("benchmarks, error", [

@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 from gpuvm.bench.results import load_results, save_results
 from gpuvm.cli.main import app
 from gpuvm.files import FileRefused, check_writable, write_text
+from gpuvm.runbook.model import Runbook
 from gpuvm.vsphere.facts import Inventory
+from gpuvm.vsphere.shown import Shown
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SNAPSHOT = FIXTURES / "inventory" / "lab.json"
@@ -47,7 +49,7 @@ def a_file(tmp_path) -> Path:
 
 
 def test_inventory_save_into_a_missing_directory_is_refused_before_vcenter_is_asked(tmp_path, mocker):
-    read = mocker.patch("gpuvm.runs.inventory_of", return_value=Inventory.load(SNAPSHOT))
+    read = mocker.patch("gpuvm.runs.inventory_of")
     runbook = tmp_path / "rb.yaml"
     runbook.write_text(GUESTS)
     result = gpuvm("inventory", runbook, "--save", "/nonexistent/dir/x")
@@ -56,7 +58,7 @@ def test_inventory_save_into_a_missing_directory_is_refused_before_vcenter_is_as
 
 
 def test_inventory_save_writes_the_snapshot_it_can_read_back(tmp_path, mocker):
-    mocker.patch("gpuvm.runs.inventory_of", return_value=Inventory.load(SNAPSHOT))
+    mocker.patch("gpuvm.runs.inventory_of", return_value=(Shown(Inventory.load(SNAPSHOT)), Runbook()))
     runbook, saved = tmp_path / "rb.yaml", tmp_path / "snap.json"
     runbook.write_text(GUESTS)
     assert gpuvm("inventory", runbook, "--save", saved, "--json").exit_code == 0

@@ -52,3 +52,11 @@ def test_write_launch_files(tmp_path):
 def test_no_guests_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="guests.hosts: no guests to launch on"):
         guests_of(runbook(tmp_path, []))
+
+
+def test_a_guest_without_slots_takes_its_vms_gpu_count(tmp_path):
+    (tmp_path / "rb.yaml").write_text(
+        "hosts: [{name: esx-01}]\nvms:\n  - {name: vm1, host: esx-01, gpus: {mode: passthrough, count: 2}}\n"
+        "  - {name: vm2, host: esx-01, gpus: {mode: vgpu, profile: grid_a100-4c, count: 3}, }\n"
+        "guests:\n  hosts:\n    - {vm: vm1, ssh: {address: 10.0.0.11}}\n    - {vm: vm2, ssh: {address: 10.0.0.12}, slots: 1}\n")
+    assert hostfile(guests_of(load_runbook(tmp_path / "rb.yaml"))) == "10.0.0.11 slots=2\n10.0.0.12 slots=1\n"

@@ -175,6 +175,19 @@ def test_a_break_removes_by_key_says_intents_stay_and_journals_who(command, tmp_
     assert entry["status"] == "locks-broken" and entry["broken_run"] == LIVE and "pid" in entry["who"]
 
 
+def test_a_break_with_json_prints_one_document_of_what_was_broken(command):
+    run, removed = command
+    broken = run("--break", LIVE, "--yes", "--json")
+    assert broken.exit_code == 0, broken.output
+    document = json.loads(broken.stdout)  # the whole of stdout: one document, no text
+    assert check(document) == "locks"
+    assert document["broken"]["run"] == LIVE
+    assert document["broken"]["removed"] == {"default": [f"lease gpuvm.lease.{LIVE}", "the lock of host esx-01",
+                                                         "the lock of host other"]}
+    assert len(removed.call_args_list) == 3
+    assert (("lease", LIVE) in {(row["kind"], row["object"]) for row in document["rows"]})  # as read before
+
+
 def test_the_schema_names_every_kind_of_row():
     kinds = schema("locks")["properties"]["rows"]["items"]["properties"]["kind"]["enum"]
     assert sorted(kinds) == sorted(lock_report.KINDS)

@@ -144,7 +144,7 @@ def test_a_campaign_names_shared_vms_qualified_in_launcher_groups_and_setups(tmp
     twins = select_setup(book, "twins")
     assert [(v.name, v.power, v.cpus) for v in twins.vms] == [("east/gpu-vm-01", "on", 4), ("west/gpu-vm-01", "on", None),
                                                              ("gpu-vm-02", "off", None), ("gpu-vm-03", "off", None)]
-    assert [(g.vm, g.slots) for g in twins.guests.hosts] == [("east/gpu-vm-01", 1), ("west/gpu-vm-01", 1)]
+    assert [(g.vm, twins.slots_of(g)) for g in twins.guests.hosts] == [("east/gpu-vm-01", 1), ("west/gpu-vm-01", 1)]
     with pytest.raises(InputError, match=r":19: benchmarks\.launcher: VM 'gpu-vm-01' is in several vCenters"):
         _load(tmp_path, CAMPAIGN.replace("launcher: west/gpu-vm-01", "launcher: gpu-vm-01"))
     with pytest.raises(InputError, match=r":24: benchmarks\.setups\[0\]\.vms\[0\]\.name: VM 'gpu-vm-01' is in several"):

@@ -181,3 +181,14 @@ def test_a_vm_that_its_own_change_powers_off_keeps_its_power_on_when_its_hosts_r
     plan = narrowed(_reboot_of_esx01(cpus), "esx-01-vm2")
     assert [(c.step, c.field) for c in plan.changes] == [("vm.hardware", "cpus"), ("vm.power", "power")]
     assert left(plan) == {"esx-01-vm2": "waits for the reboot of esx-01, not targeted (1)"}
+
+
+def test_a_vm_the_runbook_wants_off_is_powered_off_on_its_own_when_its_hosts_reboot_is_left_out():
+    """Its stop is the reboot's, but it is off after the reboot only because the runbook wants it off
+    (vm.power plans no power-on): that power-off is the VM's own, the run makes it, not "for the reboot"."""
+    wants_off = Plan(changes=[c for c in _reboot_of_esx01().changes if c.step != "vm.power"])
+    plan = narrowed(wants_off, "esx-01-vm2")
+    assert [(c.step, c.target, c.before, c.after, c.disruption, c.action) for c in plan.changes] == [
+        ("vm.power", "esx-01-vm2", "poweredOn", "poweredOff", Disruption.VM_POWER_OFF, SetPower("off"))]
+    assert plan.left_out == []
+    assert narrowed(wants_off, "esx-01").changes == wants_off.changes  # with its host: the reboot's stop

@@ -5,7 +5,7 @@ A thin command over gpuvm.vsphere.lock_report."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
@@ -48,18 +48,22 @@ def locks_command(
         if break_ is None:
             print_report(report, json_, fleet=bool(book.vcenters))
         else:
-            _break(report, sessions, break_, yes, state_dir)
+            broken = _break(report, sessions, break_, yes, state_dir, say=_quiet if json_ else _said)
+            if json_:
+                print_report(report, json_, fleet=bool(book.vcenters), broken=broken)
     if report.down:
         raise ConnectError(f"vCenter(s) {', '.join(report.down)} not reached")
 
 
-def print_report(report: Any, json_: bool, fleet: bool) -> None:
+def print_report(report: Any, json_: bool, fleet: bool, broken: dict[str, Any] | None = None) -> None:
+    """The rows as a table or one JSON document; `broken`: what `--break` removed (JSON: its `broken`)."""
     from gpuvm.documents import document, dumps
     from gpuvm.render import table
 
     if json_:
+        extra = {} if broken is None else {"broken": broken}
         print(dumps(document("locks", rows=[row.to_dict() for row in report.rows],
-                             not_reached={name: str(why) for name, why in report.down.items()})))
+                             not_reached={name: str(why) for name, why in report.down.items()}, **extra)))
         return
     if not report.rows:
         out.print(NOTHING)
@@ -82,26 +86,42 @@ def _when(text: str) -> str:
         return text
 
 
-def _break(report: Any, sessions: dict[str, Any], run: str, yes: bool, state_dir: Path | None) -> None:
+def _said(line: str) -> None:
+    out.print(line, markup=False, highlight=False)
+
+
+def _quiet(line: str) -> None:
+    """--json: the document says it all."""
+
+
+def _break(report: Any, sessions: dict[str, Any], run: str, yes: bool, state_dir: Path | None,
+           say: Callable[[str], None]) -> dict[str, Any]:
+    """Break `run`'s lease and locks (asking first unless `yes`), each line said; what was broken:
+    the run, what was removed in each vCenter, the intents that stay, and the closing message."""
     from gpuvm.journal import Journal, state_dir as make_state_dir
     from gpuvm.vsphere import lock, lock_report
 
     lock_report.check_run(run, report.seen)
     held = {name: what for name, seen in report.seen.items() if (what := lock_report.held_by(run, seen))}
     for name, what in held.items():
-        out.print(f"vCenter {name}: {', '.join(what)}", markup=False, highlight=False)
+        say(f"vCenter {name}: {', '.join(what)}")
     holders = {row.who for row in report.rows if row.run == run and row.kind == "lease"}
     if not yes:
         _confirm(f"Break run {run}'s lease and locks (held by {', '.join(sorted(holders)) or 'an unknown holder'})?")
     journal = Journal(make_state_dir(state_dir))
+    removed: dict[str, list[str]] = {}
     for name, what in held.items():
-        removed = lock_report.break_run(sessions[name], what)
-        journal.record("locks-broken", broken_run=run, who=lock.who(), vcenter=name, removed=removed)
-        out.print(f"vCenter {name}: removed {', '.join(removed)}", markup=False, highlight=False)
+        removed[name] = lock_report.break_run(sessions[name], what)
+        journal.record("locks-broken", broken_run=run, who=lock.who(), vcenter=name, removed=removed[name])
+        say(f"vCenter {name}: removed {', '.join(removed[name])}")
     waiting = [row for row in report.rows if row.run == run and row.kind == "intent"]
     acts = f" ({', '.join(f'{row.act} on {row.object}' for row in waiting)})" if waiting else ""
-    out.print(f"Run {run}'s lease is broken: a holder still alive stops at its next change (exit 8); "
-              f"its {INTENTS_STAY}{acts}.", markup=False, highlight=False)
+    message = (f"Run {run}'s lease is broken: a holder still alive stops at its next change (exit 8); "
+               f"its {INTENTS_STAY}{acts}.")
+    say(message)
+    return {"run": run, "removed": removed,
+            "intents": [{"vcenter": row.vcenter, "object": row.object, "act": row.act} for row in waiting],
+            "message": message}
 
 
 def _confirm(question: str) -> None:

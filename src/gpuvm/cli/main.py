@@ -9,7 +9,8 @@ from typing import Any, Optional
 import typer
 
 from gpuvm.cli import bench_report, bench_run, init, locks, schema, show, size
-from gpuvm.cli.common import Gpuvm, access, ends_process, err, fail, finish, handle_errors, interactive, load, out
+from gpuvm.cli.common import (Gpuvm, access, ends_process, err, fail, finish, handle_errors, interactive, load, out,
+                              warn)
 
 app = Gpuvm(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
             help="Turn vSphere hosts with NVIDIA GPUs into a deep-learning cluster, and prove it performs.")
@@ -88,7 +89,8 @@ def validate(runbook: Path = RUNBOOK) -> None:
 @handle_errors
 def inventory(runbook: Path = RUNBOOK, save: Optional[Path] = typer.Option(None, help="Write a snapshot file"),
               insecure: bool = INSECURE, json_: bool = JSON) -> None:
-    """Hosts, their GPUs and NICs (model, PCI address, NUMA, passthrough state), and VMs."""
+    """Hosts, their GPUs and NICs (model, PCI address, NUMA, passthrough state), and VMs: of every
+    vCenter, a name two of them hold as <vcenter>/<name>; exit 3 if a vCenter was not reached."""
     from gpuvm.documents import inventory_json
     from gpuvm.files import check_writable
     from gpuvm.render import print_inventory
@@ -96,14 +98,19 @@ def inventory(runbook: Path = RUNBOOK, save: Optional[Path] = typer.Option(None,
 
     if save:
         check_writable(save, "snapshot")  # before vCenter is asked anything
-    facts = inventory_of(runbook, access(insecure))
+    seen, book = inventory_of(runbook, access(insecure))
+    warnings = seen.warnings(book)
+    for line in warnings:  # a vCenter not reached: its objects not shown, none shown in their place
+        warn(line)
     if json_:
-        print(inventory_json(facts))
+        print(inventory_json(seen, warnings))
     else:
-        print_inventory(out, facts)
+        print_inventory(out, seen)
     if save:
-        facts.save(save)
+        seen.inventory.save(save)
         (err if json_ else out).print(f"snapshot written to {save}")
+    if seen.down:
+        raise typer.Exit(3)
 
 
 @app.command()

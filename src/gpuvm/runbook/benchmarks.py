@@ -81,7 +81,7 @@ class BenchmarkRun(Strict):
     scaling: Literal["weak", "strong"] | None = None  # scenario scaling: default weak
     nodes: list[Annotated[int, Field(ge=1, le=1024)]] | None = None  # scaling: default [1]
     groups: list[list[str]] | None = None  # concurrent: VMs each running their own job at once
-    gpus_per_vm: int | None = Field(default=None, ge=1, le=16)  # default: each guest's `slots`
+    gpus_per_vm: int | None = Field(default=None, ge=1, le=16)  # default: each guest's `slots` (default: its VM's gpus.count)
     # auto: repeat until the median's 95 % interval is within ± repeats_target of it (3 at least),
     # or repeats_max runs (bench/stats.py says how the interval is computed)
     repeats: Annotated[int, Field(ge=1, le=100)] | Literal["auto"] = 3
@@ -467,15 +467,16 @@ def _check_batch(runbook: Runbook, run: BenchmarkRun, loc: tuple, nodes: int, pe
 
 
 def gpus_per_vm(run: BenchmarkRun, guests: list[Guest], runbook: Runbook, loc: tuple) -> int:
-    """GPUs (MPI ranks) per VM: the run's `gpus_per_vm`, else the guests' `slots` (which must agree);
+    """GPUs (MPI ranks) per VM: the run's `gpus_per_vm`, else the guests' slots (`Runbook.slots_of`:
+    given, or their VM's GPU count; they must agree);
     one for kind storage (one fio per guest)."""
     if run.kind == "storage":
         return 1
     if run.gpus_per_vm is not None:
         return run.gpus_per_vm
-    slots = {g.slots for g in guests}
+    slots = {runbook.slots_of(g) for g in guests}
     if len(slots) > 1:
-        names = listed(f"{g.vm}={g.slots}" for g in guests)
+        names = listed(f"{g.vm}={runbook.slots_of(g)}" for g in guests)
         raise runbook.error(loc, f"the guests have different slots ({names}); set gpus_per_vm")
     return slots.pop() if slots else 1
 

@@ -468,7 +468,7 @@ class Guest(Strict):
     # a named layout (all-3g.40gb, all-disabled) or mig-parted entries; the loader puts the entries of
     # `{config_file, config}` (MigConfigFile) here
     mig: str | list[MigDevices] | None = None
-    slots: int = Field(default=1, ge=1, le=16)  # MPI slots (GPUs used by a job)
+    slots: int | None = Field(default=None, ge=1, le=16)  # MPI slots (GPUs used by a job); default: its VM's gpus.count, else 1
 
     @field_validator("mig")
     @classmethod
@@ -739,6 +739,14 @@ class Runbook(Strict):
         part = self.model_copy(update={"hosts": hosts, "vms": vms, "guests": guests})
         part._file, part._locator, part._digest = self._file, self._locator, self._digest
         return part
+
+    def slots_of(self, guest: Guest) -> int:
+        """A guest's MPI slots (the GPUs a job uses there): its `slots`, else its VM's GPU count (in
+        this runbook: a setup's own), else 1."""
+        if guest.slots is not None:
+            return guest.slots
+        vm = next((v for v in self.vms if v.name == guest.vm), None)
+        return vm.gpus.count if vm is not None and vm.gpus is not None else 1
 
     def strict_topology(self, vm: Vm) -> bool:
         return (vm.topology or self.topology) == "strict"

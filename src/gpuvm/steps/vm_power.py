@@ -55,14 +55,17 @@ def observe(ctx: Context, vm: DesiredVm) -> PowerFact:
     return PowerFact(state, held)  # type: ignore[arg-type]
 
 
+def set_power(vm: str, state: str, dynamic: bool = False) -> Change:
+    """The change that powers `vm` on or off (`state`) from the other state."""
+    before, after = ("poweredOff", "poweredOn") if state == "on" else ("poweredOn", "poweredOff")
+    return Change(NAME, vm, "vm", "power", before, after,
+                  Disruption.VM_POWER_OFF if state == "off" else Disruption.NONE, SetPower(state, dynamic))
+
+
 def plan(vm: DesiredVm, fact: PowerFact) -> list[Change]:
     changes = []
     if fact.state != vm.power:
-        disruption = Disruption.VM_POWER_OFF if vm.power == "off" else Disruption.NONE
-        dynamic = any(d.kind == "dynamic" for d in vm.devices)
-        changes.append(Change(NAME, vm.name, "vm", "power", "poweredOff" if fact.state == "off" else "poweredOn",
-                              "poweredOn" if vm.power == "on" else "poweredOff", disruption,
-                              SetPower(vm.power, dynamic)))
+        changes.append(set_power(vm.name, vm.power, any(d.kind == "dynamic" for d in vm.devices)))
     for address, holder in fact.held:
         changes.append(Change(NAME, holder, "vm", "power", "poweredOn",
                               f"poweredOff, on again after {vm.name} (its dynamic DirectPath holds {address})",
