@@ -18,6 +18,7 @@ from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
 from gpuvm.desired import Clone, Desired, DesiredDevice, DesiredHost, DesiredVm, Nvlink
 from gpuvm.errors import InputError, listed
 from gpuvm.names import vsphere_name
+from gpuvm.nvswitch import check_nvswitch
 from gpuvm.plan import Note
 from gpuvm.topology import (Problem, best_set, dynamic_problems, gpu_problems, host_nvlink, nic_problems,
                             numa_nodes)
@@ -124,6 +125,7 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
             allow_reboot=host.allow_reboot and host.allow_maintenance,
             nvlink=host_nvlink(rb, i, facts, nvlink or {}),
         )
+    check_nvswitch(rb, inventory, desired)
     pool = _GpuPool(rb, inventory)
     memory_by_host: dict[str, int] = {}
     for i, vm in enumerate(rb.vms):

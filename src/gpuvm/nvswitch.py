@@ -1,0 +1,116 @@
+"""HGX boards with NVSwitch: how gpuvm recognises one, and what NVIDIA supports on it under vSphere.
+
+NVIDIA AI Enterprise, "NVIDIA NVSwitch" (PAGE below), for the HGX A100, H100, H800, H200, B200 and
+B300 8-GPU baseboards: only time-sliced vGPUs are supported, MIG-backed vGPUs are not; GPU
+passthrough is not supported on systems with NVSwitch under VMware vSphere; on HGX B200 and B300
+with vSphere, NVSwitch needs the Fabric Manager CRX component (in NVIDIA AI Enterprise Infra 8.2,
+not in 9.0). resolve() checks the first two at plan time (`check_nvswitch`: an input error naming
+the host, its GPUs and the rule) and notes the third, which vCenter cannot show.
+
+A host is an NVSwitch system when, in the device list vCenter reports (`hardware.pciDevice`, no
+SSH needed):
+- an NVIDIA NVSwitch is among its PCI functions: pci.ids names 10de:1af1 "GA100 [A100 NVSwitch]"
+  and 10de:22a3 "GH100 [H100 NVSwitch]" (HGX H100 and H200 boards carry the latter); or
+- its GPUs are B200s (10de:2901 "GB100 [B200]", 10de:2909 "GB100 [HGX B200 168GB]"), which come on
+  NVSwitch baseboards only; pci.ids names no Blackwell NVSwitch function, so the GPU is the sign.
+Where the ESXi shell is given, `nvidia-smi topo -m` shows it too (`switched`): every pair of GPUs is
+joined by all of a GPU's NVLinks (NV12 on A100, NV18 on H100/H200/B200), as only a switch joins them;
+direct links share a GPU's links among its peers (a bridged pair of PCIe cards: NV4 to NV12 between
+the two, none to the rest; 4-GPU HGX H100, no NVSwitch: NV6 to each of 3 peers).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuvm.desired import Desired
+from gpuvm.errors import listed
+from gpuvm.parsers.nvidia_topo import TopoMatrix
+from gpuvm.pci import NVIDIA, unsigned16
+from gpuvm.plan import Note
+from gpuvm.runbook.model import DynamicGpus, PassthroughGpus, Runbook, VgpuGpus
+from gpuvm.vgpu_profiles import vgpu_profile
+from gpuvm.vsphere.facts import HostFacts, Inventory
+
+PAGE = "https://docs.nvidia.com/ai-enterprise/release-9/latest/infra-software/vgpu/features/nvswitch.html"
+NVSWITCHES = {0x1AF1: "GA100 [A100 NVSwitch]", 0x22A3: "GH100 [H100 NVSwitch]"}  # pci.ids
+SWITCHED_ONLY = {0x2901: "GB100 [B200]", 0x2909: "GB100 [HGX B200 168GB]"}  # GPUs only on NVSwitch boards
+FABRIC_MANAGER_CRX = set(SWITCHED_ONLY)  # B200 (B300 has no pci.ids entry yet)
+WHOLE_NVLINKS = 12  # the fewest NVLinks a GPU of an NVSwitch board has (A100: 12; Hopper, Blackwell: 18)
+RULE = ("NVIDIA supports only time-sliced vGPU on HGX boards with NVSwitch under VMware vSphere: "
+        f"no GPU passthrough, no MIG-backed vGPU (NVIDIA AI Enterprise, \"NVIDIA NVSwitch\": {PAGE})")
+
+
+@dataclass(frozen=True)
+class NvswitchBoard:
+    host: str
+    gpus: tuple[str, ...]  # the NVIDIA GPUs' addresses
+    sign: str  # what in the device list shows the NVSwitch
+    fabric_manager: bool  # vSphere needs NVIDIA's Fabric Manager CRX component on it (B200, B300)
+
+    def refusal(self, what: str, gpus: list[str] | tuple[str, ...]) -> str:
+        return (f"{what} of GPU(s) {listed(gpus, 8)} is refused: {self.host} is an HGX board with NVSwitch "
+                f"({self.sign}); {RULE}")
+
+
+def nvswitch_board(facts: HostFacts) -> NvswitchBoard | None:
+    gpus = tuple(sorted(d.id for d in facts.gpus))
+    switches = [d for d in facts.pci if unsigned16(d.vendor_id) == NVIDIA and unsigned16(d.device_id) in NVSWITCHES]
+    only = [d for d in facts.gpus if unsigned16(d.device_id) in SWITCHED_ONLY]
+    if switches:
+        d = switches[0]
+        sign = f"{len(switches)} NVSwitch function(s), the first {d.id} {d.pci_id} {NVSWITCHES[unsigned16(d.device_id)]}"
+    elif only:
+        sign = f"its GPUs are {only[0].pci_id} {SWITCHED_ONLY[unsigned16(only[0].device_id)]}, made for NVSwitch boards only"
+    else:
+        return None
+    fabric = any(unsigned16(d.device_id) in FABRIC_MANAGER_CRX for d in facts.gpus)
+    return NvswitchBoard(facts.name, gpus, sign, fabric)
+
+
+_LINKS = re.compile(r"^NV(\d+)$")
+
+
+def switched(matrix: TopoMatrix) -> bool:
+    """Whether `nvidia-smi topo -m` shows GPUs joined by an NVSwitch: 3 or more GPUs, every pair NV#
+    with the same # and at least WHOLE_NVLINKS (see the module's docstring)."""
+    cells = {matrix.links.get((i, j), "") for i in matrix.gpus for j in matrix.gpus if i != j}
+    counts = {int(m[1]) if (m := _LINKS.match(c)) else 0 for c in cells}
+    return len(matrix.gpus) >= 3 and len(counts) == 1 and counts.pop() >= WHOLE_NVLINKS
+
+
+def check_nvswitch(rb: Runbook, inventory: Inventory, desired: Desired) -> None:
+    """The rules above, for every runbook host that is an NVSwitch board and the VMs on it: the
+    first broken one is an InputError; the Fabric Manager CRX a plan note."""
+    for i, host in enumerate(rb.hosts):
+        board = nvswitch_board(inventory.hosts[host.name])
+        if board is None:
+            continue
+        chosen = [a for a in desired.hosts[host.name].passthrough if a in board.gpus]
+        if chosen:
+            raise rb.error(("hosts", i, "passthrough"), board.refusal("GPU passthrough", chosen))
+        if host.mig == "all" or host.mig:
+            raise rb.error(("hosts", i, "mig"), board.refusal("MIG mode (for MIG-backed vGPU)",
+                                                              board.gpus if host.mig == "all" else
+                                                              [board.gpus[n] for n in host.mig if n < len(board.gpus)]))
+        vgpu = False
+        for j, vm in enumerate(rb.vms):
+            if vm.host != host.name or vm.state == "absent":
+                continue
+            gpus = vm.gpus
+            if isinstance(gpus, PassthroughGpus):
+                raise rb.error(("vms", j, "gpus"), f"VM {vm.name}: " + board.refusal(
+                    "GPU passthrough", gpus.addresses or board.gpus))
+            if isinstance(gpus, DynamicGpus):
+                raise rb.error(("vms", j, "gpus"), f"VM {vm.name}: {board.refusal('dynamic DirectPath', board.gpus)}")
+            if isinstance(gpus, VgpuGpus):
+                profile = vgpu_profile(gpus.profile)
+                if profile and profile.slices:
+                    raise rb.error(("vms", j, "gpus", "profile"), f"VM {vm.name}: " + board.refusal(
+                        f"MIG-backed vGPU {gpus.profile}", board.gpus))
+                vgpu = True
+        if vgpu and board.fabric_manager:
+            desired.notes.append(Note(host.name, "resolve", f"{host.name} is an HGX B200/B300 board: under vSphere "
+                                      "its NVSwitch needs NVIDIA's Fabric Manager CRX component (NVIDIA AI Enterprise "
+                                      f"Infra 8.2, not in 9.0; {PAGE}), which gpuvm neither installs nor checks"))
