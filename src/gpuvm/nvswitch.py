@@ -60,9 +60,11 @@ def nvswitch_board(facts: HostFacts) -> NvswitchBoard | None:
     only = [d for d in facts.gpus if unsigned16(d.device_id) in SWITCHED_ONLY]
     if switches:
         d = switches[0]
-        sign = f"{len(switches)} NVSwitch function(s), the first {d.id} {d.pci_id} {NVSWITCHES[unsigned16(d.device_id)]}"
+        name = NVSWITCHES[unsigned16(d.device_id)]
+        sign = f"{len(switches)} NVSwitch function(s), the first {d.id} {d.pci_id} {name}"
     elif only:
-        sign = f"its GPUs are {only[0].pci_id} {SWITCHED_ONLY[unsigned16(only[0].device_id)]}, made for NVSwitch boards only"
+        name = SWITCHED_ONLY[unsigned16(only[0].device_id)]
+        sign = f"its GPUs are {only[0].pci_id} {name}, made for NVSwitch boards only"
     else:
         return None
     fabric = any(unsigned16(d.device_id) in FABRIC_MANAGER_CRX for d in facts.gpus)
