@@ -408,7 +408,7 @@ def _classic_gpus(s: _VmScope, gpus: PassthroughGpus, pool: _GpuPool, current: V
         _passthrough_ok(s.rb, ("vms", s.i, "gpus"), device, s.host, s.facts)
         out.devices.append(DesiredDevice("classic", address=device.id, vendor_id=device.vendor_id,
                                          device_id=device.device_id, label=device.device_name))
-        out.memory_gb.append(device.memory_gb or 0)
+        out.memory_gb.append(s.facts.gpu_memory_gb(device) or 0)
     _warn_topology(s, chosen, gpu_problems(chosen, gpus.count, s.vm.numa_node, s.host.nvlink))
     return out
 
@@ -433,7 +433,7 @@ def _dynamic_gpus(s: _VmScope, gpus: DynamicGpus) -> _Gpus:
     for _ in range(gpus.count):
         out.devices.append(DesiredDevice("dynamic", vendor_id=gpu.vendor_id, device_id=gpu.device_id,
                                          label=gpu.device_name, candidates=tuple(d.id for d in there)))
-        out.memory_gb.append(gpu.memory_gb or 0)
+        out.memory_gb.append(s.facts.gpu_memory_gb(gpu) or 0)
     _warn_topology(s, there, dynamic_problems(there, gpus.count, s.host.nvlink), gpus.count)
     return out
 

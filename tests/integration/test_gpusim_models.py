@@ -9,13 +9,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pyVmomi import vim
 from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
 from gpuvm.nvswitch import PAGE
 from gpuvm.vsphere.facts import Inventory
-from tests.integration.vcenter import use_simulator
+from tests.integration.vcenter import pyvmomi, use_simulator
 
 pytestmark = pytest.mark.integration
 HEAD = "vcenter: {user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}\n"
@@ -78,3 +79,22 @@ def test_nvswitch_rules_on_the_hgx_host_at_plan_time(monkeypatch, tmp_path):
             f"{rule}") in " ".join(mig_backed.output.split())
     assert time_sliced.exit_code == 0, time_sliced.output
     assert time_sliced.output.count("vGPU nvidia_h200x-70c") == 2
+
+
+def test_four_passed_through_l40s_power_on_with_the_mmio_their_memory_needs(monkeypatch, tmp_path):
+    """Seen: gpuvm sized the MMIO window of GPUs it had no table row for at 1 GB; ESXi (gpusim) refuses
+    such a VM at power-on. Now from the PCI id, else from what vCenter reports of the GPU's memory."""
+    with Simulator(hosts=1, vms_per_host=1, gpu="l40s", rebind=True) as sim:
+        use_simulator(monkeypatch, sim, tmp_path / "state")
+        result = gpuvm(tmp_path, """
+            hosts: [{name: esx-01, passthrough: [{model: L40S}], allow_maintenance: true, allow_reboot: true}]
+            vms: [{name: esx-01-vm1, host: esx-01, firmware: efi, gpus: {mode: passthrough, count: 4}}]
+            """, "apply", "--yes", "--allow-power-off", "--allow-host-reboot")
+        assert result.exit_code == 0, result.output
+        with pyvmomi(sim) as si:
+            content = si.RetrieveContent()
+            view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+            vm = next(v for v in view.view if v.name == "esx-01-vm1")
+            power, extra = vm.runtime.powerState, {o.key: o.value for o in vm.config.extraConfig}
+            view.DestroyView()
+    assert power == "poweredOn" and extra["pciPassthru.64bitMMIOSizeGB"] == "512"
