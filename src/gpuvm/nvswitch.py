@@ -13,20 +13,18 @@ SSH needed):
   and 10de:22a3 "GH100 [H100 NVSwitch]" (HGX H100 and H200 boards carry the latter); or
 - its GPUs are B200s (10de:2901 "GB100 [B200]", 10de:2909 "GB100 [HGX B200 168GB]"), which come on
   NVSwitch baseboards only; pci.ids names no Blackwell NVSwitch function, so the GPU is the sign.
-Where the ESXi shell is given, `nvidia-smi topo -m` shows it too (`switched`): every pair of GPUs is
-joined by all of a GPU's NVLinks (NV12 on A100, NV18 on H100/H200/B200), as only a switch joins them;
-direct links share a GPU's links among its peers (a bridged pair of PCIe cards: NV4 to NV12 between
-the two, none to the rest; 4-GPU HGX H100, no NVSwitch: NV6 to each of 3 peers).
+Where the ESXi shell is given, `nvidia-smi topo -m` shows it too (`TopoMatrix.switched`, read by the
+esxi.topology step): every pair of GPUs joined by all of a GPU's NVLinks (NV12 on A100, NV18 on
+H100/H200/B200), as only a switch joins them; direct links share a GPU's links among its peers.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuvm.desired import Desired
+from gpuvm.desired import Desired, Nvlink
 from gpuvm.errors import listed
-from gpuvm.parsers.nvidia_topo import TopoMatrix
 from gpuvm.pci import NVIDIA, unsigned16
 from gpuvm.plan import Note
 from gpuvm.runbook.model import DynamicGpus, PassthroughGpus, Runbook, VgpuGpus
@@ -37,7 +35,6 @@ PAGE = "https://docs.nvidia.com/ai-enterprise/release-9/latest/infra-software/vg
 NVSWITCHES = {0x1AF1: "GA100 [A100 NVSwitch]", 0x22A3: "GH100 [H100 NVSwitch]"}  # pci.ids
 SWITCHED_ONLY = {0x2901: "GB100 [B200]", 0x2909: "GB100 [HGX B200 168GB]"}  # GPUs only on NVSwitch boards
 FABRIC_MANAGER_CRX = set(SWITCHED_ONLY)  # B200 (B300 has no pci.ids entry yet)
-WHOLE_NVLINKS = 12  # the fewest NVLinks a GPU of an NVSwitch board has (A100: 12; Hopper, Blackwell: 18)
 RULE = ("NVIDIA supports only time-sliced vGPU on HGX boards with NVSwitch under VMware vSphere: "
         f"no GPU passthrough, no MIG-backed vGPU (NVIDIA AI Enterprise, \"NVIDIA NVSwitch\": {PAGE})")
 
@@ -54,7 +51,8 @@ class NvswitchBoard:
                 f"({self.sign}); {RULE}")
 
 
-def nvswitch_board(facts: HostFacts) -> NvswitchBoard | None:
+def nvswitch_board(facts: HostFacts, nvlink: Nvlink | None = None) -> NvswitchBoard | None:
+    """`nvlink`: what the host's ESXi shell showed (esxi.topology), if read."""
     gpus = tuple(sorted(d.id for d in facts.gpus))
     switches = [d for d in facts.pci if unsigned16(d.vendor_id) == NVIDIA and unsigned16(d.device_id) in NVSWITCHES]
     only = [d for d in facts.gpus if unsigned16(d.device_id) in SWITCHED_ONLY]
@@ -65,28 +63,20 @@ def nvswitch_board(facts: HostFacts) -> NvswitchBoard | None:
     elif only:
         name = SWITCHED_ONLY[unsigned16(only[0].device_id)]
         sign = f"its GPUs are {only[0].pci_id} {name}, made for NVSwitch boards only"
+    elif nvlink is not None and nvlink.switched:
+        sign = f"{nvlink.source} shows every pair of its GPUs joined by NV12 or more"
     else:
         return None
     fabric = any(unsigned16(d.device_id) in FABRIC_MANAGER_CRX for d in facts.gpus)
     return NvswitchBoard(facts.name, gpus, sign, fabric)
 
 
-_LINKS = re.compile(r"^NV(\d+)$")
-
-
-def switched(matrix: TopoMatrix) -> bool:
-    """Whether `nvidia-smi topo -m` shows GPUs joined by an NVSwitch: 3 or more GPUs, every pair NV#
-    with the same # and at least WHOLE_NVLINKS (see the module's docstring)."""
-    cells = {matrix.links.get((i, j), "") for i in matrix.gpus for j in matrix.gpus if i != j}
-    counts = {int(m[1]) if (m := _LINKS.match(c)) else 0 for c in cells}
-    return len(matrix.gpus) >= 3 and len(counts) == 1 and counts.pop() >= WHOLE_NVLINKS
-
-
-def check_nvswitch(rb: Runbook, inventory: Inventory, desired: Desired) -> None:
+def check_nvswitch(rb: Runbook, inventory: Inventory, desired: Desired, shells: Mapping[str, Nvlink]) -> None:
     """The rules above, for every runbook host that is an NVSwitch board and the VMs on it: the
-    first broken one is an InputError; the Fabric Manager CRX a plan note."""
+    first broken one is an InputError; the Fabric Manager CRX a plan note. `shells`: what ESXi
+    shells showed, by host."""
     for i, host in enumerate(rb.hosts):
-        board = nvswitch_board(inventory.hosts[host.name])
+        board = nvswitch_board(inventory.hosts[host.name], shells.get(host.name))
         if board is None:
             continue
         chosen = [a for a in desired.hosts[host.name].passthrough if a in board.gpus]

@@ -125,7 +125,7 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
             allow_reboot=host.allow_reboot and host.allow_maintenance,
             nvlink=host_nvlink(rb, i, facts, nvlink or {}),
         )
-    check_nvswitch(rb, inventory, desired)
+    check_nvswitch(rb, inventory, desired, nvlink or {})
     pool = _GpuPool(rb, inventory)
     memory_by_host: dict[str, int] = {}
     for i, vm in enumerate(rb.vms):

@@ -11,9 +11,10 @@ import pytest
 
 from gpuvm.engine import make_plan
 from gpuvm.errors import InputError
-from gpuvm.nvswitch import PAGE, nvswitch_board, switched
+from gpuvm.nvswitch import PAGE, nvswitch_board
 from gpuvm.parsers.nvidia_topo import parse_topo_matrix
 from gpuvm.runbook.loader import load_runbook
+from gpuvm.steps.esxi_topology import GpuLinks
 from gpuvm.vsphere.facts import HostFacts, PciDevice
 from tests.unit.factories import inventory, r750xa, vm
 
@@ -31,11 +32,11 @@ def hgx(gpu: tuple[int, str] = (0x2335, "GH100 [H200 SXM 141GB]"), switches: boo
     return r750xa(pci=pci, vgpu_profiles=["nvidia_h200x-141c", "nvidia_h200x-70c", "nvidia_h200x-3-71c"])
 
 
-def plan(tmp_path: Path, host_extra: str, vms: str, host: HostFacts | None = None):
+def plan(tmp_path: Path, host_extra: str, vms: str, host: HostFacts | None = None, facts=None):
     path = tmp_path / "rb.yaml"
     path.write_text("hosts:\n  - name: esx-01\n    graphics: shared_direct\n" + textwrap.indent(host_extra, "    ")
                     + "vms:\n" + textwrap.indent(textwrap.dedent(vms), "  "))
-    return make_plan(load_runbook(path), inventory([host or hgx()], [vm("vm1")]))
+    return make_plan(load_runbook(path), inventory([host or hgx()], [vm("vm1")]), facts=facts)
 
 
 @pytest.mark.parametrize("host, sign", [
@@ -56,11 +57,11 @@ def test_pcie_cards_and_sxm_gpus_without_switches_are_no_nvswitch_board():
 def test_nvswitch_seen_in_nvidia_smi_topo():
     """8 x H100 SXM5 (NV18 between every pair) is switched; R750xa's bridged A100 pairs (NV12 to one
     peer, SYS to the rest) are not."""
-    assert switched(parse_topo_matrix((FIXTURES / "nvidia_smi_topo_m_hgx_h100.txt").read_text()))
-    assert not switched(parse_topo_matrix((FIXTURES / "nvidia_smi_topo_m_r750xa.txt").read_text()))
+    assert parse_topo_matrix((FIXTURES / "nvidia_smi_topo_m_hgx_h100.txt").read_text()).switched()
+    assert not parse_topo_matrix((FIXTURES / "nvidia_smi_topo_m_r750xa.txt").read_text()).switched()
     four = "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\n" + "".join(
         f"GPU{i}\t" + "\t".join(" X " if i == j else "NV6" for j in range(4)) + "\t0-31\n" for i in range(4))
-    assert not switched(parse_topo_matrix(four))  # 4-GPU HGX H100: direct links, 6 to each peer
+    assert not parse_topo_matrix(four).switched()  # 4-GPU HGX H100: direct links, 6 to each peer
 
 
 @pytest.mark.parametrize("host_extra, vms, where, what", [
@@ -97,3 +98,14 @@ def test_time_sliced_vgpu_on_a_b200_board_notes_the_fabric_manager(tmp_path):
     assert [n.message for n in planned.notes] == [
         "esx-01 is an HGX B200/B300 board: under vSphere its NVSwitch needs NVIDIA's Fabric Manager CRX component "
         f"(NVIDIA AI Enterprise Infra 8.2, not in 9.0; {PAGE}), which gpuvm neither installs nor checks"]
+
+
+def test_a_board_the_device_list_does_not_show_is_known_by_its_esxi_shells_topology(tmp_path):
+    """No NVSwitch function listed (a board pci.ids has no entry for yet), but the host's `nvidia-smi
+    topo -m` shows every pair at NV18: the esxi.topology step's reading makes it an NVSwitch board."""
+    shell = GpuLinks(gpus=tuple(HGX_GPUS), switched=True)
+    vms = "- {name: vm1, host: esx-01, gpus: {mode: vgpu, profile: nvidia_h200x-3-71c}}\n"
+    assert plan(tmp_path, "", vms, hgx(switches=False), facts={})  # the device list alone: no board
+    with pytest.raises(InputError, match=r"esx-01 is an HGX board with NVSwitch \(`nvidia-smi topo -m` in the ESXi "
+                                         r"shell of esx-01 shows every pair of its GPUs joined by NV12 or more\)"):
+        plan(tmp_path, "", vms, hgx(switches=False), facts={("esxi.topology", "esx-01"): shell})
