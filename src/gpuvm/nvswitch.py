@@ -27,7 +27,7 @@ from gpuvm.desired import Desired, Nvlink
 from gpuvm.errors import listed
 from gpuvm.pci import NVIDIA, unsigned16
 from gpuvm.plan import Note
-from gpuvm.runbook.model import DynamicGpus, PassthroughGpus, Runbook, VgpuGpus
+from gpuvm.runbook.model import DynamicGpus, Gpus, PassthroughGpus, Runbook, VgpuGpus
 from gpuvm.vgpu_profiles import vgpu_profile
 from gpuvm.vsphere.facts import HostFacts, Inventory
 
@@ -43,7 +43,7 @@ RULE = ("NVIDIA supports only time-sliced vGPU on HGX boards with NVSwitch under
 class NvswitchBoard:
     host: str
     gpus: tuple[str, ...]  # the NVIDIA GPUs' addresses
-    sign: str  # what in the device list shows the NVSwitch
+    sign: str  # what shows the NVSwitch: the device list, else the ESXi shell's `nvidia-smi topo -m`
     fabric_manager: bool  # vSphere needs NVIDIA's Fabric Manager CRX component on it (B200, B300)
 
     def refusal(self, what: str, gpus: list[str] | tuple[str, ...]) -> str:
@@ -86,23 +86,23 @@ def check_nvswitch(rb: Runbook, inventory: Inventory, desired: Desired, shells: 
             raise rb.error(("hosts", i, "mig"), board.refusal("MIG mode (for MIG-backed vGPU)",
                                                               board.gpus if host.mig == "all" else
                                                               [board.gpus[n] for n in host.mig if n < len(board.gpus)]))
-        vgpu = False
-        for j, vm in enumerate(rb.vms):
-            if vm.host != host.name or vm.state == "absent":
-                continue
-            gpus = vm.gpus
-            if isinstance(gpus, PassthroughGpus):
-                raise rb.error(("vms", j, "gpus"), f"VM {vm.name}: " + board.refusal(
-                    "GPU passthrough", gpus.addresses or board.gpus))
-            if isinstance(gpus, DynamicGpus):
-                raise rb.error(("vms", j, "gpus"), f"VM {vm.name}: {board.refusal('dynamic DirectPath', board.gpus)}")
-            if isinstance(gpus, VgpuGpus):
-                profile = vgpu_profile(gpus.profile)
-                if profile and profile.slices:
-                    raise rb.error(("vms", j, "gpus", "profile"), f"VM {vm.name}: " + board.refusal(
-                        f"MIG-backed vGPU {gpus.profile}", board.gpus))
-                vgpu = True
-        if vgpu and board.fabric_manager:
+        vms = [(j, vm) for j, vm in enumerate(rb.vms) if vm.host == host.name and vm.state != "absent"]
+        for j, vm in vms:
+            if refused := _refused(board, vm.gpus):
+                raise rb.error(("vms", j) + refused[0], f"VM {vm.name}: {refused[1]}")
+        if board.fabric_manager and any(isinstance(vm.gpus, VgpuGpus) for _, vm in vms):
             desired.notes.append(Note(host.name, "resolve", f"{host.name} is an HGX B200/B300 board: under vSphere "
                                       "its NVSwitch needs NVIDIA's Fabric Manager CRX component (NVIDIA AI Enterprise "
                                       f"Infra 8.2, not in 9.0; {PAGE}), which gpuvm neither installs nor checks"))
+
+
+def _refused(board: NvswitchBoard, gpus: Gpus | None) -> tuple[tuple[str, ...], str] | None:
+    """Where a VM's `gpus` breaks the rules on `board`, and why; None where it keeps them."""
+    if isinstance(gpus, PassthroughGpus):
+        return ("gpus",), board.refusal("GPU passthrough", gpus.addresses or board.gpus)
+    if isinstance(gpus, DynamicGpus):
+        return ("gpus",), board.refusal("dynamic DirectPath", board.gpus)
+    profile = vgpu_profile(gpus.profile) if isinstance(gpus, VgpuGpus) else None
+    if profile and profile.slices:
+        return ("gpus", "profile"), board.refusal(f"MIG-backed vGPU {profile.name}", board.gpus)
+    return None
