@@ -65,9 +65,16 @@ def test_nvswitch_rules_on_the_hgx_host_at_plan_time(monkeypatch, tmp_path):
             vms: [{name: esx-01-vm1, host: esx-01, gpus: {mode: vgpu, profile: nvidia_h200x-3-71c}}]
             """, "plan")
         time_sliced = gpuvm(tmp_path, """
-            hosts: [{name: esx-01, graphics: shared_direct}]
+            hosts: [{name: esx-01, graphics: shared_direct, allow_maintenance: true, allow_reboot: true}]
             vms: [{name: esx-01-vm1, host: esx-01, gpus: {mode: vgpu, profile: nvidia_h200x-70c, count: 2}}]
             """, "plan")
+        applied = gpuvm(tmp_path, (tmp_path / "rb.yaml").read_text().removeprefix(HEAD), "apply", "--yes",
+                        "--allow-host-reboot")
+        with pyvmomi(sim) as si:  # gpusim placed both (its profile names read as gpuvm reads them) and powered on
+            content = si.RetrieveContent()
+            view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+            power = next(v for v in view.view if v.name == "esx-01-vm1").runtime.powerState
+            view.DestroyView()
     rule = ("is refused: esx-01 is an HGX board with NVSwitch (4 NVSwitch function(s), the first 0000:05:00.0 "
             "10de:22a3 GH100 [H100 NVSwitch]); NVIDIA supports only time-sliced vGPU on HGX boards with NVSwitch "
             f"under VMware vSphere: no GPU passthrough, no MIG-backed vGPU (NVIDIA AI Enterprise, \"NVIDIA NVSwitch\": {PAGE})")
@@ -79,6 +86,7 @@ def test_nvswitch_rules_on_the_hgx_host_at_plan_time(monkeypatch, tmp_path):
             f"{rule}") in " ".join(mig_backed.output.split())
     assert time_sliced.exit_code == 0, time_sliced.output
     assert time_sliced.output.count("vGPU nvidia_h200x-70c") == 2
+    assert applied.exit_code == 0 and power == "poweredOn", applied.output
 
 
 def test_four_passed_through_l40s_power_on_with_the_mmio_their_memory_needs(monkeypatch, tmp_path):
