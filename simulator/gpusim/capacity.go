@@ -20,8 +20,10 @@ import (
 // vgpuMu guards every gpuHost.vgpus.
 var vgpuMu sync.Mutex
 
-// grid_a100-20c: time-sliced, 20 GB; grid_a100d-3-40c: MIG-backed, 3 compute slices, 40 GB.
-var profileRE = regexp.MustCompile(`^[a-z]+_[a-z0-9]+-(?:(\d)-)?(\d+)[a-z]+$`)
+// grid_a100-20c: time-sliced, 20 GB; grid_a100d-3-40c: MIG-backed, 3 compute slices, 40 GB;
+// nvidia_h200x-1-18cme: MIG-backed on 1g.18gb+me; nvidia_rtx_pro_6000_blackwell_dc-4-96q (as
+// src/gpuvm/vgpu_profiles.py reads them).
+var profileRE = regexp.MustCompile(`(?i)^(?:(?:grid|nvidia)_)?[a-z][a-z0-9_]*?-(?:(\d)-)?(\d+)[abcq](?:me)?$`)
 
 type vgpuProfile struct {
 	name       string
@@ -76,7 +78,10 @@ func (l *gpuLoad) refusal(p vgpuProfile) string {
 	return ""
 }
 
-func (l *gpuLoad) memSlices(p vgpuProfile) int { return p.gb * migMemorySlices / l.memoryGB }
+// memSlices is the profile's share of the GPU's memory in eighths, rounded (3g.71gb of 141 GB: 4).
+func (l *gpuLoad) memSlices(p vgpuProfile) int {
+	return (p.gb*migMemorySlices + l.memoryGB/2) / l.memoryGB
+}
 
 func (l *gpuLoad) take(vm string, p vgpuProfile) {
 	l.users = append(l.users, vm)

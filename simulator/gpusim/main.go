@@ -59,7 +59,7 @@ func parseFlags() *options {
 	o := &options{}
 	flag.IntVar(&o.hosts, "hosts", 2, "number of GPU hosts (esx-01, esx-02, ...)")
 	flag.IntVar(&o.vmsPerHost, "vms-per-host", 2, "VMs per host (<host>-vm1, ...)")
-	flag.StringVar(&o.gpu, "gpu", "a100-80", "GPU model: a100-80, a100-40 or h100-80")
+	flag.StringVar(&o.gpu, "gpu", "a100-80", "GPU model: "+gpuModelKeys)
 	flag.StringVar(&o.listen, "listen", "127.0.0.1:0", "listen address (port 0 picks a free port)")
 	flag.BoolVar(&o.tls, "tls", true, "serve https")
 	flag.StringVar(&o.certOut, "cert-out", "", "write the server's TLS certificate (PEM) to this file")
@@ -98,7 +98,7 @@ func main() {
 func run(o *options) error {
 	gpu, ok := gpuModels[o.gpu]
 	if !ok {
-		return fmt.Errorf("unknown -gpu %q (want a100-80, a100-40 or h100-80)", o.gpu)
+		return fmt.Errorf("unknown -gpu %q (want %s)", o.gpu, gpuModelKeys)
 	}
 	if o.hosts < 1 || o.vmsPerHost < 0 {
 		return fmt.Errorf("-hosts must be >= 1 and -vms-per-host >= 0")

@@ -222,8 +222,12 @@ def _check_vgpus(s: _Host, desired: Desired) -> None:
         vgpus = [d.profile for d in devices if d.kind == "vgpu" and d.profile]
         for n, profile in enumerate(vgpus, 1):
             p = vgpu_profile(profile)
-            if p is None:
-                continue  # a profile name gpuvm cannot read: not checked
+            if p is None:  # an opaque name (vgpu_profiles.py): no size guessed
+                if n == 1:
+                    desired.notes.append(Note(name, "resolve", f"vGPU {profile}: its name does not say its size, so "
+                                              f"gpuvm checks no room for it on {s.facts.name}; vSphere refuses it at "
+                                              "power-on where no GPU has room"))
+                continue
             if p.slices and modes and None in modes.values() and n == 1:
                 desired.notes.append(Note(name, "resolve", f"vGPU {profile} is MIG-backed: it powers on only on a GPU "
                                           f"of {s.facts.name} in MIG mode, which gpuvm cannot read from vCenter "

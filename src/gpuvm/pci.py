@@ -5,7 +5,7 @@ from __future__ import annotations
 NVIDIA = 0x10DE
 MELLANOX = 0x15B3
 
-# device id → (model, memory in GB, NVLink topology on PCIe cards)
+# device id → (model, memory in GB); memory where vCenter reports none (config.graphicsInfo, HostFacts.gpu_memory_gb)
 NVIDIA_GPUS: dict[int, tuple[str, int]] = {
     0x20F1: ("A100 PCIe 40GB", 40),
     0x20B5: ("A100 PCIe 80GB", 80),
@@ -13,9 +13,17 @@ NVIDIA_GPUS: dict[int, tuple[str, int]] = {
     0x20B2: ("A100 SXM4 80GB", 80),
     0x2331: ("H100 PCIe", 80),
     0x2330: ("H100 SXM5", 80),
+    0x2339: ("H100 SXM5 94GB", 94),
+    0x2321: ("H100 NVL", 94),  # pci.ids: "GH100 [H100L 94GB]"
+    0x2335: ("H200 SXM", 141),
+    0x233B: ("H200 NVL", 141),
+    0x2901: ("B200", 180),
+    0x2909: ("HGX B200 168GB", 168),
+    0x26B9: ("L40S", 48),
+    0x2BB5: ("RTX PRO 6000 Blackwell Server Edition", 96),
 }
-# PCIe cards joined by NVLink bridges in pairs (R750xa): more than 2 per VM cross PCIe.
-NVLINK_PAIRED = {0x20F1, 0x20B5, 0x2331}
+# PCIe cards joined by NVLink bridges in pairs (R750xa; H100 NVL's 2-way bridge): more than 2 per VM cross PCIe.
+NVLINK_PAIRED = {0x20F1, 0x20B5, 0x2331, 0x2321}
 
 MELLANOX_NICS: dict[int, str] = {0x101B: "ConnectX-6", 0x101C: "ConnectX-6 VF", 0x101D: "ConnectX-6 Dx", 0x1021: "ConnectX-7"}
 

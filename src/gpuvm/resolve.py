@@ -18,6 +18,7 @@ from gpuvm.pci import NVLINK_PAIRED, mmio_size_gb, next_power_of_two, pci_id
 from gpuvm.desired import Clone, Desired, DesiredDevice, DesiredHost, DesiredVm, Nvlink
 from gpuvm.errors import InputError, listed
 from gpuvm.names import vsphere_name
+from gpuvm.nvswitch import check_nvswitch
 from gpuvm.plan import Note
 from gpuvm.topology import (Problem, best_set, dynamic_problems, gpu_problems, host_nvlink, nic_problems,
                             numa_nodes)
@@ -124,6 +125,7 @@ def resolve(rb: Runbook, inventory: Inventory, nvlink: Mapping[str, Nvlink] | No
             allow_reboot=host.allow_reboot and host.allow_maintenance,
             nvlink=host_nvlink(rb, i, facts, nvlink or {}),
         )
+    check_nvswitch(rb, inventory, desired, nvlink or {})
     pool = _GpuPool(rb, inventory)
     memory_by_host: dict[str, int] = {}
     for i, vm in enumerate(rb.vms):
@@ -406,7 +408,7 @@ def _classic_gpus(s: _VmScope, gpus: PassthroughGpus, pool: _GpuPool, current: V
         _passthrough_ok(s.rb, ("vms", s.i, "gpus"), device, s.host, s.facts)
         out.devices.append(DesiredDevice("classic", address=device.id, vendor_id=device.vendor_id,
                                          device_id=device.device_id, label=device.device_name))
-        out.memory_gb.append(device.memory_gb or 0)
+        out.memory_gb.append(s.facts.gpu_memory_gb(device) or 0)
     _warn_topology(s, chosen, gpu_problems(chosen, gpus.count, s.vm.numa_node, s.host.nvlink))
     return out
 
@@ -431,7 +433,7 @@ def _dynamic_gpus(s: _VmScope, gpus: DynamicGpus) -> _Gpus:
     for _ in range(gpus.count):
         out.devices.append(DesiredDevice("dynamic", vendor_id=gpu.vendor_id, device_id=gpu.device_id,
                                          label=gpu.device_name, candidates=tuple(d.id for d in there)))
-        out.memory_gb.append(gpu.memory_gb or 0)
+        out.memory_gb.append(s.facts.gpu_memory_gb(gpu) or 0)
     _warn_topology(s, there, dynamic_problems(there, gpus.count, s.host.nvlink), gpus.count)
     return out
 

@@ -184,8 +184,11 @@ def test_vgpu_placement_rules(profiles, fits):
     assert (results[-1] is None) == fits and all(r is None for r in results[:-1])
 
 
-def test_profile_names():
-    assert (vgpu_profile("grid_a100-20c").memory_gb, vgpu_profile("grid_a100-20c").slices) == (20, None)
-    assert vgpu_profile("grid_a100d-3-40c").mig_profile == "3g.40gb"
-    assert vgpu_profile("nvidia_h100-7-80c").slices == 7
-    assert vgpu_profile("something-else") is None
+def test_a_profile_of_unknown_shape_is_left_to_vsphere_and_said_so(tmp_path):
+    """An opaque name: gpuvm guesses no size (vCenter's own answer at power-on decides) and the plan says so."""
+    host = r750xa(gpu=H100, vgpu_profiles=["nvidia_h100-80c", "vendor_special_type"])
+    rb = runbook(tmp_path, "- {name: vm1, host: esx-01, gpus: {mode: vgpu, profile: vendor_special_type, count: 9}}\n")
+    plan, _ = make_plan(rb, inventory([host], [vm("vm1")]))
+    assert [n.message for n in plan.notes] == [
+        "vGPU vendor_special_type: its name does not say its size, so gpuvm checks no room for it on esx-01; "
+        "vSphere refuses it at power-on where no GPU has room"]

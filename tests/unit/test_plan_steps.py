@@ -12,7 +12,9 @@ from gpuvm.errors import InputError
 from gpuvm.plan import Disruption
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.vsphere.facts import VmPciDevice
-from tests.unit.factories import inventory, r750xa, vm
+from tests.unit.factories import GPU_ADDRESSES, inventory, r750xa, vm
+
+GPU_ADDRESSES_ONLY = [a for a, _ in GPU_ADDRESSES]
 
 HOST = """
 hosts:
@@ -130,6 +132,22 @@ def test_mmio_auto_for_four_a100_80gb_and_nvlink_warning(tmp_path):
     assert desired.vms["vm1"].extra_config["pciPassthru.64bitMMIOSizeGB"] == "1024"
     assert any("NVLink bridges join pairs" in n.message for n in plan.notes)
 
+
+
+@pytest.mark.parametrize("gpu, memory_mb, mmio", [
+    ((0x26B9, "AD102GL [L40S]"), {}, "512"),  # 4 x 48 GB: 192 → 2 x 192 = 384 → 512, from the PCI id
+    ((0x2321, "GH100 [H100L 94GB]"), {}, "1024"),  # 4 x 94 GB = 376 → 752 → 1024
+    ((0x2BB5, "GB202GL [RTX PRO 6000 Blackwell Server Edition]"), {}, "1024"),  # 4 x 96 GB
+    ((0x2FFF, "a GPU pci.ids does not know yet"), {a: 96 * 1024 for a in GPU_ADDRESSES_ONLY}, "1024"),  # vCenter's size
+])
+def test_mmio_of_newer_gpus_from_their_id_or_what_vcenter_reports(tmp_path, gpu, memory_mb, mmio):
+    """Seen: 4 passed-through L40S planned with a 1 GB MMIO window (their id unknown to gpuvm), which
+    ESXi refuses at power-on."""
+    vms = "- {name: vm1, host: esx-01, gpus: {mode: passthrough, count: 4}}\n"
+    host = r750xa(enabled=True, active=True, gpu=gpu, gpu_memory_mb=memory_mb)
+    hosts = f"hosts:\n  - name: esx-01\n    passthrough: [{{id: '10de:{gpu[0]:04x}'}}]\n"
+    _, desired = make_plan(runbook(tmp_path, vms, hosts), inventory([host], [vm("vm1")]))
+    assert desired.vms["vm1"].extra_config["pciPassthru.64bitMMIOSizeGB"] == mmio
 
 def test_too_many_gpus_names_the_field(tmp_path):
     vms = """

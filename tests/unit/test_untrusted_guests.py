@@ -133,6 +133,14 @@ def test_an_error_holding_control_characters_prints_them_escaped(capsys):
     assert "\\x1b]0;owned\\x07\\x1b[2J" in printed and "\x07" not in printed and "\x1b]" not in printed
 
 
+
+def test_a_pci_address_in_an_error_prints_as_written_not_as_an_emoji(capsys):
+    """rich reads `:ab:` as the emoji code of 🆎: a GPU at 0000:ab:00.0 (an HGX H200's) came out as 0000🆎00.0."""
+    from gpuvm.cli.common import fail
+
+    fail("GPU passthrough of GPU(s) 0000:ab:00.0, 0000:cd:00.0 is refused", 2)
+    assert "0000:ab:00.0, 0000:cd:00.0" in capsys.readouterr().err
+
 @pytest.mark.parametrize("line, error", [
     ("@@gpuvm home /home/u\x1b[2J", UntrustedValueError),
     ("@@gpuvm home relative/home", UntrustedValueError),

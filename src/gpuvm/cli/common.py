@@ -32,7 +32,8 @@ class _Console:
     def rich(self) -> Any:
         """The Console itself (for rich's own widgets, e.g. a Progress)."""
         if self._console is None:
-            console = _safe_console(stderr=self._stderr, highlight=False, markup=False)  # text from runbooks and hosts is text
+            # text from runbooks and hosts is text: no markup, and no emoji codes (0000:ab:00.0 stays an address)
+            console = _safe_console(stderr=self._stderr, highlight=False, markup=False, emoji=False)
             if not console.is_terminal and "COLUMNS" not in os.environ:
                 console.width = 160  # logs and pipes: no terminal to fit, keep rows on one line
             self._console = console

@@ -19,6 +19,7 @@ class Nvlink:
     pairs: tuple[Pair, ...] | None = None  # None: nothing known
     source: str = ""  # where the pairs come from; when unknown, how to make them known
     seen: frozenset[str] | None = None
+    switched: bool = False  # the source shows the GPUs joined by an NVSwitch (gpuvm.nvswitch)
 
     def knows(self, address: str) -> bool:
         return self.pairs is not None and (self.seen is None or address in self.seen)

@@ -19,6 +19,7 @@ BUS_IDS = "nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader"
 _ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 _CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 _GPU = re.compile(r"^GPU(\d+)$")
+SWITCHED_NVLINKS = 12  # the fewest NVLinks a GPU of an NVSwitch board has (HGX A100)
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,15 @@ class TopoMatrix:
     def nvlinked(self) -> list[tuple[int, int]]:
         """GPU pairs (i < j) joined by NVLink."""
         return sorted((i, j) for (i, j), cell in self.links.items() if i < j and cell.startswith("NV"))
+
+    def switched(self) -> bool:
+        """Whether the GPUs are joined by an NVSwitch: 3 or more, every pair `NV#` with one # of at least
+        SWITCHED_NVLINKS. A switch joins every pair by all of a GPU's NVLinks (12 on A100, 18 on
+        H100/H200/B200); direct links share them among its peers (bridged PCIe cards: NV# to one peer,
+        none to the rest; a 4-GPU HGX H100 without NVSwitch: NV6 to each of 3 peers)."""
+        cells = {self.links.get((i, j), "") for i in self.gpus for j in self.gpus if i != j}
+        counts = {int(c[2:]) if c[2:].isdigit() and c.startswith("NV") else 0 for c in cells}
+        return len(self.gpus) >= 3 and len(counts) == 1 and counts.pop() >= SWITCHED_NVLINKS
 
 
 def parse_topo_matrix(text: str) -> TopoMatrix:

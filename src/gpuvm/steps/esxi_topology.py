@@ -28,6 +28,7 @@ NAME = "esxi.topology"
 class GpuLinks:
     gpus: tuple[str, ...] = ()  # PCI addresses of the GPUs nvidia-smi lists
     pairs: tuple[tuple[str, str], ...] = ()  # the NVLink-bridged pairs among them
+    switched: bool = False  # all of them joined by an NVSwitch (then no pairs: every GPU reaches every other)
     unread: str = ""  # why nothing was read
 
 
@@ -42,8 +43,10 @@ def observe(ctx: Context, target: DesiredEsxi) -> GpuLinks:
     addresses = parse_bus_ids(run(target, ctx.cluster, BUS_IDS.split()).stdout)
     if missing := [i for i in matrix.gpus if i not in addresses]:
         raise RemoteCommandError(f"{target.name}: `{BUS_IDS}` does not list GPU(s) {missing} of `{TOPO}`")
-    return GpuLinks(tuple(addresses[i] for i in matrix.gpus),
-                    tuple((addresses[i], addresses[j]) for i, j in matrix.nvlinked()))
+    gpus = tuple(addresses[i] for i in matrix.gpus)
+    if matrix.switched():
+        return GpuLinks(gpus, switched=True)
+    return GpuLinks(gpus, tuple((addresses[i], addresses[j]) for i, j in matrix.nvlinked()))
 
 
 def _shown(pairs: Any) -> str:
@@ -69,7 +72,7 @@ def apply(ctx: Context, target: DesiredEsxi, changes: list[Change]) -> None:
 
 def discovered(facts: Mapping[tuple[str, str], Any]) -> dict[str, Nvlink]:
     """The pairs each ESXi shell showed, by host: what resolve() uses where the runbook declares none."""
-    return {host: Nvlink(fact.pairs, f"`{TOPO}` in the ESXi shell of {host}", frozenset(fact.gpus))
+    return {host: Nvlink(fact.pairs, f"`{TOPO}` in the ESXi shell of {host}", frozenset(fact.gpus), fact.switched)
             for (step, host), fact in facts.items() if step == NAME and fact.gpus}
 
 
