@@ -19,3 +19,4 @@ class ApplyOptions:
     parallel: int = 8  # targets changed at once
     max_unavailable: int = 1  # hosts rebooted at once
     shutdown_timeout: float = 300.0  # seconds to wait for a guest shutdown
+    drain_timeout: float | None = None  # seconds a host reboot waits for the Slurm jobs on its nodes; None: refused

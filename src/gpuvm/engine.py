@@ -31,11 +31,12 @@ from gpuvm.plan import Change, Disruption, Note, Plan
 from gpuvm.remote import Cluster
 from gpuvm.desired import Desired
 from gpuvm.resolve import resolve
+from gpuvm.resolve_slurm import slurm_nodes
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, esxi_vgpu_manager, guest_docker, guest_driver,
                          guest_image, guest_licensing, guest_mig, guest_nic, guest_nic_ats, guest_rdma, guest_ssh_mesh,
-                         host_graphics, host_passthrough, host_reboot, reboot_memo, vm_advanced, vm_hardware, vm_lifecycle,
+                         host_graphics, host_passthrough, host_reboot, reboot_memo, slurm_drain, vm_advanced, vm_hardware, vm_lifecycle,
                          vm_power, vm_version)
 from gpuvm.steps.base import Context, Options, Step, WhileOff
 from gpuvm.vsphere.facts import Inventory
@@ -168,8 +169,11 @@ def make_plan(runbook: Runbook, inventory: Inventory | Fleet, cluster: Cluster |
     if cluster is None and (runbook.guests or any(h.ssh for h in runbook.hosts)):
         plan.notes.append(Note("-", "plan", "SSH steps (ESXi shell, guests) are not planned from a snapshot",
                                level="info"))
-    ctx = Context(inventory=inventory, cluster=cluster, planned=plan.changes)
-    in_vcenter = [(Context(inventory=known, cluster=cluster, planned=plan.changes), d) for _, known, d in regions]
+    slurm = slurm_nodes(runbook)  # checked always; asked over SSH, so not from a snapshot
+    slurm = slurm if cluster is not None else None
+    ctx = Context(inventory=inventory, cluster=cluster, planned=plan.changes, slurm=slurm)
+    in_vcenter = [(Context(inventory=known, cluster=cluster, planned=plan.changes, slurm=slurm), d)
+                  for _, known, d in regions]
     for step in STEPS:
         if step.role in ("host", "vm") and len(in_vcenter) > 1:  # each vCenter's targets against its own inventory
             for region_ctx, region_desired in in_vcenter:
@@ -235,6 +239,7 @@ def check_allowed(plan: Plan, desired: Desired, allowed: ApplyOptions) -> None:
         if not desired.hosts[change.target].allow_reboot:
             problems.append(f"host {change.target} must reboot but the runbook does not allow it "
                             "(set allow_maintenance: true and allow_reboot: true on the host)")
+    problems += slurm_drain.refusals(plan.changes, allowed.drain_timeout)
     if problems:
         raise InputError("refusing to apply; nothing was changed:\n  " + "\n  ".join(problems))
 

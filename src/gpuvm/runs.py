@@ -26,6 +26,7 @@ from gpuvm.outstanding import FOREIGN, STEP as OUTSTANDING
 from gpuvm.plan import Note, Plan
 from gpuvm.desired import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
+from gpuvm.resolve_slurm import slurm_nodes
 from gpuvm.resolve_ssh import resolve_ssh
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.names import vsphere_name
@@ -335,13 +336,15 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
         settle_memos()
         steps = Options(allow_power_off=options.allow_power_off, allow_host_reboot=options.allow_host_reboot,
                         shutdown_timeout=options.shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
-                        max_unavailable=options.max_unavailable)
+                        max_unavailable=options.max_unavailable, drain_timeout=options.drain_timeout)
+        slurm = slurm_nodes(live)
         contexts = {name: Context(session, fleet.inventories[name], steps, cluster, down, planned=plan.changes,
-                                  journal=journal, intents=intents[name]) for name, session in sessions.items()}
+                                  journal=journal, intents=intents[name], slurm=slurm)
+                    for name, session in sessions.items()}
         if len(contexts) == 1 and not fleet.down:
             context, regions = next(iter(contexts.values())), {}
         else:  # each host and VM through its own vCenter; the guests through none
-            context = Context(None, facts, steps, cluster, down, planned=plan.changes, journal=journal)
+            context = Context(None, facts, steps, cluster, down, planned=plan.changes, journal=journal, slurm=slurm)
             regions = {target: contexts[name] for name in contexts
                        for target in [*(h.name for h in live.part(name).hosts), *(v.name for v in live.part(name).vms)]}
         outcome = apply_plan(plan, desired, context, journal, options.parallel, progress, keep=scope, regions=regions)

@@ -25,7 +25,7 @@ CHANGE = Change("vm.hardware", "train-01", "vm", "cpus", 4, 8)
 def _book(mesh: bool = False):
     guests = SimpleNamespace(ssh_mesh=SimpleNamespace(enabled=mesh)) if mesh else None
     return SimpleNamespace(guests=guests, hosts=[SimpleNamespace(name="esx-02")], vms=[SimpleNamespace(host="esx-01")],
-                           ssh=SimpleNamespace(boot_timeout=42.0), vcenter=None, vcenters=[])
+                           ssh=SimpleNamespace(boot_timeout=42.0), vcenter=None, vcenters=[], slurm=None)
 
 
 @pytest.fixture

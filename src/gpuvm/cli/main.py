@@ -179,6 +179,9 @@ def apply(runbook: Path = RUNBOOK,
           max_unavailable: int = typer.Option(1, min=1, help="Hosts rebooted at once"),
           state_dir: Optional[Path] = STATE,
           shutdown_timeout: float = typer.Option(300, help="Seconds to wait for a guest shutdown"),
+          drain_timeout: Optional[float] = typer.Option(None, min=0, help="Seconds a host reboot waits for the Slurm "
+                                                        "jobs on its VMs' drained nodes (without it, a reboot with "
+                                                        "jobs running there is refused)"),
           accept_new_host_keys: bool = ACCEPT_KEYS, insecure: bool = INSECURE, setup: Optional[str] = SETUP,
           json_: bool = typer.Option(False, "--json", help="One JSON document per line: the plan, each progress "
                                                            "event, a summary (schema gpuvm.apply/1)"),
@@ -193,7 +196,8 @@ def apply(runbook: Path = RUNBOOK,
     shown = ApplyOutput(json_, form.value)
     options = ApplyOptions(allow_power_off=allow_power_off, allow_host_reboot=allow_host_reboot,
                            allow_destroy=allow_destroy, allow_repeat_reboot=allow_repeat_reboot, parallel=parallel,
-                           max_unavailable=max_unavailable, shutdown_timeout=shutdown_timeout)
+                           max_unavailable=max_unavailable, shutdown_timeout=shutdown_timeout,
+                           drain_timeout=drain_timeout)
     saved, reach = read(runbook), access(insecure, accept_new_host_keys, state_dir)
     if saved is not None and (setup or target):
         raise fail(f"{runbook} is a saved plan: it carries its own --setup and --target", 2)

@@ -16,6 +16,7 @@ from gpuvm.errors import InputError, listed
 from gpuvm.names import Names, vsphere_name
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.document import field_path
+from gpuvm.runbook.slurm import Slurm
 from gpuvm.runbook.strict import Seconds, Strict, checked_name, checked_reference, required_in_schema, shown
 from gpuvm.secrets import without_password
 from gpuvm.sizing.spec import SizingSpec
@@ -661,6 +662,7 @@ class Runbook(Strict):
     vms: list[Vm] = []  # the VMs gpuvm configures; a missing one with a template is created
     ssh: SshSettings = SshSettings()  # SSH settings for every ESXi shell and guest
     guests: Guests | None = None  # the guest OSes, over SSH
+    slurm: Slurm | None = None  # the Slurm cluster on the guests (runbook/slurm.py)
     benchmarks: BenchmarkSpec | None = None  # the benchmark campaign `gpuvm bench run` runs
     sizing: SizingSpec | None = None  # what `gpuvm size` reads (gpuvm/sizing/spec.py)
 

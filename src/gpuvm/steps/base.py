@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
 
 from gpuvm.desired import DesiredHost, DesiredVm
+from gpuvm.desired.slurm_nodes import SlurmNodes
 from gpuvm.journal import Journal
 from gpuvm.plan import Change
 from gpuvm.remote import Cluster
@@ -46,6 +47,7 @@ class Options:
     task_timeout: float = 1800.0
     guest_boot_timeout: float = 600.0  # after VMs power on, how long to wait for their SSH
     max_unavailable: int = 1  # hosts rebooted at once
+    drain_timeout: float | None = None  # how long a host reboot waits for the Slurm jobs on its nodes; None: not at all
 
 
 Say = Callable[[str, str], None]  # a long step's progress: (target, status line)
@@ -86,6 +88,7 @@ class Context:
     begin: Callable[[str], None] = unannounced  # a `begins_targets` step starts work on a target (journal, progress)
     end: Callable[[str, Exception | None], None] = unannounced  # ... and ends it (None: done)
     while_off: WhileOff | None = None  # apply only: VM changes made while a step has the VMs off
+    slurm: SlurmNodes | None = None  # the runbook's Slurm cluster: host.reboot drains its VMs' nodes
     _planned_index: tuple[int, dict[str, list[Change]]] = field(default_factory=lambda: (0, {}), repr=False)
 
     def __post_init__(self) -> None:

@@ -41,9 +41,10 @@ from gpuvm.errors import GpuvmError, TaskError, listed
 from gpuvm.executors.group import run_group
 from gpuvm.plan import Change, Disruption
 from gpuvm.desired import DesiredHost
-from gpuvm.steps import reboot_memo
+from gpuvm.steps import reboot_memo, slurm_drain
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.power import power_off, power_on
+from gpuvm.steps.slurm_drain import DrainFact, DrainNodes, ResumeNodes
 from gpuvm.steps.vm_power import SetPower
 from gpuvm.vsphere import tasks
 from gpuvm.vsphere.intent import Intent
@@ -94,6 +95,8 @@ class RebootFact:
     maintenance: Literal["off", "gpuvm", "other", "recorded"] = "off"
     recorded: Intent | None = None  # gpuvm's "maintenance" record on the host
     stopped: dict[str, Intent] = field(default_factory=dict)  # VMs on it with a "power-off" record → the record
+    slurm: DrainFact | None = None  # when a reboot is planned and the runbook has a Slurm cluster: its VMs' nodes
+    drained: Intent | None = None  # gpuvm's "drain" record on the host (slurm_drain)
 
 
 def observe(ctx: Context, host: DesiredHost) -> RebootFact:
@@ -109,8 +112,9 @@ def observe(ctx: Context, host: DesiredHost) -> RebootFact:
     else:
         maintenance = "recorded" if recorded else "off"
     stopped = {vm.name: vm.intents[POWER_OFF] for vm in vms if POWER_OFF in vm.intents}
+    slurm = slurm_drain.observe(ctx, [vm.name for vm in vms]) if waiting else None
     return RebootFact(waiting, [vm.name for vm in vms if vm.powered_on], list(host.vms), maintenance,  # type: ignore[arg-type]
-                      recorded, stopped)
+                      recorded, stopped, slurm, facts.intents.get(slurm_drain.ACT))
 
 
 def _by(intent: Intent) -> str:
@@ -118,7 +122,7 @@ def _by(intent: Intent) -> str:
 
 
 def plan(host: DesiredHost, fact: RebootFact) -> list[Change]:
-    changes = []
+    changes = slurm_drain.plan(host.name, fact.slurm, bool(fact.waiting), fact.drained)
     if fact.waiting:
         changes.append(Change(NAME, host.name, "host", "reboot", f"{len(fact.waiting)} change(s) waiting",
                               "rebooted (maintenance mode)", Disruption.HOST_REBOOT,
@@ -152,6 +156,8 @@ class _HostWork:
     reboot: RebootHost | None = None
     leave: LeaveMaintenance | None = None
     stops: list[tuple[str, StopForReboot]] = field(default_factory=list)
+    drain: DrainNodes | None = None
+    resume: ResumeNodes | None = None
     restores: list[tuple[str, RestorePower]] = field(default_factory=list)
 
     @property
@@ -170,6 +176,10 @@ def apply_all(ctx: Context, by_target: dict[str, list[Change]], parallel: int) -
                 work.setdefault(target, _HostWork()).reboot = action
             elif isinstance(action, LeaveMaintenance):
                 work.setdefault(target, _HostWork()).leave = action
+            elif isinstance(action, DrainNodes):
+                work.setdefault(target, _HostWork()).drain = action
+            elif isinstance(action, ResumeNodes):
+                work.setdefault(target, _HostWork()).resume = action
             elif isinstance(action, StopForReboot):
                 work.setdefault(action.host, _HostWork()).stops.append((target, action))
             elif isinstance(action, RestorePower):
@@ -213,8 +223,10 @@ def _end(ctx: Context, hosts: Iterable[str], work: dict[str, _HostWork], failed:
 
 
 def _recover(ctx: Context, name: str, work: _HostWork) -> None:
-    """What interrupted runs left on a host that is not rebooted now: maintenance mode, then its VMs."""
+    """What interrupted runs left on a host that is not rebooted now: Slurm nodes drained, maintenance
+    mode, then its VMs."""
     _begin(ctx, name, work)
+    _resume_interrupted(ctx, name, work)
     if work.leave is not None:
         _leave_interrupted(ctx, name, work.leave)
     _restore_all(ctx, [(vm, restore.power_on) for vm, restore in work.restores])
@@ -224,6 +236,8 @@ def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
     assert work.reboot is not None
     _begin(ctx, name, work)
     own = work.reboot.own_maintenance
+    _resume_interrupted(ctx, name, work)
+    drained = _drain(ctx, name, work.drain)  # a job still running past --drain-timeout: failed here, nothing stopped
     stopped: list[str] = []  # VMs this run stopped (or found stopped by an earlier one): owed a power-on on failure
     try:
         for vm, _ in work.stops:
@@ -241,6 +255,8 @@ def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
         _wait_rebooted(host, booted, ctx.options.task_timeout)
     except Exception:  # the host runs as before: undo what this run did; the next plan reboots again
         _undo(ctx, name, own, stopped)
+        with contextlib.suppress(Exception):  # else kept recorded: the next run resumes them
+            _resume(ctx, name, work.drain, drained)
         raise
     if own:
         _leave(ctx, name)
@@ -251,10 +267,35 @@ def _reboot(ctx: Context, name: str, work: _HostWork) -> None:
     dynamic = {vm for vm in managed if _starts_dynamic(ctx, vm)}
     if _named_gpus_wait(ctx, name, {vm for vm, on in back.items() if on and vm not in dynamic}):
         back |= dict.fromkeys(dynamic, False)  # vm.power starts them after the VMs that name their GPUs
-    _restore_all(ctx, [(vm, stop.restore or back[vm]) for vm, stop in work.stops if vm not in dynamic]
-                 + [(vm, r.power_on) for vm, r in work.restores]
-                 + [(vm, back[vm]) for vm in managed if vm in dynamic])  # after the VMs that name GPUs
+    try:
+        _restore_all(ctx, [(vm, stop.restore or back[vm]) for vm, stop in work.stops if vm not in dynamic]
+                     + [(vm, r.power_on) for vm, r in work.restores]
+                     + [(vm, back[vm]) for vm in managed if vm in dynamic])  # after the VMs that name GPUs
+    finally:
+        _resume(ctx, name, work.drain, drained)  # the host is back: its nodes take jobs again
     reboot_memo.remember(ctx, name)  # what this reboot was for: not rebooted for again if still pending
+
+
+def _drain(ctx: Context, name: str, drain: DrainNodes | None) -> list[str]:
+    """Drain the host's Slurm nodes and wait for their jobs (slurm_drain.drain), recorded on the host."""
+    if drain is None:
+        return []
+    return slurm_drain.drain(
+        ctx, name, drain,
+        record=lambda nodes: _record(ctx, _host(ctx, name), slurm_drain.ACT, name, f"Slurm nodes drained for the reboot "
+                                     f"of {name}", controller=drain.controller, nodes=nodes),
+        clear=lambda: _clear(ctx, _host(ctx, name), slurm_drain.ACT, name))
+
+
+def _resume(ctx: Context, name: str, drain: DrainNodes | ResumeNodes | None, nodes: list[str]) -> None:
+    if drain is not None:
+        slurm_drain.resume(ctx, name, drain.controller, nodes, lambda: _clear(ctx, _host(ctx, name), slurm_drain.ACT, name))
+
+
+def _resume_interrupted(ctx: Context, name: str, work: _HostWork) -> None:
+    """Resume the nodes an interrupted run drained (not drained again by this run: slurm_drain.plan)."""
+    if work.resume is not None:
+        _resume(ctx, name, work.resume, list(work.resume.nodes))
 
 
 def _in_maintenance(ctx: Context, name: str) -> None:

@@ -10,7 +10,8 @@ recovery needs lives here.
 
 Acts in use: "maintenance" (gpuvm is entering, or holds, the host's maintenance mode),
 "power-off" (gpuvm stops this VM for a host reboot and owes it a power-on), "clone <VM>" (on the
-template: a clone of that name is under way), and one memo kept once its act is done: "rebooted"
+template: a clone of that name is under way), "drain" (gpuvm drained the Slurm nodes of the
+host's VMs for its reboot and owes them a resume: steps/slurm_drain.py), and one memo kept once its act is done: "rebooted"
 (the host rebooted for these changes: a change still pending after it is not rebooted for again).
 
 Each value is read as input (vsphere/records.py): a record gpuvm cannot prove it wrote (not
