@@ -121,15 +121,15 @@ def test_scontrol_and_squeue_output_is_read_with_the_reason_whole_and_who_set_it
 
 def test_a_reboot_with_jobs_on_its_nodes_is_refused_up_front_naming_them_unless_a_drain_timeout_is_given():
     fact = DrainFact({"n1": slurm.NodeState("ALLOCATED"), "n2": slurm.NodeState("IDLE+DRAIN", "bad gpu")},
-                     [slurm.Job("12", "alice", "RUNNING", "train")], controller="ctl")
+                     [slurm.Job("12", "alice", "RUNNING", "train")], controller="ctl", names=("n1", "n2", "n4"))
     changes = slurm_drain.plan("esx-01", fact, True, None)
     assert [(c.target, c.before, c.after) for c in changes] == [
         ("esx-01", "n1 allocated, n2 idle+drain; job(s) 12 (alice: train) running",
          "drained for the reboot, resumed after it (n2: left as found)")]
-    assert changes[0].action == DrainNodes("ctl", ("n1", "n2"), ("12 (alice: train)",))
+    assert changes[0].action == DrainNodes("ctl", ("n1", "n2", "n4"), ("12 (alice: train)",))  # n4: unknown to Slurm now
     plan = Plan(changes=changes)
     with pytest.raises(InputError, match=r"host esx-01 must reboot while Slurm job\(s\) 12 \(alice: train\) run on "
-                                         r"its nodes n1, n2: pass --drain-timeout SECONDS"):
+                                         r"its nodes n1, n2, n4: pass --drain-timeout SECONDS"):
         check_allowed(plan, Desired(hosts={}, vms={}), ApplyOptions(allow_host_reboot=True))
     check_allowed(plan, Desired(hosts={}, vms={}), ApplyOptions(allow_host_reboot=True, drain_timeout=600))
     idle = slurm_drain.plan("esx-01", DrainFact({"n1": slurm.NodeState("IDLE")}, controller="ctl"), True, None)
@@ -154,7 +154,7 @@ def test_the_host_reboot_observes_its_vms_nodes_on_the_controller(tmp_path, mock
     from gpuvm.desired import DesiredHost
     fact = host_reboot.observe(ctx, DesiredHost("esx-01", [], None, True, vms=["gpu-vm"]))
     assert fact.slurm == DrainFact({"n1": slurm.NodeState("ALLOCATED")}, [slurm.Job("12", "alice", "RUNNING", "train")],
-                                   controller="ctl")
+                                   controller="ctl", names=("n1",))
     assert "squeue -h -w n1 -o '%i|%u|%T|%j'" in fake.executor.commands
     drains = [c for c in host_reboot.plan(DesiredHost("esx-01", [], None, True, vms=["gpu-vm"]), fact)
               if isinstance(c.action, DrainNodes)]

@@ -24,6 +24,10 @@ record cleared). Maintenance mode without gpuvm's record is someone else's and n
 record gpuvm cannot prove it wrote (vsphere/records.py: `{"maintenance": 42}`, a power-off record
 naming no gpuvm run) is no record of gpuvm's: reported, never acted on.
 
+With a Slurm cluster in the runbook, the Slurm nodes of the host's VMs are drained first and their
+jobs waited for (refused up front without --drain-timeout), then resumed once the host and its VMs
+are back, the drain recorded on the host like maintenance mode (steps/slurm_drain.py).
+
 Hosts reboot in batches of --max-unavailable (default 1); when a host fails, the hosts not
 rebooted yet are left alone, so a cluster is never taken down by one bad run. A VM's stop is its
 host's reboot's: given without that reboot (`--target` leaves it out: gpuvm/targeting.py) it fails,

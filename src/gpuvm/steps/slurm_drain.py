@@ -51,6 +51,7 @@ class DrainFact:
     jobs: list[Job] = field(default_factory=list)
     problem: str = ""
     controller: str = ""
+    names: tuple[str, ...] = ()  # the host's VMs' node names, known to Slurm or not (not read: `problem`)
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,9 @@ def observe(ctx: Context, vms: list[str]) -> DrainFact | None:
         return DrainFact(controller=controller)
     try:
         nodes = {n: s for n, s in read_nodes(ctx, controller).items() if n in wanted}
-        return DrainFact(nodes, read_jobs(ctx, controller, sorted(nodes)), controller=controller)
-    except GpuvmError as error:
-        return DrainFact(problem=str(error), controller=controller)
+        return DrainFact(nodes, read_jobs(ctx, controller, sorted(nodes)), controller=controller, names=tuple(sorted(wanted)))
+    except GpuvmError as error:  # apply drains them all the same, or fails the host untouched
+        return DrainFact(problem=str(error), controller=controller, names=tuple(sorted(wanted)))
 
 
 def plan(host: str, fact: DrainFact | None, rebooting: bool, recorded: Intent | None) -> list[Change]:
@@ -113,7 +114,7 @@ def plan(host: str, fact: DrainFact | None, rebooting: bool, recorded: Intent | 
         others = sorted(n for n, s in fact.nodes.items() if s.drained and not _ours(host, s))
         after = "drained for the reboot, resumed after it" + (f" ({', '.join(others)}: left as found)" if others else "")
         changes.append(Change("host.reboot", host, "slurm nodes", "state", before, after, Disruption.NONE,
-                              DrainNodes(fact.controller, tuple(sorted(fact.nodes)), jobs)))
+                              DrainNodes(fact.controller, fact.names, jobs)))
     if recorded is not None and not (changes and set(recorded.data["nodes"]) <= set(fact.nodes if fact else ())):
         nodes = tuple(recorded.data["nodes"])
         changes.append(Change("host.reboot", host, "slurm nodes (interrupted drain)", "state",
