@@ -68,6 +68,15 @@ class VgpuManager:
 
 
 @dataclass(frozen=True)
+class VgpuGuestDriver:
+    """A vGPU VM's guest driver, which the vGPU manager its host runs must accept (esxi.vgpu_manager)."""
+
+    vm: str
+    version: str
+    where: Loc  # the runbook field that gives it: ("guests", "driver", "version")
+
+
+@dataclass(frozen=True)
 class DesiredEsxi(_SshTarget):
     """An ESXi host's shell: `hosts[i]` with `ssh`."""
 
@@ -77,6 +86,7 @@ class DesiredEsxi(_SshTarget):
     ats_option: str = "atsSupport"  # the kernel setting's name
     nvlink: tuple[tuple[str, str], ...] | None = None  # declared NVLink pairs (esxi.topology checks them)
     host_driver: VgpuManager | None = None  # esxi.vgpu_manager; None: left alone
+    vgpu_guests: tuple[VgpuGuestDriver, ...] = ()  # without host_driver: checked against the running manager
 
     @property
     def runs_manager(self) -> bool:
@@ -86,7 +96,7 @@ class DesiredEsxi(_SshTarget):
 
 @dataclass(frozen=True)
 class DriverInstall:
-    """The NVIDIA driver every guest runs (guest.driver), and the installer that puts it there."""
+    """The NVIDIA driver a guest runs (guest.driver), and the installer that puts it there."""
 
     version: str  # 535.183.01
     url: str  # the .run installer, `{version}` filled in
