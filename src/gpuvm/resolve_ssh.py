@@ -9,7 +9,7 @@ the mesh user defaults to the guest's SSH user. Errors keep naming the runbook's
 from __future__ import annotations
 
 from gpuvm.desired.ssh import (DesiredEsxi, DesiredGuest, DriverInstall, GuestImage, GuestMesh, Login, RdmaStack,
-                               VgpuGuestDriver, VgpuManager)
+                               ToolkitSource, VgpuGuestDriver, VgpuManager)
 from gpuvm.image import recipe
 from gpuvm.licensing import wanted_licence
 from gpuvm.runbook.guest_drivers import chosen, needed_kind
@@ -89,4 +89,5 @@ def _image(guests: Guests) -> GuestImage | None:
         return None
     rendered = recipe(image)
     return GuestImage(rendered.ref, rendered.dockerfile, image.builder or guests.hosts[0].vm, image.registry,
-                      image.gpus, image.build_network, image.build_timeout, image.stall_timeout)
+                      image.gpus, image.build_network, image.build_timeout, image.stall_timeout,
+                      ToolkitSource(image.toolkit_repository.url, image.toolkit_repository.key))

@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 
 from gpuvm.errors import InputError
 from gpuvm.runbook.document import field_path
-from gpuvm.runbook.model import MigDevices, RdmaPort  # noqa: F401 (RdmaPort: a port as the runbook gives it, for guest.nic)
+from gpuvm.runbook.model import NVIDIA_TOOLKIT_KEY, NVIDIA_TOOLKIT_REPOSITORY, MigDevices, RdmaPort  # noqa: F401 (RdmaPort: a port as the runbook gives it, for guest.nic)
 
 Loc = tuple[str | int, ...]
 Locate = Callable[[Loc], str]  # a runbook field → `file:line: field` (the runbook's `where`)
@@ -114,6 +114,14 @@ class RdmaStack:
 
 
 @dataclass(frozen=True)
+class ToolkitSource:
+    """The apt repository of nvidia-container-toolkit (guest.docker): its URL and signing key's."""
+
+    url: str = NVIDIA_TOOLKIT_REPOSITORY
+    key: str = NVIDIA_TOOLKIT_KEY
+
+
+@dataclass(frozen=True)
 class GuestImage:
     """The training image a guest must have (guest.image; guest.docker sets up docker for it): its recipe
     rendered, its builder chosen."""
@@ -126,6 +134,7 @@ class GuestImage:
     build_network: Literal["default", "host"] = "default"
     build_timeout: float = 10800  # seconds for a build, pull, or all the copies together
     stall_timeout: float = 60  # seconds a guest's load may take no bytes before it is cut off (image_feed)
+    toolkit: ToolkitSource = ToolkitSource()  # where guest.docker gets nvidia-container-toolkit from
 
 
 @dataclass(frozen=True)

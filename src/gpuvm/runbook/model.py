@@ -501,6 +501,22 @@ class ImageScripts(Strict):
         return value
 
 
+NVIDIA_TOOLKIT_REPOSITORY = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
+NVIDIA_TOOLKIT_KEY = "https://nvidia.github.io/libnvidia-container/gpgkey"
+
+
+class ToolkitRepository(Strict):
+    """The apt repository guest.docker takes nvidia-container-toolkit from, on a guest that lacks it:
+    NVIDIA's (its install guide: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/
+    latest/install-guide.html), or a local mirror of it."""
+
+    # the repository (apt fills in $(ARCH)): NVIDIA's, or a local mirror's http(s):// or file:// URL
+    url: str = NVIDIA_TOOLKIT_REPOSITORY
+    key: str = NVIDIA_TOOLKIT_KEY  # its ASCII-armoured signing key, fetched by the guest
+
+    _urls = field_validator("url", "key")(lambda cls, v: _download_url(v))
+
+
 class Image(Strict):
     """The training container: RDMA user space, Open MPI, the framework, Horovod, sshd for MPI.
 
@@ -519,6 +535,7 @@ class Image(Strict):
     horovod: str | None = "0.23.0"  # null: no Horovod (mpirun and torch.distributed only)
     scripts: ImageScripts = ImageScripts()  # benchmark scripts fetched at build time
     gpus: bool = True  # containers get the GPUs (--gpus all): guest.docker needs the NVIDIA runtime
+    toolkit_repository: ToolkitRepository = ToolkitRepository()  # where nvidia-container-toolkit comes from
     sshd_port: int = Field(default=12345, ge=1, le=65535)  # the containers' sshd, for mpirun between them
     registry: str | None = None  # pull <registry>/<name>:<tag> instead of building
     builder: str | None = None  # the guest (VM name) that builds; default the first guest
