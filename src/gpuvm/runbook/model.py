@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError
 
 from gpuvm.errors import InputError, listed
 from gpuvm.names import Names, vsphere_name
+from gpuvm.runbook import guest_drivers
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.document import field_path
 from gpuvm.runbook.strict import Seconds, Strict, checked_name, checked_reference, required_in_schema, shown
@@ -469,6 +470,8 @@ class Guest(Strict):
     # `{config_file, config}` (MigConfigFile) here
     mig: str | list[MigDevices] | None = None
     slots: int | None = Field(default=None, ge=1, le=16)  # MPI slots (GPUs used by a job); default: its VM's gpus.count, else 1
+    # this guest's NVIDIA driver (guest.driver), over guests.driver; none: no driver
+    driver: NvidiaDriver | Literal["none"] | None = None
 
     @field_validator("mig")
     @classmethod
@@ -498,6 +501,22 @@ class ImageScripts(Strict):
         return value
 
 
+NVIDIA_TOOLKIT_REPOSITORY = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
+NVIDIA_TOOLKIT_KEY = "https://nvidia.github.io/libnvidia-container/gpgkey"
+
+
+class ToolkitRepository(Strict):
+    """The apt repository guest.docker takes nvidia-container-toolkit from, on a guest that lacks it:
+    NVIDIA's (its install guide: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/
+    latest/install-guide.html), or a local mirror of it."""
+
+    # the repository (apt fills in $(ARCH)): NVIDIA's, or a local mirror's http(s):// or file:// URL
+    url: str = NVIDIA_TOOLKIT_REPOSITORY
+    key: str = NVIDIA_TOOLKIT_KEY  # its ASCII-armoured signing key, fetched by the guest
+
+    _urls = field_validator("url", "key")(lambda cls, v: _download_url(v))
+
+
 class Image(Strict):
     """The training container: RDMA user space, Open MPI, the framework, Horovod, sshd for MPI.
 
@@ -516,6 +535,7 @@ class Image(Strict):
     horovod: str | None = "0.23.0"  # null: no Horovod (mpirun and torch.distributed only)
     scripts: ImageScripts = ImageScripts()  # benchmark scripts fetched at build time
     gpus: bool = True  # containers get the GPUs (--gpus all): guest.docker needs the NVIDIA runtime
+    toolkit_repository: ToolkitRepository = ToolkitRepository()  # where nvidia-container-toolkit comes from
     sshd_port: int = Field(default=12345, ge=1, le=65535)  # the containers' sshd, for mpirun between them
     registry: str | None = None  # pull <registry>/<name>:<tag> instead of building
     builder: str | None = None  # the guest (VM name) that builds; default the first guest
@@ -646,7 +666,9 @@ class Guests(Strict):
     hosts: list[Guest] = []  # the guest OSes, one per VM, over SSH
     image: Image | None = None  # the training container, built once and shipped to every guest (guest.image)
     ssh_mesh: SshMesh | None = None  # keyless SSH between all guests (guest.ssh_mesh)
-    driver: NvidiaDriver | None = None  # the NVIDIA driver on every guest (guest.driver)
+    # the NVIDIA driver on every guest (guest.driver), or a list of one per kind: each guest gets the kind
+    # its VM's GPUs need, a VM without GPUs none
+    driver: NvidiaDriver | list[NvidiaDriver] | None = None
     rdma: Rdma | None = None  # the RDMA user space on every guest (guest.rdma)
     licensing: Licensing | None = None  # the NVIDIA licence of every GPU guest (guest.licensing)
 
@@ -699,6 +721,9 @@ class Runbook(Strict):
 
     def host(self, name: str) -> Host | None:
         return next((h for h in self.hosts if h.name == name), None)
+
+    def vm(self, name: str) -> Vm | None:
+        return next((v for v in self.vms if v.name == name), None)
 
     @property
     def all_vcenters(self) -> dict[str, VCenter]:
@@ -925,45 +950,10 @@ class Runbook(Strict):
             if guest.vm in seen:
                 raise self.error(loc, f"guest for VM '{guest.vm}' is declared twice (also guests.hosts[{seen[guest.vm]}])")
             seen[guest.vm] = i
-        self._check_guest_driver(vms, seen)
+        guest_drivers.check(self)
         image = self.guests.image
         if image and image.builder and image.builder not in seen:
             raise self.error(("guests", "image", "builder"), f"'{image.builder}' is not a guest (guests: {listed(seen)})")
-
-    def _check_guest_driver(self, vms: dict[str, int], guests: dict[str, int]) -> None:
-        """The one guest driver suits every guest's VM (its GPUs' kind, its host's vGPU manager)."""
-        driver = self.guests.driver if self.guests else None
-        if driver is None:
-            return
-        for name in guests:
-            vm = self.vms[vms[name]]
-            if problem := _driver_problem(driver, vm, self.host(vm.host)):
-                raise self.error(("guests", "driver", problem[0]), problem[1])
-
-
-def _driver_problem(driver: NvidiaDriver, vm: Vm, host: Host | None) -> tuple[str, str] | None:
-    """The field and why `driver` cannot run in `vm` on `host` (None: it can): a vGPU VM needs NVIDIA's vGPU guest
-    driver, compatible with the vGPU manager its host is given (vgpu_compat.py); a passthrough VM the
-    data-center driver."""
-    from gpuvm.vgpu_compat import incompatibility
-
-    where = f"VM '{vm.name}' on host {vm.host}"
-    if isinstance(vm.gpus, VgpuGpus):
-        if driver.kind != "vgpu":
-            return "kind", (f"{where} has vGPU {vm.gpus.profile}: it needs NVIDIA's vGPU guest driver (kind: vgpu), "
-                            f"not the data-center driver {driver.version}")
-        manager = host.nvidia_host_driver if host else None
-        if manager is None:
-            return None  # the host's manager is not the runbook's to know
-        if manager.state == "absent":
-            return "version", f"{where} has vGPU {vm.gpus.profile} but the host's vGPU manager is to be removed (state: absent)"
-        if why := incompatibility(manager.version, driver.version):
-            return "version", f"{where}: {why}"
-        return None
-    if vm.gpus is not None and driver.kind == "vgpu":
-        return "kind", (f"{where} has GPUs in passthrough ({vm.gpus.mode}): it needs NVIDIA's data-center driver "
-                        f"(kind: datacenter), not the vGPU guest driver {driver.version}")
-    return None
 
 
 def env_flag(name: str) -> bool | None:
