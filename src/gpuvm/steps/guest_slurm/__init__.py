@@ -205,7 +205,7 @@ def _plan_controller(target: DesiredGuest, fact: SlurmFact) -> list[Change]:
             reason = f" ({state.reason})" if state.reason else ""
             if _slurms(state.reason):
                 change(f"slurm node {name}", "state", f"{state.state}{reason}", "IDLE", ResumeNode(name))
-        if not written and _gres(state.gres) != gres:
+        if _gres(state.gres) != gres:  # with new files too: the plan shows what the GRES become
             change(f"slurm node {name}", "gres", _gres(state.gres) or None, gres or None, Reconfigure())
     return changes
 
@@ -324,7 +324,8 @@ def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel
         try:
             apply(ctx, cluster.targets[controller], changes_by_target[controller])
         except GpuvmError as e:
-            return {controller: e}
+            held = GpuvmError(f"{NAME}: not configured: the controller {controller} failed")
+            return {controller: e, **{n: held for n, c in changes_by_target.items() if c and n != controller}}
     rest = {n: (cluster.targets[n], c) for n, c in changes_by_target.items() if c and n != controller}
     failures.update(run_group(rest, lambda item: apply(ctx, item[0], item[1]), parallel or max(1, min(32, len(rest))),
                               name="slurm").failed)
