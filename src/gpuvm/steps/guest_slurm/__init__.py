@@ -110,7 +110,8 @@ def observe(ctx: Context, target: DesiredGuest) -> SlurmFact:
     controller = node.controller_of(target.name)
     own = _read(target, cluster, controller)
     key = load_munge_key(cluster.state_dir)
-    address = cluster.targets[node.cluster.controller].login.address if node.cluster.controller in cluster.targets else ""
+    known = {**(cluster.all_guests or {}), **cluster.targets}  # the controller, even where it is not a target now
+    address = known[node.cluster.controller].login.address if node.cluster.controller in known else ""
     fact = SlurmFact(own, key.sha256 if key else None, address)
     if not controller:
         return fact
@@ -171,7 +172,7 @@ def plan(target: DesiredGuest, fact: SlurmFact) -> list[Change]:
         changes += _plan_controller(target, fact)
     if compute:
         wanted_defaults = _defaults(fact.controller_address)
-        if own.configs.get(DEFAULTS) != _sha(wanted_defaults):
+        if fact.controller_address and own.configs.get(DEFAULTS) != _sha(wanted_defaults):
             change(DEFAULTS, "content", "differs" if DEFAULTS in own.configs else None,
                    f"--conf-server {fact.controller_address}", WriteFile(DEFAULTS, wanted_defaults))
         if "slurmd" not in own.active:
