@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# Reasons Slurm sets itself (a person's drain has their own words): gpuvm resumes and waits for these only
+SLURMS_REASONS = ("Not responding", "gres/", "Node unexpectedly rebooted", "Kill task failed")
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_.:/]*)=")
 
 
@@ -46,3 +48,9 @@ def parse_nodes(text: str) -> list[SlurmNodeState]:
                                     "" if gres == "(null)" else gres, "" if reason == "(null)" else reason,
                                     fields.get("NodeAddr", "")))
     return nodes
+
+
+def slurms_reason(reason: str) -> bool:
+    """Whether a node's reason is Slurm's own (none, or one of SLURMS_REASONS), not a person's: a drain
+    someone set is theirs to lift."""
+    return not reason or reason.startswith(SLURMS_REASONS)
