@@ -34,7 +34,7 @@ from gpuvm.resolve import resolve
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, esxi_vgpu_manager, guest_docker, guest_driver,
-                         guest_image, guest_licensing, guest_mig, guest_nic, guest_nic_ats, guest_rdma, guest_ssh_mesh,
+                         guest_image, guest_licensing, guest_mig, guest_nic, guest_nic_ats, guest_rdma, guest_slurm, guest_ssh_mesh,
                          host_graphics, host_passthrough, host_reboot, reboot_memo, vm_advanced, vm_hardware, vm_lifecycle,
                          vm_power, vm_version)
 from gpuvm.steps.base import Context, Options, Step, WhileOff
@@ -63,6 +63,7 @@ STEPS: list[Step] = [
     guest_docker.STEP,  # packages, daemon, runtime
     guest_ssh_mesh.STEP,
     guest_image.STEP,  # after the mesh: even a first apply ships the image guest to guest over it
+    guest_slurm.STEP,  # after MIG: its GRES follow the guests' MIG layouts
 ]
 
 Facts = dict[tuple[str, str], Any]  # (step, target) → observed fact

@@ -12,6 +12,7 @@ from gpuvm.desired.ssh import (DesiredEsxi, DesiredGuest, DriverInstall, GuestIm
                                ToolkitSource, VgpuGuestDriver, VgpuManager)
 from gpuvm.image import recipe
 from gpuvm.licensing import wanted_licence
+from gpuvm.resolve_slurm import slurm_node
 from gpuvm.runbook.guest_drivers import chosen, needed_kind
 from gpuvm.runbook.model import Guests, Host, HostDriver, NvidiaDriver, Rdma, Runbook, SshAccess
 
@@ -40,7 +41,8 @@ def resolve_ssh(runbook: Runbook) -> SshTargets:
                 driver=driver, rdma=rdma, rdma_ports=tuple(guest.rdma_ports), nic_ats=guest.nic_ats,
                 mig=tuple(guest.mig) if isinstance(guest.mig, list) else guest.mig, image=image,
                 licence=wanted_licence(runbook, guest),
-                mesh=GuestMesh(mesh.user or guest.ssh.user, mesh.container_port) if mesh else None)
+                mesh=GuestMesh(mesh.user or guest.ssh.user, mesh.container_port) if mesh else None,
+                slurm=slurm_node(runbook, guest.vm))
     return targets
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from gpuvm.errors import InputError
+from gpuvm.desired.slurm import SlurmNode
 from gpuvm.runbook.document import field_path
 from gpuvm.runbook.model import NVIDIA_TOOLKIT_KEY, NVIDIA_TOOLKIT_REPOSITORY, MigDevices, RdmaPort  # noqa: F401 (RdmaPort: a port as the runbook gives it, for guest.nic)
 
@@ -170,3 +171,4 @@ class DesiredGuest(_SshTarget):
     image: GuestImage | None = None  # guest.docker and guest.image
     licence: GuestLicence | None = None  # guest.licensing (None: the guest needs no licence)
     mesh: GuestMesh | None = None  # guest.ssh_mesh (None: no mesh)
+    slurm: SlurmNode | None = None  # guest.slurm (None: not a Slurm node)

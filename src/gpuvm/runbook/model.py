@@ -17,6 +17,7 @@ from gpuvm.names import Names, vsphere_name
 from gpuvm.runbook import guest_drivers
 from gpuvm.runbook.benchmarks import BenchmarkSpec, check_benchmarks
 from gpuvm.runbook.document import field_path
+from gpuvm.runbook.slurm import Slurm
 from gpuvm.runbook.strict import Seconds, Strict, checked_name, checked_reference, required_in_schema, shown
 from gpuvm.secrets import without_password
 from gpuvm.sizing.spec import SizingSpec
@@ -685,6 +686,7 @@ class Runbook(Strict):
     guests: Guests | None = None  # the guest OSes, over SSH
     benchmarks: BenchmarkSpec | None = None  # the benchmark campaign `gpuvm bench run` runs
     sizing: SizingSpec | None = None  # what `gpuvm size` reads (gpuvm/sizing/spec.py)
+    slurm: Slurm | None = None  # Slurm on the guests (gpuvm/runbook/slurm.py, guest.slurm)
 
     _file: Path | None = PrivateAttr(default=None)
     _locator: "Locator | None" = PrivateAttr(default=None)
