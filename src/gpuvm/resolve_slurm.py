@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpuvm.desired.slurm import CgroupConstraints, Partition, SlurmCluster, SlurmNode
-from gpuvm.runbook.model import Runbook, VgpuGpus
+from gpuvm.runbook.model import Runbook
+from gpuvm.runbook.vms import VgpuGpus
 from gpuvm.runbook.slurm import Slurm
 
 

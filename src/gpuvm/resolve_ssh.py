@@ -14,7 +14,9 @@ from gpuvm.image import recipe
 from gpuvm.licensing import wanted_licence
 from gpuvm.resolve_slurm import slurm_node
 from gpuvm.runbook.guest_drivers import chosen, needed_kind
-from gpuvm.runbook.model import Guests, Host, HostDriver, NvidiaDriver, Rdma, Runbook, SshAccess
+from gpuvm.runbook.guests import Guests, NvidiaDriver, Rdma
+from gpuvm.runbook.hosts import Host, HostDriver, SshAccess
+from gpuvm.runbook.model import Runbook
 
 SshTargets = dict[str, DesiredEsxi | DesiredGuest]
 

@@ -18,7 +18,7 @@ from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeCall, FakeExecutor, ok
 from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
-from gpuvm.runbook.model import Image
+from gpuvm.runbook.guests import Image
 from gpuvm import image as recipes
 from gpuvm.steps import guest_docker as step
 from gpuvm.image_pipeline import split

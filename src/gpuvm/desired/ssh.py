@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 from gpuvm.errors import InputError
 from gpuvm.desired.slurm import SlurmNode
 from gpuvm.runbook.document import field_path
-from gpuvm.runbook.model import NVIDIA_TOOLKIT_KEY, NVIDIA_TOOLKIT_REPOSITORY, MigDevices, RdmaPort  # noqa: F401 (RdmaPort: a port as the runbook gives it, for guest.nic)
+from gpuvm.runbook.guests import NVIDIA_TOOLKIT_KEY, NVIDIA_TOOLKIT_REPOSITORY, MigDevices, RdmaPort  # noqa: F401 (RdmaPort: a port as the runbook gives it, for guest.nic)
 
 Loc = tuple[str | int, ...]
 Locate = Callable[[Loc], str]  # a runbook field → `file:line: field` (the runbook's `where`)

@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING
 from gpuvm.vgpu_compat import incompatibility
 
 if TYPE_CHECKING:
-    from gpuvm.runbook.model import Guest, Host, NvidiaDriver, Runbook, Vm
+    from gpuvm.runbook.guests import Guest, NvidiaDriver
+    from gpuvm.runbook.hosts import Host
+    from gpuvm.runbook.model import Runbook
+    from gpuvm.runbook.vms import Vm
 
 Loc = tuple[str | int, ...]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from gpuvm.desired.slurm import SlurmCluster
 from gpuvm.mig import MigLayoutError, expand
-from gpuvm.runbook.model import MigDevices
+from gpuvm.runbook.guests import MigDevices
 from gpuvm.templating import environment
 
 MAX_GRES_TYPE = 40
