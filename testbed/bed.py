@@ -4,7 +4,8 @@ Every host is a network namespace `gpuvm-<name>` joined by a veth pair to the br
 `gpuvmbr0` (10.250.0.1/24) in the root namespace; hosts get 10.250.0.11, .12, ... in order
 (ESXi hosts first). Each host's sshd runs in a private mount (and UTS) namespace where
 `/root`, `/home`, `/etc` (a copy of this machine's, with the host's own `ssh/` and `hosts`),
-`/tmp` and `/var/lib/gpuvm-fake` are the host's own directories under `<root>/hosts/<name>/`,
+`/tmp`, `/var/lib/gpuvm-fake` and munge's and Slurm's directories (`OWN_DIRS`) are the host's own
+directories under `<root>/hosts/<name>/`,
 and the stand-in tools of `testbed/bin` are on PATH at `/usr/local/bin` (in the default PATH of root and of ordinary users alike). Everything an
 ssh session starts lives in those namespaces, so `down()` ends a host by killing the
 processes of its network namespace and deleting it: no mount outlives it.
@@ -39,6 +40,7 @@ import re
 import pwd
 import shlex
 import shutil
+import stat
 import signal
 import socket
 import subprocess
@@ -60,6 +62,8 @@ SUBNET = "10.250.0"
 GUEST_USER = "gpuadmin"
 NIC_NAMES = ("ens64np1", "ens64np2")
 FAKE_STATE_DIR = "/var/lib/gpuvm-fake"
+# Each host's own, as on a machine of its own: where munge and Slurm keep their sockets, pids, state, logs
+OWN_DIRS = ("/run/munge", "/run/slurm", "/var/lib/munge", "/var/log/munge", "/var/lib/slurm", "/var/log/slurm")
 TOOLS_MOUNT = "/usr/local/bin"
 DOCKER_MOUNT = "/run/gpuvm-docker"  # a host's docker dir (socket, data root, exec root) inside the host
 DOCKER_GROUP = "docker"  # the guest user is in it, as on a real guest: the socket is the group's
@@ -98,6 +102,16 @@ class BedHost:
     user: str
     key_file: Path
     host_key_line: str  # the host's key as a known_hosts line ("name,address ssh-ed25519 AAAA...")
+
+
+def _gpu_device_files(count: int = 4) -> None:
+    """/dev/nvidia0 … as a GPU machine has them (character devices, major 195), for the stand-in
+    nvidia-smi's four GPUs: Slurm's gres.conf names them (File=) and slurmd checks they are devices.
+    The guests share this machine's /dev; nothing drives the nodes, so nothing opens them. Kept."""
+    for index in range(count):
+        path = Path(f"/dev/nvidia{index}")
+        if not path.exists():
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, index))
 
 
 def _mac(address: str, port: int) -> str:
@@ -263,6 +277,7 @@ class TestBed:
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuvm-testbed-client", "-f", str(self.client_key))
         Path(FAKE_STATE_DIR).mkdir(parents=True, exist_ok=True)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        _gpu_device_files()
         self._make_bridge()
         for name in self._names:
             self._make_host_files(name)
@@ -363,17 +378,26 @@ class TestBed:
             (d / "fake", FAKE_STATE_DIR),
             (d / "docker", DOCKER_MOUNT),
             (BIN, TOOLS_MOUNT),
+            *((d / "var" / own.strip("/").replace("/", "-"), own) for own in OWN_DIRS),
             (d / "etc", "/etc"),
             (d / "tmp", "/tmp"),  # last: the bed's own root may be under /tmp
         ]
-        return f"mkdir -p {DOCKER_MOUNT}; " + "; ".join(f"mount --bind {src} {dst}" for src, dst in binds)
+        made = " ".join(str(p) for p in (DOCKER_MOUNT, *OWN_DIRS, *(d / "var" / o.strip("/").replace("/", "-")
+                                                                     for o in OWN_DIRS)))
+        return f"mkdir -p {made}; " + "; ".join(f"mount --bind {src} {dst}" for src, dst in binds)
 
     def start_sshd(self, name: str) -> None:
         """Start the host's sshd (its whole "OS": sessions run inside its namespaces)."""
         d = self.host_dir(name)
         if self._sshd_pid(name):
             return
-        script = f"set -e; {self._mount_script(name)}; hostname {name}; exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config"
+        # `ip netns exec` remounts /sys without cgroups; slurmd refuses to start on a /sys/fs/cgroup with no
+        # filesystem, so the host gets a cgroup v1 root with one named, controller-less hierarchy of its own
+        # (its Slurm uses no cgroup plugin)
+        cgroup = ("mountpoint -q /sys/fs/cgroup || { mount -t tmpfs -o mode=755 gpuvm-cgroup /sys/fs/cgroup && "
+                  "mkdir /sys/fs/cgroup/systemd && mount -t cgroup -o none,name=gpuvm-bed gpuvm-cgroup /sys/fs/cgroup/systemd; }")
+        script = (f"set -e; {self._mount_script(name)}; {cgroup}; hostname {name}; "
+                  "exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config")
         log = open(d / "sshd.log", "ab")
         proc = subprocess.Popen(
             ["ip", "netns", "exec", self.netns(name), "unshare", "--mount", "--uts", "--propagation", "private",

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from gpuvm.desired import CloneNetwork
 
 if TYPE_CHECKING:
-    from gpuvm.runbook.model import Runbook, Vm
+    from gpuvm.runbook.model import Runbook
+    from gpuvm.runbook.vms import Vm
     from gpuvm.vsphere.facts import Inventory, VmFacts
 
 

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from gpuvm.files import KEY_BYTES, read_text_capped
-from gpuvm.runbook.model import CloudInit
+from gpuvm.runbook.vms import CloudInit
 
 PUBLIC_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-")
 

@@ -35,9 +35,9 @@ from gpuvm.resolve_slurm import slurm_nodes
 from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import redact
 from gpuvm.steps import (esxi_ats, esxi_mig, esxi_topology, esxi_vgpu_manager, guest_docker, guest_driver,
-                         guest_image, guest_licensing, guest_mig, guest_nic, guest_nic_ats, guest_rdma, guest_ssh_mesh,
-                         host_graphics, host_passthrough, host_reboot, reboot_memo, slurm_drain, vm_advanced, vm_hardware, vm_lifecycle,
-                         vm_power, vm_version)
+                         guest_image, guest_licensing, guest_mig, guest_nic, guest_nic_ats, guest_rdma, guest_slurm, guest_ssh_mesh,
+                         host_graphics, host_passthrough, host_reboot, reboot_memo, slurm_drain, vm_advanced, vm_hardware,
+                         vm_lifecycle, vm_power, vm_version)
 from gpuvm.steps.base import Context, Options, Step, WhileOff
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.fleet import Fleet
@@ -64,6 +64,7 @@ STEPS: list[Step] = [
     guest_docker.STEP,  # packages, daemon, runtime
     guest_ssh_mesh.STEP,
     guest_image.STEP,  # after the mesh: even a first apply ships the image guest to guest over it
+    guest_slurm.STEP,  # after MIG: its GRES follow the guests' MIG layouts
 ]
 
 Facts = dict[tuple[str, str], Any]  # (step, target) → observed fact
@@ -169,8 +170,7 @@ def make_plan(runbook: Runbook, inventory: Inventory | Fleet, cluster: Cluster |
     if cluster is None and (runbook.guests or any(h.ssh for h in runbook.hosts)):
         plan.notes.append(Note("-", "plan", "SSH steps (ESXi shell, guests) are not planned from a snapshot",
                                level="info"))
-    slurm = slurm_nodes(runbook)  # checked always; asked over SSH, so not from a snapshot
-    slurm = slurm if cluster is not None else None
+    slurm = slurm_nodes(runbook) if cluster is not None else None  # asked over SSH: not from a snapshot
     ctx = Context(inventory=inventory, cluster=cluster, planned=plan.changes, slurm=slurm)
     in_vcenter = [(Context(inventory=known, cluster=cluster, planned=plan.changes, slurm=slurm), d)
                   for _, known, d in regions]

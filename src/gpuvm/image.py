@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpuvm.errors import InputError
-from gpuvm.runbook.model import Image
+from gpuvm.runbook.guests import Image
 from gpuvm.ssh_keys import MESH_IDENTITY
 from gpuvm.templating import environment
 

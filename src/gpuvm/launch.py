@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Sequence
 
 from gpuvm.errors import InputError
-from gpuvm.runbook.model import Guest, Runbook
+from gpuvm.runbook.guests import Guest
+from gpuvm.runbook.model import Runbook
 
 
 def guests_of(runbook: Runbook) -> list[Guest]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from gpuvm.parsers.nvidia_smi import GpuInstanceProfile
-from gpuvm.runbook.model import MigDevices
+from gpuvm.runbook.guests import MigDevices
 
 
 class MigLayoutError(ValueError):

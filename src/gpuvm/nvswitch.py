@@ -27,7 +27,8 @@ from gpuvm.desired import Desired, Nvlink
 from gpuvm.errors import listed
 from gpuvm.pci import NVIDIA, unsigned16
 from gpuvm.plan import Note
-from gpuvm.runbook.model import DynamicGpus, Gpus, PassthroughGpus, Runbook, VgpuGpus
+from gpuvm.runbook.model import Runbook
+from gpuvm.runbook.vms import DynamicGpus, Gpus, PassthroughGpus, VgpuGpus
 from gpuvm.vgpu_profiles import vgpu_profile
 from gpuvm.vsphere.facts import HostFacts, Inventory
 

@@ -16,7 +16,8 @@ from gpuvm.errors import InputError, listed
 from gpuvm.executors.base import Executor
 from gpuvm.files import KEY_BYTES, check_capped
 from gpuvm.resolve_ssh import resolve_ssh
-from gpuvm.runbook.model import Runbook, SshAccess
+from gpuvm.runbook.hosts import SshAccess
+from gpuvm.runbook.model import Runbook
 from gpuvm.secrets import secret_from_env
 
 Role = Literal["esxi", "guest"]

@@ -22,7 +22,9 @@ from gpuvm.nvswitch import check_nvswitch
 from gpuvm.plan import Note
 from gpuvm.topology import (Problem, best_set, dynamic_problems, gpu_problems, host_nvlink, nic_problems,
                             numa_nodes)
-from gpuvm.runbook.model import DynamicGpus, Host, PassthroughGpus, Runbook, VgpuGpus, Vm
+from gpuvm.runbook.hosts import Host
+from gpuvm.runbook.model import Runbook
+from gpuvm.runbook.vms import DynamicGpus, PassthroughGpus, VgpuGpus, Vm
 from gpuvm.vsphere.facts import DatastoreFacts, HostFacts, Inventory, PciDevice, VmFacts, VmPciDevice
 
 GRAPHICS_TYPES = {"shared": "shared", "shared_direct": "sharedDirect"}

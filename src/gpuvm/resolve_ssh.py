@@ -9,10 +9,14 @@ the mesh user defaults to the guest's SSH user. Errors keep naming the runbook's
 from __future__ import annotations
 
 from gpuvm.desired.ssh import (DesiredEsxi, DesiredGuest, DriverInstall, GuestImage, GuestMesh, Login, RdmaStack,
-                               VgpuManager)
+                               ToolkitSource, VgpuGuestDriver, VgpuManager)
 from gpuvm.image import recipe
 from gpuvm.licensing import wanted_licence
-from gpuvm.runbook.model import Guests, Host, HostDriver, NvidiaDriver, Rdma, Runbook, SshAccess
+from gpuvm.resolve_slurm import slurm_node
+from gpuvm.runbook.guest_drivers import chosen, needed_kind
+from gpuvm.runbook.guests import Guests, NvidiaDriver, Rdma
+from gpuvm.runbook.hosts import Host, HostDriver, SshAccess
+from gpuvm.runbook.model import Runbook
 
 SshTargets = dict[str, DesiredEsxi | DesiredGuest]
 
@@ -29,15 +33,18 @@ def resolve_ssh(runbook: Runbook) -> SshTargets:
             targets[host.name] = _esxi(runbook, i, host)
     guests = runbook.guests
     if guests is not None:
-        image, driver, rdma = _image(guests), _driver(guests.driver), _rdma(guests.rdma)
+        image, rdma = _image(guests), _rdma(guests.rdma)
         for i, guest in enumerate(guests.hosts):
+            pick = chosen(runbook, i, guest)
+            driver = _driver(pick.driver if pick else None)
             mesh = guests.ssh_mesh if guests.ssh_mesh is not None and guests.ssh_mesh.enabled else None
             targets[guest.vm] = DesiredGuest(
                 guest.vm, login(guest.ssh), ("guests", "hosts", i), runbook.where,
                 driver=driver, rdma=rdma, rdma_ports=tuple(guest.rdma_ports), nic_ats=guest.nic_ats,
                 mig=tuple(guest.mig) if isinstance(guest.mig, list) else guest.mig, image=image,
                 licence=wanted_licence(runbook, guest),
-                mesh=GuestMesh(mesh.user or guest.ssh.user, mesh.container_port) if mesh else None)
+                mesh=GuestMesh(mesh.user or guest.ssh.user, mesh.container_port) if mesh else None,
+                slurm=slurm_node(runbook, guest.vm))
     return targets
 
 
@@ -46,7 +53,19 @@ def _esxi(runbook: Runbook, i: int, host: Host) -> DesiredEsxi:
     return DesiredEsxi(host.name, login(host.ssh), ("hosts", i), runbook.where,
                        mig=tuple(host.mig) if isinstance(host.mig, list) else host.mig, ats=host.ats,
                        ats_option=host.ats_option, nvlink=tuple(host.nvlink) if host.nvlink is not None else None,
-                       host_driver=_host_driver(host.nvidia_host_driver))
+                       host_driver=_host_driver(host.nvidia_host_driver),
+                       vgpu_guests=_vgpu_guests(runbook, host) if host.nvidia_host_driver is None else ())
+
+
+def _vgpu_guests(runbook: Runbook, host: Host) -> tuple[VgpuGuestDriver, ...]:
+    """The vGPU guest drivers of the host's VMs, checked against the manager it runs (esxi.vgpu_manager)
+    where the runbook does not give one (it checks the one it gives itself: guest_drivers.py)."""
+    out = []
+    for i, guest in enumerate(runbook.guests.hosts if runbook.guests else []):
+        vm, pick = runbook.vm(guest.vm), chosen(runbook, i, guest)
+        if vm is not None and vm.host == host.name and pick and pick.driver.kind == "vgpu" and needed_kind(vm) == "vgpu":
+            out.append(VgpuGuestDriver(vm.name, pick.driver.version, pick.where + ("version",)))
+    return tuple(out)
 
 
 def _host_driver(driver: HostDriver | None) -> VgpuManager | None:
@@ -74,4 +93,5 @@ def _image(guests: Guests) -> GuestImage | None:
         return None
     rendered = recipe(image)
     return GuestImage(rendered.ref, rendered.dockerfile, image.builder or guests.hosts[0].vm, image.registry,
-                      image.gpus, image.build_network, image.build_timeout, image.stall_timeout)
+                      image.gpus, image.build_network, image.build_timeout, image.stall_timeout,
+                      ToolkitSource(image.toolkit_repository.url, image.toolkit_repository.key))

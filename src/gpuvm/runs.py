@@ -30,7 +30,8 @@ from gpuvm.resolve_slurm import slurm_nodes
 from gpuvm.resolve_ssh import resolve_ssh
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.names import vsphere_name
-from gpuvm.runbook.model import DEFAULT_VCENTER, Runbook
+from gpuvm.runbook.model import Runbook
+from gpuvm.runbook.vcenters import DEFAULT_VCENTER
 from gpuvm.runbook.setups import select_setup
 from gpuvm.steps import reboot_memo
 from gpuvm.steps.base import Context, Options

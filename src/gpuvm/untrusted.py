@@ -48,6 +48,7 @@ GRAMMARS = {
     "an mlxconfig value": (MLX_VALUE, "one printable word, like True(1)"),
     "a licence status": (re.compile(r"[\x20-\x7e]{1,120}"), "printable ASCII, at most 120 characters"),
     "a MIG mode": (re.compile(r"Enabled|Disabled|\[N/A\]|N/A"), "Enabled, Disabled or [N/A]"),
+    "a host name": (re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?"), "one DNS label: letters, digits, -"),
 }
 
 

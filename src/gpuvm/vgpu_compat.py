@@ -1,7 +1,8 @@
 """Which NVIDIA vGPU guest drivers work with which NVIDIA vGPU manager (ESXi host driver).
 
 NVIDIA's rule, from "Compatibility Requirements for the NVIDIA vGPU Manager and Guest VM Driver"
-in the Virtual GPU Software release notes for VMware vSphere (e.g. vGPU 19, R580, section 1.2):
+in the Virtual GPU Software release notes for VMware vSphere (vGPU 19, R580, section 1.2:
+https://docs.nvidia.com/vgpu/19.0/grid-vgpu-release-notes-vmware-vsphere/index.html):
 "The releases of the NVIDIA vGPU Manager and guest VM drivers that you install must be compatible.
 If you install an incompatible guest VM driver release for the release of the vGPU Manager that you
 are using, the NVIDIA vGPU fails to load." Compatible are: the manager with guest drivers from the

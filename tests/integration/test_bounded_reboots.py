@@ -101,7 +101,7 @@ def test_a_setting_a_reboot_does_not_activate_reboots_the_host_once_then_stops_w
 
 def memo(sim: Simulator):
     """The reboot memo on esx-01, read back with gpuvm's inventory read."""
-    from gpuvm.runbook.model import VCenter
+    from gpuvm.runbook.vcenters import VCenter
     from gpuvm.vsphere.inventory import read_inventory
     from gpuvm.vsphere.session import Session, resolve_target
 

@@ -210,7 +210,7 @@ def test_dynamic_and_classic_on_one_host_converge(start, tmp_path):
 def test_a_device_a_template_holds_is_kept_and_ownership_lives_on_the_host(start, tmp_path, monkeypatch):
     """Issue 21, item 5: gpuvm records the passthrough it enables on the host (`gpuvm.owned`, seen by
     every machine: no state directory involved), and releases none that a template in vCenter holds."""
-    from gpuvm.runbook.model import VCenter
+    from gpuvm.runbook.vcenters import VCenter
     from gpuvm.vsphere.inventory import read_inventory
     from gpuvm.vsphere.session import Session, resolve_target
 

@@ -50,6 +50,8 @@ def test_a_stopped_daemon_is_started_by_a_non_root_login_without_rebuilding(test
     assert [(c.resource, c.before, c.after) for c in planned["gpu-vm-02"]] == [
         ("service docker", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon "
                            "running?", "running"),
+        ("apt source nvidia-container-toolkit", None, "deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit.asc] "
+         "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /, if the runtime is missing once the daemon runs"),
         ("docker runtime nvidia", unknown, "nvidia-container-toolkit, if missing once the daemon runs"),
         (f"image {ref}", unknown, "copied from gpu-vm-01, if missing once the daemon runs")]
 

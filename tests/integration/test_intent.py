@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpusim import Simulator
 from tests.integration.vcenter import use_simulator
 
-from gpuvm.runbook.model import VCenter
+from gpuvm.runbook.vcenters import VCenter
 from gpuvm.vsphere.intent import FIELD, IntentStore
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.session import Session, resolve_target

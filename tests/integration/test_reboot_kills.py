@@ -25,7 +25,7 @@ from gpusim import Simulator
 from gpuvm import runs
 from gpuvm.cli.main import app
 from gpuvm.outstanding import MEMOS
-from gpuvm.runbook.model import VCenter
+from gpuvm.runbook.vcenters import VCenter
 from gpuvm.steps import host_reboot
 from gpuvm.steps.base import Options
 from gpuvm.vsphere import tasks

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
-from gpuvm.runbook.model import VCenter
+from gpuvm.runbook.vcenters import VCenter
 from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.session import Session, resolve_target

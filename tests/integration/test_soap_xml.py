@@ -10,7 +10,7 @@ import pytest
 from pyVmomi import VmomiSupport, vim, vmodl
 
 from gpusim import Simulator
-from gpuvm.runbook.model import VCenter
+from gpuvm.runbook.vcenters import VCenter
 from gpuvm.vsphere import inventory
 from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.session import Session, resolve_target

@@ -111,7 +111,7 @@ def test_vcenter_refuses_a_clone_to_a_name_the_folder_has_or_is_cloning(tmp_path
 
 def record_clone_intent(sim: Simulator, monkeypatch, **data) -> None:
     """What a run killed inside a clone left on the template (see vm_lifecycle._start_clone)."""
-    from gpuvm.runbook.model import VCenter
+    from gpuvm.runbook.vcenters import VCenter
     from gpuvm.vsphere.intent import IntentStore
     from gpuvm.vsphere.session import Session, resolve_target
 

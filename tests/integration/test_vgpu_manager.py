@@ -15,7 +15,7 @@ from gpusim import Simulator
 from gpuvm.cli.main import app
 from gpuvm.steps import esxi_vgpu_manager
 from tests.integration.test_reboot_kills import intents
-from tests.integration.vcenter import raw_state, reboot_hook, use_simulator
+from tests.integration.vcenter import guest_ssh, raw_state, reboot_hook, use_simulator
 
 pytestmark = pytest.mark.integration
 VERSION = "535.154.02"
@@ -119,3 +119,43 @@ def test_a_bundle_replaced_after_its_check_is_refused_at_the_install(bare_host, 
     assert after["esx-01-vm1"]["power"] == before["esx-01-vm1"]["power"]
     assert intents() == {}
     assert [p.name for p in bundle.parent.iterdir() if p.name.startswith("gpuvm-install.")] == []
+
+
+def test_the_manager_a_host_runs_is_read_and_refuses_a_guest_driver_it_does_not_load(testbed, tmp_path, monkeypatch):
+    """Issue 35: no nvidia_host_driver in the runbook; the ESXi shell says the host runs vGPU 17 (R550).
+    A vGPU guest driver of R570 is refused at plan time naming both versions (exit 2); one of R535, the
+    branch before R550, is one NVIDIA allows and plans."""
+    before = testbed.state("esx-01")["vgpu_manager"]
+    testbed.set_state("esx-01", "vgpu_manager", {"component": "NVD-AIE-800", "installed": "550.54.16-1OEM.800.1.0",
+                                                 "running": "550.54.16"})
+    path = tmp_path / "runbook.yaml"
+
+    def plan(guest_driver: str):
+        path.write_text(f"""\
+vcenter: {{user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}}
+ssh: {{known_hosts: {testbed.known_hosts_file}}}
+hosts:
+  - {{name: esx-01, graphics: shared_direct, ssh: {{address: {testbed.host('esx-01').address}, user: root, key_file: {testbed.client_key}}}}}
+vms:
+  - {{name: esx-01-vm1, host: esx-01, gpus: {{mode: vgpu, profile: grid_a100d-4c}}}}
+guests:
+  driver: {{version: {guest_driver}, kind: vgpu, sha256: "{'a' * 64}"}}
+  hosts:
+    - {{vm: esx-01-vm1, ssh: {guest_ssh(testbed, 'gpu-vm-01')}}}
+""")
+        return gpuvm("plan", str(path))
+
+    try:
+        with Simulator(hosts=1, vms_per_host=1) as sim:
+            use_simulator(monkeypatch, sim, tmp_path / "state")
+            refused = plan("570.124.06")
+            assert refused.exit_code == 2, refused.output
+            said = " ".join(refused.output.split())
+            assert "runbook.yaml:8: guests.driver.version: esxi.vgpu_manager: host esx-01 runs vGPU manager " \
+                   "550.54.16 (read in its ESXi shell); VM 'esx-01-vm1': guest driver 570.124.06 (vGPU 18, R570) " \
+                   "does not load on the host's vGPU manager 550.54.16 (vGPU 17, R550)" in said, refused.output
+            allowed = plan("535.154.05")
+            assert allowed.exit_code == 0, allowed.output
+            assert "guest.driver" in allowed.output and "535.154.05" in allowed.output
+    finally:
+        testbed.set_state("esx-01", "vgpu_manager", before)

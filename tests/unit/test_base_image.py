@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testbed"))
 from base_image import PRELOADED, debian_mirror  # noqa: E402
 
 from gpuvm.image import render_dockerfile  # noqa: E402
-from gpuvm.runbook.model import Image  # noqa: E402
+from gpuvm.runbook.guests import Image  # noqa: E402
 
 DEB822 = """\
 Types: deb

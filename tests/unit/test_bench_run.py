@@ -212,7 +212,7 @@ def test_containers_get_rdma_devices_and_gpus_only_where_there_are_some(tmp_path
 def test_worker_container_scripts(tmp_path):
     from gpuvm.bench.commands import WORKER, worker_start_script, worker_stop_script
     from gpuvm.image import image_ref
-    from gpuvm.runbook.model import Image
+    from gpuvm.runbook.guests import Image
 
     image = Image(gpus=False)
     script = worker_start_script(".gpuvm-bench", image, ["-v", "/data:/data"], 2222, rdma=False)
@@ -675,7 +675,7 @@ def test_software_versions_of_a_containerised_campaign_name_the_image(tmp_path):
     from gpuvm.bench.software import software_versions
     from gpuvm.executors.base import CommandResult
     from gpuvm.executors.fake import FakeExecutor
-    from gpuvm.runbook.model import Image
+    from gpuvm.runbook.guests import Image
     from gpuvm.image import image_ref
 
     image = Image()

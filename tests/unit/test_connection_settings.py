@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from gpuvm.cli.main import app
 from gpuvm.errors import InputError
 from gpuvm.journal import state_dir
-from gpuvm.runbook.model import VCenter
+from gpuvm.runbook.vcenters import VCenter
 from gpuvm.vsphere.session import resolve_target
 
 BAD_URLS = [

@@ -18,7 +18,7 @@ from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeCall, FakeExecutor, ok
 from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
-from gpuvm.runbook.model import Image
+from gpuvm.runbook.guests import Image
 from gpuvm import image as recipes
 from gpuvm.steps import guest_docker as step
 from gpuvm.image_pipeline import split
@@ -26,8 +26,11 @@ from gpuvm.steps import guest_image
 from gpuvm.steps.guest_docker import DockerFact
 from gpuvm.steps.guest_image import ImageFact
 from gpuvm.steps.guest_ssh_mesh.key import cluster_key
+from gpuvm.steps.toolkit_repository import LIST
 
 GUESTS = ["gpu-vm-01", "gpu-vm-02", "gpu-vm-03", "gpu-vm-04"]
+NVIDIA_SOURCE = ("deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit.asc] "
+                 "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /")
 A, B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
 
 
@@ -150,10 +153,16 @@ class DockerWorld:
                 re.compile(r"^dpkg-query "): CommandResult("", 1, "", "dpkg-query: no packages found"),
                 re.compile(r"^(env|systemctl|nvidia-ctk) "): ok(""),
             })
-        runtime_json = json.dumps({r: {"path": r} for r in runtimes})
+        runtimes = list(runtimes)
+
+        def configure(call):  # nvidia-ctk runtime configure: the daemon lists it (after its restart)
+            runtimes.append("nvidia")
+            return ok(call.command)
+
         return FakeExecutor(guest, {
             "docker version --format '{{.Server.Version}}'": ok("", "24.0.7\n"),
-            "docker info --format '{{json .Runtimes}}'": ok("", runtime_json + "\n"),
+            "docker info --format '{{json .Runtimes}}'": lambda call: ok("", json.dumps({r: {"path": r} for r in runtimes})),
+            "nvidia-ctk runtime configure --runtime=docker": configure,
             re.compile(r"^docker image inspect "): inspect,
             re.compile(r"^docker build "): failing("docker build", build),
             re.compile(r"^docker save "): failing("docker save", save),
@@ -313,6 +322,7 @@ def test_plan_image_while_the_daemon_is_stopped(tmp_path):
 @pytest.mark.parametrize("f, expected", [
     (docker(version=None, runtime=False, toolkit=False),
      [("package docker.io", "installed", None, "installed", ["docker.io"]),
+      ("apt source nvidia-container-toolkit", "entry", None, NVIDIA_SOURCE, []),
       ("docker runtime nvidia", "present", None, "nvidia-container-toolkit", ["nvidia-container-toolkit"])]),
     (docker(version="", error="Cannot connect to the Docker daemon"),  # the image: guest.image's, after
      [("service docker", "running", "Cannot connect to the Docker daemon", "running", [])]),
@@ -406,13 +416,15 @@ def test_cpu_guests_build_on_the_host_network_without_the_nvidia_runtime(tmp_pat
 def test_docker_installs_the_toolkit_then_configures_the_runtime(tmp_path):
     world = DockerWorld(runtimes=("runc",))
     world.executors["gpu-vm-02"].responses[re.compile(r"^dpkg-query ")] = CommandResult("", 1, "", "no packages")
+    world.executors["gpu-vm-02"].responses[f"cat {LIST}"] = ok("", NVIDIA_SOURCE + "\n")  # NVIDIA's repository there
     cluster = world.cluster(runbook(tmp_path), tmp_path)
     for name, changes in observe_and_plan(cluster, step).items():
         step.STEP.apply(Context(cluster=cluster), cluster.targets[name], changes)
     commands = world.executors["gpu-vm-02"].commands
     install = commands.index("sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y nvidia-container-toolkit")
-    assert commands[install + 1:install + 3] == ["sudo -n nvidia-ctk runtime configure --runtime=docker",
-                                                 "sudo -n systemctl restart docker"]
+    assert commands[install + 1:] == ["sudo -n nvidia-ctk runtime configure --runtime=docker",
+                                      "sudo -n systemctl restart docker", "nvidia-ctk --version",
+                                      "sudo -n docker info --format '{{json .Runtimes}}'"]  # checked
     assert not any("apt-get" in c for c in world.executors["gpu-vm-03"].commands)  # toolkit there, runtime not set
     assert not any(c.startswith(("docker build", "docker save", "docker load")) for e in world.executors.values()
                    for c in e.commands)  # the image is guest.image's
@@ -553,16 +565,17 @@ def test_large_images_go_in_chunks_then_load_from_a_file(tmp_path, monkeypatch):
     assert ex.commands[-2:] == ["sudo -n docker load -i /tmp/gpuvm-image.Ab12Cd", "rm -f /tmp/gpuvm-image.Ab12Cd"]
 
 
-def test_apt_failure_for_the_toolkit_says_where_it_comes_from(tmp_path):
+def test_an_apt_failure_names_the_guest_and_the_command(tmp_path):
     world = DockerWorld(installed=False)
     world.executors["gpu-vm-01"].responses = {
         re.compile(r"apt-get update"): ok(""),
         re.compile(r"apt-get install"): CommandResult("", 100, "", "E: Unable to locate package nvidia-container-toolkit"),
     }
     cluster = world.cluster(runbook(tmp_path), tmp_path)
-    changes = step.plan(cluster.targets["gpu-vm-01"], docker(None, runtime=False, toolkit=False))
-    with pytest.raises(RemoteCommandError, match=r"^apt-get install docker.io "
-                                                 r"nvidia-container-toolkit failed: E: Unable to locate.*nvidia.github.io"):
+    fact = DockerFact(None, None, False, False, NVIDIA_SOURCE)  # NVIDIA's source, yet no such package there
+    changes = step.plan(cluster.targets["gpu-vm-01"], fact)
+    with pytest.raises(RemoteCommandError, match=r"^guest gpu-vm-01: `apt-get install -y docker.io "
+                                                 r"nvidia-container-toolkit` exited 100: E: Unable to locate"):
         step.STEP.apply(Context(cluster=cluster), cluster.targets["gpu-vm-01"], changes)
 
 

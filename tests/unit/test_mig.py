@@ -18,7 +18,7 @@ from gpuvm.parsers.nvidia_smi import MigMode
 from gpuvm.plan import Disruption
 from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
-from gpuvm.runbook.model import MigDevices
+from gpuvm.runbook.guests import MigDevices
 from gpuvm.steps import esxi_mig, guest_mig
 from gpuvm.steps.guest_mig import GpuMig
 

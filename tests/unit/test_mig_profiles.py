@@ -148,13 +148,9 @@ def test_unknown_gpu_without_a_list_is_refused():
 RUNBOOK = """
 hosts:
   - {{name: esx-01, ssh: {{address: 10.0.0.11, user: root}}}}
-vms:
-  - {{name: gpu-vm-01, host: esx-01}}
+vms: [{{name: gpu-vm-01, host: esx-01}}]
 guests:
-  hosts:
-    - vm: gpu-vm-01
-      ssh: {{address: 10.0.0.13, user: gpuadmin}}
-      mig: {layout}
+  hosts: [{{vm: gpu-vm-01, ssh: {{address: 10.0.0.13, user: gpuadmin}}, mig: {layout}}}]
 """
 QUERY = re.compile("--query-gpu")
 

@@ -85,7 +85,7 @@ def test_two_vcenters_without_a_url_are_refused_as_govc_urls_one_vcenter_twice(t
 
 @pytest.mark.parametrize("url", ["vc1", "https://VC1:443/sdk", "https://user:pw@vc1/SDK/", "Vc1:443"])
 def test_one_vcenter_address_however_its_url_is_written(url):
-    from gpuvm.runbook.model import vcenter_address
+    from gpuvm.runbook.vcenters import vcenter_address
 
     assert vcenter_address(url) == "https://vc1:443/sdk"
     assert vcenter_address("https://[FE80::1]/sdk") == vcenter_address("[fe80::1]:443") == "https://[fe80::1]:443/sdk"

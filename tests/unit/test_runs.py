@@ -11,7 +11,8 @@ import pytest
 
 from gpuvm import runs
 from gpuvm.apply_options import ApplyOptions
-from gpuvm.runbook.model import DEFAULT_VCENTER, Runbook
+from gpuvm.runbook.model import Runbook
+from gpuvm.runbook.vcenters import DEFAULT_VCENTER
 from gpuvm.vsphere import fleet as fleet_module
 from gpuvm.vsphere.fleet import Fleet
 from gpuvm.errors import DriftError, InputError, TargetFailures

@@ -69,7 +69,8 @@ def _reachable(root: type, fields_of) -> set[type]:
 def test_the_secrets_walk_skips_only_models_without_a_secret_field():
     """The walk follows only fields that can hold a `*_env` field (a fleet's thousands of VM entries
     have none): every model class with one is still on its path, and VMs are not."""
-    from gpuvm.runbook.model import Runbook, Vm
+    from gpuvm.runbook.model import Runbook
+    from gpuvm.runbook.vms import Vm
 
     every = _reachable(Runbook, lambda kind: list(kind.model_fields))
     walked = _reachable(Runbook, secrets._secret_fields)

@@ -86,7 +86,7 @@ def reboot(world: World, mocker, tmp_path, fake: Slurm, drain: DrainNodes | None
            resume: ResumeNodes | None = None, rebooting: bool = True, **options) -> dict[str, Exception]:
     ctx = Context(session=mocker.MagicMock(), options=Options(shutdown_timeout=1, task_timeout=5, **options),
                   inventory=inventory([r750xa()], [vm("gpu-vm", power_state="poweredOn")]),
-                  cluster=cluster(tmp_path, fake.executor), slurm=SlurmNodes("ctl", {"gpu-vm": "n1"}))
+                  cluster=cluster(tmp_path, fake.executor), slurm=SlurmNodes("ctl", ("gpu-vm",)))
     ctx.session.ref.side_effect = world.ref
     ctx.intents = mocker.MagicMock(record=world.record, clear=world.clear, current=world.current, run=RUN)
     host = [Change("host.reboot", "esx-01", "host", "reboot", "1", "rebooted", Disruption.HOST_REBOOT, RebootHost())]
@@ -147,18 +147,26 @@ def test_an_interrupted_drain_is_planned_resumed_unless_this_reboot_drains_those
 
 
 def test_the_host_reboot_observes_its_vms_nodes_on_the_controller(tmp_path, mocker):
-    fake = Slurm(World(), {"n1": ("ALLOCATED", ""), "n9": ("IDLE", "")}, {"12": ({"n1"}, 5)})
-    ctx = Context(inventory=inventory([r750xa()], [vm("gpu-vm", power_state="poweredOn")]),
-                  cluster=cluster(tmp_path, fake.executor), slurm=SlurmNodes("ctl", {"gpu-vm": "n1", "other": "n9"}),
-                  planned=[Change("host.passthrough", "esx-01", "pci", "x", "off", "on", Disruption.HOST_REBOOT)])
+    """Each VM's guest is the node of its short host name (as guest.slurm names it); one not answering, of its VM's."""
     from gpuvm.desired import DesiredHost
-    fact = host_reboot.observe(ctx, DesiredHost("esx-01", [], None, True, vms=["gpu-vm"]))
-    assert fact.slurm == DrainFact({"n1": slurm.NodeState("ALLOCATED")}, [slurm.Job("12", "alice", "RUNNING", "train")],
-                                   controller="ctl", names=("n1",))
-    assert "squeue -h -w n1 -o '%i|%u|%T|%j'" in fake.executor.commands
-    drains = [c for c in host_reboot.plan(DesiredHost("esx-01", [], None, True, vms=["gpu-vm"]), fact)
-              if isinstance(c.action, DrainNodes)]
-    assert drains[0].action.jobs == ("12 (alice: train)",)
+
+    fake = Slurm(World(), {"n1": ("ALLOCATED", ""), "n9": ("IDLE", ""), "box": ("IDLE", "")}, {"12": ({"n1"}, 5)})
+    slurmd = cluster(tmp_path, fake.executor)
+    slurmd.targets["gpu-vm"] = DesiredGuest("gpu-vm", Login("gpu-vm"))
+    slurmd.executors["gpu-vm"] = FakeExecutor("gpu-vm", {"hostname -s": CommandResult("hostname -s", 0, "n1\n", "")})
+    ctx = Context(inventory=inventory([r750xa()], [vm("gpu-vm", power_state="poweredOn"), vm("box")]),
+                  cluster=slurmd, slurm=SlurmNodes("ctl", ("gpu-vm", "box", "other")),
+                  planned=[Change("host.passthrough", "esx-01", "pci", "x", "off", "on", Disruption.HOST_REBOOT)])
+    host = DesiredHost("esx-01", [], None, True, vms=["gpu-vm", "box"])
+    fact = host_reboot.observe(ctx, host)
+    assert fact.slurm == DrainFact({"n1": slurm.NodeState("ALLOCATED"), "box": slurm.NodeState("IDLE")},
+                                   [slurm.Job("12", "alice", "RUNNING", "train")], controller="ctl", names=("box", "n1"))
+    assert "squeue -h -w box,n1 -o '%i|%u|%T|%j'" in fake.executor.commands
+    [drain] = [c for c in host_reboot.plan(host, fact) if isinstance(c.action, DrainNodes)]
+    assert drain.action == DrainNodes("ctl", ("box", "n1"), ("12 (alice: train)",))
+    ctx.planned.clear()
+    assert host_reboot.observe(ctx, host).slurm is None  # no reboot planned: Slurm not asked
+    assert fake.executor.commands.count("scontrol show node -o") == 1
 
 
 def test_nodes_are_drained_recorded_first_jobs_waited_for_then_resumed_after_the_host_is_back(
@@ -221,15 +229,13 @@ def test_a_failed_reboot_resumes_the_nodes_it_drained(world, mocker, tmp_path, n
     assert ("power-on", "vm-gpu-vm") in world.log and fake.nodes["n1"] == ("IDLE", "")
 
 
-def test_the_controller_must_be_a_guest_and_each_guest_is_the_node_named_after_its_vm(tmp_path):
+def test_the_runbooks_controller_and_compute_guests_are_what_the_drain_asks(tmp_path):
     from gpuvm.resolve_slurm import slurm_nodes
     from gpuvm.runbook.loader import load_runbook
     from tests.unit.factories import ONE_GUEST_RUNBOOK
 
     file = tmp_path / "runbook.yaml"
+    file.write_text(ONE_GUEST_RUNBOOK.format())
+    assert slurm_nodes(load_runbook(file)) is None
     file.write_text(ONE_GUEST_RUNBOOK.format() + "slurm: {controller: gpu-vm-01}\n")
-    assert slurm_nodes(load_runbook(file)) == SlurmNodes("gpu-vm-01", {"gpu-vm-01": "gpu-vm-01"})
-    file.write_text(ONE_GUEST_RUNBOOK.format() + "slurm: {controller: head}\n")
-    with pytest.raises(InputError, match=r"runbook.yaml:7: slurm.controller: 'head' is not a guest of the runbook "
-                                         r"\(guests.hosts: gpu-vm-01\)"):
-        slurm_nodes(load_runbook(file))
+    assert slurm_nodes(load_runbook(file)) == SlurmNodes("gpu-vm-01", ("gpu-vm-01",))

@@ -16,7 +16,8 @@ A case gives a target and a fact, and what the step must make of them:
          action: {type: SetMtu, interface: ens64np1, mtu: 9000}}
     error: regex          # or: plan refuses with an InputError matching this
     # apply: the planned changes are applied, and what reached the world is compared
-    responses: {regex: {stdout: ..., exit: 0}}   # SSH: canned answers (others: exit 0, no output)
+    responses: {regex: {stdout: ..., exit: 0}}   # SSH: canned answers (others: exit 0, no output); a list:
+                                                 # what successive runs answer, the last one repeating
     commands: [ip link set dev ens64np1 mtu 9000, ...]  # SSH: every command line run, in order
     apply_error: regex    # SSH: apply refuses with a GpuvmError matching this (after `commands`)
     state: {runtime.powerState: poweredOff}      # vSphere: attributes every managed object reads
@@ -146,7 +147,11 @@ def _fact(step: Step, data: Any) -> Any:
     return TypeAdapter(kind).validate_python(data)
 
 
-def _response(data: dict) -> CommandResult:
+def _response(data: dict | list) -> Any:
+    """A canned answer; a list: what successive runs answer, the last one repeating."""
+    if isinstance(data, list):
+        answers = [_response(each) for each in data]
+        return lambda call: answers.pop(0) if len(answers) > 1 else answers[0]
     return CommandResult("", data.get("exit", 0), data.get("stdout", ""), data.get("stderr", ""))
 
 

@@ -28,11 +28,10 @@ RESOLVE_LAYER = [SRC / "resolve.py", SRC / "resolve_ssh.py", SRC / "licensing.py
 
 # Tools the steps' commands run that every test host has for real (Debian's, on the bed's hosts'
 # shared /usr): not stand-ins.
-REAL_ON_THE_BED = {"sh", "ip", "curl", "mktemp", "sha256sum", "rm", "mkdir", "tar", "env", "sudo", "ls", "cat"}
+REAL_ON_THE_BED = {"sh", "ip", "curl", "mktemp", "sha256sum", "rm", "mkdir", "tar", "env", "sudo", "ls", "cat",
+                   "install", "umask", "scontrol"}  # scontrol: Debian's Slurm, which `make test` installs
 # Run by a step, yet neither real on the bed nor a stand-in; why the bed does without them.
 NOT_ON_THE_BED = {
-    "nvidia-ctk": "guest.docker configures the NVIDIA runtime only for GPU images; the bed's guests run "
-                  "CPU images (image.gpus: false)",
     "wget": "esxi.vgpu_manager fetches a bundle given as a URL with ESXi's busybox wget; the bed's tests "
             "give a path on the host",
     "mlnxofedinstall": "guest.rdma's MOFED installer comes in the runbook's tarball; the bed's tests ship "

@@ -14,7 +14,7 @@ import pytest
 
 from gpuvm.errors import ConnectError
 from gpuvm.executors.base import UNDER_WAY
-from gpuvm.runbook.model import VCenter
+from gpuvm.runbook.vcenters import VCenter
 from gpuvm.vsphere.bounded import GRACE, Line, Timeouts, api_version
 from gpuvm.vsphere.session import resolve_target
 

@@ -91,3 +91,66 @@ def test_plan_refuses_a_mismatched_guest_driver_with_exit_2_before_connecting(tm
     assert result.exit_code == 2, result.output
     assert "VM 'vm1' on host esx-01" in result.output and "550.54.15" in result.output and "535.154.02" in result.output
     assert "Traceback" not in result.output
+
+
+def mixed(tmp_path, drivers: str, own: str = ""):
+    """A passthrough VM, a vGPU VM and a VM without GPUs, a guest in each; no vGPU manager in the runbook."""
+    path = tmp_path / "runbook.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        hosts:
+          - {{name: esx-01, ssh: {{address: 10.0.0.11, user: root}}}}
+          - {{name: esx-02, ssh: {{address: 10.0.0.12, user: root}}}}
+        vms:
+          - {{name: pt, host: esx-01, gpus: {{mode: passthrough, count: 1}}}}
+          - {{name: vg, host: esx-02, gpus: {{mode: vgpu, profile: grid_a100d-4c}}}}
+          - {{name: cpu, host: esx-02}}
+        guests:
+          {drivers}
+          hosts:
+            - {{vm: pt, ssh: {{address: 10.0.0.21, user: gpuadmin}}}}
+            - {{vm: vg, ssh: {{address: 10.0.0.22, user: gpuadmin}}{own}}}
+            - {{vm: cpu, ssh: {{address: 10.0.0.23, user: gpuadmin}}}}
+        """))
+    return path
+
+
+DATACENTER = f'{{version: 535.183.01, sha256: "{SHA}"}}'
+VGPU = f'{{version: 535.154.05, kind: vgpu, sha256: "{SHA}"}}'
+
+
+def drivers_of(runbook):
+    from gpuvm.resolve_ssh import resolve_ssh
+
+    targets = resolve_ssh(runbook)
+    guests = {n: t.driver.version if t.driver else None for n, t in targets.items() if t.role == "guest"}
+    checked = {n: [(g.vm, g.version, g.where) for g in t.vgpu_guests] for n, t in targets.items() if t.role == "esxi"}
+    return guests, checked
+
+
+def test_a_passthrough_vm_and_a_vgpu_vm_each_get_their_kind_of_driver_and_a_vm_without_gpus_none(tmp_path):
+    guests, checked = drivers_of(load_runbook(mixed(tmp_path, f"driver: [{DATACENTER}, {VGPU}]")))
+    assert guests == {"pt": "535.183.01", "vg": "535.154.05", "cpu": None}
+    # the vGPU VM's host is given no manager: the one it runs is read and checked (esxi.vgpu_manager)
+    assert checked == {"esx-01": [], "esx-02": [("vg", "535.154.05", ("guests", "driver", 1, "version"))]}
+
+
+def test_a_guest_of_its_own_driver_over_the_guest_wide_one(tmp_path):
+    guests, checked = drivers_of(load_runbook(mixed(tmp_path, f"driver: {DATACENTER}", own=f", driver: {VGPU}")))
+    assert guests == {"pt": "535.183.01", "vg": "535.154.05", "cpu": "535.183.01"}  # one driver: every guest
+    assert checked["esx-02"] == [("vg", "535.154.05", ("guests", "hosts", 1, "driver", "version"))]
+    guests, _ = drivers_of(load_runbook(mixed(tmp_path, f"driver: [{DATACENTER}, {VGPU}]", own=", driver: none")))
+    assert guests == {"pt": "535.183.01", "vg": None, "cpu": None}
+
+
+@pytest.mark.parametrize("drivers, own, error", [
+    (f"driver: {DATACENTER}", "", r"guests\.driver\.kind: VM 'vg' on host esx-02 has vGPU grid_a100d-4c: it needs "
+                                  r"NVIDIA's vGPU guest driver"),
+    (f"driver: [{DATACENTER}]", "", r"guests\.driver: VM 'vg' has vGPU grid_a100d-4c: guests\.driver lists no "
+                                    r"kind: vgpu driver for it"),
+    (f"driver: [{VGPU}, {VGPU}]", "", r"guests\.driver\[1\]\.kind: a second vgpu driver \(also guests\.driver\[0\]\)"),
+    (f"driver: [{DATACENTER}]", f", driver: {DATACENTER}",
+     r"guests\.hosts\[1\]\.driver\.kind: VM 'vg' on host esx-02 has vGPU grid_a100d-4c"),
+])
+def test_a_driver_that_does_not_suit_its_vm_is_refused_at_the_field_that_chose_it(tmp_path, drivers, own, error):
+    with pytest.raises(InputError, match=r"runbook\.yaml:\d+: " + error):
+        load_runbook(mixed(tmp_path, drivers, own))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuvm.runbook.model import VgpuGpus
+from gpuvm.runbook.vms import VgpuGpus
 
 
 @pytest.mark.parametrize("profile, count, nvlink, uses", [

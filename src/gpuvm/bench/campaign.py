@@ -39,7 +39,7 @@ from gpuvm.runbook.benchmarks import (
     guests_in_order,
     upload_source,
 )
-from gpuvm.runbook.model import Guest
+from gpuvm.runbook.guests import Guest
 from gpuvm.runbook.model import Runbook
 
 LOCAL = "local"  # the executor name of this machine (--local)

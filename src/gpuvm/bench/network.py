@@ -24,7 +24,7 @@ from gpuvm.errors import GpuvmError, InputError, RemoteCommandError
 from gpuvm.executors.base import Executor
 from gpuvm.parsers.ibdev2netdev import PortMap, parse_ibdev2netdev
 from gpuvm.runbook.benchmarks import BenchmarkRun
-from gpuvm.runbook.model import Guest
+from gpuvm.runbook.guests import Guest
 from gpuvm.untrusted import interface, rdma_device
 
 BTL = "btl_tcp_if_include"

@@ -74,7 +74,7 @@ def validate(runbook: Path = RUNBOOK) -> None:
     import os
 
     from gpuvm.errors import InputError
-    from gpuvm.runbook.model import url_problem
+    from gpuvm.runbook.vcenters import url_problem
     from gpuvm.runbook.strict import shown
     from gpuvm.secrets import without_password
 

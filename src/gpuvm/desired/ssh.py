@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from gpuvm.errors import InputError
+from gpuvm.desired.slurm import SlurmNode
 from gpuvm.runbook.document import field_path
-from gpuvm.runbook.model import MigDevices, RdmaPort  # noqa: F401 (RdmaPort: a port as the runbook gives it, for guest.nic)
+from gpuvm.runbook.guests import NVIDIA_TOOLKIT_KEY, NVIDIA_TOOLKIT_REPOSITORY, MigDevices, RdmaPort  # noqa: F401 (RdmaPort: a port as the runbook gives it, for guest.nic)
 
 Loc = tuple[str | int, ...]
 Locate = Callable[[Loc], str]  # a runbook field → `file:line: field` (the runbook's `where`)
@@ -68,6 +69,15 @@ class VgpuManager:
 
 
 @dataclass(frozen=True)
+class VgpuGuestDriver:
+    """A vGPU VM's guest driver, which the vGPU manager its host runs must accept (esxi.vgpu_manager)."""
+
+    vm: str
+    version: str
+    where: Loc  # the runbook field that gives it: ("guests", "driver", "version")
+
+
+@dataclass(frozen=True)
 class DesiredEsxi(_SshTarget):
     """An ESXi host's shell: `hosts[i]` with `ssh`."""
 
@@ -77,6 +87,7 @@ class DesiredEsxi(_SshTarget):
     ats_option: str = "atsSupport"  # the kernel setting's name
     nvlink: tuple[tuple[str, str], ...] | None = None  # declared NVLink pairs (esxi.topology checks them)
     host_driver: VgpuManager | None = None  # esxi.vgpu_manager; None: left alone
+    vgpu_guests: tuple[VgpuGuestDriver, ...] = ()  # without host_driver: checked against the running manager
 
     @property
     def runs_manager(self) -> bool:
@@ -86,7 +97,7 @@ class DesiredEsxi(_SshTarget):
 
 @dataclass(frozen=True)
 class DriverInstall:
-    """The NVIDIA driver every guest runs (guest.driver), and the installer that puts it there."""
+    """The NVIDIA driver a guest runs (guest.driver), and the installer that puts it there."""
 
     version: str  # 535.183.01
     url: str  # the .run installer, `{version}` filled in
@@ -104,6 +115,14 @@ class RdmaStack:
 
 
 @dataclass(frozen=True)
+class ToolkitSource:
+    """The apt repository of nvidia-container-toolkit (guest.docker): its URL and signing key's."""
+
+    url: str = NVIDIA_TOOLKIT_REPOSITORY
+    key: str = NVIDIA_TOOLKIT_KEY
+
+
+@dataclass(frozen=True)
 class GuestImage:
     """The training image a guest must have (guest.image; guest.docker sets up docker for it): its recipe
     rendered, its builder chosen."""
@@ -116,6 +135,7 @@ class GuestImage:
     build_network: Literal["default", "host"] = "default"
     build_timeout: float = 10800  # seconds for a build, pull, or all the copies together
     stall_timeout: float = 60  # seconds a guest's load may take no bytes before it is cut off (image_feed)
+    toolkit: ToolkitSource = ToolkitSource()  # where guest.docker gets nvidia-container-toolkit from
 
 
 @dataclass(frozen=True)
@@ -151,3 +171,4 @@ class DesiredGuest(_SshTarget):
     image: GuestImage | None = None  # guest.docker and guest.image
     licence: GuestLicence | None = None  # guest.licensing (None: the guest needs no licence)
     mesh: GuestMesh | None = None  # guest.ssh_mesh (None: no mesh)
+    slurm: SlurmNode | None = None  # guest.slurm (None: not a Slurm node)

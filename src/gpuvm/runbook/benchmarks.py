@@ -40,7 +40,8 @@ from gpuvm.files import UPLOAD_BYTES, check_capped
 from gpuvm.runbook.strict import Seconds, Strict, checked_name, shown
 
 if TYPE_CHECKING:
-    from gpuvm.runbook.model import Guest, Runbook
+    from gpuvm.runbook.guests import Guest
+    from gpuvm.runbook.model import Runbook
 
 Kind = Literal["pytorch_train", "pytorch_allreduce", "tf_cnn_benchmarks", "horovod_synthetic", "nccl_allreduce",
                "mlperf_log", "command", "storage"]

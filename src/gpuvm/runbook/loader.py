@@ -15,6 +15,7 @@ from gpuvm.runbook.groups import expand_vm_groups
 from gpuvm.runbook.mig_parted import resolve_mig_files
 from gpuvm.runbook.model import Runbook
 from gpuvm.runbook.setups import setup_runbooks
+from gpuvm.runbook.slurm import check_slurm
 from gpuvm.secrets import remember_runbook_secrets
 
 MAX_BYTES = RUNBOOK_BYTES
@@ -49,6 +50,7 @@ def load_runbook(path: str | Path) -> Runbook:
     runbook.attach(file, locator, text)
     runbook.check_references()
     runbook = runbook.qualified()  # a name used in several vCenters: <vcenter>/<name> from here on
+    check_slurm(runbook)
     setup_runbooks(runbook)  # each setup of the campaign checked as a runbook of its own
     try:
         remember_runbook_secrets(runbook)

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from gpuvm.errors import InputError
 from gpuvm.runbook.document import document_path, parse_document, validation_message
-from gpuvm.runbook.model import MigConfigFile, MigDevices
+from gpuvm.runbook.guests import MigConfigFile, MigDevices
 from gpuvm.runbook.strict import shown
 
 Where = tuple[str | int, ...]

@@ -1,7 +1,7 @@
 """The runbook's JSON Schema, made from the pydantic models (`gpuvm schema runbook`).
 
 A field's description is its `Field(description=...)`, else the comment the model gives it (on its
-line, or the comment lines right above it): the comments in `model.py` are the documentation, so
+line, or the comment lines right above it): the comments in the models (`model.py` and its sections' modules) are the documentation, so
 editors (the playbooks' `yaml-language-server` modeline) and `docs/runbook.md` show what the code
 says. The schema describes the YAML as written, so a `vms:` entry may also be a VM group (`count`,
 `hosts`), which the loader expands before the models see it (`runbook/groups.py`).

@@ -22,7 +22,9 @@ from gpuvm.errors import InputError, listed
 from gpuvm.names import vsphere_name
 from gpuvm.runbook.benchmarks import Setup
 from gpuvm.runbook.document import document_path, validation_message
-from gpuvm.runbook.model import Guest, Guests, Runbook, Vm
+from gpuvm.runbook.guests import Guest, Guests
+from gpuvm.runbook.model import Runbook
+from gpuvm.runbook.vms import Vm
 
 PARKED = {"power": "off", "gpus": None, "nics": []}
 

@@ -1,5 +1,8 @@
 """esxi.vgpu_manager: the NVIDIA vGPU manager (ESXi host driver) the runbook pins
 (`hosts[].nvidia_host_driver`): installed, upgraded or removed, and running after the host reboot.
+Where the runbook pins none, the manager the host runs (else the one installed) is read all the
+same and the vGPU guest drivers of the host's VMs are checked against it (vgpu_compat.py): one it
+does not load is refused at plan time, naming both versions (exit 2).
 
 Observed in the ESXi shell: `esxcli software component list` (what is installed: NVIDIA's component,
 or the one the runbook names) and `nvidia-smi --query-gpu=driver_version` (what runs: the VIB brings
@@ -23,12 +26,13 @@ import posixpath
 from dataclasses import dataclass
 
 from gpuvm.desired.ssh import DesiredEsxi, VgpuManager
-from gpuvm.errors import RemoteCommandError
+from gpuvm.errors import InputError, RemoteCommandError
 from gpuvm.parsers.esxcli import Component, parse_components
 from gpuvm.plan import Change, Disruption
 from gpuvm.remote import run
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.installer import INSTALL_TIMEOUT, checked_copy, file_sha256, missing
+from gpuvm.vgpu_compat import incompatibility
 
 NAME = "esxi.vgpu_manager"
 RESOURCE = "NVIDIA vGPU manager"
@@ -92,11 +96,11 @@ def _driver(target: DesiredEsxi) -> VgpuManager:
 
 
 def wanted(target: DesiredEsxi) -> bool:
-    return target.host_driver is not None
+    return target.host_driver is not None or bool(target.vgpu_guests)
 
 
 def observe(ctx: Context, target: DesiredEsxi) -> ManagerFact:
-    name = _driver(target).component
+    name = target.host_driver.component if target.host_driver else None
     components = parse_components(run(target, ctx.cluster, LIST).stdout)
     nvidia = [c for c in components if (c.name == name if name else _is_host_driver(c))]
     result = run(target, ctx.cluster, RUNNING, check=False)
@@ -114,6 +118,9 @@ def _is_host_driver(component: Component) -> bool:
 
 
 def plan(target: DesiredEsxi, fact: ManagerFact) -> list[Change]:
+    if target.host_driver is None:
+        check_guests(target, fact)
+        return []
     want = _driver(target)
     installed = fact.installed.driver_version if fact.installed else None
     if want.state == "absent":
@@ -130,6 +137,20 @@ def plan(target: DesiredEsxi, fact: ManagerFact) -> list[Change]:
         return [Change(NAME, target.name, RESOURCE, "running", fact.running or "not loaded", want.version,
                        Disruption.HOST_REBOOT)]
     return []
+
+
+def check_guests(target: DesiredEsxi, fact: ManagerFact) -> None:
+    """Each vGPU guest driver of the host's VMs loads on the manager the host runs (installed, where
+    none runs yet); no manager at all is vCenter's to say (the host offers no vGPU type: resolve.py)."""
+    manager = fact.running or (fact.installed.driver_version if fact.installed else None)
+    if manager is None:
+        return
+    how = "runs" if fact.running else "has installed (not running yet)"
+    for guest in target.vgpu_guests:
+        for running in manager.split(", "):
+            if why := incompatibility(running, guest.version):
+                raise InputError(f"{target.locate(guest.where)}: {NAME}: host {target.name} {how} vGPU manager "
+                                 f"{running} (read in its ESXi shell); VM '{guest.vm}': {why}")
 
 
 def _other_name(fact: ManagerFact, want: VgpuManager) -> bool:

@@ -1,5 +1,5 @@
-"""guest.driver: the NVIDIA driver version the runbook pins (`guests.driver.version`), the same on
-every guest.
+"""guest.driver: the NVIDIA driver version the runbook pins for the guest (`guests.driver`, the one
+of its VM's kind, or its own `guests.hosts[].driver`: runbook/guest_drivers.py).
 
 Observed with `nvidia-smi --query-gpu=driver_version --format=csv,noheader` (one line per GPU); no
 nvidia-smi, or one that cannot reach a driver (exit 9), reads as "none". Installed with NVIDIA's

@@ -19,6 +19,7 @@ resumed; a recorded node is resumed only while its reason is still gpuvm's for t
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Any
 
 from gpuvm.errors import GpuvmError, TaskError, listed
 from gpuvm.executors.base import UNDER_WAY
+from gpuvm.names import vsphere_name
 from gpuvm.parsers import slurm
 from gpuvm.parsers.slurm import JOB_FORMAT, Job, NodeState
 from gpuvm.plan import Change, Disruption
@@ -88,11 +90,24 @@ def read_jobs(ctx: Context, controller: str, nodes: list[str]) -> list[Job]:
     return slurm.jobs(_slurm(ctx, controller, ["squeue", "-h", "-w", ",".join(nodes), "-o", JOB_FORMAT]).stdout)
 
 
+def node_names(ctx: Context, vms: list[str]) -> list[str]:
+    """The Slurm node names of the guests of `vms`: their short host names (guest.slurm names nodes
+    so); for a guest not answering (or answering no host name), its VM's name."""
+    names = []
+    for vm in vms:
+        name = ""
+        if ctx.cluster is not None and vm in ctx.cluster.executors and vm not in ctx.unreachable:
+            with contextlib.suppress(GpuvmError):
+                name = run(ctx.cluster.targets[vm], ctx.cluster, ["hostname", "-s"], sudo=False).stdout.strip()
+        names.append(name if slurm.NODE_NAME.fullmatch(name) else vsphere_name(vm))
+    return names
+
+
 def observe(ctx: Context, vms: list[str]) -> DrainFact | None:
     """The states of the nodes of `vms` and the jobs on them; None: the runbook has no Slurm cluster."""
     if ctx.slurm is None:
         return None
-    wanted, controller = ctx.slurm.of(vms), ctx.slurm.controller
+    wanted, controller = node_names(ctx, ctx.slurm.of(vms)), ctx.slurm.controller
     if not wanted:
         return DrainFact(controller=controller)
     try:

@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 
 from gpuvm.errors import ConnectError, InputError
 from gpuvm.executors.base import UNDER_WAY
-from gpuvm.runbook.model import VCenter, env_flag, url_problem
+from gpuvm.runbook.model import env_flag
+from gpuvm.runbook.vcenters import VCenter, url_problem
 from gpuvm.runbook.strict import shown
 from gpuvm.secrets import redact, remember, secret_from_env, without_password
 from gpuvm.vsphere.bounded import Line, Timeouts, api_version

@@ -1,0 +1,126 @@
+"""slurm.conf, gres.conf and cgroup.conf as gpuvm writes them (pure): from the cluster's desired
+state and what each compute guest has (`NodeHardware`).
+
+A node's GRES (`node_gres`): with a MIG layout in the runbook, one type per MIG profile
+(`gpu:3g.40gb:2`) from the layout the runbook gives (so a layout change shows in the same plan as
+the MIG change), plus whole GPUs for those left without MIG; with a vGPU profile, that profile; else
+the GPU model as nvidia-smi names it (`NVIDIA A100 80GB PCIe` → `a100-80gb-pcie`). Whole GPUs get
+`File=` lines from the guest's /dev/nvidia<index> when present; MIG instances, and GPUs without a
+device file, a `Count=` (Debian's Slurm has no NVML autodetect).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from gpuvm.desired.slurm import SlurmCluster
+from gpuvm.mig import MigLayoutError, expand
+from gpuvm.runbook.guests import MigDevices
+from gpuvm.templating import environment
+
+MAX_GRES_TYPE = 40
+
+
+@dataclass(frozen=True)
+class NodeHardware:
+    """What a compute guest has, as its observe read it."""
+
+    hostname: str  # its short host name: the Slurm node name slurmd answers to
+    address: str  # how gpuvm reaches it: NodeAddr
+    cpus: int
+    memory_mb: int  # MemTotal in MiB: at most what slurmd counts, so the node is not drained for it
+    gpus: tuple[str, ...] = ()  # nvidia-smi names, by index
+    devices: tuple[str, ...] = ()  # /dev/nvidia<N> present
+
+
+@dataclass(frozen=True)
+class Gres:
+    type: str
+    count: int
+    files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeLine:
+    hostname: str
+    address: str
+    cpus: int
+    memory_mb: int
+    gres: tuple[Gres, ...]
+
+    @property
+    def gres_field(self) -> str:
+        """slurm.conf's Gres= value: `gpu:a100-80gb-pcie:4,gpu:3g.40gb:2`."""
+        return ",".join(f"gpu:{g.type}:{g.count}" for g in self.gres)
+
+
+@dataclass(frozen=True)
+class PartitionLine:
+    name: str
+    hostnames: tuple[str, ...]
+    default: bool
+    max_time: str
+
+
+@dataclass(frozen=True)
+class SlurmFiles:
+    slurm_conf: str
+    gres_conf: str
+    cgroup_conf: str
+
+    def by_path(self) -> dict[str, str]:
+        return {"/etc/slurm/slurm.conf": self.slurm_conf, "/etc/slurm/gres.conf": self.gres_conf,
+                "/etc/slurm/cgroup.conf": self.cgroup_conf}
+
+
+def gres_type(gpu_name: str) -> str:
+    """A GRES type from an nvidia-smi GPU name: `NVIDIA A100 80GB PCIe` → `a100-80gb-pcie`."""
+    name = re.sub(r"^nvidia[\s-]+", "", gpu_name.strip(), flags=re.IGNORECASE).lower()
+    return re.sub(r"[^a-z0-9.]+", "-", name).strip("-")[:MAX_GRES_TYPE] or "gpu"
+
+
+def node_gres(hardware: NodeHardware, mig: str | tuple[MigDevices, ...] | None,
+              vgpu_profile: str | None) -> tuple[Gres, ...]:
+    """The node's GRES as the runbook implies them (see the module docstring). MigLayoutError for a
+    layout that does not fit the GPUs (guest.mig says so too)."""
+    gpus = dict(enumerate(hardware.gpus))
+    if not gpus:
+        return ()
+    if vgpu_profile is not None:
+        return (Gres(vgpu_profile, len(gpus)),)
+    layouts = expand(mig, gpus) if mig is not None else {}
+    instances: Counter[str] = Counter()
+    whole: dict[str, list[int]] = {}
+    for index, name in gpus.items():
+        layout = layouts.get(index)
+        if layout is not None and layout.enabled:
+            instances.update(layout.profiles)
+        else:
+            whole.setdefault(gres_type(name), []).append(index)
+    gres = []
+    for type_, indices in whole.items():
+        files = tuple(f"/dev/nvidia{i}" for i in indices)
+        gres.append(Gres(type_, len(indices), files if all(f in hardware.devices for f in files) else ()))
+    gres += [Gres(profile, count) for profile, count in instances.items()]
+    return tuple(gres)
+
+
+def render(cluster: SlurmCluster, controller: NodeHardware, nodes: dict[str, tuple[NodeHardware, tuple[Gres, ...]]]
+           ) -> SlurmFiles:
+    """The three files, the same on every node. `nodes`: each compute guest (VM name) → its hardware
+    and GRES, in the cluster's order."""
+    env = environment("slurm", trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    lines = [NodeLine(h.hostname, h.address, h.cpus, h.memory_mb, gres) for h, gres in nodes.values()]
+    hostnames = {name: h.hostname for name, (h, _) in nodes.items()}
+    partitions = [PartitionLine(p.name, tuple(hostnames[n] for n in p.nodes if n in hostnames), p.default, p.max_time)
+                  for p in cluster.partitions]
+    partitions = [p for p in partitions if p.hostnames]  # a partition whose guests were all not observed
+    values = {"cluster": cluster, "controller": controller, "nodes": lines, "partitions": partitions,
+              "cgroup": cluster.cgroup}
+    return SlurmFiles(*(env.get_template(f"{name}.j2").render(**values)
+                        for name in ("slurm.conf", "gres.conf", "cgroup.conf")))
+
+
+__all__ = ["Gres", "MigLayoutError", "NodeHardware", "SlurmFiles", "gres_type", "node_gres", "render"]

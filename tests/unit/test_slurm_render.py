@@ -1,0 +1,138 @@
+"""slurm.conf, gres.conf and cgroup.conf as guest.slurm renders them, the GRES each node gets, and
+`scontrol show node -o` parsed."""
+
+from __future__ import annotations
+
+from gpuvm.desired.slurm import Partition, SlurmCluster
+from gpuvm.parsers.scontrol import parse_nodes
+from gpuvm.steps.guest_slurm.render import Gres, NodeHardware, gres_type, node_gres, render
+
+A100 = "NVIDIA A100 80GB PCIe"
+CLUSTER = SlurmCluster("lab", "gpu-vm-01", ("gpu-vm-01", "gpu-vm-02"),
+                       (Partition("gpu", ("gpu-vm-01", "gpu-vm-02"), True), Partition("one", ("gpu-vm-02",), False, "60")),
+                       extra=("SchedulerType=sched/backfill",))
+
+
+def _hw(name: str, address: str, gpus: int = 0, devices: int = 0) -> NodeHardware:
+    return NodeHardware(name, address, 8, 64000, (A100,) * gpus, tuple(f"/dev/nvidia{i}" for i in range(devices)))
+
+
+def test_gres_type_from_the_gpu_model():
+    assert gres_type("NVIDIA A100 80GB PCIe") == "a100-80gb-pcie"
+    assert gres_type("NVIDIA H100 PCIe") == "h100-pcie"
+    assert gres_type("Tesla V100-SXM2-16GB") == "tesla-v100-sxm2-16gb"
+
+
+def test_whole_gpus_get_files_only_where_the_devices_are():
+    assert node_gres(_hw("a", "x", 2, 2), None, None) == (Gres("a100-80gb-pcie", 2, ("/dev/nvidia0", "/dev/nvidia1")),)
+    assert node_gres(_hw("a", "x", 2, 1), None, None) == (Gres("a100-80gb-pcie", 2),)
+    assert node_gres(_hw("a", "x"), None, None) == ()
+
+
+def test_a_mig_layout_gives_its_profiles_and_a_vgpu_its_profile():
+    assert node_gres(_hw("a", "x", 2, 2), "all-3g.40gb", None) == (Gres("3g.40gb", 4),)
+    assert node_gres(_hw("a", "x", 2, 2), "all-disabled", None) == (
+        Gres("a100-80gb-pcie", 2, ("/dev/nvidia0", "/dev/nvidia1")),)
+    assert node_gres(_hw("a", "x", 1), None, "grid_a100d-3-40c") == (Gres("grid_a100d-3-40c", 1),)
+
+
+def test_slurm_conf_names_every_node_with_its_hardware_and_gres():
+    nodes = {"gpu-vm-01": (_hw("g1", "10.0.0.11", 2, 2), node_gres(_hw("g1", "10.0.0.11", 2, 2), None, None)),
+             "gpu-vm-02": (_hw("g2", "10.0.0.12", 2), node_gres(_hw("g2", "10.0.0.12", 2), "all-3g.40gb", None))}
+    files = render(CLUSTER, nodes["gpu-vm-01"][0], nodes)
+    conf = files.slurm_conf.splitlines()
+    assert "SlurmctldHost=g1(10.0.0.11)" in conf and "ClusterName=lab" in conf
+    assert "NodeName=g1 NodeAddr=10.0.0.11 CPUs=8 RealMemory=64000 Gres=gpu:a100-80gb-pcie:2 State=UNKNOWN" in conf
+    assert "NodeName=g2 NodeAddr=10.0.0.12 CPUs=8 RealMemory=64000 Gres=gpu:3g.40gb:4 State=UNKNOWN" in conf
+    assert "PartitionName=gpu Nodes=g1,g2 Default=YES MaxTime=INFINITE State=UP" in conf
+    assert "PartitionName=one Nodes=g2 Default=NO MaxTime=60 State=UP" in conf
+    assert "SchedulerType=sched/backfill" in conf and "MpiDefault=pmi2" in conf
+    assert "ProctrackType=proctrack/cgroup" in conf and "TaskPlugin=task/cgroup,task/affinity" in conf
+    assert files.gres_conf.splitlines()[1:] == [
+        "NodeName=g1 Name=gpu Type=a100-80gb-pcie File=/dev/nvidia0,/dev/nvidia1",
+        "NodeName=g2 Name=gpu Type=3g.40gb Count=4"]
+    assert "ConstrainDevices=yes" in files.cgroup_conf
+
+
+def test_without_cgroup_no_cgroup_plugins():
+    from dataclasses import replace
+
+    hw = _hw("g1", "10.0.0.11")
+    files = render(replace(CLUSTER, cgroup=None, compute=("gpu-vm-01",)), hw, {"gpu-vm-01": (hw, ())})
+    assert "ProctrackType=proctrack/linuxproc" in files.slurm_conf and "TaskPlugin=task/none" in files.slurm_conf
+    assert "Gres=" not in files.slurm_conf.split("GresTypes=gpu")[1]
+    assert "Constrain" not in files.cgroup_conf
+
+
+SCONTROL = """\
+NodeName=g1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.00 AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:a100-80gb-pcie:2(S:0) NodeAddr=10.250.0.13 NodeHostName=g1 Version=22.05.8 OS=Linux RealMemory=1000 State=IDLE ThreadsPerCore=1 Partitions=gpu
+NodeName=g2 Arch=x86_64 Gres=gpu:3g.40gb:4 NodeAddr=10.250.0.14 State=IDLE+DRAIN ThreadsPerCore=1 Reason=gres/gpu count reported lower than configured (0 < 4) [slurm@2026-11-29T00:01:02]
+NodeName=g3 Gres=(null) NodeAddr=10.250.0.15 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2026-11-29T00:01:02]
+NodeName=g4 Gres=(null) NodeAddr=10.250.0.16 State=IDLE* Reason=(null)
+"""
+
+
+def test_scontrol_show_node_parsed_with_reasons_and_health():
+    nodes = {n.name: n for n in parse_nodes(SCONTROL)}
+    assert nodes["g1"].healthy and nodes["g1"].gres == "gpu:a100-80gb-pcie:2(S:0)" and nodes["g1"].address == "10.250.0.13"
+    assert not nodes["g2"].healthy and nodes["g2"].reason == "gres/gpu count reported lower than configured (0 < 4)"
+    assert not nodes["g3"].healthy and nodes["g3"].reason == "Not responding" and nodes["g3"].gres == ""
+    assert not nodes["g4"].healthy and nodes["g4"].reason == ""
+
+
+OBSERVED = """\
+== packages ==
+munge install ok installed
+slurmd deinstall ok config-files
+== hostname ==
+gpu-vm-02
+== cpus ==
+2
+== memory ==
+MemTotal:        8056804 kB
+== gpus ==
+0, NVIDIA A100 80GB PCIe
+1, NVIDIA A100 80GB PCIe
+== devices ==
+nvidia0
+== key ==
+06f961b802bc46ee168555f066d28f4f0e9afdf3f88174c1ee6f9de004fc30a0  /etc/munge/munge.key
+400 munge
+== configs ==
+c0cde77fa8fef97d476c10aad3d2d54fcc2f336140d073651c2dcccf1e379fd6  /etc/default/slurmd
+== services ==
+active
+inactive
+inactive
+"""
+
+
+def test_a_guest_read_in_one_command_parsed():
+    from gpuvm.steps.guest_slurm.observe import parse
+
+    fact = parse(OBSERVED, "10.0.0.12", controller=False)
+    assert fact.packages == {"munge"}  # a package removed with its config left is not installed
+    assert fact.hardware == NodeHardware("gpu-vm-02", "10.0.0.12", 2, 7867, (A100, A100), ("/dev/nvidia0",))
+    assert fact.key_sha256.startswith("06f961") and fact.key_mode == "400 munge"
+    assert fact.configs == {"/etc/default/slurmd": "c0cde77fa8fef97d476c10aad3d2d54fcc2f336140d073651c2dcccf1e379fd6"}
+    assert fact.active == {"munge"} and fact.nodes is None
+
+
+def test_a_host_name_that_is_no_host_name_is_refused():
+    import pytest
+
+    from gpuvm.steps.guest_slurm.observe import parse
+    from gpuvm.untrusted import UntrustedValueError
+
+    with pytest.raises(UntrustedValueError, match="as a host name"):
+        parse(OBSERVED.replace("gpu-vm-02", "x NodeName=evil"), "10.0.0.12", controller=False)
+
+
+def test_the_munge_key_is_made_once_and_shown_only_as_a_digest(tmp_path):
+    from gpuvm.steps.guest_slurm.munge_key import digest_shown, load_munge_key, munge_key
+
+    assert load_munge_key(tmp_path) is None
+    key = munge_key(tmp_path)
+    assert munge_key(tmp_path) == key and len(key.data()) == 1024
+    assert (key.path.stat().st_mode & 0o777) == 0o600
+    assert digest_shown(key.sha256) == "sha256:" + key.sha256[:12] and key.data().hex()[:12] not in digest_shown(key.sha256)
