@@ -18,7 +18,8 @@ from gpuvm.desired import Desired
 from gpuvm.errors import InputError, TaskError
 from gpuvm.executors.base import CommandResult
 from gpuvm.executors.fake import FakeExecutor
-from gpuvm.parsers import slurm
+from gpuvm.parsers import squeue
+from gpuvm.parsers.scontrol import SlurmNodeState, parse_nodes
 from gpuvm.plan import Change, Disruption, Plan
 from gpuvm.remote import Cluster
 from gpuvm.steps import host_reboot, slurm_drain
@@ -108,20 +109,21 @@ def no_wait(mocker):
 
 
 def test_scontrol_and_squeue_output_is_read_with_the_reason_whole_and_who_set_it_cut_off():
-    nodes = slurm.nodes(SHOW_NODE)
-    assert nodes == {"n1": slurm.NodeState("ALLOCATED+DRAIN", "gpuvm: reboot of esx-01 (run abcdef012345)"),
-                     "n2": slurm.NodeState("IDLE", "")}
-    assert nodes["n1"].drained and not nodes["n2"].drained
-    assert slurm.NodeState("DOWN+NOT_RESPONDING").drained and not slurm.NodeState("MIXED").drained
-    assert slurm.jobs("12|alice|RUNNING|train|v2\n13_4|bob|COMPLETING|x\n") == [
-        slurm.Job("12", "alice", "RUNNING", "train|v2"), slurm.Job("13_4", "bob", "COMPLETING", "x")]
-    with pytest.raises(Exception, match="could not parse the output of `scontrol show node -o`"):
-        slurm.nodes("Node n9 not found\n")
+    nodes = {n.name: n for n in parse_nodes(SHOW_NODE)}
+    assert nodes["n1"].reason == "gpuvm: reboot of esx-01 (run abcdef012345)" and nodes["n2"].reason == ""
+    assert slurm_drain.taken(nodes["n1"]) and not slurm_drain.taken(nodes["n2"])
+    assert slurm_drain.taken(SlurmNodeState("n", "DOWN+NOT_RESPONDING", "")) and not slurm_drain.taken(
+        SlurmNodeState("n", "MIXED", ""))
+    assert squeue.jobs("12|alice|RUNNING|train|v2\n13_4|bob|COMPLETING|x\n") == [
+        squeue.Job("12", "alice", "RUNNING", "train|v2"), squeue.Job("13_4", "bob", "COMPLETING", "x")]
+    with pytest.raises(Exception, match="could not parse the output of `squeue"):
+        squeue.jobs("squeue: error: Invalid node name nosuch\n")
 
 
 def test_a_reboot_with_jobs_on_its_nodes_is_refused_up_front_naming_them_unless_a_drain_timeout_is_given():
-    fact = DrainFact({"n1": slurm.NodeState("ALLOCATED"), "n2": slurm.NodeState("IDLE+DRAIN", "bad gpu")},
-                     [slurm.Job("12", "alice", "RUNNING", "train")], controller="ctl", names=("n1", "n2", "n4"))
+    fact = DrainFact({"n1": SlurmNodeState("n1", "ALLOCATED", ""),
+                      "n2": SlurmNodeState("n2", "IDLE+DRAIN", "", "bad gpu")},
+                     [squeue.Job("12", "alice", "RUNNING", "train")], controller="ctl", names=("n1", "n2", "n4"))
     changes = slurm_drain.plan("esx-01", fact, True, None)
     assert [(c.target, c.before, c.after) for c in changes] == [
         ("esx-01", "n1 allocated, n2 idle+drain; job(s) 12 (alice: train) running",
@@ -132,7 +134,7 @@ def test_a_reboot_with_jobs_on_its_nodes_is_refused_up_front_naming_them_unless_
                                          r"its nodes n1, n2, n4: pass --drain-timeout SECONDS"):
         check_allowed(plan, Desired(hosts={}, vms={}), ApplyOptions(allow_host_reboot=True))
     check_allowed(plan, Desired(hosts={}, vms={}), ApplyOptions(allow_host_reboot=True, drain_timeout=600))
-    idle = slurm_drain.plan("esx-01", DrainFact({"n1": slurm.NodeState("IDLE")}, controller="ctl"), True, None)
+    idle = slurm_drain.plan("esx-01", DrainFact({"n1": SlurmNodeState("n1", "IDLE", "")}, controller="ctl"), True, None)
     check_allowed(Plan(changes=idle), Desired(hosts={}, vms={}), ApplyOptions(allow_host_reboot=True))
 
 
@@ -141,7 +143,7 @@ def test_an_interrupted_drain_is_planned_resumed_unless_this_reboot_drains_those
     alone = slurm_drain.plan("esx-01", None, False, recorded)
     assert [(c.before, c.action) for c in alone] == [("n1 drained by interrupted run abcdef012345",
                                                       ResumeNodes("ctl", ("n1",)))]
-    again = slurm_drain.plan("esx-01", DrainFact({"n1": slurm.NodeState("IDLE+DRAIN", OURS)}, controller="ctl"),
+    again = slurm_drain.plan("esx-01", DrainFact({"n1": SlurmNodeState("n1", "IDLE+DRAIN", "", OURS)}, controller="ctl"),
                              True, recorded)
     assert [type(c.action) for c in again] == [DrainNodes]
 
@@ -159,8 +161,9 @@ def test_the_host_reboot_observes_its_vms_nodes_on_the_controller(tmp_path, mock
                   planned=[Change("host.passthrough", "esx-01", "pci", "x", "off", "on", Disruption.HOST_REBOOT)])
     host = DesiredHost("esx-01", [], None, True, vms=["gpu-vm", "box"])
     fact = host_reboot.observe(ctx, host)
-    assert fact.slurm == DrainFact({"n1": slurm.NodeState("ALLOCATED"), "box": slurm.NodeState("IDLE")},
-                                   [slurm.Job("12", "alice", "RUNNING", "train")], controller="ctl", names=("box", "n1"))
+    assert fact.slurm == DrainFact({"n1": SlurmNodeState("n1", "ALLOCATED", ""),
+                                    "box": SlurmNodeState("box", "IDLE", "")},
+                                   [squeue.Job("12", "alice", "RUNNING", "train")], controller="ctl", names=("box", "n1"))
     assert "squeue -h -w box,n1 -o '%i|%u|%T|%j'" in fake.executor.commands
     [drain] = [c for c in host_reboot.plan(host, fact) if isinstance(c.action, DrainNodes)]
     assert drain.action == DrainNodes("ctl", ("box", "n1"), ("12 (alice: train)",))

@@ -28,8 +28,9 @@ from typing import Any
 from gpuvm.errors import GpuvmError, TaskError, listed
 from gpuvm.executors.base import UNDER_WAY
 from gpuvm.names import vsphere_name
-from gpuvm.parsers import slurm
-from gpuvm.parsers.slurm import JOB_FORMAT, Job, NodeState
+from gpuvm.parsers import squeue
+from gpuvm.parsers.scontrol import SlurmNodeState, parse_nodes
+from gpuvm.parsers.squeue import JOB_FORMAT, NODE_NAME, Job
 from gpuvm.plan import Change, Disruption
 from gpuvm.remote import run
 from gpuvm.steps.base import Context
@@ -49,7 +50,7 @@ def reason_prefix(host: str) -> str:
 class DrainFact:
     """The Slurm side of a host's VMs: their nodes' states and the jobs on them (`problem`: Slurm not read)."""
 
-    nodes: dict[str, NodeState] = field(default_factory=dict)  # the host's VMs' nodes Slurm knows
+    nodes: dict[str, SlurmNodeState] = field(default_factory=dict)  # the host's VMs' nodes Slurm knows
     jobs: list[Job] = field(default_factory=list)
     problem: str = ""
     controller: str = ""
@@ -79,15 +80,20 @@ def _slurm(ctx: Context, controller: str, argv: list[str], check: bool = True) -
     return run(ctx.cluster.targets[controller], ctx.cluster, argv, check=check)
 
 
-def read_nodes(ctx: Context, controller: str) -> dict[str, NodeState]:
-    return slurm.nodes(_slurm(ctx, controller, ["scontrol", "show", "node", "-o"]).stdout)
+def read_nodes(ctx: Context, controller: str) -> dict[str, SlurmNodeState]:
+    return {n.name: n for n in parse_nodes(_slurm(ctx, controller, ["scontrol", "show", "node", "-o"]).stdout)}
+
+
+def taken(node: SlurmNodeState) -> bool:
+    """Drained, draining, or out of service (down, failed): set so by someone, no job starts on it."""
+    return bool(set(node.state.rstrip("*").split("+")) & {"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING"})
 
 
 def read_jobs(ctx: Context, controller: str, nodes: list[str]) -> list[Job]:
     """The jobs on `nodes` (names Slurm knows: squeue refuses others)."""
     if not nodes:
         return []
-    return slurm.jobs(_slurm(ctx, controller, ["squeue", "-h", "-w", ",".join(nodes), "-o", JOB_FORMAT]).stdout)
+    return squeue.jobs(_slurm(ctx, controller, ["squeue", "-h", "-w", ",".join(nodes), "-o", JOB_FORMAT]).stdout)
 
 
 def node_names(ctx: Context, vms: list[str]) -> list[str]:
@@ -99,7 +105,7 @@ def node_names(ctx: Context, vms: list[str]) -> list[str]:
         if ctx.cluster is not None and vm in ctx.cluster.executors and vm not in ctx.unreachable:
             with contextlib.suppress(GpuvmError):
                 name = run(ctx.cluster.targets[vm], ctx.cluster, ["hostname", "-s"], sudo=False).stdout.strip()
-        names.append(name if slurm.NODE_NAME.fullmatch(name) else vsphere_name(vm))
+        names.append(name if NODE_NAME.fullmatch(name) else vsphere_name(vm))
     return names
 
 
@@ -126,7 +132,7 @@ def plan(host: str, fact: DrainFact | None, rebooting: bool, recorded: Intent | 
         jobs = tuple(j.shown() for j in fact.jobs)
         before = fact.problem and f"not read ({fact.problem})" or states + (f"; job(s) {', '.join(jobs)} running"
                                                                           if jobs else "")
-        others = sorted(n for n, s in fact.nodes.items() if s.drained and not _ours(host, s))
+        others = sorted(n for n, s in fact.nodes.items() if taken(s) and not _ours(host, s))
         after = "drained for the reboot, resumed after it" + (f" ({', '.join(others)}: left as found)" if others else "")
         changes.append(Change("host.reboot", host, "slurm nodes", "state", before, after, Disruption.NONE,
                               DrainNodes(fact.controller, fact.names, jobs)))
@@ -138,8 +144,8 @@ def plan(host: str, fact: DrainFact | None, rebooting: bool, recorded: Intent | 
     return changes
 
 
-def _ours(host: str, state: NodeState) -> bool:
-    return "DRAIN" in state.flags and state.reason.startswith(reason_prefix(host))
+def _ours(host: str, node: SlurmNodeState) -> bool:
+    return taken(node) and node.reason.startswith(reason_prefix(host))
 
 
 def refusals(changes: list[Change], timeout: float | None) -> list[str]:
@@ -158,7 +164,7 @@ def drain(ctx: Context, host: str, action: DrainNodes, record: Callable[[list[st
     gpuvm drained. Past the bound they are resumed (`clear`: the record) and the host fails, untouched."""
     states = read_nodes(ctx, action.controller)
     present = [n for n in action.nodes if n in states]
-    ours = [n for n in present if not states[n].drained or _ours(host, states[n])]
+    ours = [n for n in present if not taken(states[n]) or _ours(host, states[n])]
     if ours:
         record(ours)
         why = f"gpuvm: reboot of {host} (run {ctx.intents.run if ctx.intents is not None else '?'})"
