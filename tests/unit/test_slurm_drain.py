@@ -80,7 +80,7 @@ class Slurm:
 
 
 def cluster(tmp_path, executor: FakeExecutor) -> Cluster:
-    return Cluster(tmp_path, targets={"ctl": DesiredGuest("ctl", Login("ctl"))}, executors={"ctl": executor})
+    return Cluster(tmp_path, targets={"ctl": DesiredGuest("ctl", Login("ctl", user="gpuadmin"))}, executors={"ctl": executor})
 
 
 def reboot(world: World, mocker, tmp_path, fake: Slurm, drain: DrainNodes | None = None,
@@ -183,6 +183,8 @@ def test_nodes_are_drained_recorded_first_jobs_waited_for_then_resumed_after_the
     assert world.log[-5:] == [("power-on", "vm-gpu-vm"), ("clear power-off", "vm-gpu-vm"),
                               ("slurm resume", "n1"), ("clear drain", "host-esx-01"), ("record rebooted", "host-esx-01")]
     assert fake.nodes == {"n1": ("ALLOCATED", ""), "n3": ("IDLE+DRAIN", "bad gpu")}  # someone else's drain stays
+    assert {(c.command.split()[1], c.sudo) for c in fake.executor.calls} == {  # updates as root: Slurm's operators'
+        ("show", False), ("-h", False), ("update", True)}
     assert ("host-esx-01", "drain") not in world.intents
 
 

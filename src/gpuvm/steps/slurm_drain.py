@@ -74,10 +74,13 @@ class ResumeNodes:
     nodes: tuple[str, ...]
 
 
-def _slurm(ctx: Context, controller: str, argv: list[str], check: bool = True) -> Any:
+def _slurm(ctx: Context, controller: str, argv: list[str], root: bool = False) -> Any:
+    """Run a Slurm command on the controller guest; `root`: as root (`scontrol update` is Slurm's
+    operators' only: Invalid user id otherwise), through sudo unless gpuvm logs in as root."""
     if ctx.cluster is None or controller not in ctx.cluster.executors:
         raise TaskError(f"Slurm controller guest {controller} is not reachable over SSH")
-    return run(ctx.cluster.targets[controller], ctx.cluster, argv, check=check)
+    target = ctx.cluster.targets[controller]
+    return run(target, ctx.cluster, argv, sudo=target.root if root else None)
 
 
 def read_nodes(ctx: Context, controller: str) -> dict[str, SlurmNodeState]:
@@ -169,7 +172,7 @@ def drain(ctx: Context, host: str, action: DrainNodes, record: Callable[[list[st
         record(ours)
         why = f"gpuvm: reboot of {host} (run {ctx.intents.run if ctx.intents is not None else '?'})"
         _slurm(ctx, action.controller, ["scontrol", "update", f"nodename={','.join(ours)}", "state=DRAIN",
-                                        f"reason={why}"])
+                                        f"reason={why}"], root=True)
     try:
         _wait_for_jobs(ctx, host, action.controller, present)
     except Exception:
@@ -197,5 +200,5 @@ def resume(ctx: Context, host: str, controller: str, nodes: Sequence[str], clear
         return
     states = read_nodes(ctx, controller)
     if mine := [n for n in nodes if n in states and _ours(host, states[n])]:
-        _slurm(ctx, controller, ["scontrol", "update", f"nodename={','.join(mine)}", "state=RESUME"])
+        _slurm(ctx, controller, ["scontrol", "update", f"nodename={','.join(mine)}", "state=RESUME"], root=True)
     clear()
