@@ -3,7 +3,9 @@ their guests are drained and the reboot waits for their jobs to end; once the ho
 back, the nodes are resumed (issue 36).
 
 Slurm is asked on the runbook's controller guest (`slurm: {controller: …}`), over its SSH:
-`scontrol show node -o` for the nodes' states, `squeue -w <nodes>` for the jobs on them. The plan
+`scontrol show node -o` for the nodes' states, `squeue -w <nodes>` for the jobs on them, and
+`scontrol update` (as root) to drain and resume. A compute guest's node is named after its short
+host name (`hostname -s`, as guest.slurm names it; its VM's name when it does not answer). The plan
 shows the drain as a change of the host, with the jobs running then; `apply` refuses up front a
 reboot of a host whose nodes run jobs unless --drain-timeout lets it wait for them
 (`refusals`). A job still running when the bound is reached fails the host: its nodes are resumed
