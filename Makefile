@@ -1,7 +1,7 @@
 # gpuvm: two commands on a fresh Debian machine (as root, or with sudo for the apt step).
 #   make demo   installs, builds and starts the bundled simulated vCenter, shows the whole flow
 #   (make demo-from-template: the same from a lab with no VMs, only a template)
-#   make test   installs everything the tests need (simulator, SSH test hosts, Open MPI, PyTorch), runs all tests
+#   make test   installs everything the tests need (simulator, SSH test hosts, Open MPI, PyTorch, Slurm), runs all tests
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
