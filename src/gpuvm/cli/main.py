@@ -89,6 +89,7 @@ def validate(runbook: Path = RUNBOOK) -> None:
 def inventory(runbook: Path = RUNBOOK, save: Optional[Path] = typer.Option(None, help="Write a snapshot file"),
               insecure: bool = INSECURE, json_: bool = JSON) -> None:
     """Hosts, their GPUs and NICs (model, PCI address, NUMA, passthrough state), and VMs."""
+    from gpuvm import collector
     from gpuvm.documents import inventory_json
     from gpuvm.files import check_writable
     from gpuvm.render import print_inventory
@@ -96,14 +97,17 @@ def inventory(runbook: Path = RUNBOOK, save: Optional[Path] = typer.Option(None,
 
     if save:
         check_writable(save, "snapshot")  # before vCenter is asked anything
-    facts = inventory_of(runbook, access(insecure))
-    if json_:
-        print(inventory_json(facts))
-    else:
-        print_inventory(out, facts)
-    if save:
-        facts.save(save)
-        (err if json_ else out).print(f"snapshot written to {save}")
+    ends_process()  # as `plan`: the inventory's objects are left to the OS, not freed one by one
+    with collector.paused():  # thousands of objects read and printed, no cycles
+        facts = inventory_of(runbook, access(insecure))
+        if json_:
+            print(inventory_json(facts))
+        else:
+            print_inventory(out, facts)
+        if save:
+            facts.save(save)
+            (err if json_ else out).print(f"snapshot written to {save}")
+        finish(0)
 
 
 @app.command()
