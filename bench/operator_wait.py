@@ -8,7 +8,8 @@ first simulator and reads the answer's bytes undecoded. The CLI figures are whol
 runs them (start-up, login, read, render, logout) against the first vCenter's runbook, and the
 plan of the runbook of all V. Commands alternate within each run; each figure is the median of
 `--runs`. Goals (issue 34): inventory ≤ 3× the wire floor; V vCenters' plan ≤ 2.5× one's. Run:
-`.venv/bin/python bench/operator_wait.py [--hosts 512] [--vcenters 4] [--vms-per-host 8] [--runs 3]`;
+`.venv/bin/python bench/operator_wait.py [--hosts 512] [--vcenters 4] [--vms-per-host 8] [--runs 3]
+[--baseline-src DIR]` (DIR: an older gpuvm's src/, timed in the same alternation: before and after);
 the last line is `inventory_x_wire_floor=R inventory_json_x_wire_floor=R plan_x_wire_floor=R
 multi_vcenter_x_single=R`.
 """
@@ -56,6 +57,8 @@ def main() -> int:
     parser.add_argument("--vcenters", type=int, default=4)
     parser.add_argument("--vms-per-host", type=int, default=8)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--baseline-src", type=Path, help="also time the CLI commands with this src/ first on "
+                        "PYTHONPATH (an older gpuvm, e.g. `git archive <commit> src | tar -x -C DIR`)")
     args = parser.parse_args()
     names = [f"vc{i}" for i in range(1, args.vcenters + 1)]
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
@@ -82,18 +85,29 @@ def main() -> int:
             "plan": [GPUVM, "plan", str(one)],
             f"plan of {args.vcenters} vCenters": [GPUVM, "plan", str(many)],
         }
+        envs = {name: env for name in commands}
+        if args.baseline_src:  # each command next to its baseline
+            older = {**env, "PYTHONPATH": str(args.baseline_src)}
+            commands = {name: command for mine, command in commands.items()
+                        for name in ([mine] if mine == "wire floor" else [mine, f"{mine} (baseline)"])}
+            envs = {name: older if name.endswith("(baseline)") else env for name in commands}
         samples: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.runs):
             for name, command in commands.items():
-                samples[name].append(timed(command, env))
+                samples[name].append(timed(command, envs[name]))
     median = {name: statistics.median(values) for name, values in samples.items()}
     floor_s, one_s = median["wire floor"], median["plan"]
     print(f"{args.hosts} hosts × {args.vms_per_host} VMs per vCenter; whole processes, medians of {args.runs} "
           f"run(s), alternating; load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for name, seconds in median.items():
         runs = ", ".join(f"{s:.2f}" for s in samples[name])
-        print(f"  {name:<22} {seconds:6.2f} s  x floor {seconds / floor_s:5.2f}  x plan {seconds / one_s:5.2f}  "
+        print(f"  {name:<33} {seconds:6.2f} s  x floor {seconds / floor_s:5.2f}  x plan {seconds / one_s:5.2f}  "
               f"(runs {runs})")
+    if args.baseline_src:
+        many_base = median[f"plan of {args.vcenters} vCenters (baseline)"] / median["plan (baseline)"]
+        print(f"baseline {args.baseline_src}: inventory x floor {median['inventory (baseline)'] / floor_s:.2f}, "
+              f"--json {median['inventory --json (baseline)'] / floor_s:.2f}, plan x floor "
+              f"{median['plan (baseline)'] / floor_s:.2f}, {args.vcenters} vCenters x one {many_base:.2f}")
     print(f"inventory_x_wire_floor={median['inventory'] / floor_s:.2f} "
           f"inventory_json_x_wire_floor={median['inventory --json'] / floor_s:.2f} "
           f"plan_x_wire_floor={one_s / floor_s:.2f} "
