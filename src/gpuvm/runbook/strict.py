@@ -61,7 +61,8 @@ class Strict(BaseModel):
         if isinstance(data, dict):
             numbers = _number_fields(cls)
             for name, value in data.items():
-                if name in numbers and any(isinstance(v, bool) for v in (value if isinstance(value, list) else [value])):
+                items = value if isinstance(value, list) else [value]
+                if name in numbers and any(isinstance(v, bool) for v in items):
                     raise ValueError(f"{name}: expected a number, got {str(value).lower()}")
         return data
 
