@@ -1,7 +1,8 @@
-"""`gpuvm plan` and `gpuvm inventory` run as their own process (`python -m gpuvm.cli.main`, as the console script runs it),
-which ends without the interpreter's teardown (gpuvm.collector, cli/common.finish): what it prints
-is whole and its exit status is the plan's, as when the same command ends the usual way (its click
-command called directly, which is not the process: `Gpuvm.__call__` is bypassed)."""
+"""`gpuvm plan` and `gpuvm inventory` run as their own process (`python -m gpuvm.cli.main`, as the
+console script runs it), which ends without the interpreter's teardown (gpuvm.collector,
+cli/common.finish): what it prints is whole and its exit status is the command's, as when the same
+command ends the usual way (its click command called directly, which is not the process:
+`Gpuvm.__call__` is bypassed)."""
 
 from __future__ import annotations
 
