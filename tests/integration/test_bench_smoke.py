@@ -30,6 +30,7 @@ SMOKE = {  # script: its arguments at smoke size
     "image_fanout.py": ["--sizes", "2", "--mb", "1", "--mbit", "0", "--star-up-to", "2"],
     "journal_scale.py": ["--lines", "1000", "--runs", "1", "--hosts", "2", "--vms-per-host", "1"],
     "lock_renewal.py": ["--hosts", "8", "--rounds", "1"],
+    "operator_wait.py": ["--vcenters", "2", "--hosts", "2", *ONE_PLAN],
     "plan_scaling.py": ["--sizes", "2", *ONE_PLAN],
     "plan_vcenters.py": ["--vcenters", "2", "--hosts", "2", *ONE_PLAN],
     "pytorch_workloads.py": ["--steps", "5", "--warmup", "1", "--repeats", "1", "--image-size", "16", "--batch-size", "2"],
