@@ -6,7 +6,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := golang-go golang-github-vmware-govmomi-dev openssh-server sudo iproute2 openmpi-bin \
-                python3-torch python3-torchvision docker.io debootstrap fio
+                python3-torch python3-torchvision docker.io debootstrap fio \
+                slurmctld slurmd slurm-client munge libpmix-dev
 GOVMOMI := /usr/share/gocode/src/github.com/vmware/govmomi
 
 .PHONY: demo demo-from-template test deps apt venv sim base-image bench clean
