@@ -1,5 +1,5 @@
 """`launch: srun` for real: gpuvm's PyTorch workload through Slurm (Debian's slurmctld, slurmd and
-munge on the SSH test bed's four guests, tests/integration/slurm_bed.py) across 1, 2 and 4 nodes,
+munge on the SSH test bed's four guests, testbed/slurm_cluster.py) across 1, 2 and 4 nodes,
 submitted from gpu-vm-01 over the one SSH connection the campaign opens; a job Slurm cannot place
 fails with Slurm's reason; SIGTERM of `gpuvm bench run` leaves no job in squeue."""
 
@@ -14,7 +14,7 @@ import time
 import pytest
 
 from gpuvm.bench.results import load_results
-from tests.integration import slurm_bed
+import slurm_cluster  # testbed/, on the path (conftest)
 from tests.integration.test_bench_run import GUESTS, PYTHON, SMALL, all_logs, bed_runbook, gpuvm, results_dir
 
 pytestmark = pytest.mark.integration
@@ -24,12 +24,12 @@ CONTROLLER = GUESTS[0]
 @pytest.fixture(scope="module")
 def slurm(testbed):
     started = time.monotonic()
-    slurm_bed.start(testbed, GUESTS)
+    slurm_cluster.start(testbed, GUESTS)
     print(f"\nSlurm up on {len(GUESTS)} guests in {time.monotonic() - started:.1f}s")
     yield testbed
-    slurm_bed.stop(testbed, GUESTS)
+    slurm_cluster.stop(testbed, GUESTS)
     for name in GUESTS:  # what the campaigns left in the guests' homes
-        slurm_bed.in_guest(testbed, name, "rm -rf /home/gpuadmin/.gpuvm-bench", check=False)
+        slurm_cluster.in_guest(testbed, name, "rm -rf /home/gpuadmin/.gpuvm-bench", check=False)
 
 
 def logins(bed) -> dict[str, int]:
@@ -86,7 +86,7 @@ def test_pytorch_workload_through_slurm_over_one_two_and_four_nodes(slurm, tmp_p
     # one connection from this machine: the submit guest's; the other guests only through Slurm
     after = logins(slurm)
     assert {name: after[name] - before[name] for name in GUESTS} == {CONTROLLER: 1, **{g: 0 for g in GUESTS[1:]}}
-    assert slurm_bed.squeue(slurm, CONTROLLER) == []
+    assert slurm_cluster.squeue(slurm, CONTROLLER) == []
 
 
 def test_sigterm_cancels_the_slurm_job_within_ten_seconds(slurm, tmp_path):
@@ -94,7 +94,7 @@ def test_sigterm_cancels_the_slurm_job_within_ten_seconds(slurm, tmp_path):
     - name: long
       kind: command
       launch: srun
-      command: "sleep 300; echo took 1"
+      command: "sleep 300"
       pattern: "took ([0-9.]+)"
       nodes: [4]
       repeats: 1
@@ -105,14 +105,14 @@ def test_sigterm_cancels_the_slurm_job_within_ten_seconds(slurm, tmp_path):
     process = subprocess.Popen(gpuvm_cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not slurm_bed.in_guest(slurm, CONTROLLER, "squeue -h -t running -o %i", check=False).stdout.strip():
+        while not slurm_cluster.in_guest(slurm, CONTROLLER, "squeue -h -t running -o %i", check=False).stdout.strip():
             assert process.poll() is None and time.monotonic() < deadline, process.stdout.read() if process.poll() else ""
             time.sleep(0.3)
         process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        while slurm_bed.squeue(slurm, CONTROLLER) and time.monotonic() - signalled < 10:
+        while slurm_cluster.squeue(slurm, CONTROLLER) and time.monotonic() - signalled < 10:
             time.sleep(0.2)
-        left = slurm_bed.squeue(slurm, CONTROLLER)
+        left = slurm_cluster.squeue(slurm, CONTROLLER)
         gone_after = time.monotonic() - signalled
         output, _ = process.communicate(timeout=60)
     finally:

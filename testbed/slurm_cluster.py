@@ -1,5 +1,5 @@
-"""A real Slurm cluster on the SSH test bed's guests, for the tests that launch through it (Debian's
-munge, slurmctld and slurmd, started in each guest's own namespaces).
+"""A real Slurm cluster on the SSH test bed's guests, for the tests and benchmarks that launch
+through it (Debian's munge, slurmctld and slurmd, started in each guest's own namespaces).
 
 The guests share this machine's /run and /var, so every path a daemon writes is in the guest's own
 /tmp (`STATE`), the munge socket included (`AuthInfo=socket=...`); /etc/slurm/slurm.conf and the
