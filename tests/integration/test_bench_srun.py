@@ -58,14 +58,20 @@ def test_pytorch_workload_through_slurm_over_one_two_and_four_nodes(slurm, tmp_p
       srun_args: ["--cpus-per-task", "64"]
       queue_timeout: 2
       repeats: 1
+    - name: no-partition
+      kind: pytorch_train
+      launch: srun
+      python: {PYTHON}
+      srun_args: ["--partition", "nosuch"]
+      repeats: 1
 """)
     before = logins(slurm)
     started = time.monotonic()
     result = gpuvm("bench", "run", runbook, "--out", tmp_path / "out", "--state-dir", tmp_path / "state")
-    print(f"\nsrun campaign (3 points + 1 refused) in {time.monotonic() - started:.1f}s")
+    print(f"\nsrun campaign (3 points, 2 Slurm did not start) in {time.monotonic() - started:.1f}s")
     directory = results_dir(tmp_path / "out")
     assert result.exit_code == 6, result.output + all_logs(directory)
-    assert "1 of 4 benchmark run(s) failed" in result.output
+    assert "2 of 5 benchmark run(s) failed" in result.output
     assert "too-big at nodes-1, repeat 1: exited 1: Slurm did not start the job:" in result.output
 
     results = load_results(directory)
@@ -80,8 +86,13 @@ def test_pytorch_workload_through_slurm_over_one_two_and_four_nodes(slurm, tmp_p
     command = (directory / "logs/train-srun/nodes-4/command.sh").read_text()
     assert "srun --mpi=pmix --nodes=4 --nodelist=gpu-vm-01,gpu-vm-02,gpu-vm-03,gpu-vm-04" in command
     assert f"MASTER_ADDR={slurm.address(CONTROLLER)}" in command
-    refused = results.benchmark("too-big").points[0].repeats[0]
-    assert refused.value is None and "Requested node configuration is not available" in refused.error
+    pending = results.benchmark("too-big").points[0].repeats[0]  # Slurm queues it: no node has 64 CPUs now
+    assert pending.value is None and pending.slurm_jobs
+    assert pending.error.startswith(f"exited 1: Slurm did not start the job: job {pending.slurm_jobs[0]} was pending; "
+                                    "Requested partition configuration not available now")
+    refused = results.benchmark("no-partition").points[0].repeats[0]
+    assert refused.error == ("exited 1: Slurm did not start the job: Unable to allocate resources: "
+                             "Invalid partition name specified") and refused.slurm_jobs is None
 
     # one connection from this machine: the submit guest's; the other guests only through Slurm
     after = logins(slurm)
