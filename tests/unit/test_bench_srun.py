@@ -102,6 +102,7 @@ def test_job_id_recorded_and_job_named_after_its_run(tmp_path):
                         {"vm1": vm1, "vm2": FakeExecutor("vm2", {re.compile("."): ok()})})
     [repeat] = load_results(done.results_file).benchmarks[0].points[0].repeats
     assert (repeat.value, repeat.slurm_jobs, repeat.error) == (50.0, [17], None)
+    assert not [path for path in vm1.files if "hostfile" in path]  # srun's nodes are on its line
     [launched] = [c.command for c in vm1.calls if "srun" in c.command and "exec" in c.command]
     pidfile = re.search(r"echo \$\$ > (gpuvm-run-\w+)\.pid", launched).group(1)
     assert f"&& SLURM_JOB_NAME={pidfile} exec env " in launched  # the job's name: its run's token
@@ -159,3 +160,21 @@ def test_relay_runs_each_command_as_a_one_task_step_on_its_node_with_stdin():
     submit.responses = {re.compile("."): CommandResult("", 3, "", "srun: error: vm4: task 0: Exited with exit code 3")}
     with pytest.raises(Exception, match=r"^vm4: `echo hi` exited 3: srun: error"):
         relay.run(["echo", "hi"])
+
+
+def test_concurrent_srun_jobs_are_one_step_per_vm_submitted_from_the_launcher(tmp_path):
+    runbook = book(tmp_path, one_run(kind="pytorch_train", launch="srun", scenario="concurrent",
+                                     groups=[["vm2", "vm4"]], gpus_per_vm=1), infra=NO_GPUS)
+    [point] = plan_campaign(runbook)
+    assert [(j.launcher, j.vm, j.nodes) for j in point.jobs] == [("vm1", "vm2", ("vm2",)), ("vm1", "vm4", ("vm4",))]
+    assert "MASTER_ADDR=10.0.0.4" in point.jobs[1].command  # each job its own rank 0
+    assert "--nodes=1 --nodelist=vm4 --ntasks-per-node=1" in point.jobs[1].command
+
+
+def test_dry_run_shows_the_srun_line(tmp_path):
+    from gpuvm.bench.dry_run import describe
+
+    runbook = book(tmp_path, one_run(kind="pytorch_train", launch="srun", nodes=[2]), infra=NO_GPUS)
+    text = "\n".join(describe(plan_campaign(runbook), ".gpuvm-bench"))
+    assert "  on vm1 (through Slurm on vm1, vm2)\n" in text and "hostfile" not in text
+    assert "srun --mpi=pmix --nodes=2 --nodelist=vm1,vm2" in text

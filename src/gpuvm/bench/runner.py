@@ -138,8 +138,9 @@ class CampaignRunner:
             executor.put(read_capped(upload.source, UPLOAD_BYTES, "upload"), path, mode=upload.mode)
         for point in self.points:
             for job in point.jobs:
-                self.executors[job.launcher].put(render_hostfile(job.hosts).encode(),
-                                                 str(PurePosixPath(self.workdir) / job.hostfile))
+                if not job.nodes:  # srun's nodes are on its command line
+                    self.executors[job.launcher].put(render_hostfile(job.hosts).encode(),
+                                                     str(PurePosixPath(self.workdir) / job.hostfile))
             script = next((job.network_script for job in point.jobs if job.network_script), None)
             for vm, settings in point.guest_network if script else ():  # each guest its own values
                 self.executors[vm].put(rank_script(dict(settings)).encode(),
