@@ -43,6 +43,7 @@ def test_pytorch_workload_through_slurm_over_one_two_and_four_nodes(slurm, tmp_p
     - name: train-srun
       kind: pytorch_train
       launch: srun
+      srun_mpi: pmix
       model: resnet18
       python: {PYTHON}
       batch_size: 8
@@ -81,6 +82,9 @@ def test_pytorch_workload_through_slurm_over_one_two_and_four_nodes(slurm, tmp_p
     assert all(p.repeats[0].value > 0 for p in train.points)
     jobs = [p.repeats[0].slurm_jobs for p in train.points]
     assert all(j and len(j) == 1 for j in jobs) and len({j[0] for j in jobs}) == 3  # a Slurm job each
+    # what the campaign read on the other guests came through Slurm: their versions, their environment
+    assert results.software["gpu-vm-04"]["python"].startswith("Python 3")
+    assert sorted(train.points[2].repeats[0].environment) == list(GUESTS)
     four = (directory / train.points[2].repeats[0].log).read_text()
     assert "Total img/sec on 4 CPU(s):" in four  # rank 0 of 4 (SLURM_PROCID/NTASKS), DDP over gloo
     command = (directory / "logs/train-srun/nodes-4/command.sh").read_text()
@@ -100,6 +104,11 @@ def test_pytorch_workload_through_slurm_over_one_two_and_four_nodes(slurm, tmp_p
     assert slurm_cluster.squeue(slurm, CONTROLLER) == []
 
 
+def ranks() -> list[str]:
+    """The job's ranks on every node (the guests share this machine's process table)."""
+    return subprocess.run(["pgrep", "-fx", "sleep 300"], capture_output=True, text=True).stdout.split()
+
+
 def test_sigterm_cancels_the_slurm_job_within_ten_seconds(slurm, tmp_path):
     runbook = bed_runbook(slurm, tmp_path / "long.yaml", """\
     - name: long
@@ -116,7 +125,7 @@ def test_sigterm_cancels_the_slurm_job_within_ten_seconds(slurm, tmp_path):
     process = subprocess.Popen(gpuvm_cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not slurm_cluster.in_guest(slurm, CONTROLLER, "squeue -h -t running -o %i", check=False).stdout.strip():
+        while len(ranks()) < len(GUESTS):  # every node's rank running (not only the allocation made)
             assert process.poll() is None and time.monotonic() < deadline, process.stdout.read() if process.poll() else ""
             time.sleep(0.3)
         process.send_signal(signal.SIGTERM)
@@ -133,5 +142,4 @@ def test_sigterm_cancels_the_slurm_job_within_ten_seconds(slurm, tmp_path):
     assert left == [], f"jobs still in squeue 10 s after SIGTERM: {left}\n{output}"
     assert process.returncode == 128 + signal.SIGTERM, output
     assert "Traceback" not in output
-    # no rank left on any node (the guests share this machine's process table)
-    assert subprocess.run(["pgrep", "-fx", "sleep 300"], capture_output=True).stdout == b""
+    assert ranks() == []  # none left on any node

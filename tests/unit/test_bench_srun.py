@@ -30,14 +30,14 @@ INVALID = "srun: error: Unable to allocate resources: Requested node configurati
 
 def test_srun_line_names_the_nodes_in_runbook_order_and_is_submitted_from_the_launcher(tmp_path):
     runbook = book(tmp_path, "launcher: vm3\n" + one_run(kind="pytorch_train", launch="srun", nodes=[1, 3],
-                                                          gpus_per_vm=1), infra=NO_GPUS)
+                                                          gpus_per_vm=1), infra=NO_GPUS)  # --mpi: the cluster's
     one, three = plan_campaign(runbook)
     assert [j.launcher for p in (one, three) for j in p.jobs] == ["vm3", "vm3"]  # the submit guest
     assert one.jobs[0].nodes == ("vm3",) and three.jobs[0].nodes == ("vm1", "vm2", "vm3")
     assert three.guests == ("vm1", "vm2", "vm3")
     assert three.jobs[0].command == (
         "env MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 NCCL_DEBUG=INFO 'NCCL_SOCKET_IFNAME=^lo,docker0' "
-        "srun --mpi=pmix --nodes=3 --nodelist=vm1,vm2,vm3 --ntasks-per-node=1 --immediate=300 "
+        "srun --nodes=3 --nodelist=vm1,vm2,vm3 --ntasks-per-node=1 --immediate=300 "
         "--kill-on-bad-exit=1 python3 pytorch_train.py --model resnet50 --batch-size 64 --precision fp32")
 
 
@@ -174,7 +174,7 @@ def test_concurrent_srun_jobs_are_one_step_per_vm_submitted_from_the_launcher(tm
 def test_dry_run_shows_the_srun_line(tmp_path):
     from gpuvm.bench.dry_run import describe
 
-    runbook = book(tmp_path, one_run(kind="pytorch_train", launch="srun", nodes=[2]), infra=NO_GPUS)
+    runbook = book(tmp_path, one_run(kind="pytorch_train", launch="srun", srun_mpi="pmix", nodes=[2]), infra=NO_GPUS)
     text = "\n".join(describe(plan_campaign(runbook), ".gpuvm-bench"))
     assert "  on vm1 (through Slurm on vm1, vm2)\n" in text and "hostfile" not in text
     assert "srun --mpi=pmix --nodes=2 --nodelist=vm1,vm2" in text

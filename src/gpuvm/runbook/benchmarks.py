@@ -101,7 +101,8 @@ class BenchmarkRun(Strict):
     mpirun_args: list[str] = []  # extra mpirun words, e.g. ["-mca", "btl_tcp_if_include", "10.0.0.0/24"]
     torchrun_args: list[str] = []  # extra torchrun words, e.g. ["--max_restarts", "0"]
     launch: Launch = "mpirun"  # the launcher (templates/bench/<launch>.j2); none: one process, no launcher
-    srun_mpi: Literal["pmix", "pmi2", "none"] = "pmix"  # launch srun: its --mpi (how MPI programs find their ranks)
+    # launch srun: its --mpi (how MPI programs find their ranks); default: the cluster's MpiDefault
+    srun_mpi: Literal["pmix", "pmi2", "none"] | None = None
     srun_args: list[str] = []  # launch srun: extra srun words, e.g. ["--partition", "gpu"]
     queue_timeout: Seconds = 300  # launch srun: seconds Slurm may keep the job pending (srun --immediate)
     setups: list[str] | None = None  # the campaign's setups this run is measured in; default all
