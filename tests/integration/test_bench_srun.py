@@ -105,8 +105,9 @@ def test_pytorch_workload_through_slurm_over_one_two_and_four_nodes(slurm, tmp_p
 
 
 def ranks() -> list[str]:
-    """The job's ranks on every node (the guests share this machine's process table)."""
-    return subprocess.run(["pgrep", "-fx", "sleep 300"], capture_output=True, text=True).stdout.split()
+    """The job's ranks on every node (the guests share this machine's process table; srun starts
+    the program by its full path)."""
+    return subprocess.run(["pgrep", "-fx", "(/usr/bin/)?sleep 313"], capture_output=True, text=True).stdout.split()
 
 
 def test_sigterm_cancels_the_slurm_job_within_ten_seconds(slurm, tmp_path):
@@ -114,7 +115,7 @@ def test_sigterm_cancels_the_slurm_job_within_ten_seconds(slurm, tmp_path):
     - name: long
       kind: command
       launch: srun
-      command: "sleep 300"
+      command: "sleep 313"
       pattern: "took ([0-9.]+)"
       nodes: [4]
       repeats: 1
