@@ -6,7 +6,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := golang-go golang-github-vmware-govmomi-dev openssh-server sudo iproute2 openmpi-bin \
-                slurmctld slurmd slurm-client munge \
+                slurmctld slurmd slurm-client munge libpmix-dev \
                 python3-torch python3-torchvision docker.io debootstrap fio gnupg curl
 GOVMOMI := /usr/share/gocode/src/github.com/vmware/govmomi
 
