@@ -1,12 +1,12 @@
 # gpuvm: two commands on a fresh Debian machine (as root, or with sudo for the apt step).
 #   make demo   installs, builds and starts the bundled simulated vCenter, shows the whole flow
 #   (make demo-from-template: the same from a lab with no VMs, only a template)
-#   make test   installs everything the tests need (simulator, SSH test hosts, Open MPI, PyTorch), runs all tests
+#   make test   installs everything the tests need (simulator, SSH test hosts, Open MPI, PyTorch, Slurm), runs all tests
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := golang-go golang-github-vmware-govmomi-dev openssh-server sudo iproute2 openmpi-bin \
-                slurmctld slurmd slurm-client munge \
+                slurmctld slurmd slurm-client munge libpmix-dev \
                 python3-torch python3-torchvision docker.io debootstrap fio gnupg curl
 GOVMOMI := /usr/share/gocode/src/github.com/vmware/govmomi
 

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuvm.errors import listed
+from gpuvm.long_table import LongTable
 from gpuvm.plan import WHOLE_RUN, Change, Disruption, Plan
 from gpuvm.secrets import redact
 from gpuvm.untrusted import printable
@@ -26,7 +27,7 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
           sections: Sequence[int] = ()) -> Table:
     """Every table gpuvm prints: columns from `numbers_from` on are right-aligned figures; `styles`
     gives a row its style; a row whose index is in `sections` starts a new section."""
-    out = Table(title=title, title_justify="left", show_lines=False, header_style="bold", caption=caption,
+    out = LongTable(title=title, title_justify="left", show_lines=False, header_style="bold", caption=caption,
                 caption_justify="left")
     for i, column in enumerate(columns):
         figure = numbers_from is not None and i >= numbers_from

@@ -30,11 +30,13 @@ SMOKE = {  # script: its arguments at smoke size
     "image_fanout.py": ["--sizes", "2", "--mb", "1", "--mbit", "0", "--star-up-to", "2"],
     "journal_scale.py": ["--lines", "1000", "--runs", "1", "--hosts", "2", "--vms-per-host", "1"],
     "lock_renewal.py": ["--hosts", "8", "--rounds", "1"],
+    "operator_wait.py": ["--vcenters", "2", "--hosts", "2", *ONE_PLAN],
     "plan_scaling.py": ["--sizes", "2", *ONE_PLAN],
     "plan_vcenters.py": ["--vcenters", "2", "--hosts", "2", *ONE_PLAN],
     "pytorch_workloads.py": ["--steps", "5", "--warmup", "1", "--repeats", "1", "--image-size", "16", "--batch-size", "2"],
     "render_plan.py": ["--runs", "1", "--sizes", "10,100"],
     "runbook_load.py": ["--hosts", "4", "--runs", "1"],
+    "slurm_launch.py": ["--sizes", "1,2"],
     "ssh_mesh.py": ["--sizes", "1,2"],
     "wire_floor.py": ["--hosts", "2", *ONE_PLAN],
 }
@@ -61,7 +63,7 @@ def fleet_reader():
 FLEET = fleet_reader()
 
 
-BED = ("container_path.py", "image_fanout.py", "campaign_scale.py", "ssh_mesh.py")  # first: one after another
+BED = ("container_path.py", "image_fanout.py", "campaign_scale.py", "ssh_mesh.py", "slurm_launch.py")  # first: one after another
 
 
 @pytest.fixture(scope="module")

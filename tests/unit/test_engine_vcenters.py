@@ -110,3 +110,30 @@ def test_guest_steps_run_once_over_the_guests_of_every_vcenter(tmp_path, mocker)
     assert not outcome.failed, outcome.failed
     assert sorted(seen[:2]) == [("vm-e1", "fleet"), ("vm-w1", "fleet")]
     assert seen[2:] == [(["vm-e1", "vm-w1"], "fleet")]  # one apply_all over both vCenters' guests
+
+
+def test_the_childrens_answers_are_read_as_they_come_and_taken_in_the_vcenters_order():
+    """A plan part takes a tenth of a second to unpickle: the parent reads each as it comes, while
+    the children still planning use the other cores, and takes them in the runbook's order."""
+    import multiprocessing
+
+    from gpuvm.vsphere.fleet import _in_order
+
+    pipes = {name: multiprocessing.Pipe(duplex=False) for name in ("vc2", "vc3", "vc4")}
+    children = {name: (None, ends[0]) for name, ends in pipes.items()}
+    read, answered = [], set()
+
+    def answer(name, pipe):
+        read.append(name)
+        if name == "vc4":
+            pipes["vc2"][1].send_bytes(b"vc2")  # vc2, the first in order, answers last
+        return "ok", pipe.recv_bytes()
+
+    pipes["vc4"][1].send_bytes(b"vc4")
+    pipes["vc3"][1].send_bytes(b"vc3")
+    taken = []
+    for name, (_, value) in _in_order(children, answered, answer):
+        taken.append((name, value, set(answered)))
+    assert read[-1] == "vc2" and set(read) == {"vc2", "vc3", "vc4"}  # vc3 and vc4 read before vc2 came
+    assert [(name, value) for name, value, _ in taken] == [("vc2", b"vc2"), ("vc3", b"vc3"), ("vc4", b"vc4")]
+    assert taken[0][2] == {"vc2", "vc3", "vc4"}

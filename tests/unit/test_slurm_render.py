@@ -36,21 +36,22 @@ def test_a_mig_layout_gives_its_profiles_and_a_vgpu_its_profile():
     assert node_gres(_hw("a", "x", 1), None, "grid_a100d-3-40c") == (Gres("grid_a100d-3-40c", 1),)
 
 
-def test_slurm_conf_names_every_node_with_its_hardware_and_gres():
+def test_slurm_conf_names_every_node_by_its_vm_with_its_host_name_hardware_and_gres():
+    """NodeName is the VM name (what `launch: srun` gives --nodelist); slurmd finds its line by NodeHostname."""
     nodes = {"gpu-vm-01": (_hw("g1", "10.0.0.11", 2, 2), node_gres(_hw("g1", "10.0.0.11", 2, 2), None, None)),
              "gpu-vm-02": (_hw("g2", "10.0.0.12", 2), node_gres(_hw("g2", "10.0.0.12", 2), "all-3g.40gb", None))}
     files = render(CLUSTER, nodes["gpu-vm-01"][0], nodes)
     conf = files.slurm_conf.splitlines()
     assert "SlurmctldHost=g1(10.0.0.11)" in conf and "ClusterName=lab" in conf
-    assert "NodeName=g1 NodeAddr=10.0.0.11 CPUs=8 RealMemory=64000 Gres=gpu:a100-80gb-pcie:2 State=UNKNOWN" in conf
-    assert "NodeName=g2 NodeAddr=10.0.0.12 CPUs=8 RealMemory=64000 Gres=gpu:3g.40gb:4 State=UNKNOWN" in conf
-    assert "PartitionName=gpu Nodes=g1,g2 Default=YES MaxTime=INFINITE State=UP" in conf
-    assert "PartitionName=one Nodes=g2 Default=NO MaxTime=60 State=UP" in conf
+    assert "NodeName=gpu-vm-01 NodeHostname=g1 NodeAddr=10.0.0.11 CPUs=8 RealMemory=64000 Gres=gpu:a100-80gb-pcie:2 State=UNKNOWN" in conf
+    assert "NodeName=gpu-vm-02 NodeHostname=g2 NodeAddr=10.0.0.12 CPUs=8 RealMemory=64000 Gres=gpu:3g.40gb:4 State=UNKNOWN" in conf
+    assert "PartitionName=gpu Nodes=gpu-vm-01,gpu-vm-02 Default=YES MaxTime=INFINITE State=UP" in conf
+    assert "PartitionName=one Nodes=gpu-vm-02 Default=NO MaxTime=60 State=UP" in conf
     assert "SchedulerType=sched/backfill" in conf and "MpiDefault=pmi2" in conf
     assert "ProctrackType=proctrack/cgroup" in conf and "TaskPlugin=task/cgroup,task/affinity" in conf
     assert files.gres_conf.splitlines()[1:] == [
-        "NodeName=g1 Name=gpu Type=a100-80gb-pcie File=/dev/nvidia0,/dev/nvidia1",
-        "NodeName=g2 Name=gpu Type=3g.40gb Count=4"]
+        "NodeName=gpu-vm-01 Name=gpu Type=a100-80gb-pcie File=/dev/nvidia0,/dev/nvidia1",
+        "NodeName=gpu-vm-02 Name=gpu Type=3g.40gb Count=4"]
     assert "ConstrainDevices=yes" in files.cgroup_conf
 
 

@@ -30,6 +30,7 @@ from gpuvm.bench.commands import (
 )
 from gpuvm.errors import InputError
 from gpuvm.bench.network import PortMaps, derive, per_guest, script_name
+from gpuvm.bench.slurm import node_name, submit_guest
 from gpuvm.runbook.benchmarks import (
     BenchmarkRun,
     BenchmarkSpec,
@@ -58,6 +59,7 @@ class Job:
     vm: str | None = None  # concurrent: the VM this job's figure belongs to
     container: str | None = None  # docker container name, when containerised
     network_script: str | None = None  # the per-guest wrapper its ranks start through (bench/network.py)
+    nodes: tuple[str, ...] = ()  # launch srun: the Slurm nodes it runs on (the launcher submits it)
 
 
 @dataclass(frozen=True)
@@ -193,8 +195,12 @@ def _scaling_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: Benc
         else:
             chosen = ordered[:nodes]
             per_vm = gpus_per_vm(run, chosen, runbook, ("benchmarks", "runs", index))
+            launcher, root = chosen[0].vm, chosen[0].ssh.user == "root"
+            if run.launch == "srun":  # Slurm ranks the nodes in slurm.conf's order: the runbook's
+                chosen.sort(key=runbook.guests.hosts.index)  # type: ignore[union-attr]
+                launcher = submit_guest(runbook)
             hosts = tuple((g.ssh.address, per_vm) for g in chosen)
-            launcher, root, guests = chosen[0].vm, chosen[0].ssh.user == "root", tuple(g.vm for g in chosen)
+            guests = tuple(g.vm for g in chosen)
         for mapping, data, suffix in _variants(run, local):
             label = f"nodes-{nodes}{suffix}"
             network, own = _network(run, chosen, mapping, ports)
@@ -228,7 +234,7 @@ def _concurrent_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: B
             label = f"group-{j}-" + "+".join(group) + suffix
             network, own = _network(run, members, mapping, ports)
             jobs = tuple(
-                _job(runbook, spec, index, run, label, g.vm, (("localhost", per_vm),), 1, per_vm,
+                _job(runbook, spec, index, run, label, *_alone(runbook, run, g, per_vm), 1, per_vm,
                      g.ssh.user == "root", False, vm=g.vm, wrapped=bool(own), data=data)
                 for g in members
             )
@@ -236,6 +242,13 @@ def _concurrent_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: B
                                        mapping=mapping, network=tuple(network.items()), guest_network=own,
                                        data=data))
     return points
+
+
+def _alone(runbook: Runbook, run: BenchmarkRun, guest: Guest, per_vm: int) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """A concurrent point's job on one guest: its launcher and hosts (srun: the submit guest, the node)."""
+    if run.launch == "srun":
+        return submit_guest(runbook), ((guest.ssh.address, per_vm),)
+    return guest.vm, (("localhost", per_vm),)
 
 
 def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, label: str, launcher: str,
@@ -256,13 +269,28 @@ def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, l
     image = runbook.guests.image if runbook.guests else None
     rsh_port = container_sshd_port(runbook) if container else None
     wrapper = script_name(run.name, label) if wrapped else None
+    nodes = _slurm_nodes(runbook, hosts) if run.launch == "srun" else ()
     command = launcher_command(run, np=np, hosts=hosts, hostfile=hostfile, allow_run_as_root=root or container,
-                               rsh_port=rsh_port, program=program, wrapper=wrapper)
+                               rsh_port=rsh_port, program=program, wrapper=wrapper, nodes=nodes,
+                               gpus_per_node=per_vm if _have_gpus(runbook, nodes) else None)
     name = None
     if container and image is not None:
         name = container_name(run.name, label)
         command = docker_command(name, image, spec.docker_args, inner=command, rdma=has_rdma(runbook, launcher))
-    return Job(launcher, hosts, hostfile, np, batch, command, vm=vm, container=name, network_script=wrapper)
+    return Job(launcher, hosts, hostfile, np, batch, command, vm=vm, container=name, network_script=wrapper,
+               nodes=nodes)
+
+
+def _slurm_nodes(runbook: Runbook, hosts: Sequence[tuple[str, int]]) -> tuple[str, ...]:
+    by_address = {g.ssh.address: g for g in runbook.guests.hosts} if runbook.guests else {}
+    return tuple(node_name(by_address[address]) for address, _ in hosts)
+
+
+def _have_gpus(runbook: Runbook, nodes: Sequence[str]) -> bool:
+    """Whether srun asks for GPUs (--gpus-per-node): when the nodes' VMs have GPUs in the runbook
+    (Slurm then counts them as GRES); guests without any run their ranks on CPUs."""
+    vms = {vm.name: vm for vm in runbook.vms}
+    return bool(nodes) and all(name in vms and vms[name].gpus is not None for name in nodes)
 
 
 def container_sshd_port(runbook: Runbook) -> int | None:

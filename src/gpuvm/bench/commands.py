@@ -146,7 +146,7 @@ def program_context(run: BenchmarkRun, *, np: int, nodes: int, per_vm: int, batc
 def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, int]], hostfile: str,
                      allow_run_as_root: bool, rsh_port: int | None, program: Shell,
                      env: Mapping[str, str] | None = None, mpirun_args: Sequence[str] = (),
-                     wrapper: str | None = None) -> Shell:
+                     wrapper: str | None = None, nodes: Sequence[str] = (), gpus_per_node: int | None = None) -> Shell:
     """The program under the run's launcher (`templates/bench/<launch>.j2`). `env` and
     `mpirun_args` are gpuvm's own additions; the run's own win. `wrapper`: a script in the workdir
     that every rank (torchrun: every node's torchrun) starts through (the guest's own network
@@ -155,7 +155,8 @@ def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, i
     mpirun and horovodrun start every rank (and tell gpuvm's PyTorch workloads where rank 0 is:
     MASTER_ADDR, the first host). torchrun runs once per node (`--nproc_per_node` workers each,
     rendezvous on the first host); over several nodes mpirun starts it, one per node. none: the
-    program alone, one process."""
+    program alone, one process. srun: every rank through Slurm on `nodes` (Slurm node names, in
+    slurm.conf's order: rank 0, MASTER_ADDR, is on the first), `gpus_per_node` GPUs asked of each."""
     first = "127.0.0.1" if hosts[0][0] == "localhost" else hosts[0][0]
     env = {**DEFAULT_ENV, **(env or {}), **run.env}
     def wrapped(program: Shell) -> Shell:
@@ -174,6 +175,10 @@ def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, i
         program = wrapped(program)
         if run.kind in BUNDLED:
             env = {"MASTER_ADDR": first, "MASTER_PORT": str(MASTER_PORT), **env}
+    if run.launch == "srun":
+        return render_words("srun.j2", env=env, mpi=run.srun_mpi, nodes=list(nodes), per_node=hosts[0][1],
+                            gpus_per_node=gpus_per_node, immediate=int(run.queue_timeout),
+                            srun_args=list(run.srun_args), program=program)
     if run.launch == "horovodrun":
         return render_words("horovodrun.j2", np=np, hosts=[f"{a}:{n}" for a, n in hosts],
                             env=env, rsh_port=rsh_port, program=program)
@@ -225,12 +230,13 @@ def worker_stop_script() -> str:
     return f"docker rm -f {WORKER} >/dev/null 2>&1; ! docker container inspect {WORKER} >/dev/null 2>&1"
 
 
-def launch_script(workdir: str, command: str, pidfile: str = PIDFILE) -> str:
+def launch_script(workdir: str, command: str, pidfile: str = PIDFILE, env: str = "") -> str:
     """The job as run on its launcher: a process-group leader that records its pid, then mpirun.
+    `env`: assignments for the launcher (srun's job name, bench/slurm.py).
 
     Older pid files go first, so a stop never reads the pid of a job that ended long ago."""
     return (f"cd {shlex.quote(workdir)} && rm -f gpuvm-run*.pid && echo $$ > {shlex.quote(pidfile)} "
-            f"&& exec {command} 2>&1")
+            f"&& {env + ' ' if env else ''}exec {command} 2>&1")
 
 
 def stop_script(workdir: str, container: str | None = None, pidfile: str = PIDFILE) -> str:

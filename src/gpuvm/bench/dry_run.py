@@ -25,7 +25,8 @@ def describe(points: Sequence[PlannedPoint], workdir: str) -> list[str]:
                          + (" ".join(f"{k}={v}" for k, v in settings) or "none (no rdma_ports)"))
         for job in point.jobs:
             hosts = ", ".join(f"{a} slots={s}" for a, s in job.hosts)
-            lines.append(f"  on {job.launcher} (hostfile {job.hostfile}: {hosts})")
+            where = (f"through Slurm on {', '.join(job.nodes)}" if job.nodes else f"hostfile {job.hostfile}: {hosts}")
+            lines.append(f"  on {job.launcher} ({where})")
             lines.append(f"    {redact(launch_script(workdir, job.command))}")
     return lines
 

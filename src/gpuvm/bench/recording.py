@@ -33,6 +33,7 @@ class Outcome:
     higher_is_better: bool = True
     per_vm: dict[str, float] | None = None
     metrics: dict[str, float] | None = None
+    slurm_jobs: list[int] | None = None  # launch srun: the Slurm job id of each of its jobs
 
 
 @dataclass
@@ -114,7 +115,7 @@ class Recorder:
         """A repeat of the point, or (`warmup`) a warm-up run: recorded apart, never compared.
         Returns it (the runner adds its `environment` once read)."""
         repeat = Repeat(value=outcome.value, per_vm=outcome.per_vm, metrics=outcome.metrics or None, log=log,
-                        error=outcome.error)
+                        error=outcome.error, slurm_jobs=outcome.slurm_jobs)
         (self._warmups if warmup else self._recorded).setdefault(_key(point), []).append(repeat)
         return repeat
 

@@ -93,6 +93,7 @@ class Repeat(_Model):
     log: str | None = None
     error: str | None = None
     environment: dict[str, Environment] | None = None  # by machine (guest VM, or the local host name)
+    slurm_jobs: list[int] | None = None  # launch srun: the Slurm job id of each job the run was
 
     @model_validator(mode="before")
     @classmethod

@@ -41,6 +41,7 @@ from gpuvm.bench.parsers import parse_output
 from gpuvm.bench.parsers.failure import failure_line
 from gpuvm.bench.recording import Campaign, Failure, Outcome, Recorder
 from gpuvm.bench.results import Environment, save_results
+from gpuvm.bench.slurm import SlurmRelay, cancel_script, job_env, job_id_script, node_name, parse_job_id, refusal, submit_guest
 from gpuvm.bench.software import software_versions
 from gpuvm.bench.stats import half_width, median_ci
 from gpuvm.errors import GpuvmError, InputError, RemoteCommandError
@@ -80,7 +81,9 @@ class _Silent:
 
 def executors_for(runbook: Runbook, points: Sequence[PlannedPoint], local: bool, state_dir: Path,
                   accept_new_host_keys: bool = False) -> dict[str, Executor]:
-    """LocalExecutor for --local, else an SSH executor per guest taking part (lazy connections)."""
+    """LocalExecutor for --local, else an SSH executor per guest taking part (lazy connections).
+    A campaign launched through Slurm alone connects to its submit guest only and reaches the
+    others through Slurm (bench/slurm.py)."""
     if local:
         from gpuvm.executors.local import LocalExecutor
 
@@ -88,12 +91,18 @@ def executors_for(runbook: Runbook, points: Sequence[PlannedPoint], local: bool,
     from gpuvm.remote import RemoteOptions, ssh_executor
 
     wanted = taking_part(points)
+    through_slurm = bool(points) and all(p.run.launch == "srun" for p in points)
+    submit = submit_guest(runbook) if through_slurm else None
     executors: dict[str, Executor] = {}
     options = RemoteOptions(accept_new_host_keys=accept_new_host_keys)
-    for i, guest in enumerate(runbook.guests.hosts if runbook.guests else []):
-        if guest.vm in wanted:
+    guests = runbook.guests.hosts if runbook.guests else []
+    for i, guest in enumerate(guests):
+        if guest.vm in wanted and (submit is None or guest.vm == submit):
             executors[guest.vm] = ssh_executor(runbook, state_dir, options, guest.vm, guest.ssh,
                                                ("guests", "hosts", i, "ssh"))
+    for guest in guests:
+        if submit is not None and guest.vm in wanted and guest.vm != submit:
+            executors[guest.vm] = SlurmRelay(guest.vm, node_name(guest), executors[submit])
     return executors
 
 
@@ -129,8 +138,9 @@ class CampaignRunner:
             executor.put(read_capped(upload.source, UPLOAD_BYTES, "upload"), path, mode=upload.mode)
         for point in self.points:
             for job in point.jobs:
-                self.executors[job.launcher].put(render_hostfile(job.hosts).encode(),
-                                                 str(PurePosixPath(self.workdir) / job.hostfile))
+                if not job.nodes:  # srun's nodes are on its command line
+                    self.executors[job.launcher].put(render_hostfile(job.hosts).encode(),
+                                                     str(PurePosixPath(self.workdir) / job.hostfile))
             script = next((job.network_script for job in point.jobs if job.network_script), None)
             for vm, settings in point.guest_network if script else ():  # each guest its own values
                 self.executors[vm].put(rank_script(dict(settings)).encode(),
@@ -306,17 +316,19 @@ class CampaignRunner:
                              len(point.jobs), name="bench", on_interrupt=stop_all).raise_first()
         errors = [f"{vm}: {o.error}" for vm, o in outcomes.items() if o.error is not None]
         first = next(iter(outcomes.values()))
+        jobs = [j for o in outcomes.values() for j in o.slurm_jobs or []] or None
         if errors:
-            return Outcome(None, "; ".join(errors), first.unit, first.higher_is_better), self._relative(base / stem)
+            return (Outcome(None, "; ".join(errors), first.unit, first.higher_is_better, slurm_jobs=jobs),
+                    self._relative(base / stem))
         per_vm = {vm: o.value for vm, o in outcomes.items() if o.value is not None}
         metrics = {f"{vm}/{name}": value for vm, o in outcomes.items() for name, value in (o.metrics or {}).items()}
-        return (Outcome(sum(per_vm.values()), None, first.unit, first.higher_is_better, per_vm, metrics),
+        return (Outcome(sum(per_vm.values()), None, first.unit, first.higher_is_better, per_vm, metrics, jobs),
                 self._relative(base / stem) + "/")
 
     def _run_job(self, point: PlannedPoint, job: Job, log: Path, pidfile: str) -> Outcome:
         run = point.run
         executor = self.executors[job.launcher]
-        script = launch_script(self.workdir, job.command, pidfile)
+        script = launch_script(self.workdir, job.command, pidfile, env=job_env(pidfile) if job.nodes else "")
         error = None
         # Our own timeout: TERM lets mpirun take its ranks down (Open MPI puts each local rank in
         # its own process group, so the executor's SIGKILL of mpirun's group would orphan them);
@@ -349,28 +361,44 @@ class CampaignRunner:
             finally:
                 watchdog.cancel()
         text = _redact_file(log)
+        jobs = self._slurm_job(job, pidfile)
         if error is not None:
-            last = failure_line(text)[:300]
-            return self._failed(run, f"{error}" + (f": {last}" if last else ""))
+            last = (refusal(text) if job.nodes else None) or failure_line(text)[:300]
+            return self._failed(run, f"{error}" + (f": {last}" if last else ""), jobs)
         options: dict[str, Any] = {}
         if run.kind == "command":
             options = {"pattern": run.pattern, "unit": run.unit, "higher_is_better": run.higher_is_better}
         try:
             figure = parse_output(run.kind, text, log=self._relative(log), **options)
         except GpuvmError as e:
-            return self._failed(run, str(e))
+            return self._failed(run, str(e), jobs)
         self.recorder.remember_unit(run, figure.unit, figure.higher_is_better)
-        return Outcome(figure.value, None, figure.unit, figure.higher_is_better, metrics=dict(figure.metrics))
+        return Outcome(figure.value, None, figure.unit, figure.higher_is_better, metrics=dict(figure.metrics),
+                       slurm_jobs=jobs)
 
-    def _failed(self, run: BenchmarkRun, error: str) -> Outcome:
+    def _failed(self, run: BenchmarkRun, error: str, slurm_jobs: list[int] | None = None) -> Outcome:
         unit, better = self.recorder.unit(run)
-        return Outcome(None, redact(error), unit, better)
+        return Outcome(None, redact(error), unit, better, slurm_jobs=slurm_jobs)
+
+    def _slurm_job(self, job: Job, pidfile: str) -> list[int] | None:
+        """launch srun: the id of the Slurm job that ran (best effort; None when Slurm never made one)."""
+        if not job.nodes:
+            return None
+        try:
+            said = self.executors[job.launcher].run_script(job_id_script(pidfile), timeout=30, check=False)
+        except (GpuvmError, OSError):
+            return None
+        found = parse_job_id(said.stdout)
+        return [found] if found is not None else None
 
     def _stop(self, job: Job, pidfile: str) -> None:
-        """Best effort: end the job's processes on its launcher (it may be unreachable)."""
+        """Best effort: end the job's processes on its launcher (it may be unreachable); a Slurm
+        job is cancelled first (its ranks are on other nodes), and gone from squeue on return."""
+        script = stop_script(self.workdir, job.container, pidfile)
+        if job.nodes:
+            script = cancel_script(pidfile) + "; " + script
         try:
-            self.executors[job.launcher].run_script(stop_script(self.workdir, job.container, pidfile),
-                                                    timeout=30, check=False)
+            self.executors[job.launcher].run_script(script, timeout=30, check=False)
         except (GpuvmError, OSError):
             pass
 

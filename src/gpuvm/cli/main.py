@@ -91,6 +91,7 @@ def inventory(runbook: Path = RUNBOOK, save: Optional[Path] = typer.Option(None,
               insecure: bool = INSECURE, json_: bool = JSON) -> None:
     """Hosts, their GPUs and NICs (model, PCI address, NUMA, passthrough state), and VMs: of every
     vCenter, a name two of them hold as <vcenter>/<name>; exit 3 if a vCenter was not reached."""
+    from gpuvm import collector
     from gpuvm.documents import inventory_json
     from gpuvm.files import check_writable
     from gpuvm.render import print_inventory
@@ -98,19 +99,20 @@ def inventory(runbook: Path = RUNBOOK, save: Optional[Path] = typer.Option(None,
 
     if save:
         check_writable(save, "snapshot")  # before vCenter is asked anything
-    seen, book = inventory_of(runbook, access(insecure))
-    warnings = seen.warnings(book)
-    for line in warnings:  # a vCenter not reached: its objects not shown, none shown in their place
-        warn(line)
-    if json_:
-        print(inventory_json(seen, warnings))
-    else:
-        print_inventory(out, seen)
-    if save:
-        seen.inventory.save(save)
-        (err if json_ else out).print(f"snapshot written to {save}")
-    if seen.down:
-        raise typer.Exit(3)
+    ends_process()  # as `plan`: the inventory's objects are left to the OS, not freed one by one
+    with collector.paused():  # thousands of objects read and printed, no cycles
+        seen, book = inventory_of(runbook, access(insecure))
+        warnings = seen.warnings(book)
+        for line in warnings:  # a vCenter not reached: its objects not shown, none shown in their place
+            warn(line)
+        if json_:
+            print(inventory_json(seen, warnings))
+        else:
+            print_inventory(out, seen)
+        if save:
+            seen.inventory.save(save)
+            (err if json_ else out).print(f"snapshot written to {save}")
+        finish(3 if seen.down else 0)
 
 
 @app.command()

@@ -3,6 +3,7 @@ rule for names."""
 
 from __future__ import annotations
 
+import functools
 import re
 import types
 import typing
@@ -58,14 +59,20 @@ class Strict(BaseModel):
     def _no_bool_for_numbers(cls, data: Any) -> Any:
         """YAML's true/false is not 1/0: a number field refuses it (pydantic would take it)."""
         if isinstance(data, dict):
+            numbers = _number_fields(cls)
             for name, value in data.items():
-                field = cls.model_fields.get(name) if isinstance(name, str) else None
                 items = value if isinstance(value, list) else [value]
-                if field is not None and any(isinstance(v, bool) for v in items):
-                    admitted = _types(field.annotation)
-                    if admitted & {int, float} and bool not in admitted:
-                        raise ValueError(f"{name}: expected a number, got {str(value).lower()}")
+                if name in numbers and any(isinstance(v, bool) for v in items):
+                    raise ValueError(f"{name}: expected a number, got {str(value).lower()}")
         return data
+
+
+@functools.cache
+def _number_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of `model` that take a number and no boolean (looked up once: a runbook of 4,096
+    VMs validates ~30,000 models)."""
+    return frozenset(name for name, field in model.model_fields.items()
+                     if (admitted := _types(field.annotation)) & {int, float} and bool not in admitted)
 
 
 def checked_name(value: str) -> str:

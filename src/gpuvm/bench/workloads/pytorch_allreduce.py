@@ -56,10 +56,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def world() -> tuple[int, int, int]:
-    """(rank, world size, local rank) from torchrun's, Open MPI's or Horovod's environment."""
+    """(rank, world size, local rank) from torchrun's, Open MPI's, Horovod's or srun's environment."""
     for prefix, rank, size, local in (("", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
                                       ("OMPI_COMM_WORLD_", "RANK", "SIZE", "LOCAL_RANK"),
-                                      ("HOROVOD_", "RANK", "SIZE", "LOCAL_RANK")):
+                                      ("HOROVOD_", "RANK", "SIZE", "LOCAL_RANK"),
+                                      ("SLURM_", "PROCID", "NTASKS", "LOCALID")):
         if prefix + rank in os.environ and prefix + size in os.environ:
             return (int(os.environ[prefix + rank]), int(os.environ[prefix + size]),
                     int(os.environ.get(prefix + local, "0")))

@@ -3,7 +3,7 @@
 
 DistributedDataParallel over NCCL on GPUs, gloo on CPUs; one process per GPU (or per CPU worker).
 Rank and world size come from torchrun (RANK, WORLD_SIZE, LOCAL_RANK), Open MPI
-(OMPI_COMM_WORLD_*) or Horovod's launcher (HOROVOD_*); rank 0's address from MASTER_ADDR and
+(OMPI_COMM_WORLD_*), Horovod's launcher (HOROVOD_*) or srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID); rank 0's address from MASTER_ADDR and
 MASTER_PORT, which gpuvm's launchers set. Rank 0 alone prints Horovod's synthetic-benchmark lines,
 so the `horovod_synthetic` parser reads them:
 
@@ -74,10 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def world() -> tuple[int, int, int]:
-    """(rank, world size, local rank) from torchrun's, Open MPI's or Horovod's environment."""
+    """(rank, world size, local rank) from torchrun's, Open MPI's, Horovod's or srun's environment."""
     for prefix, rank, size, local in (("", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
                                       ("OMPI_COMM_WORLD_", "RANK", "SIZE", "LOCAL_RANK"),
-                                      ("HOROVOD_", "RANK", "SIZE", "LOCAL_RANK")):
+                                      ("HOROVOD_", "RANK", "SIZE", "LOCAL_RANK"),
+                                      ("SLURM_", "PROCID", "NTASKS", "LOCALID")):
         if prefix + rank in os.environ and prefix + size in os.environ:
             return (int(os.environ[prefix + rank]), int(os.environ[prefix + size]),
                     int(os.environ.get(prefix + local, "0")))

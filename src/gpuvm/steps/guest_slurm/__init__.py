@@ -99,7 +99,8 @@ def _with_wanted_files(cluster: Cluster, target: DesiredGuest, fact: SlurmFact) 
         except MigLayoutError as e:
             return replace(fact, problem=f"guest {name}'s MIG layout: {e}")
     files = render(slurm, own.hardware, nodes)
-    gres = {h.hostname: NodeLine(h.hostname, h.address, h.cpus, h.memory_mb, g).gres_field for h, g in nodes.values()}
+    gres = {name: NodeLine(name, h.hostname, h.address, h.cpus, h.memory_mb, g).gres_field
+            for name, (h, g) in nodes.items()}
     return replace(fact, files=files.by_path(), gres=gres)
 
 

@@ -27,7 +27,7 @@ MAX_GRES_TYPE = 40
 class NodeHardware:
     """What a compute guest has, as its observe read it."""
 
-    hostname: str  # its short host name: the Slurm node name slurmd answers to
+    hostname: str  # its short host name (`hostname -s`): slurm.conf's NodeHostname, how slurmd finds its line
     address: str  # how gpuvm reaches it: NodeAddr
     cpus: int
     memory_mb: int  # MemTotal in MiB: at most what slurmd counts, so the node is not drained for it
@@ -44,6 +44,7 @@ class Gres:
 
 @dataclass(frozen=True)
 class NodeLine:
+    name: str  # the Slurm node name: the guest's VM name, as srun --nodelist names it (gpuvm.bench.slurm)
     hostname: str
     address: str
     cpus: int
@@ -59,7 +60,7 @@ class NodeLine:
 @dataclass(frozen=True)
 class PartitionLine:
     name: str
-    hostnames: tuple[str, ...]
+    nodes: tuple[str, ...]
     default: bool
     max_time: str
 
@@ -112,11 +113,10 @@ def render(cluster: SlurmCluster, controller: NodeHardware, nodes: dict[str, tup
     """The three files, the same on every node. `nodes`: each compute guest (VM name) → its hardware
     and GRES, in the cluster's order."""
     env = environment("slurm", trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    lines = [NodeLine(h.hostname, h.address, h.cpus, h.memory_mb, gres) for h, gres in nodes.values()]
-    hostnames = {name: h.hostname for name, (h, _) in nodes.items()}
-    partitions = [PartitionLine(p.name, tuple(hostnames[n] for n in p.nodes if n in hostnames), p.default, p.max_time)
+    lines = [NodeLine(name, h.hostname, h.address, h.cpus, h.memory_mb, gres) for name, (h, gres) in nodes.items()]
+    partitions = [PartitionLine(p.name, tuple(n for n in p.nodes if n in nodes), p.default, p.max_time)
                   for p in cluster.partitions]
-    partitions = [p for p in partitions if p.hostnames]  # a partition whose guests were all not observed
+    partitions = [p for p in partitions if p.nodes]  # a partition whose guests were all not observed
     values = {"cluster": cluster, "controller": controller, "nodes": lines, "partitions": partitions,
               "cgroup": cluster.cgroup}
     return SlurmFiles(*(env.get_template(f"{name}.j2").render(**values)
