@@ -1,6 +1,6 @@
 """Host reboots that drain, not kill (issue 36), against real Slurm: Debian's munged, slurmctld and
 slurmd brought up in the bed guest of esx-01's VM by gpuvm's own guest.slurm (the guest is its own
-controller; its node is named after its host name). A job running there: `apply` without
+controller; its node is named after the VM). A job running there: `apply` without
 --drain-timeout is refused up front naming it; with it the node is drained, the job ends on its own
 before any VM stops, the host reboots and the node is idle again. A run SIGKILLed while the node is
 drained leaves the drain recorded on the host; one more apply finishes the reboot and resumes the node."""
@@ -25,7 +25,8 @@ from tests.integration.test_reboot_kills import entries, intents
 from tests.integration.vcenter import KILLED_RUN_LEASE, guest_ssh, once_unlocked, raw_state, use_simulator
 
 pytestmark = pytest.mark.integration
-GUEST = "gpu-vm-01"  # esx-01-vm1's guest in the bed (one VM per host), and its Slurm node's name
+GUEST = "gpu-vm-01"  # esx-01-vm1's guest in the bed (one VM per host)
+NODE = "esx-01-vm1"  # its Slurm node: named after the VM
 FLAGS = ("--yes", "--allow-host-reboot", "--allow-power-off")
 
 
@@ -46,7 +47,7 @@ def write_runbook(bed, path, passthrough: tuple[str, ...] = ()) -> None:
 
 def node(bed) -> dict[str, str]:
     """The node's state and reason, as the controller shows them."""
-    line = on(bed, GUEST, f"scontrol show node -o {GUEST}").stdout
+    line = on(bed, GUEST, f"scontrol show node -o {NODE}").stdout
     state = line.split(" State=")[1].split()[0]
     reason = line.split(" Reason=")[1].rsplit(" [", 1)[0].strip() if " Reason=" in line else ""
     return {"state": state, "reason": reason}
@@ -91,7 +92,7 @@ def test_a_reboot_drains_the_node_waits_for_its_job_resumes_it_and_a_killed_drai
         refused = gpuvm("apply", str(book), *FLAGS)
         assert refused.exit_code != 0, refused.output
         assert (f"host esx-01 must reboot while Slurm job(s) {job} ({bed.host(GUEST).user}: train) run on its nodes "
-                f"{GUEST}: pass --drain-timeout" in refused.output), refused.output
+                f"{NODE}: pass --drain-timeout" in refused.output), refused.output
         assert raw_state(sim) == before and node(bed)["state"] in ("ALLOCATED", "MIXED")  # not drained
 
         applied = gpuvm("apply", str(book), *FLAGS, "--drain-timeout", "120")

@@ -149,22 +149,19 @@ def test_an_interrupted_drain_is_planned_resumed_unless_this_reboot_drains_those
 
 
 def test_the_host_reboot_observes_its_vms_nodes_on_the_controller(tmp_path, mocker):
-    """Each VM's guest is the node of its short host name (as guest.slurm names it); one not answering, of its VM's."""
+    """Each compute guest is the node named after its VM (as guest.slurm names it)."""
     from gpuvm.desired import DesiredHost
 
     fake = Slurm(World(), {"n1": ("ALLOCATED", ""), "n9": ("IDLE", ""), "box": ("IDLE", "")}, {"12": ({"n1"}, 5)})
-    slurmd = cluster(tmp_path, fake.executor)
-    slurmd.targets["gpu-vm"] = DesiredGuest("gpu-vm", Login("gpu-vm"))
-    slurmd.executors["gpu-vm"] = FakeExecutor("gpu-vm", {"hostname -s": CommandResult("hostname -s", 0, "n1\n", "")})
-    ctx = Context(inventory=inventory([r750xa()], [vm("gpu-vm", power_state="poweredOn"), vm("box")]),
-                  cluster=slurmd, slurm=SlurmNodes("ctl", ("gpu-vm", "box", "other")),
+    ctx = Context(inventory=inventory([r750xa()], [vm("n1", power_state="poweredOn"), vm("box"), vm("web")]),
+                  cluster=cluster(tmp_path, fake.executor), slurm=SlurmNodes("ctl", ("n1", "box", "n9")),
                   planned=[Change("host.passthrough", "esx-01", "pci", "x", "off", "on", Disruption.HOST_REBOOT)])
-    host = DesiredHost("esx-01", [], None, True, vms=["gpu-vm", "box"])
+    host = DesiredHost("esx-01", [], None, True, vms=["n1", "box"])
     fact = host_reboot.observe(ctx, host)
     assert fact.slurm == DrainFact({"n1": SlurmNodeState("n1", "ALLOCATED", ""),
                                     "box": SlurmNodeState("box", "IDLE", "")},
                                    [squeue.Job("12", "alice", "RUNNING", "train")], controller="ctl", names=("box", "n1"))
-    assert "squeue -h -w box,n1 -o '%i|%u|%T|%j'" in fake.executor.commands
+    assert "squeue -h -w box,n1 -o '%i|%u|%T|%j'" in fake.executor.commands  # not web (no node), not n9 (elsewhere)
     [drain] = [c for c in host_reboot.plan(host, fact) if isinstance(c.action, DrainNodes)]
     assert drain.action == DrainNodes("ctl", ("box", "n1"), ("12 (alice: train)",))
     ctx.planned.clear()

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from gpuvm.parsers._common import unparseable
 
-NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # what gpuvm names a Slurm node (and finds there)
 JOB_FORMAT = "%i|%u|%T|%j"
 _JOB = re.compile(r"^([0-9_\[\]+-]+)\|([^|]*)\|([A-Z_]+)\|(.*)$")
 

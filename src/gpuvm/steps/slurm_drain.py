@@ -4,8 +4,8 @@ back, the nodes are resumed (issue 36).
 
 Slurm is asked on the runbook's controller guest (`slurm: {controller: …}`), over its SSH:
 `scontrol show node -o` for the nodes' states, `squeue -w <nodes>` for the jobs on them, and
-`scontrol update` (as root) to drain and resume. A compute guest's node is named after its short
-host name (`hostname -s`, as guest.slurm names it; its VM's name when it does not answer). The plan
+`scontrol update` (as root) to drain and resume. A compute guest's node is named after its VM, as
+guest.slurm names it. The plan
 shows the drain as a change of the host, with the jobs running then; `apply` refuses up front a
 reboot of a host whose nodes run jobs unless --drain-timeout lets it wait for them
 (`refusals`). A job still running when the bound is reached fails the host: its nodes are resumed
@@ -21,7 +21,6 @@ resumed; a recorded node is resumed only while its reason is still gpuvm's for t
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,10 +28,9 @@ from typing import Any
 
 from gpuvm.errors import GpuvmError, TaskError, listed
 from gpuvm.executors.base import UNDER_WAY
-from gpuvm.names import vsphere_name
 from gpuvm.parsers import squeue
 from gpuvm.parsers.scontrol import SlurmNodeState, parse_nodes
-from gpuvm.parsers.squeue import JOB_FORMAT, NODE_NAME, Job
+from gpuvm.parsers.squeue import JOB_FORMAT, Job
 from gpuvm.plan import Change, Disruption
 from gpuvm.remote import run
 from gpuvm.steps.base import Context
@@ -101,24 +99,11 @@ def read_jobs(ctx: Context, controller: str, nodes: list[str]) -> list[Job]:
     return squeue.jobs(_slurm(ctx, controller, ["squeue", "-h", "-w", ",".join(nodes), "-o", JOB_FORMAT]).stdout)
 
 
-def node_names(ctx: Context, vms: list[str]) -> list[str]:
-    """The Slurm node names of the guests of `vms`: their short host names (guest.slurm names nodes
-    so); for a guest not answering (or answering no host name), its VM's name."""
-    names = []
-    for vm in vms:
-        name = ""
-        if ctx.cluster is not None and vm in ctx.cluster.executors and vm not in ctx.unreachable:
-            with contextlib.suppress(GpuvmError):
-                name = run(ctx.cluster.targets[vm], ctx.cluster, ["hostname", "-s"], sudo=False).stdout.strip()
-        names.append(name if NODE_NAME.fullmatch(name) else vsphere_name(vm))
-    return names
-
-
 def observe(ctx: Context, vms: list[str]) -> DrainFact | None:
     """The states of the nodes of `vms` and the jobs on them; None: the runbook has no Slurm cluster."""
     if ctx.slurm is None:
         return None
-    wanted, controller = node_names(ctx, ctx.slurm.of(vms)), ctx.slurm.controller
+    wanted, controller = ctx.slurm.of(vms), ctx.slurm.controller
     if not wanted:
         return DrainFact(controller=controller)
     try:

@@ -13,8 +13,8 @@ privilege can write those attributes too, so every value is read here, as input:
 3. strictly typed, no field missing and none unknown: a run id in the journal's format (12 hex
    digits, `journal.Journal`), times with their zone, each intent act with its own data
    (`power-off` restores `poweredOn` or `poweredOff`; `clone <VM>` names that VM; `rebooted` keeps
-   the host's boot time and short hex digests; `drain` names the controller guest and Slurm node
-   names), on its kind of object (a host's act on a host).
+   the host's boot time and short hex digests; `drain` names the controller guest and the Slurm
+   nodes), on its kind of object (a host's act on a host).
 
 Anything else is `Foreign`: reported (plan and verify warn, naming the object, the field and how
 to clear it), never acted on, and never overwritten by gpuvm (vsphere/intent.py).
@@ -167,8 +167,7 @@ class DrainData(Record):
     """drain: gpuvm drained these Slurm nodes (of the host's VMs) for its reboot and owes them a resume."""
 
     controller: Name  # the guest where scontrol runs
-    nodes: Annotated[list[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]],
-                     Field(max_length=MAX_NODES)]
+    nodes: Annotated[list[Name], Field(max_length=MAX_NODES)]  # the nodes' names: their VMs'
 
 
 ACTS: dict[str, tuple[str, type[Record]]] = {  # act → the kind of object it is on, its data
