@@ -29,6 +29,9 @@ DEFAULT_USERNAME = "administrator@vsphere.local"
 DEFAULT_PASSWORD = "gpusim-pass"
 URL_PREFIX = "GPUSIM_URL="
 START_TIMEOUT_S = 20.0
+# SIGTERM makes gpusim close its server, which waits for every request in flight: one held by
+# -latency (a test's 120 s inventory read) is not waited out, nothing of it is read after stop.
+STOP_GRACE_S = 2.0
 
 
 def binary_path() -> Path:
@@ -231,7 +234,7 @@ class Simulator:
             if proc.poll() is None:
                 proc.terminate()
                 try:
-                    proc.wait(timeout=10)
+                    proc.wait(timeout=STOP_GRACE_S)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()

@@ -43,8 +43,8 @@ def all_logs(directory: Path) -> str:
     return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(directory.rglob("*.log")))
 
 
-@pytest.fixture(autouse=True)
-def _peers():
+@pytest.fixture(autouse=True, scope="module")
+def _peers():  # once a module: each check is a PyTorch import of ~2 s
     if shutil.which("mpirun") is None:
         pytest.fail("mpirun not found: install Open MPI (apt-get install openmpi-bin)")
     if os.system(f"{PYTHON} -c 'import torch, torchvision' 2>/dev/null") != 0:

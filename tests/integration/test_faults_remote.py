@@ -134,11 +134,23 @@ def test_disk_full_while_writing_results(tmp_path):
         subprocess.run(["umount", str(full)], check=True)
 
 
+def apply_while_the_guest_boots(testbed, env: dict, runbook: Path, err: Path) -> subprocess.CompletedProcess:
+    """`apply`, with gpu-vm-04's sshd started once apply says it waits for it (its VM boots meanwhile)."""
+    with err.open("w") as sink:
+        run = subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(runbook), "--yes",
+                                "--allow-host-reboot"], env=env, stdout=subprocess.PIPE, stderr=sink, text=True)
+        deadline = time.monotonic() + 120
+        while "waiting up to 600 s for SSH" not in err.read_text():
+            assert run.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.05)
+        testbed.start_sshd("gpu-vm-04")
+        out = run.communicate(timeout=600)[0]
+    return subprocess.CompletedProcess(run.args, run.returncode, out, err.read_text())
+
+
 def test_first_deployment_with_a_guest_not_up_yet(testbed, tmp_path):
     """A guest that does not answer at plan time (its VM is off) is planned once its VM runs: apply
     waits for its SSH, then configures it. `verify` calls an unreachable guest not observed (exit 3)."""
-    import threading
-
     testbed.up()  # new test hosts: nothing configured on any guest yet
     runbook = lab_for_bed(testbed, tmp_path / "lab.yaml")
     state = tmp_path / "state"
@@ -153,10 +165,7 @@ def test_first_deployment_with_a_guest_not_up_yet(testbed, tmp_path):
             drift = gpuvm(env, "verify", str(runbook))  # not observed: the verdict is incomplete, exit 3
             assert drift.returncode == 3 and "esx-02-vm2" in drift.stderr
 
-            boots = threading.Timer(8, testbed.start_sshd, args=("gpu-vm-04",))  # the VM boots meanwhile
-            boots.start()
-            applied = gpuvm(env, "apply", str(runbook), "--yes", "--allow-host-reboot")
-            boots.join()
+            applied = apply_while_the_guest_boots(testbed, env, runbook, tmp_path / "apply.err")
             assert applied.returncode == 0, applied.stdout + applied.stderr
             assert "waiting up to 600 s for SSH" in applied.stderr
             done = {(e["target"], e["step"]) for e in journal(state) if e["status"] == "done"}

@@ -76,7 +76,7 @@ def test_a_cluster_from_nothing_then_drift_then_a_mig_change(bed, tmp_path, monk
         applied = gpuvm("apply", "--yes")
         assert applied.exit_code == 0, applied.output
         print(f"first apply: {time.monotonic() - started:.1f} s")
-        assert sinfo(bed) == {g: ("idle", A100) for g in VMS.values()}
+        assert sinfo(bed) == {vm: ("idle", A100) for vm in VMS}  # Slurm's node names: the VMs', not the hosts' names
         key = (tmp_path / "state" / "slurm" / "munge.key").read_bytes()
         for guest in VMS.values():  # one key, the cluster's, 0400 munge on every guest
             assert (bed.host_dir(guest) / "etc" / "munge" / "munge.key").read_bytes() == key
@@ -89,7 +89,7 @@ def test_a_cluster_from_nothing_then_drift_then_a_mig_change(bed, tmp_path, monk
         assert drift.exit_code == 5, drift.output
         assert "service slurmd" in drift.output and "esx-02-vm1" in drift.output
         assert gpuvm("apply", "--yes").exit_code == 0
-        assert sinfo(bed)["gpu-vm-03"] == ("idle", A100)
+        assert sinfo(bed)["esx-02-vm1"] == ("idle", A100)
         assert gpuvm("plan", "--detailed-exitcode").exit_code == 0
 
         write_runbook(bed, runbook, mig_on_last=True)

@@ -41,6 +41,12 @@ def test_srun_line_names_the_nodes_in_runbook_order_and_is_submitted_from_the_la
         "--kill-on-bad-exit=1 python3 pytorch_train.py --model resnet50 --batch-size 64 --precision fp32")
 
 
+def test_without_a_launcher_srun_is_submitted_from_the_slurm_controller(tmp_path):
+    runbook = book(tmp_path, one_run(kind="pytorch_train", launch="srun", nodes=[2], gpus_per_vm=1),
+                   infra=NO_GPUS + "slurm: {controller: vm2, cgroup: null}\n")
+    assert [j.launcher for p in plan_campaign(runbook) for j in p.jobs] == ["vm2"]
+
+
 def test_srun_asks_for_gpus_only_where_the_vms_have_some(tmp_path):
     with_gpus = book(tmp_path, one_run(kind="nccl_allreduce", launch="srun", srun_mpi="pmi2", nodes=[2],
                                        gpus_per_vm=2, queue_timeout=30, srun_args=["--partition", "gpu"]))

@@ -83,6 +83,18 @@ def test_many_tasks_waited_for_with_one_request_a_poll(mocker):
     assert collector.RetrievePropertiesEx.call_count <= 6  # ~4 polls and 1-2 reads of ended tasks, not 16 x 4
 
 
+def test_the_poller_stops_as_soon_as_no_task_is_waited_for(mocker):
+    """A poller that slept on after the last task ended made the next task waited for (a reboot's
+    enter, reboot, exit: one after another) wait out that sleep, POLL_MAX each."""
+    stub, _ = watched(mocker, then=lambda moid: ("success", moid, None))
+    mocker.patch.object(tasks, "POLL_MAX", 60.0)
+    for moid in ("task-1", "task-2"):
+        assert tasks.wait(vim.Task(moid, stub), "EnterMaintenanceMode") == moid
+        poller = stub._gpuvm_task_watcher._poller
+        poller.join(timeout=10)
+        assert not poller.is_alive(), "the poller sleeps on with nothing to wait for"
+
+
 @pytest.mark.parametrize("where", ["method", "property"])
 def test_a_fault_reading_the_tasks_reaches_every_waiter(mocker, where):
     stub, collector = watched(mocker)

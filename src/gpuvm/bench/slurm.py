@@ -22,11 +22,11 @@ RELAY_QUEUE = 60  # seconds a relayed command's one-task job may wait for its no
 
 
 def submit_guest(runbook: Runbook) -> str:
-    """The guest srun runs on: `benchmarks.launcher`, else the first guest. (The runbook's Slurm
-    controller, once the runbook says which guest that is.)"""
+    """The guest srun runs on: `benchmarks.launcher`, else the runbook's Slurm controller
+    (`slurm.controller`), else the first guest."""
     guests = runbook.guests.hosts if runbook.guests else []
     launcher = runbook.benchmarks.launcher if runbook.benchmarks else None
-    return launcher or guests[0].vm
+    return launcher or (runbook.slurm.controller if runbook.slurm else None) or guests[0].vm
 
 
 def node_name(guest: Guest) -> str:

@@ -80,6 +80,7 @@ class TaskWatcher:
         self._waiting: dict[str, tuple[Any, float]] = {}  # task moid → (task, when its wait began)
         self._ended: dict[str, Any] = {}  # task moid → its TaskInfo, or the error that hid it
         self._polling = False
+        self._poller: threading.Thread | None = None
         self._property_collector: Any = None
 
     def wait(self, task: Any, timeout: float) -> Any:
@@ -89,7 +90,8 @@ class TaskWatcher:
             self._waiting[task._moId] = (task, time.monotonic())
             if not self._polling:
                 self._polling = True
-                threading.Thread(target=self._poll, name="gpuvm-tasks", daemon=True).start()
+                self._poller = threading.Thread(target=self._poll, name="gpuvm-tasks", daemon=True)
+                self._poller.start()
             while task._moId not in self._ended:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -117,7 +119,10 @@ class TaskWatcher:
                     if self._waiting.pop(moid, None) is not None:
                         self._ended[moid] = info
                 self._changed.notify_all()
-                youngest = max((began for _, began in self._waiting.values()), default=0.0)
+                if not self._waiting:  # stop now: the next task waited for starts a poller of its own,
+                    self._polling = False  # not one asleep for POLL_MAX after the last task ended
+                    return
+                youngest = max(began for _, began in self._waiting.values())
             time.sleep(POLL_START if time.monotonic() - youngest < POLL_PATIENCE else POLL_MAX)
 
     def _read(self, tasks: dict[str, Any]) -> dict[str, Any]:
