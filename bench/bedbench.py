@@ -21,6 +21,25 @@ from gpuvm.steps.guest_ssh_mesh.files import IDENTITY
 BENCH_LOCK = "/tmp/gpuvm-bench-bed.lock"  # the benchmarks' bed (BENCH_NAMES); the tests' is /tmp/gpuvm-testbed.lock
 
 
+class SshConnections:
+    """Counts every SSH connection gpuvm's executors open in this process (SshExecutor._open wrapped)."""
+
+    count = 0
+
+    @classmethod
+    def install(cls) -> type[SshConnections]:
+        from gpuvm.executors.ssh import SshExecutor
+
+        opened = SshExecutor._open
+
+        def counting_open(executor, connection):
+            cls.count += 1
+            return opened(executor, connection)
+
+        SshExecutor._open = counting_open
+        return cls
+
+
 def reset(bed: TestBed, n: int) -> None:
     """Each of the first `n` guests' ~gpuadmin/.ssh back to the bed's: only the client key authorised."""
     user = pwd.getpwnam("gpuadmin")

@@ -31,8 +31,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "simulator"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from gpusim import Simulator  # noqa: E402
-from plan_vcenters import write_runbooks  # noqa: E402
+from plan_vcenters import start_fleet, write_runbooks  # noqa: E402
 from wire_floor import FLOOR, templates  # noqa: E402
 
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
@@ -60,19 +59,11 @@ def main() -> int:
     parser.add_argument("--baseline-src", type=Path, help="also time the CLI commands with this src/ first on "
                         "PYTHONPATH (an older gpuvm, e.g. `git archive <commit> src | tar -x -C DIR`)")
     args = parser.parse_args()
-    names = [f"vc{i}" for i in range(1, args.vcenters + 1)]
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         work = Path(tmp)
-        started = time.perf_counter()
-        sims = {name: stack.enter_context(Simulator(hosts=args.hosts, vms_per_host=args.vms_per_host,
-                                                    host_prefix=f"{name}-", password=f"{name}-pass"))
-                for name in names}
-        print(f"{args.vcenters} simulators × {args.hosts} hosts up in {time.perf_counter() - started:.0f} s",
-              file=sys.stderr, flush=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GOVC_")}
-        env |= {f"{name.upper()}_PASSWORD": sim.password for name, sim in sims.items()}
-        env |= {"GPUVM_STATE_DIR": str(work / "state"), "COLUMNS": "160", "PYTHONPATH": str(REPO / "src"),
-                "FLOOR_PASSWORD": sims[names[0]].password}
+        sims, env = start_fleet(stack, args, work / "state")
+        names = list(sims)
+        env |= {"PYTHONPATH": str(REPO / "src"), "FLOOR_PASSWORD": sims[names[0]].password}
         many, one = write_runbooks(work, sims, args.hosts, args.vms_per_host)
         os.environ.update(env)
         requests = templates(sims[names[0]], resolve_target(load_runbook(one).vcenter), work)

@@ -43,6 +43,20 @@ def _entries(prefix: str, vcenter: str | None, hosts: int, vms_per_host: int) ->
     return host_lines, vm_lines
 
 
+def start_fleet(stack: ExitStack, args: argparse.Namespace, state: Path) -> tuple[dict[str, Simulator], dict[str, str]]:
+    """`args.vcenters` simulators vc1… of `args.hosts` x `args.vms_per_host` each (closed with `stack`),
+    and the environment a gpuvm process needs for them (their passwords, `state`, 160 columns)."""
+    started = time.perf_counter()
+    sims = {name: stack.enter_context(Simulator(hosts=args.hosts, vms_per_host=args.vms_per_host,
+                                                host_prefix=f"{name}-", password=f"{name}-pass"))
+            for name in (f"vc{i}" for i in range(1, args.vcenters + 1))}
+    print(f"{args.vcenters} simulators × {args.hosts} hosts up in {time.perf_counter() - started:.0f} s",
+          file=sys.stderr, flush=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GOVC_")}
+    env |= {f"{name.upper()}_PASSWORD": sim.password for name, sim in sims.items()}
+    return sims, env | {"GPUVM_STATE_DIR": str(state), "COLUMNS": "160"}
+
+
 def write_runbooks(work: Path, sims: dict[str, Simulator], hosts: int, vms_per_host: int) -> tuple[Path, Path]:
     """(the runbook of every vCenter, the runbook of the first alone)."""
     many = ["vcenters:"]
@@ -78,17 +92,8 @@ def main() -> int:
     parser.add_argument("--vms-per-host", type=int, default=8)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    names = [f"vc{i}" for i in range(1, args.vcenters + 1)]
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        started = time.perf_counter()
-        sims = {name: stack.enter_context(Simulator(hosts=args.hosts, vms_per_host=args.vms_per_host,
-                                                    host_prefix=f"{name}-", password=f"{name}-pass"))
-                for name in names}
-        print(f"{args.vcenters} simulators × {args.hosts} hosts up in {time.perf_counter() - started:.0f} s",
-              file=sys.stderr, flush=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GOVC_")}
-        env |= {f"{name.upper()}_PASSWORD": sim.password for name, sim in sims.items()}
-        env |= {"GPUVM_STATE_DIR": str(Path(tmp) / "state"), "COLUMNS": "160"}
+        sims, env = start_fleet(stack, args, Path(tmp) / "state")
         many, one = write_runbooks(Path(tmp), sims, args.hosts, args.vms_per_host)
         samples: dict[str, list[float]] = {"one": [], "many": []}
         for _ in range(args.runs):

@@ -22,23 +22,12 @@ sys.path.insert(0, str(REPO / "testbed"))
 
 import slurm_cluster  # noqa: E402
 from bed import BENCH_NAMES, TestBed  # noqa: E402
-from bedbench import hold_bed  # noqa: E402
+from bedbench import SshConnections, hold_bed  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from gpuvm.cli.main import app  # noqa: E402
-from gpuvm.executors.ssh import SshExecutor  # noqa: E402
 
-CONNECTIONS = 0
-_original_open = SshExecutor._open
-
-
-def _counting_open(self, connection):
-    global CONNECTIONS
-    CONNECTIONS += 1
-    return _original_open(self, connection)
-
-
-SshExecutor._open = _counting_open  # count every SSH connection an executor opens
+SSH = SshConnections.install()  # counts every SSH connection an executor opens
 
 
 def write_runbook(bed: TestBed, path: Path, guests: list[str]) -> Path:
@@ -58,8 +47,7 @@ def logins(bed: TestBed, guests: list[str]) -> int:
 
 
 def campaign(bed: TestBed, guests: list[str], work: Path) -> tuple[int, int, float]:
-    global CONNECTIONS
-    CONNECTIONS = 0
+    SSH.count = 0
     before = logins(bed, guests)
     runbook = write_runbook(bed, work / f"srun-{len(guests)}.yaml", guests)
     started = time.perf_counter()
@@ -68,7 +56,7 @@ def campaign(bed: TestBed, guests: list[str], work: Path) -> tuple[int, int, flo
     seconds = time.perf_counter() - started
     if result.exit_code != 0:
         raise SystemExit(f"campaign on {len(guests)} guests failed ({result.exit_code}):\n{result.output}")
-    return CONNECTIONS, logins(bed, guests) - before, seconds
+    return SSH.count, logins(bed, guests) - before, seconds
 
 
 def main() -> int:

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "testbed"))
 
-from bedbench import hold_bed, reset  # noqa: E402
+from bedbench import SshConnections, hold_bed, reset  # noqa: E402
 from bed import BENCH_NAMES, TestBed  # noqa: E402
 
 from gpuvm.steps.base import Context  # noqa: E402
@@ -36,17 +36,7 @@ from gpuvm.remote import build_cluster  # noqa: E402
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
 from gpuvm.steps import guest_ssh_mesh as mesh  # noqa: E402
 
-CONNECTIONS = 0
-_original_open = SshExecutor._open
-
-
-def _counting_open(self, connection):
-    global CONNECTIONS
-    CONNECTIONS += 1
-    return _original_open(self, connection)
-
-
-SshExecutor._open = _counting_open  # count every SSH connection an executor opens
+SSH = SshConnections.install()  # counts every SSH connection an executor opens
 
 VERIFY_S = 0.0
 _original_verify = verify.verify_mesh
@@ -76,8 +66,8 @@ def write_runbook(bed: TestBed, path: Path, n: int) -> Path:
 
 
 def gpuvm_way(bed: TestBed, n: int, work: Path) -> tuple[float, int, float]:
-    global CONNECTIONS, VERIFY_S
-    CONNECTIONS, VERIFY_S = 0, 0.0
+    global VERIFY_S
+    SSH.count, VERIFY_S = 0, 0.0
     book = load_runbook(write_runbook(bed, work / f"rb-{n}.yaml", n))
     start = time.perf_counter()
     cluster = build_cluster(book, state_dir(work / f"state-par-{n}"))
@@ -90,12 +80,11 @@ def gpuvm_way(bed: TestBed, n: int, work: Path) -> tuple[float, int, float]:
             raise SystemExit(f"mesh failed at {n}: {failures}")
     finally:
         cluster.close()
-    return time.perf_counter() - start, CONNECTIONS, VERIFY_S
+    return time.perf_counter() - start, SSH.count, VERIFY_S
 
 
 def sequential_way(bed: TestBed, n: int, work: Path) -> tuple[float, int]:
-    global CONNECTIONS
-    CONNECTIONS = 0
+    SSH.count = 0
     book = load_runbook(write_runbook(bed, work / f"rb-{n}.yaml", n))
     start = time.perf_counter()
     cluster = build_cluster(book, state_dir(work / f"state-seq-{n}"))
@@ -116,7 +105,7 @@ def sequential_way(bed: TestBed, n: int, work: Path) -> tuple[float, int]:
                     ex.close()
     finally:
         cluster.close()
-    return time.perf_counter() - start, CONNECTIONS
+    return time.perf_counter() - start, SSH.count
 
 
 def main() -> int:

@@ -23,6 +23,17 @@ PYTHON = "/usr/bin/python3"  # the distribution's Python, as in a guest: python3
 # A small model on small images, a few steps: seconds on a shared 2-core CPU.
 SMALL = ["--image-size", "32", "--num-iters", "3", "--num-batches-per-iter", "2",
          "--num-warmup-batches", "1"]
+# a small ResNet-18 run over 1, 2 and 4 guests, one repeat: the fields of a run entry, as indented in one
+TRAIN_1_2_4 = f"""\
+      kind: pytorch_train
+      model: resnet18
+      python: {PYTHON}
+      batch_size: 8
+      args: {SMALL}
+      nodes: [1, 2, 4]
+      repeats: 1
+      timeout: 300
+      env: {{OMP_NUM_THREADS: "1"}}"""
 TINY_SWEEP = ["-e", "1M", "-n", "5", "-w", "2"]
 GUESTS = ("gpu-vm-01", "gpu-vm-02", "gpu-vm-03", "gpu-vm-04")
 # Debian's PyTorch 1.13 on Python 3.11 fails on torchrun's default --redirects/--tee 0 (fixed in PyTorch 2)
@@ -246,15 +257,7 @@ def bed_runbook(bed, path: Path, benchmarks: str) -> Path:
 def test_pytorch_workloads_over_one_two_and_four_guests(mesh, tmp_path):
     runbook = bed_runbook(mesh, tmp_path / "bed.yaml", f"""\
     - name: train-mpirun
-      kind: pytorch_train
-      model: resnet18
-      python: {PYTHON}
-      batch_size: 8
-      args: {SMALL}
-      nodes: [1, 2, 4]
-      repeats: 1
-      timeout: 300
-      env: {{OMP_NUM_THREADS: "1"}}
+{TRAIN_1_2_4}
       mpirun_args: {BED_MPI}
 {torchrun_train("train-torchrun")}      nodes: [2]
       gpus_per_vm: 2

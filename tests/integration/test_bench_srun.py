@@ -5,7 +5,6 @@ fails with Slurm's reason; SIGTERM of `gpuvm bench run` leaves no job in squeue.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 
 from gpuvm.bench.results import load_results
 import slurm_cluster  # testbed/, on the path (conftest)
-from tests.integration.test_bench_run import GUESTS, PYTHON, SMALL, all_logs, bed_runbook, gpuvm, results_dir
+from tests.integration.test_bench_run import GUESTS, PYTHON, TRAIN_1_2_4, all_logs, bed_runbook, gpuvm, results_dir
 
 pytestmark = pytest.mark.integration
 CONTROLLER = GUESTS[0]
@@ -41,17 +40,9 @@ def logins(bed) -> dict[str, int]:
 def test_pytorch_workload_through_slurm_over_one_two_and_four_nodes(slurm, tmp_path):
     runbook = bed_runbook(slurm, tmp_path / "slurm.yaml", f"""\
     - name: train-srun
-      kind: pytorch_train
       launch: srun
       srun_mpi: pmix
-      model: resnet18
-      python: {PYTHON}
-      batch_size: 8
-      args: {SMALL}
-      nodes: [1, 2, 4]
-      repeats: 1
-      timeout: 300
-      env: {{OMP_NUM_THREADS: "1"}}
+{TRAIN_1_2_4}
     - name: too-big
       kind: pytorch_train
       launch: srun
