@@ -237,6 +237,10 @@ class TestBed:
     def host_dir(self, name: str) -> Path:
         return self.root / "hosts" / name
 
+    def own_dir(self, name: str, own: str) -> Path:
+        """Where one of `OWN_DIRS` of a host lives on this machine (bound there in the host)."""
+        return self.host_dir(name) / "var" / own.strip("/").replace("/", "-")
+
     @property
     def _etc_tmpfs(self) -> str:
         return ETC_TMPFS + "-" + self.naming.netns_prefix.rstrip("-")
@@ -379,12 +383,11 @@ class TestBed:
             (d / "fake", FAKE_STATE_DIR),
             (d / "docker", DOCKER_MOUNT),
             (BIN, TOOLS_MOUNT),
-            *((d / "var" / own.strip("/").replace("/", "-"), own) for own in OWN_DIRS),
+            *((self.own_dir(name, own), own) for own in OWN_DIRS),
             (d / "etc", "/etc"),
             (d / "tmp", "/tmp"),  # last: the bed's own root may be under /tmp
         ]
-        made = " ".join(str(p) for p in (DOCKER_MOUNT, *OWN_DIRS, *(d / "var" / o.strip("/").replace("/", "-")
-                                                                     for o in OWN_DIRS)))
+        made = " ".join(str(p) for p in (DOCKER_MOUNT, *OWN_DIRS, *(self.own_dir(name, o) for o in OWN_DIRS)))
         return f"mkdir -p {made}; " + "; ".join(f"mount --bind {src} {dst}" for src, dst in binds)
 
     def start_sshd(self, name: str) -> None:

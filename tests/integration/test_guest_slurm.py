@@ -7,6 +7,7 @@ layout change in the runbook changes the node's GRES types in the same plan as t
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 
@@ -53,12 +54,31 @@ def sinfo(bed) -> dict[str, tuple[str, str]]:
     return {line.split()[0]: (line.split()[1], line.split()[2]) for line in out.splitlines() if line.strip()}
 
 
+SLURM_PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client")
+
+
+def without_slurm(bed, guests) -> None:
+    """The guests as if Slurm and munge were never installed (the bed lives for the whole session, and
+    another test's cluster, its ClusterName in slurmctld's state, must not meet this one's): daemons
+    stopped, their state, logs, files and key removed, the packages uninstalled."""
+    from bed import OWN_DIRS
+
+    for guest in guests:
+        on(bed, guest, "sudo -n systemctl stop slurmd; sudo -n systemctl stop slurmctld; "
+                       "sudo -n systemctl stop munge; true", check=False)
+        etc = bed.host_dir(guest) / "etc"
+        for entry in [*(e for own in OWN_DIRS for e in bed.own_dir(guest, own).glob("*")),
+                      *(etc / "slurm").glob("*.conf"), etc / "munge" / "munge.key", etc / "default" / "slurmd"]:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink(missing_ok=True)
+        packages = bed.state(guest).get("packages", {})
+        bed.set_state(guest, "packages", {k: v for k, v in packages.items() if k not in SLURM_PACKAGES})
+
+
 @pytest.fixture
 def bed(testbed):
+    without_slurm(testbed, VMS.values())
     yield testbed
-    for guest in VMS.values():  # the daemons gpuvm started end with the guest's processes at down(); stop them now
-        on(testbed, guest, "sudo -n systemctl stop slurmd; sudo -n systemctl stop slurmctld; "
-                           "sudo -n systemctl stop munge; true", check=False)
+    without_slurm(testbed, VMS.values())  # the daemons gpuvm started end with the guest's processes at down()
 
 
 def test_a_cluster_from_nothing_then_drift_then_a_mig_change(bed, tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from gpusim import Simulator
 from gpuvm.cli.main import app
-from tests.integration.test_guest_slurm import on
+from tests.integration.test_guest_slurm import on, without_slurm
 from tests.integration.test_reboot_kills import entries, intents
 from tests.integration.vcenter import KILLED_RUN_LEASE, guest_ssh, once_unlocked, raw_state, use_simulator
 
@@ -70,9 +70,9 @@ def submit(bed, seconds: int) -> str:
 
 @pytest.fixture
 def bed(testbed):
+    without_slurm(testbed, [GUEST])
     yield testbed
-    on(testbed, GUEST, "sudo -n systemctl stop slurmd; sudo -n systemctl stop slurmctld; sudo -n systemctl stop munge; "
-                       "true", check=False)
+    without_slurm(testbed, [GUEST])
 
 
 def test_a_reboot_drains_the_node_waits_for_its_job_resumes_it_and_a_killed_drain_is_resumed_by_the_next_apply(
