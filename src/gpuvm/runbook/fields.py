@@ -71,3 +71,10 @@ def sha256_field(value: str | None, what: str) -> str | None:
     if not re.fullmatch(r"[0-9a-fA-F]{64}", value):
         raise ValueError(f"{shown(value)} is not a sha256 digest (64 hexadecimal digits, as sha256sum prints them)")
     return value.lower()
+
+
+def driver_version(value: str, example: str) -> str:
+    """An NVIDIA driver version as nvidia-smi reports it (`example` shown when it is not one)."""
+    if not re.fullmatch(r"\d{3}\.\d{2,3}(\.\d{2})?", value):
+        raise ValueError(f"{shown(value)} is not an NVIDIA driver version like {example}")
+    return value

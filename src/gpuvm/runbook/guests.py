@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gpuvm.runbook.fields import (IMAGE_NAME, IMAGE_REFERENCE, REGISTRY, VERSION, Reference, address_with_prefix,
-                                  download_url, sha256_field)
+                                  download_url, driver_version, sha256_field)
 from gpuvm.runbook.hosts import SshAccess
 from gpuvm.runbook.strict import Seconds, Strict, required_in_schema, shown
 
@@ -198,12 +198,7 @@ class NvidiaDriver(Strict):
 
     _digest = field_validator("sha256")(lambda cls, v: sha256_field(v, "the driver installer"))
 
-    @field_validator("version")
-    @classmethod
-    def _version(cls, value: str) -> str:
-        if not re.fullmatch(r"\d{3}\.\d{2,3}(\.\d{2})?", value):
-            raise ValueError(f"{shown(value)} is not an NVIDIA driver version like 535.183.01")
-        return value
+    _version = field_validator("version")(lambda cls, v: driver_version(v, "535.183.01"))
 
     _url = field_validator("installer")(lambda cls, v: download_url(v))
 

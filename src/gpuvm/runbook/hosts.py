@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuvm.runbook.fields import Name, pci_address, pci_id, sha256_field
+from gpuvm.runbook.fields import Name, driver_version, pci_address, pci_id, sha256_field
 from gpuvm.runbook.strict import Seconds, Strict, required_in_schema, shown
 
 
@@ -74,12 +74,7 @@ class HostDriver(Strict):
 
     _digest = field_validator("sha256")(lambda cls, v: sha256_field(v, "the host driver bundle"))
 
-    @field_validator("version")
-    @classmethod
-    def _version(cls, value: str) -> str:
-        if not re.fullmatch(r"\d{3}\.\d{2,3}(\.\d{2})?", value):
-            raise ValueError(f"{shown(value)} is not an NVIDIA driver version like 535.154.02")
-        return value
+    _version = field_validator("version")(lambda cls, v: driver_version(v, "535.154.02"))
 
     @field_validator("bundle")
     @classmethod
