@@ -48,3 +48,25 @@ def test_the_controller_first_then_the_nodes_then_slurm_is_asked(tmp_path):
     assert all(any("apt-get install -y munge" in c for c in executors[n].commands) for n in GUESTS)
     assert executors["ctl"].commands[-1] == "scontrol show node -o"  # waited for, once the nodes were applied
     assert (tmp_path / "slurm" / "munge.key").exists()  # made once, before the guests
+
+
+def test_a_wait_for_slurmctld_ends_at_an_interrupt_not_at_its_bound(mocker):
+    """SIGTERM sets UNDER_WAY.interrupted: the poll stops at once instead of polling out its 30 s."""
+    import importlib
+
+    import pytest
+
+    from gpuvm.errors import RemoteCommandError
+    from gpuvm.executors.base import UNDER_WAY
+
+    apply = importlib.import_module("gpuvm.steps.guest_slurm.apply")
+    ping = mocker.patch.object(apply, "_scontrol", return_value=CommandResult("", 1, "", "not answering"))
+    target = mocker.Mock(spec=DesiredGuest)
+    target.name = "gpu-vm-01"
+    UNDER_WAY.interrupted.set()
+    try:
+        with pytest.raises(RemoteCommandError, match="interrupted while waiting for Slurm"):
+            apply._wait_controller(target, mocker.Mock(spec=Cluster), timeout=30.0)
+        assert ping.call_count == 1  # one ping, then the interrupt: no polling on
+    finally:
+        UNDER_WAY.reset()

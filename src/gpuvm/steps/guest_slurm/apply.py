@@ -7,6 +7,7 @@ import time
 
 from gpuvm.desired.ssh import DesiredGuest
 from gpuvm.errors import GpuvmError, RemoteCommandError
+from gpuvm.executors.base import UNDER_WAY
 from gpuvm.executors.group import run_group
 from gpuvm.parsers.scontrol import parse_nodes, slurms_reason
 from gpuvm.plan import Change
@@ -98,12 +99,18 @@ def _scontrol(target: DesiredGuest, cluster: Cluster, args: list[str], check: bo
     return result
 
 
+def _pause(target: DesiredGuest, seconds: float) -> None:
+    """A poll's pause, cut short by an interrupt (SIGTERM, Ctrl-C): the wait ends with it."""
+    if UNDER_WAY.interrupted.wait(seconds):
+        raise RemoteCommandError(f"{target.name}: {NAME}: interrupted while waiting for Slurm")
+
+
 def _wait_controller(target: DesiredGuest, cluster: Cluster, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not _scontrol(target, cluster, ["ping"], check=False).ok:
         if time.monotonic() > deadline:
             raise RemoteCommandError(f"{target.name}: {NAME}: slurmctld does not answer `scontrol ping` after {timeout:.0f} s")
-        time.sleep(0.5)
+        _pause(target, 0.5)
 
 
 def apply_all(ctx: Context, changes_by_target: dict[str, list[Change]], parallel: int | None = None) -> dict[str, Exception]:
@@ -153,4 +160,4 @@ def _settle(target: DesiredGuest, cluster: Cluster, changes_by_target: dict[str,
             raise RemoteCommandError(f"{target.name}: {NAME}: Slurm nodes not up after {SETTLE_TIMEOUT:.0f} s: "
                                      + "; ".join(f"{n.name} {n.state}" + (f" ({n.reason})" if n.reason else "")
                                                  for n in waiting))
-        time.sleep(1.0)
+        _pause(target, 1.0)
