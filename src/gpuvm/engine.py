@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gpuvm import after_apply
@@ -188,8 +188,17 @@ def make_plan(runbook: Runbook, inventory: Inventory | Fleet, cluster: Cluster |
     plan.notes += [after_apply.note(name, why) if name in awaited else
                    unobserved_note(name, roles.get(name, "guest"), why, plan, inventory)
                    for name, why in (unreachable or {}).items()]
+    unread = unread_notes(facts or {}, cluster.targets) if cluster is not None else []
+    plan.notes += [replace(n, level="info") if n.target in awaited else n for n in unread]
+    plan.unobserved |= {n.target: n.message for n in unread if n.target not in awaited | set(plan.unobserved)}
     plan.notes += [Note(name, "observe", why) for name, why in fleet.unobserved.items()]
     return plan, desired
+
+
+def unread_notes(facts: Facts, targets: Mapping[str, Any]) -> list[Note]:
+    """What SSH steps observing one target could not read of others (`Step.unread`), a note on each."""
+    steps = {s.name: s for s in STEPS}
+    return [note for (step, name), fact in facts.items() for note in steps[step].unread(targets[name], fact)]
 
 
 def unobserved_note(name: str, role: str, why: Exception | str, plan: Plan, inventory: Inventory) -> Note:

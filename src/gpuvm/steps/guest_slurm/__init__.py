@@ -25,7 +25,7 @@ from gpuvm.desired.ssh import DesiredGuest
 from gpuvm.executors.group import run_group
 from gpuvm.mig import MigLayoutError
 from gpuvm.parsers.scontrol import slurms_reason
-from gpuvm.plan import Change
+from gpuvm.plan import Change, Note
 from gpuvm.remote import Cluster, run
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.guest_slurm.actions import (DEFAULTS, NAME, InstallPackages, Reconfigure, ResumeNode, StartService,
@@ -46,7 +46,7 @@ class SlurmFact:
     controller_address: str
     files: dict[str, str] = field(default_factory=dict)  # controller: path → wanted content
     gres: dict[str, str] = field(default_factory=dict)  # controller: node (host name) → wanted Gres=
-    unread: tuple[str, ...] = ()  # controller: compute guests whose hardware could not be read (files left as they are)
+    unread: dict[str, str] = field(default_factory=dict)  # controller: compute guests not read → why (files not planned)
     problem: str | None = None  # controller: why the files cannot be rendered (a MIG layout that does not fit)
 
 
@@ -89,19 +89,19 @@ def _with_wanted_files(cluster: Cluster, target: DesiredGuest, fact: SlurmFact) 
     missing = [n for n in slurm.compute if n != target.name and n not in cluster.targets]
     read = run_group(others, lambda t: _read(t, cluster, False).hardware, max(1, min(32, len(others))), name="slurm")
     hardware = {**read.ok, **({target.name: own.hardware} if target.name in slurm.compute else {})}
-    if missing or read.failed:
-        return replace(fact, unread=tuple(sorted([*missing, *read.failed])))
+    unread = {**{n: "its VM's vCenter was not reached" for n in missing}, **{n: str(e) for n, e in read.failed.items()}}
     nodes: dict[str, tuple[NodeHardware, tuple]] = {}
-    for name in slurm.compute:
+    for name in (n for n in slurm.compute if n in hardware):
         guest = cluster.targets[name]
         try:
             nodes[name] = (hardware[name], node_gres(hardware[name], guest.mig, guest.slurm.gres_type if guest.slurm else None))
         except MigLayoutError as e:
             return replace(fact, problem=f"guest {name}'s MIG layout: {e}")
-    files = render(slurm, own.hardware, nodes)
     gres = {name: NodeLine(name, h.hostname, h.address, h.cpus, h.memory_mb, g).gres_field
             for name, (h, g) in nodes.items()}
-    return replace(fact, files=files.by_path(), gres=gres)
+    if unread:  # rendered without them, the files would drop their nodes (and restart slurmctld): not planned
+        return replace(fact, gres=gres, unread=dict(sorted(unread.items())))
+    return replace(fact, files=render(slurm, own.hardware, nodes).by_path(), gres=gres)
 
 
 # -- plan (pure) --------------------------------------------------------------------------------
@@ -174,9 +174,16 @@ def _plan_controller(target: DesiredGuest, fact: SlurmFact) -> list[Change]:
     return changes
 
 
+def unread(target: DesiredGuest, fact: SlurmFact) -> list[Note]:
+    """The compute guests the controller could not read: each named, its node line kept as it is."""
+    return [Note(name, NAME, f"not read by the Slurm controller {target.name} ({why}): {target.name}'s slurm.conf, "
+                             "gres.conf and cgroup.conf are not planned (its node line stays as it is) until it is read")
+            for name, why in fact.unread.items()]
+
+
 def _gres(slurm_gres: str) -> str:
     """Gres= as scontrol prints it without the sockets (`gpu:a100:4(S:0)` → `gpu:a100:4`)."""
     return ",".join(re.sub(r"\(S:[^)]*\)$", "", g) for g in slurm_gres.split(",") if g)
 
 
-STEP = Step(NAME, "guest", observe, plan, apply, wanted=wanted, apply_all=apply_all)
+STEP = Step(NAME, "guest", observe, plan, apply, wanted=wanted, apply_all=apply_all, unread=unread)
