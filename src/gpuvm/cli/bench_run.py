@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuvm.cli.common import access, err, escape, fail, handle_errors, interactive, interrupted_exit, out
+from gpuvm.cli.common import DRAIN_TIMEOUT, access, err, escape, fail, handle_errors, interactive, interrupted_exit, out
 
 
 def register(app: typer.Typer) -> None:
@@ -30,6 +30,7 @@ def run_command(
     allow_repeat_reboot: Annotated[bool, typer.Option(
         help="Setups: allow rebooting a host again for a change still pending after gpuvm rebooted it for that "
              "change.")] = False,
+    drain_timeout: Annotated[float | None, DRAIN_TIMEOUT] = None,
     accept_new_host_keys: Annotated[bool, typer.Option(
         "--accept-new-host-keys", help="Trust SSH host keys seen for the first time (records them).")] = False,
     state_dir: Annotated[Path | None, typer.Option(
@@ -61,7 +62,8 @@ def run_command(
     check_writable(out_dir, "results", directory=True)  # before a setup is applied or a benchmark runs
     prepared = prepare_campaign(runbook, choice, reach, ApplyOptions(allow_power_off=allow_power_off,
                                                                      allow_host_reboot=allow_host_reboot,
-                                                                     allow_repeat_reboot=allow_repeat_reboot),
+                                                                     allow_repeat_reboot=allow_repeat_reboot,
+                                                                     drain_timeout=drain_timeout),
                                 _SetupView(err if json_ else out), confirm=None if yes else _confirm)
     with _Progress() as progress:
         campaign = run_campaign(prepared, out_dir, progress, allow_unlicensed=allow_unlicensed)

@@ -180,6 +180,12 @@ def load(runbook: Path) -> Any:
     return load_runbook(runbook)
 
 
+# `apply --drain-timeout` and `bench run --drain-timeout` (for its setups): one option, one meaning
+# (ApplyOptions.drain_timeout). Used as `Annotated[Optional[float], DRAIN_TIMEOUT] = None`.
+DRAIN_TIMEOUT = typer.Option("--drain-timeout", min=0, help="Seconds a host reboot waits for the Slurm jobs on its "
+                             "VMs' drained nodes (without it, a reboot with jobs running there is refused)")
+
+
 def access(insecure: bool = False, accept_new_host_keys: bool = False, state_dir: Path | None = None) -> Any:
     """How a run reaches its peers (gpuvm.runs.Access), its TLS warning printed on stderr."""
     from gpuvm.runs import Access

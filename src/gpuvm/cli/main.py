@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from gpuvm.cli import bench_report, bench_run, init, locks, schema, show, size
-from gpuvm.cli.common import (Gpuvm, access, ends_process, err, fail, finish, handle_errors, interactive, load, out,
-                              warn)
+from gpuvm.cli.common import (DRAIN_TIMEOUT, Gpuvm, access, ends_process, err, fail, finish, handle_errors,
+                              interactive, load, out, warn)
 
 app = Gpuvm(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
             help="Turn vSphere hosts with NVIDIA GPUs into a deep-learning cluster, and prove it performs.")
@@ -181,9 +181,7 @@ def apply(runbook: Path = RUNBOOK,
           max_unavailable: int = typer.Option(1, min=1, help="Hosts rebooted at once"),
           state_dir: Optional[Path] = STATE,
           shutdown_timeout: float = typer.Option(300, help="Seconds to wait for a guest shutdown"),
-          drain_timeout: Optional[float] = typer.Option(None, min=0, help="Seconds a host reboot waits for the Slurm "
-                                                        "jobs on its VMs' drained nodes (without it, a reboot with "
-                                                        "jobs running there is refused)"),
+          drain_timeout: Annotated[Optional[float], DRAIN_TIMEOUT] = None,
           accept_new_host_keys: bool = ACCEPT_KEYS, insecure: bool = INSECURE, setup: Optional[str] = SETUP,
           json_: bool = typer.Option(False, "--json", help="One JSON document per line: the plan, each progress "
                                                            "event, a summary (schema gpuvm.apply/1)"),
