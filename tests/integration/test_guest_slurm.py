@@ -3,7 +3,8 @@ munged, slurmctld and slurmd, installed (the bed's apt stand-in) and started by 
 (the bed's systemctl runs the real daemons in each guest's namespaces). One apply from guests with
 nothing installed brings up a cluster whose nodes are idle with the GRES the runbook implies; a
 second plan is empty; a stopped slurmd is drift in verify (exit 5) and one apply fixes it; a MIG
-layout change in the runbook changes the node's GRES types in the same plan as the MIG change."""
+layout change in the runbook changes the node's GRES types in the same plan as the MIG change; a compute guest
+that stops answering holds the controller's files (its node line kept) and is said in the plan (exit 3)."""
 
 from __future__ import annotations
 
@@ -116,3 +117,14 @@ def test_a_cluster_from_nothing_then_drift_then_a_mig_change(bed, tmp_path, monk
         planned = gpuvm("plan")
         assert "guest.mig" in planned.output and "gpu:a100-80gb-pcie:4 → gpu:3g.40gb:8" in planned.output, planned.output
         assert "slurm.conf" in planned.output and "gres.conf" in planned.output
+
+        # a compute guest stops answering: the controller's files keep its node line (not planned, not
+        # rewritten without it), and the plan says so on it and is incomplete (exit 3)
+        bed.stop_sshd("gpu-vm-04")
+        try:
+            held = gpuvm("plan", "--detailed-exitcode")
+        finally:
+            bed.start_sshd("gpu-vm-04")
+        assert held.exit_code == 3, held.output
+        assert "warning: esx-02-vm2: not read by the Slurm controller esx-01-vm1" in held.output
+        assert "/etc/slurm/slurm.conf content" in planned.output and "/etc/slurm/slurm.conf content" not in held.output
