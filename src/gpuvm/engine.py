@@ -189,16 +189,17 @@ def make_plan(runbook: Runbook, inventory: Inventory | Fleet, cluster: Cluster |
                    unobserved_note(name, roles.get(name, "guest"), why, plan, inventory)
                    for name, why in (unreachable or {}).items()]
     unread = unread_notes(facts or {}, cluster.targets) if cluster is not None else []
-    plan.notes += [replace(n, level="info") if n.target in awaited else n for n in unread]
-    plan.unobserved |= {n.target: n.message for n in unread if n.target not in awaited | set(plan.unobserved)}
+    plan.notes += [replace(note, level="info") if other in awaited else note for other, note in unread]
+    plan.unobserved |= {other: note.message for other, note in unread if other not in awaited | set(plan.unobserved)}
     plan.notes += [Note(name, "observe", why) for name, why in fleet.unobserved.items()]
     return plan, desired
 
 
-def unread_notes(facts: Facts, targets: Mapping[str, Any]) -> list[Note]:
-    """What SSH steps observing one target could not read of others (`Step.unread`), a note on each."""
+def unread_notes(facts: Facts, targets: Mapping[str, Any]) -> list[tuple[str, Note]]:
+    """The other targets SSH steps observing one target could not read (`Step.unread`), each with its
+    note on the target observed."""
     steps = {s.name: s for s in STEPS}
-    return [note for (step, name), fact in facts.items() for note in steps[step].unread(targets[name], fact)]
+    return [item for (step, name), fact in facts.items() for item in steps[step].unread(targets[name], fact).items()]
 
 
 def unobserved_note(name: str, role: str, why: Exception | str, plan: Plan, inventory: Inventory) -> Note:

@@ -126,5 +126,5 @@ def test_a_cluster_from_nothing_then_drift_then_a_mig_change(bed, tmp_path, monk
         finally:
             bed.start_sshd("gpu-vm-04")
         assert held.exit_code == 3, held.output
-        assert "warning: esx-02-vm2: not read by the Slurm controller esx-01-vm1" in held.output
+        assert "warning: esx-01-vm1: compute guest esx-02-vm2 not read (" in held.output
         assert "/etc/slurm/slurm.conf content" in planned.output and "/etc/slurm/slurm.conf content" not in held.output

@@ -1,5 +1,5 @@
 """A compute guest the Slurm controller cannot read: the controller's files are not planned (its node
-line is not dropped from slurm.conf), and the plan says so on that guest and counts it not observed
+line is not dropped from slurm.conf), and the plan says so on the controller and counts the guest not observed
 (exit 3), whether the guest failed its own observation too or only the controller's read of it."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from gpuvm.executors.fake import FakeExecutor
 from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_slurm
+from gpuvm.targeting import select
 from gpuvm.vsphere.facts import DatastoreFacts
 from tests.unit.factories import inventory, r750xa, vm
 
@@ -88,9 +89,10 @@ def test_a_compute_guest_that_does_not_answer_holds_the_controllers_files_and_sa
     assert ("slurm node gpu-vm-02", "state") in on_controller  # the node read is still checked: resumed
     assert ("slurm node gpu-vm-03", "state") not in on_controller  # the one not read is left alone
     [note] = _note(plan)
-    assert note.target == "gpu-vm-03" and note.level == "warning"
-    assert SILENT in note.message and "gpu-vm-01" in note.message and "slurm.conf" in note.message
+    assert note.target == "gpu-vm-01" and note.level == "warning"  # the controller, whose files wait
+    assert note.message.startswith(f"compute guest gpu-vm-03 not read ({SILENT}): slurm.conf")
     assert "gpu-vm-03" in plan.unobserved and plan_exit_code(plan, detailed=True) == 3
+    assert note in select(book, ["gpu-vm-01"]).drift(plan, facts).notes  # `verify --target` the controller: said too
 
 
 def test_a_compute_guest_the_controller_alone_could_not_read_is_not_observed(lab):
@@ -104,7 +106,7 @@ def test_a_compute_guest_the_controller_alone_could_not_read_is_not_observed(lab
     observed[key] = dataclasses.replace(observed[key], files={}, gres={}, unread={"gpu-vm-02": "timed out"})
     plan, _ = engine.make_plan(book, facts, cluster, observed, down)
     [note] = _note(plan)
-    assert note.target == "gpu-vm-02" and "timed out" in note.message
+    assert note.target == "gpu-vm-01" and note.message.startswith("compute guest gpu-vm-02 not read (timed out)")
     assert plan.unobserved == {"gpu-vm-02": note.message} and plan_exit_code(plan, detailed=False) == 3
 
 
@@ -121,5 +123,5 @@ def test_a_compute_guest_of_a_vm_the_plan_creates_is_known_after_apply_not_unobs
     cluster = _cluster(tmp_path, {"gpu-vm-03"})
     plan, _ = engine.make_plan(book, facts, cluster, *engine.observe_reachable(cluster))
     [note] = _note(plan)
-    assert note.target == "gpu-vm-03" and note.level == "info"
+    assert note.target == "gpu-vm-01" and "gpu-vm-03 not read" in note.message and note.level == "info"
     assert plan.unobserved == {} and plan_exit_code(plan, detailed=True) == 2

@@ -14,9 +14,10 @@ observe returns, so a type checker matches each step's verbs to one another.
 - `apply(ctx, target, changes)`: carry out exactly those changes.
 - `apply_all(ctx, changes_by_target, parallel) -> failures`: optional, for steps that order their
   targets themselves (build an image once, then ship it); failures by target name.
-- `unread(target, fact) -> [Note]`: pure, for steps whose observe of one target reads others too (the
-  Slurm controller reads its compute guests): a note on each other target it could not read, saying
-  what is not planned for want of it. The plan counts that target not observed (exit 3).
+- `unread(target, fact) -> {other: Note}`: pure, for steps whose observe of one target reads others too
+  (the Slurm controller reads its compute guests): each other target it could not read → a note on
+  this target saying why and what is not planned for want of it. The plan counts the other target
+  not observed (exit 3).
 
 What the engine must know about a step is an attribute, never its name: `reboots_host` (its
 changes reboot hosts: refused without --allow-host-reboot and the runbook's consent) and
@@ -124,8 +125,8 @@ def _always(target: object) -> bool:
     return True
 
 
-def _reads_no_other(target: object, fact: object) -> list[Note]:
-    return []
+def _reads_no_other(target: object, fact: object) -> dict[str, Note]:
+    return {}
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ class Step(Generic[TargetT, FactT]):
     reboots_host: bool = False
     restarts_guest: bool = False
     begins_targets: bool = False  # its apply_all calls ctx.begin and ctx.end as each target starts and ends (batches)
-    unread: Callable[[TargetT, FactT], list[Note]] = _reads_no_other  # other targets its observe could not read
+    unread: Callable[[TargetT, FactT], dict[str, Note]] = _reads_no_other  # other targets its observe could not read
 
     @property
     def over_ssh(self) -> bool:

@@ -46,7 +46,7 @@ class SlurmFact:
     controller_address: str
     files: dict[str, str] = field(default_factory=dict)  # controller: path → wanted content
     gres: dict[str, str] = field(default_factory=dict)  # controller: node (host name) → wanted Gres=
-    unread: dict[str, str] = field(default_factory=dict)  # controller: compute guests not read → why (files not planned)
+    unread: dict[str, str] = field(default_factory=dict)  # controller: compute guests not read → why (no files planned)
     problem: str | None = None  # controller: why the files cannot be rendered (a MIG layout that does not fit)
 
 
@@ -174,11 +174,11 @@ def _plan_controller(target: DesiredGuest, fact: SlurmFact) -> list[Change]:
     return changes
 
 
-def unread(target: DesiredGuest, fact: SlurmFact) -> list[Note]:
-    """The compute guests the controller could not read: each named, its node line kept as it is."""
-    return [Note(name, NAME, f"not read by the Slurm controller {target.name} ({why}): {target.name}'s slurm.conf, "
-                             "gres.conf and cgroup.conf are not planned (its node line stays as it is) until it is read")
-            for name, why in fact.unread.items()]
+def unread(target: DesiredGuest, fact: SlurmFact) -> dict[str, Note]:
+    """The compute guests the controller could not read, each → a note on the controller: its files wait."""
+    return {name: Note(target.name, NAME, f"compute guest {name} not read ({why}): slurm.conf, gres.conf and cgroup.conf "
+                                          f"are not planned ({name}'s node line stays as it is) until it is read")
+            for name, why in fact.unread.items()}
 
 
 def _gres(slurm_gres: str) -> str:
