@@ -116,3 +116,21 @@ def test_a_cluster_from_nothing_then_drift_then_a_mig_change(bed, tmp_path, monk
         planned = gpuvm("plan")
         assert "guest.mig" in planned.output and "gpu:a100-80gb-pcie:4 → gpu:3g.40gb:8" in planned.output, planned.output
         assert "slurm.conf" in planned.output and "gres.conf" in planned.output
+
+        # the MIG layout applied: slurmd binds each MIG instance through its devices (gres.conf
+        # MultipleFiles: the GPU's /dev/nvidia<N>, its GPU and compute instances' /dev/nvidia-caps)
+        started = time.monotonic()
+        applied = gpuvm("apply", "--yes")
+        assert applied.exit_code == 0, applied.output
+        print(f"MIG apply: {time.monotonic() - started:.1f} s")
+        assert sinfo(bed)["esx-02-vm2"] == ("idle", "gpu:3g.40gb:8"), sinfo(bed)
+        node = on(bed, "gpu-vm-01", "scontrol show node esx-02-vm2 -o").stdout
+        assert "State=IDLE " in node and "Gres=gpu:3g.40gb:8" in node, node
+        gres = [line for line in (bed.host_dir("gpu-vm-01") / "etc" / "slurm" / "gres.conf").read_text().splitlines()
+                if line.startswith("NodeName=esx-02-vm2 ")]
+        files = [line.split("MultipleFiles=")[1].split()[0].split(",") for line in gres if "MultipleFiles=" in line]
+        assert len(gres) == 8 and len(files) == 8, gres
+        assert {f[0] for f in files} == {f"/dev/nvidia{i}" for i in range(4)}  # two instances on each GPU
+        caps = [cap for f in files for cap in f[1:]]
+        assert len(caps) == 16 and len(set(caps)) == 16 and all(c.startswith("/dev/nvidia-caps/nvidia-cap") for c in caps)
+        assert gpuvm("plan", "--detailed-exitcode").exit_code == 0

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpuvm.desired.slurm import Partition, SlurmCluster
 from gpuvm.parsers.scontrol import parse_nodes
-from gpuvm.steps.guest_slurm.render import Gres, NodeHardware, gres_type, node_gres, render
+from gpuvm.steps.guest_slurm.render import Gres, MigInstance, NodeHardware, awaits_mig, gres_type, node_gres, render
 
 A100 = "NVIDIA A100 80GB PCIe"
 CLUSTER = SlurmCluster("lab", "gpu-vm-01", ("gpu-vm-01", "gpu-vm-02"),
@@ -34,6 +36,73 @@ def test_a_mig_layout_gives_its_profiles_and_a_vgpu_its_profile():
     assert node_gres(_hw("a", "x", 2, 2), "all-disabled", None) == (
         Gres("a100-80gb-pcie", 2, ("/dev/nvidia0", "/dev/nvidia1")),)
     assert node_gres(_hw("a", "x", 1), None, "grid_a100d-3-40c") == (Gres("grid_a100d-3-40c", 1),)
+
+
+def _mig(hw: NodeHardware, layout: dict[int, list[str]], files: bool = True) -> NodeHardware:
+    """`hw` with the MIG devices `layout` gives (GPU → profiles), each with its device files (cap minors
+    as the driver numbers them, GPU instance ids from 1)."""
+    from dataclasses import replace
+
+    mig = []
+    for gpu, profiles in layout.items():
+        for gi, profile in enumerate(profiles, 1):
+            first = 3 + (gpu * 15 + gi) * 9
+            caps = (f"/dev/nvidia-caps/nvidia-cap{first}", f"/dev/nvidia-caps/nvidia-cap{first + 1}")
+            mig.append(MigInstance(gpu, profile, (f"/dev/nvidia{gpu}", *caps) if files else ()))
+    return replace(hw, mig=tuple(mig))
+
+
+def test_mig_instances_of_the_runbooks_layout_get_their_device_files():
+    hw = _mig(_hw("a", "x", 2, 2), {0: ["3g.40gb", "3g.40gb"], 1: ["3g.40gb", "3g.40gb"]})
+    gres = node_gres(hw, "all-3g.40gb", None)
+    assert [(g.type, g.count, g.multiple) for g in gres] == [("3g.40gb", 1, True)] * 4
+    assert gres[0].files == ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13")
+    assert gres[3].files == ("/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap156", "/dev/nvidia-caps/nvidia-cap157")
+    assert not awaits_mig(hw, "all-3g.40gb", None)
+
+
+def test_mig_instances_not_yet_the_runbooks_are_counted_and_awaited():
+    """The plan that changes the layout: the runbook's types, counted; gres.conf is rendered again after guest.mig."""
+    whole = _hw("a", "x", 2, 2)
+    other = _mig(whole, {0: ["1g.10gb"] * 7, 1: ["3g.40gb", "3g.40gb"]})
+    for hw in (whole, other):
+        assert node_gres(hw, "all-3g.40gb", None) == (Gres("3g.40gb", 4),) and awaits_mig(hw, "all-3g.40gb", None)
+    assert not awaits_mig(whole, None, None) and not awaits_mig(whole, None, "grid_a100d-3-40c")
+    # the layout there, a capability device missing: counted (slurmd reports the shortfall), not awaited
+    missing = _mig(whole, {0: ["3g.40gb", "3g.40gb"], 1: ["3g.40gb", "3g.40gb"]}, files=False)
+    assert node_gres(missing, "all-3g.40gb", None) == (Gres("3g.40gb", 4),) and not awaits_mig(missing, "all-3g.40gb", None)
+
+
+def test_a_mig_node_in_slurm_conf_and_gres_conf():
+    hw = _mig(_hw("g2", "10.0.0.12", 2, 2), {0: ["3g.40gb", "3g.40gb"]})
+    mig = ({"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},
+           {"devices": [1], "mig-enabled": False})
+    from gpuvm.runbook.guests import MigDevices
+
+    nodes = {"gpu-vm-02": (hw, node_gres(hw, tuple(MigDevices.model_validate(m) for m in mig), None))}
+    files = render(CLUSTER, hw, nodes)
+    assert "Gres=gpu:a100-80gb-pcie:1,gpu:3g.40gb:2 " in files.slurm_conf
+    assert files.gres_conf.splitlines()[1:] == [
+        "NodeName=gpu-vm-02 Name=gpu Type=a100-80gb-pcie File=/dev/nvidia1",
+        "NodeName=gpu-vm-02 Name=gpu Type=3g.40gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap12,/dev/nvidia-caps/nvidia-cap13",
+        "NodeName=gpu-vm-02 Name=gpu Type=3g.40gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21,/dev/nvidia-caps/nvidia-cap22"]
+
+
+def test_mig_devices_with_their_capability_files_from_the_guests_listings():
+    from gpuvm.parsers.nvidia_caps import parse_mig_minors
+    from gpuvm.parsers.nvidia_smi import parse_compute_instances
+    from gpuvm.steps.guest_slurm.observe import mig_instances
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
+    instances = parse_compute_instances((fixtures / "nvidia_smi_mig_lci.txt").read_text())
+    minors = parse_mig_minors((fixtures / "proc_nvidia_caps_mig_minors_2gpus.txt").read_text())
+    present = {"/dev/nvidia0", "/dev/nvidia1", *(f"/dev/nvidia-caps/nvidia-cap{m}" for m in (12, 13, 21, 22, 147, 148))}
+    assert mig_instances(instances, minors, present) == (
+        MigInstance(0, "3g.40gb", ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13")),
+        MigInstance(0, "3g.40gb", ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-caps/nvidia-cap22")),
+        MigInstance(1, "1c.3g.40gb", ("/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap147", "/dev/nvidia-caps/nvidia-cap148")),
+        MigInstance(1, "1c.3g.40gb"))  # its compute instance 1's device (nvidia-cap149) is missing
+    assert mig_instances(instances, {}, present)[0].files == ()  # no minors read: no files
 
 
 def test_slurm_conf_names_every_node_by_its_vm_with_its_host_name_hardware_and_gres():
@@ -96,6 +165,10 @@ MemTotal:        8056804 kB
 1, NVIDIA A100 80GB PCIe
 == devices ==
 nvidia0
+== mig ==
+No MIG-enabled devices found.
+== mig_minors ==
+== caps ==
 == key ==
 06f961b802bc46ee168555f066d28f4f0e9afdf3f88174c1ee6f9de004fc30a0  /etc/munge/munge.key
 400 munge
@@ -137,3 +210,16 @@ def test_the_munge_key_is_made_once_and_shown_only_as_a_digest(tmp_path):
     assert munge_key(tmp_path) == key and len(key.data()) == 1024
     assert (key.path.stat().st_mode & 0o777) == 0o600
     assert digest_shown(key.sha256) == "sha256:" + key.sha256[:12] and key.data().hex()[:12] not in digest_shown(key.sha256)
+
+
+def test_a_guests_mig_devices_read_in_the_same_command():
+    from gpuvm.steps.guest_slurm.observe import parse
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
+    lci = "\n".join(fixtures.joinpath("nvidia_smi_mig_lci.txt").read_text().splitlines()[:10])  # GPU 0's two instances
+    text = OBSERVED.replace("== mig ==\nNo MIG-enabled devices found.\n== mig_minors ==\n== caps ==\n",
+                            f"== mig ==\n{lci}\n== mig_minors ==\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n"
+                            "gpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\n== caps ==\nnvidia-cap12\nnvidia-cap13\nnvidia-cap21\n")
+    mig = parse(text, "10.0.0.12", controller=False).hardware.mig
+    assert mig == (MigInstance(0, "3g.40gb", ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13")),
+                   MigInstance(0, "3g.40gb"))  # nvidia-cap22 is not there
