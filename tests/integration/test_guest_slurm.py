@@ -3,7 +3,8 @@ munged, slurmctld and slurmd, installed (the bed's apt stand-in) and started by 
 (the bed's systemctl runs the real daemons in each guest's namespaces). One apply from guests with
 nothing installed brings up a cluster whose nodes are idle with the GRES the runbook implies; a
 second plan is empty; a stopped slurmd is drift in verify (exit 5) and one apply fixes it; a MIG
-layout change in the runbook changes the node's GRES types in the same plan as the MIG change."""
+layout change in the runbook changes the node's GRES types in the same plan as the MIG change, and
+once applied the node is idle with each MIG device bound through its device files."""
 
 from __future__ import annotations
 

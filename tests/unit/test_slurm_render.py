@@ -223,3 +223,75 @@ def test_a_guests_mig_devices_read_in_the_same_command():
     mig = parse(text, "10.0.0.12", controller=False).hardware.mig
     assert mig == (MigInstance(0, "3g.40gb", ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13")),
                    MigInstance(0, "3g.40gb"))  # nvidia-cap22 is not there
+
+
+# -- Cores= from the GPUs' NUMA node ------------------------------------------------------------
+
+def _lscpu(sockets: int, cores: int, threads: int) -> str:
+    """`lscpu -p=CPU,CORE,SOCKET` as Linux numbers CPUs: every core's first thread, then the second ones."""
+    per_thread = sockets * cores
+    rows = [f"{t * per_thread + c},{c},{c // cores}" for t in range(threads) for c in range(per_thread)]
+    return "# The following is the parsable format, which can be fed to other\n# CPU,Core,Socket\n" + "\n".join(rows)
+
+
+def test_cpu_lists_and_slurms_core_indices():
+    import pytest
+
+    from gpuvm.errors import RemoteCommandError
+    from gpuvm.parsers.cpus import cpulist, parse_cpulist, parse_lscpu
+
+    assert parse_cpulist("0-2,5\n") == {0, 1, 2, 5} and cpulist({5, 0, 2, 1}) == "0-2,5"
+    with pytest.raises(RemoteCommandError, match="CPU list"):
+        parse_cpulist("3-1")
+    host = parse_lscpu(_lscpu(2, 32, 2))  # the R750xa: CPUs 64-127 are the second threads of cores 0-63
+    assert host.threads_per_core == 2 and host.core_of[0] == host.core_of[64] == 0 and host.core_of[95] == 31
+    vm = parse_lscpu(_lscpu(2, 16, 1))
+    assert vm.threads_per_core == 1 and vm.core_of == {cpu: cpu for cpu in range(32)}
+
+
+def test_a_gpus_cores_only_when_the_guest_knows_its_numa_node():
+    from gpuvm.parsers.cpus import parse_lscpu, parse_pci_cpus
+    from gpuvm.steps.guest_slurm.observe import gpu_cores
+
+    bus = {0: "0000:17:00.0", 1: "0000:ca:00.0"}
+    host = parse_lscpu(_lscpu(2, 32, 2))
+    pci = parse_pci_cpus("0000:17:00.0 0 0-31,64-95\n0000:ca:00.0 1 32-63,96-127\n0000:17:00.1 0 0-31,64-95\n")
+    assert gpu_cores(bus, pci, host, 2) == ("0-31", "32-63")  # core indices, not CPU ids
+    vm = parse_lscpu(_lscpu(1, 16, 1))
+    no_vnuma = parse_pci_cpus("0000:17:00.0 -1 0-15\n0000:ca:00.0 -1 0-15\n")
+    assert gpu_cores(bus, no_vnuma, vm, 2) == ()
+    one_node = parse_pci_cpus("0000:17:00.0 0 0-15\n0000:ca:00.0 0 0-15\n")  # all its CPUs: no preference
+    assert gpu_cores(bus, one_node, vm, 2) == ()
+
+
+def test_cores_in_gres_conf_for_gpus_and_their_mig_instances():
+    from dataclasses import replace
+
+    hw = replace(_hw("g2", "10.0.0.12", 4, 4), cores=("0-15", "0-15", "16-31", "16-31"), threads_per_core=2)
+    gres = node_gres(hw, None, None)
+    assert gres == (Gres("a100-80gb-pcie", 2, ("/dev/nvidia0", "/dev/nvidia1"), cores="0-15"),
+                    Gres("a100-80gb-pcie", 2, ("/dev/nvidia2", "/dev/nvidia3"), cores="16-31"))
+    mig = _mig(hw, {2: ["3g.40gb", "3g.40gb"]})
+    from gpuvm.runbook.guests import MigDevices
+
+    layout = (MigDevices.model_validate({"devices": [2], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}),)
+    files = render(CLUSTER, mig, {"gpu-vm-02": (mig, node_gres(mig, layout, None))})
+    assert files.gres_conf.splitlines()[1:] == [
+        "NodeName=gpu-vm-02 Name=gpu Type=a100-80gb-pcie File=/dev/nvidia0,/dev/nvidia1 Cores=0-15",
+        "NodeName=gpu-vm-02 Name=gpu Type=a100-80gb-pcie File=/dev/nvidia3 Cores=16-31",
+        "NodeName=gpu-vm-02 Name=gpu Type=3g.40gb MultipleFiles=/dev/nvidia2,/dev/nvidia-caps/nvidia-cap282,"
+        "/dev/nvidia-caps/nvidia-cap283 Cores=16-31",
+        "NodeName=gpu-vm-02 Name=gpu Type=3g.40gb MultipleFiles=/dev/nvidia2,/dev/nvidia-caps/nvidia-cap291,"
+        "/dev/nvidia-caps/nvidia-cap292 Cores=16-31"]
+    assert "CPUs=8 ThreadsPerCore=2 RealMemory=64000 Gres=gpu:a100-80gb-pcie:3,gpu:3g.40gb:2 " in files.slurm_conf
+    unknown = _hw("g", "x", 2, 2)
+    assert "Cores=" not in render(CLUSTER, unknown, {"n": (unknown, node_gres(unknown, None, None))}).gres_conf
+
+
+def test_a_gpus_numa_node_read_in_the_same_command():
+    from gpuvm.steps.guest_slurm.observe import parse
+
+    text = OBSERVED.replace("== key ==\n", "== bus_ids ==\n0, 00000000:17:00.0\n1, 00000000:CA:00.0\n== pci_cpus ==\n"
+                            "0000:17:00.0 0 0-0\n0000:ca:00.0 1 1\n== lscpu ==\n# CPU,Core,Socket\n0,0,0\n1,1,1\n== key ==\n")
+    assert parse(text, "10.0.0.12", controller=False).hardware.cores == ("0", "1")
+    assert parse(OBSERVED, "10.0.0.12", controller=False).hardware.cores == ()

@@ -10,7 +10,9 @@ has no NVML autodetect, so gres.conf names the devices: whole GPUs a `File=` lin
 `MultipleFiles=` line with its GPU's /dev/nvidia<index> and its GPU and compute instances'
 /dev/nvidia-caps/nvidia-cap<minor> (Slurm's static MIG configuration). Until then (the plan that
 changes the layout, before guest.mig applies it: `awaits_mig`) and for GPUs without device files, a
-`Count=`, which slurmd cannot bind: apply renders gres.conf again after guest.mig.
+`Count=`, which slurmd cannot bind: apply renders gres.conf again after guest.mig. Each line with
+files gets `Cores=`, Slurm's indices of the cores near its GPU, where the guest knows the GPU's
+NUMA node (`observe.gpu_cores`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class NodeHardware:
     gpus: tuple[str, ...] = ()  # nvidia-smi names, by index
     devices: tuple[str, ...] = ()  # /dev/nvidia<N> present
     mig: tuple[MigInstance, ...] = ()  # MIG devices, by GPU
+    cores: tuple[str, ...] = ()  # by GPU index: Slurm's core indices near it (`0-15`), "" unknown; (): none known
+    threads_per_core: int = 1
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Gres:
     count: int
     files: tuple[str, ...] = ()
     multiple: bool = False  # one MIG instance: `MultipleFiles=` (its files make one device), else `File=`
+    cores: str = ""  # gres.conf `Cores=`: the cores near the GPU(s), when known
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class NodeLine:
     cpus: int
     memory_mb: int
     gres: tuple[Gres, ...]
+    threads_per_core: int = 1
 
     @property
     def gres_field(self) -> str:
@@ -127,17 +133,17 @@ def node_gres(hardware: NodeHardware, mig: str | tuple[MigDevices, ...] | None,
     if vgpu_profile is not None:
         return (Gres(vgpu_profile, len(gpus)),)
     wanted = _mig_wanted(hardware, mig)
-    whole: dict[str, list[int]] = {}
+    cores = dict(enumerate(hardware.cores))
+    files = all(f"/dev/nvidia{i}" in hardware.devices for i in gpus if i not in wanted)
+    whole: dict[tuple[str, str], list[int]] = {}  # GPUs of a model near the same cores: one line
     for index, name in gpus.items():
         if index not in wanted:
-            whole.setdefault(gres_type(name), []).append(index)
-    gres = []
-    for type_, indices in whole.items():
-        files = tuple(f"/dev/nvidia{i}" for i in indices)
-        gres.append(Gres(type_, len(indices), files if all(f in hardware.devices for f in files) else ()))
+            whole.setdefault((gres_type(name), cores.get(index, "") if files else ""), []).append(index)
+    gres = [Gres(type_, len(indices), tuple(f"/dev/nvidia{i}" for i in indices) if files else (), cores=near)
+            for (type_, near), indices in whole.items()]
     instances = [m for m in hardware.mig if m.gpu in wanted]
     if _mig_present(hardware, wanted) and all(m.files for m in instances):
-        return (*gres, *(Gres(m.profile, 1, m.files, multiple=True) for m in instances))
+        return (*gres, *(Gres(m.profile, 1, m.files, multiple=True, cores=cores.get(m.gpu, "")) for m in instances))
     counts: Counter[str] = Counter()
     for profiles in wanted.values():
         counts.update(profiles)
@@ -149,7 +155,8 @@ def render(cluster: SlurmCluster, controller: NodeHardware, nodes: dict[str, tup
     """The three files, the same on every node. `nodes`: each compute guest (VM name) → its hardware
     and GRES, in the cluster's order."""
     env = environment("slurm", trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    lines = [NodeLine(name, h.hostname, h.address, h.cpus, h.memory_mb, gres) for name, (h, gres) in nodes.items()]
+    lines = [NodeLine(name, h.hostname, h.address, h.cpus, h.memory_mb, gres, h.threads_per_core)
+             for name, (h, gres) in nodes.items()]
     partitions = [PartitionLine(p.name, tuple(n for n in p.nodes if n in nodes), p.default, p.max_time)
                   for p in cluster.partitions]
     partitions = [p for p in partitions if p.nodes]  # a partition whose guests were all not observed
