@@ -5,7 +5,7 @@ Every host is a network namespace `gpuvm-<name>` joined by a veth pair to the br
 (ESXi hosts first). Each host's sshd runs in a private mount (and UTS) namespace where
 `/root`, `/home`, `/etc` (a copy of this machine's, with the host's own `ssh/` and `hosts`),
 `/tmp`, `/var/lib/gpuvm-fake` and munge's and Slurm's directories (`OWN_DIRS`) are the host's own
-directories under `<root>/hosts/<name>/`,
+directories under `<root>/hosts/<name>/` (a guest's `/proc/driver` too: the NVIDIA driver's mig-minors),
 and the stand-in tools of `testbed/bin` are on PATH at `/usr/local/bin` (in the default PATH of root and of ordinary users alike). Everything an
 ssh session starts lives in those namespaces, so `down()` ends a host by killing the
 processes of its network namespace and deleting it: no mount outlives it.
@@ -90,6 +90,7 @@ class BedNames:
 
 TEST_NAMES = BedNames()
 BENCH_NAMES = BedNames("gpbbr0", "gpbbr1", "gpb-", "gbh-", "gbf-", "10.251.0")  # bench/: never the tests' bed
+NVIDIA_CAPS_MAJOR = 510  # a dynamic major, as the driver's nvidia-caps gets one
 FORWARD_SAVED = "/run/gpuvm-testbed-ip_forward"  # ip_forward before uplink(), restored by down()
 
 
@@ -104,14 +105,34 @@ class BedHost:
     host_key_line: str  # the host's key as a known_hosts line ("name,address ssh-ed25519 AAAA...")
 
 
+def mig_minors(gpus: int = 32) -> str:
+    """/proc/driver/nvidia-caps/mig-minors as the NVIDIA driver writes it (the same whatever MIG
+    devices exist): `config 1`, `monitor 2`, then for each GPU 15 GPU instances of 9 minors each,
+    its own (`gpu0/gi1/access 12`) and 8 compute instances' (`gpu0/gi1/ci0/access 13`)."""
+    lines = ["config 1", "monitor 2"]
+    for gpu in range(gpus):
+        for gi in range(15):
+            first = 3 + (gpu * 15 + gi) * 9
+            lines += [f"gpu{gpu}/gi{gi}/access {first}", *(f"gpu{gpu}/gi{gi}/ci{ci}/access {first + 1 + ci}" for ci in range(8))]
+    return "\n".join(lines) + "\n"
+
+
 def _gpu_device_files(count: int = 4) -> None:
     """/dev/nvidia0 … as a GPU machine has them (character devices, major 195), for the stand-in
-    nvidia-smi's four GPUs: Slurm's gres.conf names them (File=) and slurmd checks they are devices.
-    The guests share this machine's /dev; nothing drives the nodes, so nothing opens them. Kept."""
+    nvidia-smi's four GPUs, and their MIG capabilities' /dev/nvidia-caps/nvidia-cap<minor> (`mig_minors`;
+    the driver's major for them is dynamic): Slurm's gres.conf names them (File=, MultipleFiles=) and
+    slurmd checks they are devices. The guests share this machine's /dev; nothing drives the nodes,
+    so nothing opens them. Kept."""
     for index in range(count):
         path = Path(f"/dev/nvidia{index}")
         if not path.exists():
             os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, index))
+    Path("/dev/nvidia-caps").mkdir(mode=0o755, exist_ok=True)
+    for line in mig_minors(count).splitlines():
+        minor = int(line.split()[1])
+        path = Path(f"/dev/nvidia-caps/nvidia-cap{minor}")
+        if not path.exists():
+            os.mknod(path, 0o444 | stat.S_IFCHR, os.makedev(NVIDIA_CAPS_MAJOR, minor))
 
 
 def _mac(address: str, port: int) -> str:
@@ -385,6 +406,7 @@ class TestBed:
             (BIN, TOOLS_MOUNT),
             *((self.own_dir(name, own), own) for own in OWN_DIRS),
             (d / "etc", "/etc"),
+            *(((d / "proc-driver", "/proc/driver"),) if (d / "proc-driver").is_dir() else ()),  # a guest's mig-minors
             (d / "tmp", "/tmp"),  # last: the bed's own root may be under /tmp
         ]
         made = " ".join(str(p) for p in (DOCKER_MOUNT, *OWN_DIRS, *(self.own_dir(name, o) for o in OWN_DIRS)))
@@ -648,6 +670,9 @@ class TestBed:
         for path, mode in ((home, 0o700 if user == "root" else 0o755), (ssh_dir, 0o700), (ssh_dir / "authorized_keys", 0o600)):
             os.chown(path, pw.pw_uid, pw.pw_gid)
             os.chmod(path, mode)
+        if self.role(name) == "guest":  # the NVIDIA driver's /proc/driver/nvidia-caps (what the GPUs' MIG devices need)
+            (d / "proc-driver" / "nvidia-caps").mkdir(parents=True, exist_ok=True)
+            (d / "proc-driver" / "nvidia-caps" / "mig-minors").write_text(mig_minors())
         state = fake.default_state(role=self.role(name), hostname=name)
         (d / "fake" / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
         os.chmod(d / "fake" / "state.json", 0o666)

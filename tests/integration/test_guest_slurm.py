@@ -3,7 +3,8 @@ munged, slurmctld and slurmd, installed (the bed's apt stand-in) and started by 
 (the bed's systemctl runs the real daemons in each guest's namespaces). One apply from guests with
 nothing installed brings up a cluster whose nodes are idle with the GRES the runbook implies; a
 second plan is empty; a stopped slurmd is drift in verify (exit 5) and one apply fixes it; a MIG
-layout change in the runbook changes the node's GRES types in the same plan as the MIG change; a compute guest
+layout change in the runbook changes the node's GRES types in the same plan as the MIG change, and
+once applied the node is idle with each MIG device bound through its device files; a compute guest
 that stops answering holds the controller's files (its node line kept) and is said in the plan (exit 3)."""
 
 from __future__ import annotations
@@ -128,3 +129,21 @@ def test_a_cluster_from_nothing_then_drift_then_a_mig_change(bed, tmp_path, monk
         assert held.exit_code == 3, held.output
         assert "warning: esx-01-vm1: compute guest esx-02-vm2 not read (" in held.output
         assert "/etc/slurm/slurm.conf content" in planned.output and "/etc/slurm/slurm.conf content" not in held.output
+
+        # the MIG layout applied: slurmd binds each MIG instance through its devices (gres.conf
+        # MultipleFiles: the GPU's /dev/nvidia<N>, its GPU and compute instances' /dev/nvidia-caps)
+        started = time.monotonic()
+        applied = gpuvm("apply", "--yes")
+        assert applied.exit_code == 0, applied.output
+        print(f"MIG apply: {time.monotonic() - started:.1f} s")
+        assert sinfo(bed)["esx-02-vm2"] == ("idle", "gpu:3g.40gb:8"), sinfo(bed)
+        node = on(bed, "gpu-vm-01", "scontrol show node esx-02-vm2 -o").stdout
+        assert "State=IDLE " in node and "Gres=gpu:3g.40gb:8" in node, node
+        gres = [line for line in (bed.host_dir("gpu-vm-01") / "etc" / "slurm" / "gres.conf").read_text().splitlines()
+                if line.startswith("NodeName=esx-02-vm2 ")]
+        files = [line.split("MultipleFiles=")[1].split()[0].split(",") for line in gres if "MultipleFiles=" in line]
+        assert len(gres) == 8 and len(files) == 8, gres
+        assert {f[0] for f in files} == {f"/dev/nvidia{i}" for i in range(4)}  # two instances on each GPU
+        caps = [cap for f in files for cap in f[1:]]
+        assert len(caps) == 16 and len(set(caps)) == 16 and all(c.startswith("/dev/nvidia-caps/nvidia-cap") for c in caps)
+        assert gpuvm("plan", "--detailed-exitcode").exit_code == 0

@@ -84,6 +84,28 @@ def test_gpu_instances_none(text):
     assert nvidia_smi.parse_gpu_instances(text) == []
 
 
+def test_compute_instances():
+    got = nvidia_smi.parse_compute_instances(fixture("nvidia_smi_mig_lci.txt"))
+    assert [(c.gpu, c.gpu_instance_id, c.profile, c.profile_id, c.instance_id) for c in got] == [
+        (0, 1, "3g.40gb", 2, 0), (0, 2, "3g.40gb", 2, 0), (1, 1, "1c.3g.40gb", 0, 0), (1, 1, "1c.3g.40gb", 0, 1)]
+
+
+@pytest.mark.parametrize("text", ["No MIG-enabled devices found.\n", "No compute instances found: Not Found\n"])
+def test_compute_instances_none(text):
+    assert nvidia_smi.parse_compute_instances(text) == []
+
+
+def test_mig_minors():
+    from gpuvm.parsers import nvidia_caps
+
+    minors = nvidia_caps.parse_mig_minors(fixture("proc_nvidia_caps_mig_minors_2gpus.txt"))
+    assert len(minors) == 2 + 2 * 15 * 9 and minors["config"] == 1
+    assert minors[nvidia_caps.gpu_instance_cap(0, 1)] == 12 and minors[nvidia_caps.compute_instance_cap(0, 1, 0)] == 13
+    assert minors[nvidia_caps.gpu_instance_cap(1, 0)] == 138 and nvidia_caps.cap_device(138) == "/dev/nvidia-caps/nvidia-cap138"
+    with pytest.raises(RemoteCommandError, match="mig-minors"):
+        nvidia_caps.parse_mig_minors("gpu0/gi1/access 12\ngpu0/gi1/access twelve\n")
+
+
 def test_gpu_instance_profiles():
     profiles = nvidia_smi.parse_gpu_instance_profiles(fixture("nvidia_smi_mig_lgip.txt"))
     assert {p.profile: p.profile_id for p in profiles} == {

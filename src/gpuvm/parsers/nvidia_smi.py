@@ -1,4 +1,4 @@
-"""nvidia-smi: `-L`, `--query-gpu=... --format=csv,noheader`, `mig -lgi`, `mig -lgip`, `mig -cgi`."""
+"""nvidia-smi: `-L`, `--query-gpu=... --format=csv,noheader`, `mig -lgi`, `mig -lci`, `mig -lgip`, `mig -cgi`."""
 
 from __future__ import annotations
 
@@ -51,6 +51,15 @@ class GpuInstance:
 
 
 @dataclass(frozen=True)
+class ComputeInstance:
+    gpu: int
+    gpu_instance_id: int
+    profile: str  # "3g.40gb" (a compute instance spanning its GPU instance has the GPU instance's name)
+    profile_id: int
+    instance_id: int
+
+
+@dataclass(frozen=True)
 class GpuInstanceProfile:
     gpu: int
     profile: str
@@ -73,6 +82,7 @@ class CreatedInstance:
 _GPU = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
 _MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)\s*$")
 _LGI = re.compile(r"^\|\s+(\d+)\s+MIG (\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|$")
+_LCI = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+MIG (\S+)\s+(\d+)\s+(\d+)\s+\d+:\d+\s+\|$")
 _LGIP = re.compile(r"^\|\s+(\d+)\s+MIG (\S+)\s+(\d+)\s+(\d+)/(\d+)\s+([\d.]+)\s+")
 _CGI = re.compile(
     r"^Successfully created GPU instance ID\s+(\d+) on GPU\s+(\d+) using profile MIG (\S+) \(ID\s+(\d+)\)$"
@@ -117,7 +127,8 @@ def parse_mig_query_csv(text: str) -> list[MigMode]:
 
 
 def _box_rows(text: str, title: str, command: str) -> list[str]:
-    if "No MIG-enabled devices found" in text or "No GPU instances found" in text:
+    nothing = ("No MIG-enabled devices found", "No GPU instances found", "No compute instances found")
+    if any(none in text for none in nothing):
         return []
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     if not lines or not lines[0].startswith("+-") or not any(title in line for line in lines[:3]):
@@ -138,6 +149,19 @@ def parse_gpu_instances(text: str) -> list[GpuInstance]:
             raise unparseable("nvidia-smi mig -lgi", "rows '| GPU  MIG <profile>  <profile id>  <instance id>  <start>:<size> |'", line)
         rows.append(GpuInstance(int(m[1]), checked(m[2], "a MIG profile", "nvidia-smi mig -lgi"), int(m[3]), int(m[4]),
                                 int(m[5]), int(m[6])))
+    return rows
+
+
+def parse_compute_instances(text: str) -> list[ComputeInstance]:
+    """`nvidia-smi mig -lci` (empty when MIG is off or no instance exists)."""
+    rows = []
+    for line in _box_rows(text, "Compute instances:", "nvidia-smi mig -lci"):
+        m = _LCI.match(line)
+        if not m:
+            raise unparseable("nvidia-smi mig -lci",
+                              "rows '| GPU  GI  MIG <profile>  <profile id>  <instance id>  <start>:<size> |'", line)
+        rows.append(ComputeInstance(int(m[1]), int(m[2]), checked(m[3], "a MIG profile", "nvidia-smi mig -lci"),
+                                    int(m[4]), int(m[5])))
     return rows
 
 

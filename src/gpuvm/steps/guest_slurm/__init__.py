@@ -22,18 +22,16 @@ import re
 from dataclasses import dataclass, field, replace
 
 from gpuvm.desired.ssh import DesiredGuest
-from gpuvm.executors.group import run_group
-from gpuvm.mig import MigLayoutError
 from gpuvm.parsers.scontrol import slurms_reason
 from gpuvm.plan import Change, Note
-from gpuvm.remote import Cluster, run
+from gpuvm.remote import Cluster
 from gpuvm.steps.base import Context, Step
-from gpuvm.steps.guest_slurm.actions import (DEFAULTS, NAME, InstallPackages, Reconfigure, ResumeNode, StartService,
-                                             WriteFile, WriteMungeKey, slurm_node)
+from gpuvm.steps.guest_slurm.actions import (DEFAULTS, GRES_CONF, NAME, InstallPackages, Reconfigure, ResumeNode,
+                                             StartService, WriteFile, WriteMungeKey, slurm_node)
 from gpuvm.steps.guest_slurm.apply import apply, apply_all
 from gpuvm.steps.guest_slurm.munge_key import digest_shown, load_munge_key
-from gpuvm.steps.guest_slurm.observe import MUNGE_KEY, GuestSlurm, parse, script
-from gpuvm.steps.guest_slurm.render import NodeHardware, NodeLine, node_gres, render
+from gpuvm.steps.guest_slurm.observe import MUNGE_KEY, GuestSlurm
+from gpuvm.steps.guest_slurm.wanted import read, wanted_files
 
 __all__ = ["NAME", "DEFAULTS", "InstallPackages", "Reconfigure", "ResumeNode", "StartService", "WriteFile",
            "WriteMungeKey", "STEP", "apply", "apply_all"]
@@ -48,6 +46,7 @@ class SlurmFact:
     gres: dict[str, str] = field(default_factory=dict)  # controller: node (host name) → wanted Gres=
     unread: dict[str, str] = field(default_factory=dict)  # controller: compute guests not read → why (no files planned)
     problem: str | None = None  # controller: why the files cannot be rendered (a MIG layout that does not fit)
+    awaiting_mig: tuple[str, ...] = ()  # controller: nodes whose MIG devices guest.mig is yet to make
 
 
 def wanted(target: DesiredGuest) -> bool:
@@ -60,17 +59,12 @@ def _packages(target: DesiredGuest) -> tuple[str, ...]:
             *(("slurmd",) if node.compute_of(target.name) else ()), "slurm-client")
 
 
-def _read(target: DesiredGuest, cluster: Cluster, controller: bool) -> GuestSlurm:
-    result = run(target, cluster, ["sh", "-c", script(controller)], sudo=target.root)
-    return parse(result.stdout, target.login.address, controller)
-
-
 # -- observe ------------------------------------------------------------------------------------
 
 def observe(ctx: Context, target: DesiredGuest) -> SlurmFact:
     cluster, node = ctx.cluster, slurm_node(target)
     controller = node.controller_of(target.name)
-    own = _read(target, cluster, controller)
+    own = read(target, cluster, controller)
     key = load_munge_key(cluster.state_dir)
     known = {**(cluster.all_guests or {}), **cluster.targets}  # the controller, even where it is not a target now
     address = known[node.cluster.controller].login.address if node.cluster.controller in known else ""
@@ -81,27 +75,10 @@ def observe(ctx: Context, target: DesiredGuest) -> SlurmFact:
 
 
 def _with_wanted_files(cluster: Cluster, target: DesiredGuest, fact: SlurmFact) -> SlurmFact:
-    """The controller's fact with its files as the cluster needs them: every compute guest's hardware
-    read (in parallel), its GRES from the runbook's MIG layout or vGPU profile."""
-    own = fact.own
-    slurm = slurm_node(target).cluster
-    others = {n: cluster.targets[n] for n in slurm.compute if n != target.name and n in cluster.targets}
-    missing = [n for n in slurm.compute if n != target.name and n not in cluster.targets]
-    read = run_group(others, lambda t: _read(t, cluster, False).hardware, max(1, min(32, len(others))), name="slurm")
-    hardware = {**read.ok, **({target.name: own.hardware} if target.name in slurm.compute else {})}
-    unread = {**{n: "its VM's vCenter was not reached" for n in missing}, **{n: str(e) for n, e in read.failed.items()}}
-    nodes: dict[str, tuple[NodeHardware, tuple]] = {}
-    for name in (n for n in slurm.compute if n in hardware):
-        guest = cluster.targets[name]
-        try:
-            nodes[name] = (hardware[name], node_gres(hardware[name], guest.mig, guest.slurm.gres_type if guest.slurm else None))
-        except MigLayoutError as e:
-            return replace(fact, problem=f"guest {name}'s MIG layout: {e}")
-    gres = {name: NodeLine(name, h.hostname, h.address, h.cpus, h.memory_mb, g).gres_field
-            for name, (h, g) in nodes.items()}
-    if unread:  # rendered without them, the files would drop their nodes (and restart slurmctld): not planned
-        return replace(fact, gres=gres, unread=dict(sorted(unread.items())))
-    return replace(fact, files=render(slurm, own.hardware, nodes).by_path(), gres=gres)
+    """The controller's fact with its files as the cluster needs them (`wanted.wanted_files`)."""
+    wanted_ = wanted_files(cluster, target, fact.own.hardware)
+    return replace(fact, files=wanted_.files, gres=wanted_.gres, unread=wanted_.unread, problem=wanted_.problem,
+                   awaiting_mig=wanted_.awaiting_mig)
 
 
 # -- plan (pure) --------------------------------------------------------------------------------
@@ -153,8 +130,12 @@ def _plan_controller(target: DesiredGuest, fact: SlurmFact) -> list[Change]:
         raise target.error(NAME, ("mig",), f"slurm.conf's GRES: {fact.problem}")
     written = False
     for path, content in fact.files.items():
-        if own.configs.get(path) != _sha(content):
-            before = f"sha256:{own.configs[path][:12]}" if path in own.configs else None
+        before = f"sha256:{own.configs[path][:12]}" if path in own.configs else None
+        if path == GRES_CONF and fact.awaiting_mig:  # its MIG devices are known once guest.mig made them
+            change(path, "content", before, f"rendered after guest.mig ({', '.join(fact.awaiting_mig)}'s MIG devices)",
+                   WriteFile(path, content, after_mig=True))
+            written = True
+        elif own.configs.get(path) != _sha(content):
             change(path, "content", before, f"sha256:{_sha(content)[:12]}", WriteFile(path, content))
             written = True
     if "slurmctld" not in own.active:

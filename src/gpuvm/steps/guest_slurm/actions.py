@@ -9,6 +9,7 @@ from gpuvm.desired.ssh import DesiredGuest
 
 NAME = "guest.slurm"
 DEFAULTS = "/etc/default/slurmd"
+GRES_CONF = "/etc/slurm/gres.conf"
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class StartService:
 class WriteFile:
     path: str
     content: str  # not a secret: Slurm's configuration
+    after_mig: bool = False  # rendered again on apply, from the MIG devices guest.mig made (gres.conf)
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ from gpuvm.parsers.scontrol import parse_nodes, slurms_reason
 from gpuvm.plan import Change
 from gpuvm.remote import Cluster, run
 from gpuvm.steps.base import Context
-from gpuvm.steps.guest_slurm.actions import (DEFAULTS, NAME, InstallPackages, Reconfigure, ResumeNode, StartService,
-                                             WriteFile, WriteMungeKey, slurm_node)
+from gpuvm.steps.guest_slurm.actions import (DEFAULTS, GRES_CONF, NAME, InstallPackages, Reconfigure, ResumeNode,
+                                             StartService, WriteFile, WriteMungeKey, slurm_node)
 from gpuvm.steps.guest_slurm.munge_key import munge_key
 from gpuvm.steps.guest_slurm.observe import MUNGE_KEY
+from gpuvm.steps.guest_slurm.wanted import read, wanted_files
 
 SETTLE_TIMEOUT = 90.0  # seconds apply waits for every node to register with slurmctld
 
@@ -68,8 +69,9 @@ def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
         _systemctl(target, cluster, "restart", "munge")
         _systemctl(target, cluster, "enable", "munge")
     writes = [a for a in actions if isinstance(a, WriteFile)]
+    again = _rendered_after_mig(target, cluster) if any(w.after_mig for w in writes) else {}
     for write in writes:
-        _write(target, cluster, write.path, write.content.encode(), "0644", "root:root")
+        _write(target, cluster, write.path, again.get(write.path, write.content).encode(), "0644", "root:root")
     if node.controller_of(target.name):
         _apply_controller(target, cluster, actions, {w.path for w in writes}, keyed)
     if node.compute_of(target.name):
@@ -77,6 +79,16 @@ def apply(ctx: Context, target: DesiredGuest, changes: list[Change]) -> None:
                                                                    for a in actions):
             _systemctl(target, cluster, "restart", "slurmd")
             _systemctl(target, cluster, "enable", "slurmd")
+
+
+def _rendered_after_mig(target: DesiredGuest, cluster: Cluster) -> dict[str, str]:
+    """The controller's files rendered from the guests as they are now, after guest.mig made their MIG
+    devices (the plan's gres.conf could only count them)."""
+    wanted = wanted_files(cluster, target, read(target, cluster, False).hardware)
+    if wanted.unread or wanted.problem:
+        why = wanted.problem or f"{', '.join(wanted.unread)} could not be read"
+        raise RemoteCommandError(f"{target.name}: {NAME}: gres.conf not rendered after guest.mig: {why}")
+    return {GRES_CONF: wanted.files[GRES_CONF]}
 
 
 def _apply_controller(target: DesiredGuest, cluster: Cluster, actions: list, written: set[str], keyed: bool) -> None:
