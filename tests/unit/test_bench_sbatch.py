@@ -166,3 +166,12 @@ def test_ctrl_c_while_waiting_cancels_the_job_and_kills_nothing_on_the_submit_gu
     stop = next(c.command for c in vm1.calls if c.command.startswith("scancel"))
     assert stop.startswith(f"scancel --name={name} ") and f"squeue -h --name={name} -o %i" in stop
     assert "kill" not in stop  # sbatch ended at submission: its pid may be another process's by now
+
+
+def test_dry_run_shows_the_submission_and_the_batch_script(tmp_path):
+    from gpuvm.bench.dry_run import describe
+
+    runbook = book(tmp_path, one_run(kind="pytorch_train", launch="sbatch", nodes=[2]), infra=NO_GPUS)
+    text = "\n".join(describe(plan_campaign(runbook), ".gpuvm-bench"))
+    assert "  on vm1 (through Slurm on vm1, vm2)\n" in text and "exec sbatch --parsable 2>&1\n" in text
+    assert "\n      #SBATCH --nodelist=vm1,vm2\n" in text and "\n      env MASTER_ADDR=10.0.0.1 " in text
