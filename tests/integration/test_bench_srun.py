@@ -124,7 +124,7 @@ def test_pytorch_workload_through_slurm_over_one_two_and_four_nodes(slurm, tmp_p
                                    "Invalid partition name specified") and refused_batch.slurm_jobs is None
     pending_batch = results.benchmark("sbatch-pending").points[0].repeats[0]
     assert pending_batch.error == (f"cancelled after 2s in the queue (queue_timeout): Slurm did not start the job: "
-                                   f"job {pending_batch.slurm_jobs[0]} was pending; Reason=X")
+                                   f"job {pending_batch.slurm_jobs[0]} was pending; Reason=PartitionConfig")
 
     # one connection from this machine: the submit guest's; the other guests only through Slurm
     after = logins(slurm)

@@ -129,6 +129,7 @@ def test_a_lost_session_costs_one_poll_and_the_wait_goes_on(tmp_path, mocker):
      "exited 1: Slurm did not start the job: Batch job submission failed: Node count specification invalid"),
     (None, ok(scontrol("FAILED", "NonZeroExitCode", "1:0")), "exited 1: [1,0]<stdout>:Total img/sec"),  # its last line
     (None, ok(scontrol("TIMEOUT", "TimeLimit", "0:15")), "Slurm job 17 ended TIMEOUT: [1,0]<stdout>:Total img/sec"),
+    (None, ok("slurm_load_jobs error: Invalid job id specified\n"), "Slurm no longer knows job 17"),
 ])
 def test_a_job_that_slurm_refused_or_that_failed_is_a_failed_point(tmp_path, submitted, polls, error):
     vm2 = batch_fake("vm2", None)

@@ -136,10 +136,10 @@ def _wait(executor: Executor, job_id: int, run: BenchmarkRun, started: float, cl
     give_up = started + run.timeout + 60
     lost: ConnectError | None = None
     while clock() < give_up:
-        pending_left = started + run.queue_timeout - clock()
+        pending_left = started + run.queue_timeout - clock()  # then a poll returns to check the queue
+        chunk = max(0.5, min(POLL, pending_left)) if pending_left > 0 else POLL
         try:
-            said = executor.run_script(wait_script(job_id, max(0.5, min(POLL, pending_left))), timeout=POLL + 30,
-                                       check=False)
+            said = executor.run_script(wait_script(job_id, chunk), timeout=POLL + 30, check=False)
         except ConnectError as e:  # the session dropped: the job goes on in Slurm; poll again
             lost = e
             if UNDER_WAY.interrupted.wait(LOST_RETRY):
