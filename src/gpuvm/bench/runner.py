@@ -329,13 +329,13 @@ class CampaignRunner:
     def _run_job(self, point: PlannedPoint, job: Job, log: Path, pidfile: str) -> Outcome:
         run = point.run
         executor = self.executors[job.launcher]
-        script = launch_script(self.workdir, job.command, pidfile, env=job_env(pidfile, run.launch) if job.nodes else "")
-        error = None
+        named = job_env(pidfile, run.launch) if job.nodes else ""  # a Slurm job: named after its run
+        script = launch_script(self.workdir, job.command, pidfile, env=named)
+        error, batch_id = None, None  # batch_id: launch sbatch's job id, as sbatch said it
         # Our own timeout: TERM lets mpirun take its ranks down (Open MPI puts each local rank in
         # its own process group, so the executor's SIGKILL of mpirun's group would orphan them);
         # the executor's timeout, a minute later, is only the backstop.
         expired = threading.Event()
-        batch_id = None  # launch sbatch: its job id, from sbatch
 
         def expire() -> None:
             expired.set()
