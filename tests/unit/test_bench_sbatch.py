@@ -92,6 +92,7 @@ def batch_fake(name: str, polls, submitted=None) -> FakeExecutor:
     })
 
 
+LAST = "[1,0]<stdout>:Total img/sec on 2 GPU(s): 50.0 +-1.0"
 SECTION = one_run(kind="pytorch_train", launch="sbatch", nodes=[2], repeats=1)
 
 
@@ -109,7 +110,7 @@ def test_the_job_is_submitted_waited_for_and_its_output_read_on_its_batch_host(t
     assert [c.command for c in vm2.calls if c.command.startswith("cat ")]  # BatchHost=vm2 wrote the output
     assert not [c for c in vm1.calls if c.command.startswith("cat ")]
     log = (done.results_file.parent / repeat.log).read_text()
-    assert log.startswith("17\n") and "Total img/sec on 2 GPU(s): 50.0" in log
+    assert log == horovod_output(50.0, 2)  # the job's output alone
     batch = (done.results_file.parent / "logs/b/nodes-2/sbatch.sh").read_text()
     assert "#SBATCH --nodelist=vm1,vm2" in batch  # what sbatch read, kept with the logs
 
@@ -127,15 +128,15 @@ def test_a_lost_session_costs_one_poll_and_the_wait_goes_on(tmp_path, mocker):
 @pytest.mark.parametrize("submitted, polls, error", [
     (CommandResult("", 1, REFUSED, ""), None,
      "exited 1: Slurm did not start the job: Batch job submission failed: Node count specification invalid"),
-    (None, ok(scontrol("FAILED", "NonZeroExitCode", "1:0")), "exited 1: [1,0]<stdout>:Total img/sec"),  # its last line
-    (None, ok(scontrol("TIMEOUT", "TimeLimit", "0:15")), "Slurm job 17 ended TIMEOUT: [1,0]<stdout>:Total img/sec"),
+    (None, ok(scontrol("FAILED", "NonZeroExitCode", "1:0")), f"exited 1: {LAST}"),  # the output's last line
+    (None, ok(scontrol("TIMEOUT", "TimeLimit", "0:15")), f"Slurm job 17 ended TIMEOUT: {LAST}"),
     (None, ok("slurm_load_jobs error: Invalid job id specified\n"), "Slurm no longer knows job 17"),
 ])
 def test_a_job_that_slurm_refused_or_that_failed_is_a_failed_point(tmp_path, submitted, polls, error):
     vm2 = batch_fake("vm2", None)
     done = run_campaign(tmp_path, SECTION, {"vm1": batch_fake("vm1", polls, submitted), "vm2": vm2})
     [failure] = done.failures
-    assert failure.error.startswith(error)
+    assert failure.error == error
     assert load_results(done.results_file).benchmarks[0].points[0].repeats[0].slurm_jobs == (None if submitted else [17])
 
 
@@ -156,6 +157,7 @@ def test_a_job_pending_past_queue_timeout_is_cancelled_with_slurms_reason(tmp_pa
     polls = [c.command for c in vm1.calls if "scontrol" in c.command]
     assert len(polls) == 3  # at 10, 20 and 30 s
     assert vm1.calls[-1].command.startswith("scancel --name=gpuvm-run-1a2b3c4d ")
+    assert sink.getvalue().decode() == scontrol("PENDING", "PartitionNodeLimit")  # Slurm's words, for the log
     assert refusal(sink.getvalue().decode()) == "Slurm did not start the job: job 17 was pending; Reason=PartitionNodeLimit"
 
 

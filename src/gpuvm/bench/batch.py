@@ -106,10 +106,9 @@ def run_batch(executors: Mapping[str, Executor], submit: str, script: str, batch
     executor = executors[submit]
     started = clock()
     said = executor.run_script(script, timeout=60, check=False, stdin=batch.encode())
-    sink.write(said.stdout.encode())
-    sink.flush()
     job = BatchJob(parse_job_id(said.stdout.strip().splitlines()[-1].split(";")[0]) if said.stdout.strip() else None)
-    if said.exit_code != 0 or job.id is None:
+    if said.exit_code != 0 or job.id is None:  # sbatch's words in the log (the job id is in results.json)
+        sink.write(said.stdout.encode())
         job.error = f"exited {said.exit_code}"
         return job
     state = _wait(executor, job.id, run, started, clock, pidfile)
