@@ -1,7 +1,8 @@
 """`launch: srun` for real: gpuvm's PyTorch workload through Slurm (Debian's slurmctld, slurmd and
 munge on the SSH test bed's four guests, testbed/slurm_cluster.py) across 1, 2 and 4 nodes,
-submitted from gpu-vm-01 over the one SSH connection the campaign opens; a job Slurm cannot place
-fails with Slurm's reason; SIGTERM of `gpuvm bench run` leaves no job in squeue."""
+submitted from gpu-vm-01 over the one SSH connection the campaign opens; `launch: sbatch` (a batch
+job) on 2; a job Slurm cannot place fails with Slurm's reason; SIGTERM of `gpuvm bench run` leaves
+no job in squeue, with either launch."""
 
 from __future__ import annotations
 
@@ -56,14 +57,32 @@ def test_pytorch_workload_through_slurm_over_one_two_and_four_nodes(slurm, tmp_p
       python: {PYTHON}
       srun_args: ["--partition", "nosuch"]
       repeats: 1
+    - name: train-sbatch
+      launch: sbatch
+      srun_mpi: pmix
+{TRAIN_1_2_4.replace("nodes: [1, 2, 4]", "nodes: [2]")}
+    - name: sbatch-refused
+      kind: pytorch_train
+      launch: sbatch
+      python: {PYTHON}
+      nodes: [2]
+      srun_args: ["--partition", "nosuch"]
+      repeats: 1
+    - name: sbatch-pending
+      kind: pytorch_train
+      launch: sbatch
+      python: {PYTHON}
+      srun_args: ["--cpus-per-task", "64"]
+      queue_timeout: 2
+      repeats: 1
 """)
     before = logins(slurm)
     started = time.monotonic()
     result = gpuvm("bench", "run", runbook, "--out", tmp_path / "out", "--state-dir", tmp_path / "state")
-    print(f"\nsrun campaign (3 points, 2 Slurm did not start) in {time.monotonic() - started:.1f}s")
+    print(f"\nsrun and sbatch campaign (4 points, 4 Slurm did not start) in {time.monotonic() - started:.1f}s")
     directory = results_dir(tmp_path / "out")
     assert result.exit_code == 6, result.output + all_logs(directory)
-    assert "2 of 5 benchmark run(s) failed" in result.output
+    assert "4 of 8 benchmark run(s) failed" in result.output
     assert "too-big at nodes-1, repeat 1: exited 1: Slurm did not start the job:" in result.output
 
     results = load_results(directory)
@@ -89,9 +108,30 @@ def test_pytorch_workload_through_slurm_over_one_two_and_four_nodes(slurm, tmp_p
     assert refused.error == ("exited 1: Slurm did not start the job: Unable to allocate resources: "
                              "Invalid partition name specified") and refused.slurm_jobs is None
 
+
+    # sbatch: a batch job, its output read back from its first node, results in the same form as srun's
+    batch = results.benchmark("train-sbatch")
+    assert batch.launch == "sbatch" and batch.unit == train.unit
+    [two] = batch.points
+    assert (two.nodes, two.repeats[0].error) == (2, None) and two.repeats[0].value > 0
+    assert sorted(two.repeats[0].environment) == sorted(train.points[1].repeats[0].environment)
+    assert two.repeats[0].slurm_jobs and two.repeats[0].slurm_jobs[0] not in {j[0] for j in jobs}
+    assert "Total img/sec on 2 CPU(s):" in (directory / two.repeats[0].log).read_text()
+    script = (directory / "logs/train-sbatch/nodes-2/sbatch.sh").read_text()
+    assert "#SBATCH --nodelist=gpu-vm-01,gpu-vm-02\n" in script and "\nenv MASTER_ADDR=" in script
+    refused_batch = results.benchmark("sbatch-refused").points[0].repeats[0]
+    assert refused_batch.error == ("exited 1: Slurm did not start the job: Batch job submission failed: "
+                                   "Invalid partition name specified") and refused_batch.slurm_jobs is None
+    pending_batch = results.benchmark("sbatch-pending").points[0].repeats[0]
+    assert pending_batch.error == (f"cancelled after 2s in the queue (queue_timeout): Slurm did not start the job: "
+                                   f"job {pending_batch.slurm_jobs[0]} was pending; Reason=PartitionConfig")
+
     # one connection from this machine: the submit guest's; the other guests only through Slurm
     after = logins(slurm)
     assert {name: after[name] - before[name] for name in GUESTS} == {CONTROLLER: 1, **{g: 0 for g in GUESTS[1:]}}
+    deadline = time.monotonic() + 10  # the last relayed step's job may still be COMPLETING (its epilog)
+    while slurm_cluster.squeue(slurm, CONTROLLER) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert slurm_cluster.squeue(slurm, CONTROLLER) == []
 
 
@@ -101,11 +141,12 @@ def ranks() -> list[str]:
     return subprocess.run(["pgrep", "-fx", "(/usr/bin/)?sleep 313"], capture_output=True, text=True).stdout.split()
 
 
-def test_sigterm_cancels_the_slurm_job_within_ten_seconds(slurm, tmp_path):
-    runbook = bed_runbook(slurm, tmp_path / "long.yaml", """\
+@pytest.mark.parametrize("launch", ["srun", "sbatch"])
+def test_sigterm_cancels_the_slurm_job_within_ten_seconds(slurm, tmp_path, launch):
+    runbook = bed_runbook(slurm, tmp_path / "long.yaml", f"""\
     - name: long
       kind: command
-      launch: srun
+      launch: {launch}
       command: "sleep 313"
       pattern: "took ([0-9.]+)"
       nodes: [4]
@@ -130,7 +171,7 @@ def test_sigterm_cancels_the_slurm_job_within_ten_seconds(slurm, tmp_path):
     finally:
         if process.poll() is None:
             process.kill()
-    print(f"\nthe job left squeue {gone_after:.1f}s after SIGTERM")
+    print(f"\nthe {launch} job left squeue {gone_after:.1f}s after SIGTERM")
     assert left == [], f"jobs still in squeue 10 s after SIGTERM: {left}\n{output}"
     assert process.returncode == 128 + signal.SIGTERM, output
     assert "Traceback" not in output

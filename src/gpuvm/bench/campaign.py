@@ -30,6 +30,7 @@ from gpuvm.bench.commands import (
 )
 from gpuvm.errors import InputError
 from gpuvm.bench.network import PortMaps, derive, per_guest, script_name
+from gpuvm.bench.batch import batch_script, submit_command
 from gpuvm.bench.slurm import node_name, submit_guest
 from gpuvm.runbook.benchmarks import (
     BenchmarkRun,
@@ -59,7 +60,8 @@ class Job:
     vm: str | None = None  # concurrent: the VM this job's figure belongs to
     container: str | None = None  # docker container name, when containerised
     network_script: str | None = None  # the per-guest wrapper its ranks start through (bench/network.py)
-    nodes: tuple[str, ...] = ()  # launch srun: the Slurm nodes it runs on (the launcher submits it)
+    nodes: tuple[str, ...] = ()  # launch srun, sbatch: the Slurm nodes it runs on (the launcher submits it)
+    batch: str | None = None  # launch sbatch: the batch script (`command`, sbatch, reads it on its stdin)
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,7 @@ def _scaling_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: Benc
             chosen = ordered[:nodes]
             per_vm = gpus_per_vm(run, chosen, runbook, ("benchmarks", "runs", index))
             launcher, root = chosen[0].vm, chosen[0].ssh.user == "root"
-            if run.launch == "srun":  # Slurm ranks the nodes in slurm.conf's order: the runbook's
+            if run.through_slurm:  # Slurm ranks the nodes in slurm.conf's order: the runbook's
                 chosen.sort(key=runbook.guests.hosts.index)  # type: ignore[union-attr]
                 launcher = submit_guest(runbook)
             hosts = tuple((g.ssh.address, per_vm) for g in chosen)
@@ -245,8 +247,8 @@ def _concurrent_points(runbook: Runbook, spec: BenchmarkSpec, index: int, run: B
 
 
 def _alone(runbook: Runbook, run: BenchmarkRun, guest: Guest, per_vm: int) -> tuple[str, tuple[tuple[str, int], ...]]:
-    """A concurrent point's job on one guest: its launcher and hosts (srun: the submit guest, the node)."""
-    if run.launch == "srun":
+    """A concurrent point's job on one guest: its launcher and hosts (Slurm: the submit guest, the node)."""
+    if run.through_slurm:
         return submit_guest(runbook), ((guest.ssh.address, per_vm),)
     return guest.vm, (("localhost", per_vm),)
 
@@ -257,10 +259,10 @@ def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, l
     np = sum(slots for _, slots in hosts)
     if data == "synthetic":  # compare_synthetic's other half: the same run on synthetic tensors
         run = run.model_copy(update={"data": "synthetic"})
-    batch = run.per_gpu_batch(np if run.scenario == "scaling" else per_vm)
+    batch_size = run.per_gpu_batch(np if run.scenario == "scaling" else per_vm)
     hostfile = f"hostfile-{run.name}-{label}"
     container = spec.container and not local
-    context = program_context(run, np=np, nodes=nodes, per_vm=per_vm, batch=batch, hostfile=hostfile,
+    context = program_context(run, np=np, nodes=nodes, per_vm=per_vm, batch=batch_size, hostfile=hostfile,
                               local=local, guest=launcher)
     if run.command is not None:
         program = render_user_command(runbook, index, run.command, context)
@@ -269,16 +271,19 @@ def _job(runbook: Runbook, spec: BenchmarkSpec, index: int, run: BenchmarkRun, l
     image = runbook.guests.image if runbook.guests else None
     rsh_port = container_sshd_port(runbook) if container else None
     wrapper = script_name(run.name, label) if wrapped else None
-    nodes = _slurm_nodes(runbook, hosts) if run.launch == "srun" else ()
+    nodes = _slurm_nodes(runbook, hosts) if run.through_slurm else ()
+    gpus = per_vm if _have_gpus(runbook, nodes) else None
     command = launcher_command(run, np=np, hosts=hosts, hostfile=hostfile, allow_run_as_root=root or container,
-                               rsh_port=rsh_port, program=program, wrapper=wrapper, nodes=nodes,
-                               gpus_per_node=per_vm if _have_gpus(runbook, nodes) else None)
+                               rsh_port=rsh_port, program=program, wrapper=wrapper, nodes=nodes, gpus_per_node=gpus)
+    batch = None
+    if run.launch == "sbatch":  # the srun line goes into the batch script
+        batch, command = batch_script(run, nodes, hosts[0][1], gpus, command), submit_command(run)
     name = None
     if container and image is not None:
         name = container_name(run.name, label)
         command = docker_command(name, image, spec.docker_args, inner=command, rdma=has_rdma(runbook, launcher))
-    return Job(launcher, hosts, hostfile, np, batch, command, vm=vm, container=name, network_script=wrapper,
-               nodes=nodes)
+    return Job(launcher, hosts, hostfile, np, batch_size, command, vm=vm, container=name, network_script=wrapper,
+               nodes=nodes, batch=batch)
 
 
 def _slurm_nodes(runbook: Runbook, hosts: Sequence[tuple[str, int]]) -> tuple[str, ...]:

@@ -82,10 +82,19 @@ def _environment(shell: bool = True, sandboxed: bool = False):
         return _envs[(shell, sandboxed)]
 
 
+def _lines(template: str, context: dict[str, Any]) -> list[str]:
+    text = _environment().get_template(template).render(**context)
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def render_words(template: str, **context: Any) -> Shell:
     """Render a bench template; its non-empty lines are joined into one command line."""
-    text = _environment().get_template(template).render(**context)
-    return Shell(" ".join(line.strip() for line in text.splitlines() if line.strip()))
+    return Shell(" ".join(_lines(template, context)))
+
+
+def render_script(template: str, **context: Any) -> str:
+    """Render a bench template as a script: its non-empty lines, each its own."""
+    return "\n".join(_lines(template, context)) + "\n"
 
 
 def render_hostfile(hosts: Sequence[tuple[str, int]]) -> str:
@@ -156,7 +165,8 @@ def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, i
     MASTER_ADDR, the first host). torchrun runs once per node (`--nproc_per_node` workers each,
     rendezvous on the first host); over several nodes mpirun starts it, one per node. none: the
     program alone, one process. srun: every rank through Slurm on `nodes` (Slurm node names, in
-    slurm.conf's order: rank 0, MASTER_ADDR, is on the first), `gpus_per_node` GPUs asked of each."""
+    slurm.conf's order: rank 0, MASTER_ADDR, is on the first), `gpus_per_node` GPUs asked of each;
+    sbatch: that srun line, for its batch script (bench/batch.py)."""
     first = "127.0.0.1" if hosts[0][0] == "localhost" else hosts[0][0]
     env = {**DEFAULT_ENV, **(env or {}), **run.env}
     def wrapped(program: Shell) -> Shell:
@@ -175,10 +185,11 @@ def launcher_command(run: BenchmarkRun, *, np: int, hosts: Sequence[tuple[str, i
         program = wrapped(program)
         if run.kind in BUNDLED:
             env = {"MASTER_ADDR": first, "MASTER_PORT": str(MASTER_PORT), **env}
-    if run.launch == "srun":
+    if run.through_slurm:  # sbatch: this srun inside the batch job (its allocation made already)
+        alone = run.launch == "srun"
         return render_words("srun.j2", env=env, mpi=run.srun_mpi, nodes=list(nodes), per_node=hosts[0][1],
-                            gpus_per_node=gpus_per_node, immediate=int(run.queue_timeout),
-                            srun_args=list(run.srun_args), program=program)
+                            gpus_per_node=gpus_per_node, immediate=int(run.queue_timeout) if alone else None,
+                            srun_args=list(run.srun_args) if alone else [], program=program)
     if run.launch == "horovodrun":
         return render_words("horovodrun.j2", np=np, hosts=[f"{a}:{n}" for a, n in hosts],
                             env=env, rsh_port=rsh_port, program=program)

@@ -1,5 +1,6 @@
 """The `bench run --dry-run` text: the datasets a campaign writes where missing, and every point's
-launcher, hostfile and command line (secrets redacted). Words the plan; runs nothing."""
+launcher, hostfile and command line (and batch script, for sbatch; secrets redacted). Words the
+plan; runs nothing."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ def describe(points: Sequence[PlannedPoint], workdir: str) -> list[str]:
             where = (f"through Slurm on {', '.join(job.nodes)}" if job.nodes else f"hostfile {job.hostfile}: {hosts}")
             lines.append(f"  on {job.launcher} ({where})")
             lines.append(f"    {redact(launch_script(workdir, job.command))}")
+            if job.batch is not None:  # launch sbatch: the script on sbatch's stdin
+                lines.extend(f"      {line}" for line in redact(job.batch).splitlines())
     return lines
 
 

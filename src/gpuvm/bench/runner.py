@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from gpuvm.bench.batch import run_batch
 from gpuvm.bench.campaign import LOCAL, Job, PlannedPoint, container_sshd_port, has_rdma, taking_part, uploads
 from gpuvm.bench.commands import (
     DEFAULT_PROGRAMS,
@@ -91,7 +92,7 @@ def executors_for(runbook: Runbook, points: Sequence[PlannedPoint], local: bool,
     from gpuvm.remote import RemoteOptions, ssh_executor
 
     wanted = taking_part(points)
-    through_slurm = bool(points) and all(p.run.launch == "srun" for p in points)
+    through_slurm = bool(points) and all(p.run.through_slurm for p in points)
     submit = submit_guest(runbook) if through_slurm else None
     executors: dict[str, Executor] = {}
     options = RemoteOptions(accept_new_host_keys=accept_new_host_keys)
@@ -295,13 +296,13 @@ class CampaignRunner:
         base = self.directory / "logs" / point.run.name / (point.setup or "") / point.label
         with writing(base, "logs"):
             base.mkdir(parents=True, exist_ok=True)
-            if not point.concurrent:
-                (base / "command.sh").write_text(redact(launch_script(self.workdir, point.jobs[0].command)) + "\n")
-            else:
+            if point.concurrent:
                 (base / stem).mkdir(exist_ok=True)
-                for job in point.jobs:
-                    (base / f"command-{file_stem(job.vm)}.sh").write_text(
-                        redact(launch_script(self.workdir, job.command)) + "\n")
+            for job in point.jobs:
+                suffix = f"-{file_stem(job.vm)}" if point.concurrent else ""
+                (base / f"command{suffix}.sh").write_text(redact(launch_script(self.workdir, job.command)) + "\n")
+                if job.batch is not None:  # launch sbatch: what sbatch read
+                    (base / f"sbatch{suffix}.sh").write_text(redact(job.batch))
         if not point.concurrent:
             log = base / f"{stem}.log"
             return self._run_job(point, point.jobs[0], log, _pidfile()), self._relative(log)
@@ -328,8 +329,9 @@ class CampaignRunner:
     def _run_job(self, point: PlannedPoint, job: Job, log: Path, pidfile: str) -> Outcome:
         run = point.run
         executor = self.executors[job.launcher]
-        script = launch_script(self.workdir, job.command, pidfile, env=job_env(pidfile) if job.nodes else "")
-        error = None
+        named = job_env(pidfile, run.launch) if job.nodes else ""  # a Slurm job: named after its run
+        script = launch_script(self.workdir, job.command, pidfile, env=named)
+        error, batch_id = None, None  # batch_id: launch sbatch's job id, as sbatch said it
         # Our own timeout: TERM lets mpirun take its ranks down (Open MPI puts each local rank in
         # its own process group, so the executor's SIGKILL of mpirun's group would orphan them);
         # the executor's timeout, a minute later, is only the backstop.
@@ -346,11 +348,14 @@ class CampaignRunner:
         with sink:
             watchdog.start()
             try:
-                result = executor.run_script(script, timeout=run.timeout + STOP_GRACE, check=False, stdout_to=sink)
+                if job.batch is not None:
+                    batch = run_batch(self.executors, job.launcher, script, job.batch, run, pidfile, sink)
+                    error, batch_id = batch.error, batch.id
+                else:
+                    result = executor.run_script(script, timeout=run.timeout + STOP_GRACE, check=False, stdout_to=sink)
+                    error = f"exited {result.exit_code}" if result.exit_code != 0 else None
                 if expired.is_set():
                     error = f"timed out after {run.timeout:g}s; the job was stopped"
-                elif result.exit_code != 0:
-                    error = f"exited {result.exit_code}"
             except KeyboardInterrupt:
                 watchdog.cancel()
                 self._stop(job, pidfile)
@@ -361,7 +366,7 @@ class CampaignRunner:
             finally:
                 watchdog.cancel()
         text = _redact_file(log)
-        jobs = self._slurm_job(job, pidfile)
+        jobs = [batch_id] if batch_id is not None else self._slurm_job(job, pidfile)
         if error is not None:
             last = (refusal(text) if job.nodes else None) or failure_line(text)[:300]
             return self._failed(run, f"{error}" + (f": {last}" if last else ""), jobs)
@@ -395,7 +400,9 @@ class CampaignRunner:
         """Best effort: end the job's processes on its launcher (it may be unreachable); a Slurm
         job is cancelled first (its ranks are on other nodes), and gone from squeue on return."""
         script = stop_script(self.workdir, job.container, pidfile)
-        if job.nodes:
+        if job.batch is not None:  # nothing of it runs on the launcher: sbatch ended at submission
+            script = cancel_script(pidfile) + f"; rm -f {shlex.quote(str(PurePosixPath(self.workdir) / pidfile))}"
+        elif job.nodes:
             script = cancel_script(pidfile) + "; " + script
         try:
             self.executors[job.launcher].run_script(script, timeout=30, check=False)

@@ -1,4 +1,5 @@
-"""`launch: srun`: a benchmark job through Slurm, submitted from one guest over one SSH session.
+"""`launch: srun`: a benchmark job through Slurm, submitted from one guest over one SSH session
+(`launch: sbatch`, bench/batch.py, submits a batch job instead, named and cancelled the same way).
 
 The job runs as `srun` on the submit guest (`submit_guest`); every other guest is reached through
 Slurm too (`SlurmRelay`: uploads, checks and environment reads as one-task job steps), so a campaign
@@ -39,9 +40,9 @@ def job_name(pidfile: str) -> str:
     return pidfile.removesuffix(".pid")
 
 
-def job_env(pidfile: str) -> str:
-    """The assignment in front of a job's srun that names its Slurm job."""
-    return f"SLURM_JOB_NAME={shlex.quote(job_name(pidfile))}"
+def job_env(pidfile: str, launch: str = "srun") -> str:
+    """The assignment in front of a job's srun (or sbatch) that names its Slurm job."""
+    return f"{'SBATCH' if launch == 'sbatch' else 'SLURM'}_JOB_NAME={shlex.quote(job_name(pidfile))}"
 
 
 def cancel_script(pidfile: str) -> str:
@@ -61,18 +62,23 @@ def parse_job_id(text: str) -> int | None:
     return int(word) if word.isdigit() else None
 
 
-_REASON = re.compile(r"^srun: (?:error: )?(?P<said>(?:Unable to allocate resources|Requested |Job allocation \d+ has been "
+_REASON = re.compile(r"^s(?:run|batch): (?:error: )?(?P<said>(?:Unable to allocate resources|Requested |Job allocation \d+ has been "
                      r"revoked|Required node not available|Invalid |Batch job submission failed).*)$", re.M)
 _QUEUED = re.compile(r"^srun: job (?P<id>\d+) queued and waiting for resources", re.M)
+# launch sbatch: the job's `scontrol show job -o` line, logged when it was cancelled still pending
+_PENDING = re.compile(r"^JobId=(?P<id>\d+) .*\bJobState=PENDING Reason=(?P<reason>\S+)", re.M)
 
 
 def refusal(text: str) -> str | None:
     """What Slurm said when it did not start the job (refused it, or kept it pending past
-    --immediate), from srun's lines in the log; None when it started."""
+    --immediate or queue_timeout), from srun's or sbatch's lines in the log, or the pending job's
+    scontrol line (its Reason=); None when it started."""
     said = list(dict.fromkeys(m.group("said").strip() for m in _REASON.finditer(text)))
+    queued = _QUEUED.search(text)
+    if not said and (pending_job := _PENDING.search(text)):
+        queued, said = pending_job, [f"Reason={pending_job.group('reason')}"]
     if not said:
         return None
-    queued = _QUEUED.search(text)
     pending = f"job {queued.group('id')} was pending; " if queued else ""
     return f"Slurm did not start the job: {pending}" + "; ".join(said)
 

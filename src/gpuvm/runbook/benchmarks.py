@@ -11,7 +11,7 @@
           batch_size: 256          # per GPU (strong scaling: the global batch)
           precision: bf16          # fp32 | fp16 | bf16 (bf16: pytorch_train only)
           nodes: [1, 2, 4]         # guests used, launcher first, then runbook order
-          launch: torchrun         # mpirun (default) | torchrun | horovodrun | srun (through Slurm) | none
+          launch: torchrun         # mpirun (default) | torchrun | horovodrun | srun, sbatch (through Slurm) | none
           setups: [two-vms]        # the setups it runs in (default: all); see runbook/setups.py
           network_mapping: [on, off]   # each point with and without the derived NCCL/MPI network
         - name: resnet50-data-path
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 
 Kind = Literal["pytorch_train", "pytorch_allreduce", "tf_cnn_benchmarks", "horovod_synthetic", "nccl_allreduce",
                "mlperf_log", "command", "storage"]
-Launch = Literal["mpirun", "torchrun", "horovodrun", "srun", "none"]
+Launch = Literal["mpirun", "torchrun", "horovodrun", "srun", "sbatch", "none"]
+SLURM_LAUNCHES = ("srun", "sbatch")  # through the guests' Slurm: srun on the submit guest, or a batch job
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -102,10 +103,12 @@ class BenchmarkRun(Strict):
     mpirun_args: list[str] = []  # extra mpirun words, e.g. ["-mca", "btl_tcp_if_include", "10.0.0.0/24"]
     torchrun_args: list[str] = []  # extra torchrun words, e.g. ["--max_restarts", "0"]
     launch: Launch = "mpirun"  # the launcher (templates/bench/<launch>.j2); none: one process, no launcher
-    # launch srun: its --mpi (how MPI programs find their ranks); default: the cluster's MpiDefault
+    # launch srun, sbatch: srun's --mpi (how MPI programs find their ranks); default: the cluster's MpiDefault
     srun_mpi: Literal["pmix", "pmi2", "none"] | None = None
-    srun_args: list[str] = []  # launch srun: extra srun words, e.g. ["--partition", "gpu"]
-    queue_timeout: Seconds = 300  # launch srun: seconds Slurm may keep the job pending (srun --immediate)
+    # launch srun: extra srun words, e.g. ["--partition", "gpu"]; sbatch: extra sbatch words (the allocation's)
+    srun_args: list[str] = []
+    # launch srun, sbatch: seconds Slurm may keep the job pending (srun --immediate; sbatch: then scancel)
+    queue_timeout: Seconds = 300
     setups: list[str] | None = None  # the campaign's setups this run is measured in; default all
     # each point with the network derived from the guests' rdma_ports ("on") and without ("off");
     # left out: derived where the guests configure ports, points not labelled
@@ -239,12 +242,12 @@ class BenchmarkRun(Strict):
             raise ValueError("kind command needs `pattern`: a regular expression with one group")
         if self.kind != "command" and self.pattern is not None:
             raise ValueError(f"`pattern` is read only with kind command (kind {self.kind} has its own parser)")
-        if self.launch in ("horovodrun", "srun", "none") and self.mpirun_args:
+        if self.launch in ("horovodrun", *SLURM_LAUNCHES, "none") and self.mpirun_args:
             raise ValueError("`mpirun_args` is read only with launch: mpirun or torchrun (which mpirun starts per node)")
         if self.launch != "torchrun" and self.torchrun_args:
             raise ValueError("`torchrun_args` is read only with launch: torchrun")
-        if self.launch != "srun" and self.srun_args:
-            raise ValueError("`srun_args` is read only with launch: srun")
+        if not self.through_slurm and self.srun_args:
+            raise ValueError("`srun_args` is read only with launch: srun or sbatch")
         if self.kind != "pytorch_train":
             if self.precision == "bf16":
                 raise ValueError(f"precision bf16 is read only with kind pytorch_train (kind {self.kind}: fp32 or fp16)")
@@ -274,6 +277,10 @@ class BenchmarkRun(Strict):
             if self.scaling is not None:
                 raise ValueError("`scaling` (weak/strong) is for scenario scaling")
         return self
+
+    @property
+    def through_slurm(self) -> bool:
+        return self.launch in SLURM_LAUNCHES
 
     @property
     def node_counts(self) -> list[int]:
@@ -398,8 +405,8 @@ def check_benchmarks(runbook: Runbook, local: bool = False) -> BenchmarkSpec:
                             "(the port, and the known_hosts entries the mesh writes for it)")
     for i, run in enumerate(spec.runs):
         loc = ("benchmarks", "runs", i)
-        if run.launch == "srun" and spec.container:
-            raise runbook.error(loc + ("launch",), "launch: srun starts the ranks on the guests themselves, not in "
+        if run.through_slurm and spec.container:
+            raise runbook.error(loc + ("launch",), f"launch: {run.launch} starts the ranks on the guests themselves, not in "
                                 "guests.image: set container: false, or launch: mpirun")
         if run.network_mapping and not any(g.rdma_ports for g in guests.values()):
             raise runbook.error(loc + ("network_mapping",), "the mapping is derived from the guests' rdma_ports, "
@@ -460,8 +467,8 @@ def _check_local(runbook: Runbook, spec: BenchmarkSpec) -> None:
         if run.scenario == "concurrent":
             raise runbook.error(loc + ("scenario",),
                                 "concurrent runs need guests; --local runs scaling benchmarks on this machine")
-        if run.launch == "srun":
-            raise runbook.error(loc + ("launch",), "launch: srun submits to the guests' Slurm; --local has none")
+        if run.through_slurm:
+            raise runbook.error(loc + ("launch",), f"launch: {run.launch} submits to the guests' Slurm; --local has none")
         for count in run.node_counts:
             _check_batch(runbook, run, loc, count, run.gpus_per_vm or 1)
 
