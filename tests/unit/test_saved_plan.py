@@ -170,3 +170,38 @@ def test_show_prints_a_saved_plan_as_plan_does_and_refuses_a_runbook(tmp_path):
     (book := tmp_path / "rb.yaml").write_text("hosts: []\n")
     refused = CliRunner().invoke(app, ["show", str(book)])
     assert refused.exit_code == 2 and "not a saved plan" in refused.output
+
+
+def test_plan_out_onto_its_own_runbook_is_refused_before_anything_is_read_and_show_hints_another_file(tmp_path, mocker):
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+
+    book = tmp_path / "rb.yaml"
+    book.write_text("hosts: []\nvms: []\n")
+    observed = mocker.patch("gpuvm.saved_plan.plan_observed")
+    for out in (book, tmp_path / "." / "rb.yaml"):
+        refused = CliRunner().invoke(app, ["plan", str(book), "--out", str(out)])
+        assert refused.exit_code == 2 and f"--out {out}: the runbook itself" in refused.stderr, refused.output
+    observed.assert_not_called()
+    assert book.read_text() == "hosts: []\nvms: []\n"
+    hint = CliRunner().invoke(app, ["show", str(book)])
+    assert hint.exit_code == 2 and f"gpuvm plan RUNBOOK --out {book}" not in hint.stderr
+    assert "gpuvm plan RUNBOOK --out FILE" in hint.stderr
+
+
+def test_a_plan_printed_with_json_is_told_from_a_saved_plan_by_apply_and_show(tmp_path):
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+    from gpuvm.documents import plan_json
+
+    printed = tmp_path / "lab.plan"
+    printed.write_text(plan_json(a_plan()))
+    with pytest.raises(InputError, match=rf"{printed}: a gpuvm.plan/1 document \(plan --json\), not a saved plan: "
+                                         r"save one with gpuvm plan RUNBOOK --out FILE"):
+        read(printed)
+    for command in (["apply", str(printed), "--yes"], ["show", str(printed)]):
+        refused = CliRunner().invoke(app, command)
+        assert refused.exit_code == 2 and "(plan --json), not a saved plan" in refused.stderr, refused.output
+        assert "unknown field" not in refused.stderr

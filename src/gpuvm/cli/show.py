@@ -29,7 +29,7 @@ def show_command(file: Path = typer.Argument(..., metavar="FILE", help="A plan s
         raise fail(f"--format {form!r}: text or table", 2)
     saved = read(file)
     if saved is None:
-        raise fail(f"{file}: not a saved plan (make one with: gpuvm plan RUNBOOK --out {file})", 2)
+        raise fail(f"{file}: not a saved plan (make one with: gpuvm plan RUNBOOK --out FILE)", 2)
     if json_:
         print(plan_json(saved.plan))
         return
