@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from gpuvm import collector
-from gpuvm.errors import GpuvmError
+from gpuvm.errors import GpuvmError, error_document
 from gpuvm.secrets import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -140,12 +141,36 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+class _Commands(TyperGroup):
+    """gpuvm's commands: a usage error (a flag or value typer refuses) of a command given --json is a
+    gpuvm.error/1 document on stdout too, as the command's own errors are (`fail`); typer still
+    prints the usage on stderr and exits 2."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta["gpuvm.json"] = "--json" in args
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.BadParameter.__base__ as error:  # click's UsageError: a wrong flag, a value refused
+            if ctx.meta.get("gpuvm.json"):
+                from gpuvm.documents import dumps
+
+                print(dumps(error_document(redact(error.format_message()), error.exit_code, "input"), indent=None),
+                      flush=True)
+            raise
+
+
 class Gpuvm(typer.Typer):
     """gpuvm's command line. Called (the console script, `python -m gpuvm.cli.main`), it is the
     process, which a command may then end without the interpreter's teardown (`ends_process`);
     tests run its commands through typer's CliRunner, which does not call it."""
 
     as_process = False
+
+    def __init__(self, **options: Any):
+        super().__init__(cls=_Commands, **options)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         Gpuvm.as_process = True
