@@ -92,3 +92,17 @@ def test_valid_runbook_loads_with_defaults(tmp_path):
     assert book.vms[0].firmware == "efi" and book.vms[0].power == "on" and book.vms[0].mmio == "auto"
     assert len(book.digest) == 64
     assert textwrap  # keep import used
+
+
+@pytest.mark.parametrize("driver, expected", [
+    ('{version: "535.183.01", sha256: nothex}', ["guests.driver.sha256: 'nothex' is not a sha256 digest"]),
+    ('{version: "535.183.01", sha256: "' + "a" * 64 + '", kidn: vgpu}', ["guests.driver.kidn: unknown field"]),
+    ("5", ["guests.driver: Input should be a valid dictionary", "guests.driver: Input should be a valid list"]),
+])
+def test_a_field_of_several_shapes_reports_the_problems_of_the_shape_written_only(tmp_path, driver, expected):
+    path = tmp_path / "driver.yaml"
+    path.write_text(BASE + f"guests:\n  driver: {driver}\n  hosts: []\n")
+    with pytest.raises(InputError) as caught:
+        load_runbook(path)
+    lines = str(caught.value).splitlines()
+    assert len(lines) == len(expected) and all(want in line for want, line in zip(expected, lines)), lines

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from gpuvm.errors import InputError
 from gpuvm.files import RUNBOOK_BYTES, read_capped
-from gpuvm.runbook.document import Locator, Path_, document_path, parse_document, validation_message
+from gpuvm.runbook.document import Locator, Path_, parse_document, problems, validation_message
 from gpuvm.runbook.groups import expand_vm_groups
 from gpuvm.runbook.mig_parted import resolve_mig_files
 from gpuvm.runbook.model import Runbook
@@ -45,7 +45,7 @@ def load_runbook(path: str | Path) -> Runbook:
     try:
         runbook = Runbook.model_validate(data)
     except ValidationError as e:
-        messages = [f"{locator.where(document_path(err['loc'], data, err['type']))}: {validation_message(err)}" for err in e.errors()]
+        messages = [f"{locator.where(path)}: {validation_message(err)}" for path, err in problems(e.errors(), data)]
         raise InputError("\n".join(dict.fromkeys(messages))) from None
     runbook.attach(file, locator, text)
     runbook.check_references()
