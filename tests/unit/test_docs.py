@@ -5,6 +5,7 @@ runbook the docs show is one the schema accepts and `validate` passes (unless ma
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from pathlib import Path
@@ -113,3 +114,33 @@ def test_every_whole_runbook_the_docs_show_passes_validate(doc: str, block: str,
     runbook = tmp_path / "shown.yaml"  # its placeholders filled in: a digest is the reader's to give
     runbook.write_text(block.replace("<64 hex digits>", "a" * 64), encoding="utf-8")
     load_runbook(runbook)  # an InputError names the block's line and field
+
+
+COMMON_OPTIONS = {"--insecure", "--accept-new-host-keys", "--state-dir"}  # the guide's "Common options"
+
+
+def _synopses() -> dict[str, str]:
+    """The guide's Commands block: each command's synopsis (its line and the indented lines after it)."""
+    guide = (REPO / "docs" / "guide.md").read_text(encoding="utf-8")
+    block = re.search(r"## Commands\n\n```\n(.*?)```", guide, re.S).group(1)
+    synopses: dict[str, str] = {}
+    for line in block.splitlines():
+        if line.startswith("gpuvm "):
+            words = line.split("#")[0].split()[1:]
+            command = " ".join(itertools.takewhile(lambda word: re.fullmatch(r"[a-z][a-z-]*", word), words))
+            synopses[command] = line.split("#")[0]
+        else:
+            synopses[command] += line.split("#")[0]
+    return synopses
+
+
+@pytest.mark.parametrize("path, command", COMMANDS, ids=[" ".join(p) for p, _ in COMMANDS])
+def test_the_guides_synopsis_of_a_command_lists_its_every_flag(path, command):
+    synopsis = _synopses().get(" ".join(path))
+    assert synopsis is not None, f"gpuvm {' '.join(path)}: no synopsis in docs/guide.md's Commands"
+    if synopsis.rstrip().endswith(" ..."):
+        return  # a synopsis that says there is more (size): its flags are in the benchmark guide
+    flags = [opt for param in command.params for opt in param.opts
+             if opt.startswith("--") and opt != "--help" and opt not in COMMON_OPTIONS]
+    missing = [flag for flag in flags if not re.search(rf"{re.escape(flag)}(?![\w-])", synopsis)]
+    assert not missing, f"gpuvm {' '.join(path)}: flags not in its synopsis in docs/guide.md's Commands: {missing}"
