@@ -205,3 +205,12 @@ def test_a_plan_printed_with_json_is_told_from_a_saved_plan_by_apply_and_show(tm
         refused = CliRunner().invoke(app, command)
         assert refused.exit_code == 2 and "(plan --json), not a saved plan" in refused.stderr, refused.output
         assert "unknown field" not in refused.stderr
+
+
+def test_show_takes_the_formats_plan_takes_and_its_help_names_them():
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+
+    helps = [CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout for command in ("show", "plan")]
+    assert all("--format [text|table]" in h or "--format <text|table>" in h for h in helps), helps

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, NoReturn, TypeVar
 
@@ -76,6 +77,16 @@ class _Command:
 
     as_json = False
     stopped_by = signal.SIGINT  # a KeyboardInterrupt no handler of ours raised: Ctrl-C
+
+
+class Form(str, Enum):
+    """How a plan's changes are printed: grouped by target, or as one table."""
+
+    text = "text"
+    table = "table"
+
+
+FORMAT = typer.Option(Form.text, "--format", help="Changes as text (grouped by target) or as one table")
 
 
 def fail(message: str, code: int, kind: str | None = None) -> typer.Exit:

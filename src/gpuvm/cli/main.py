@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from gpuvm.cli import bench_report, bench_run, init, locks, schema, show, size
-from gpuvm.cli.common import (Gpuvm, access, ends_process, err, fail, finish, handle_errors, interactive, load, out,
-                              warn)
+from gpuvm.cli.common import (FORMAT, Form, Gpuvm, access, ends_process, err, fail, finish, handle_errors, interactive,
+                              load, out, warn)
 
 app = Gpuvm(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
             help="Turn vSphere hosts with NVIDIA GPUs into a deep-learning cluster, and prove it performs.")
@@ -59,12 +58,6 @@ TARGET = typer.Option([], "--target", metavar="NAME",
 JSON = typer.Option(False, "--json", help="Print JSON (schema in gpuvm/schemas/, id in its \"schema\" field)")
 
 
-class Form(str, Enum):
-    text = "text"
-    table = "table"
-
-
-FORMAT = typer.Option(Form.text, "--format", help="Changes as text (grouped by target) or as one table")
 
 
 @app.command()
