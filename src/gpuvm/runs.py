@@ -404,6 +404,12 @@ class Verified:
 
     mesh_guests: int | None = None  # guests whose SSH mesh was checked pair by pair; None: no mesh
     foreign: list[Note] = field(default_factory=list)  # values gpuvm did not write in its attributes: warned of, not drift
+    targeted: bool = False  # only --target's hosts, VMs and guests were checked
+
+    @property
+    def message(self) -> str:
+        return ("No drift on the targets: they match the runbook." if self.targeted
+                else "No drift: infrastructure matches the runbook.")
 
 
 def _drift_message(plan: Plan, held: list[Note], runbook: Path) -> str:
@@ -437,6 +443,6 @@ def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targ
         mesh = book.guests and book.guests.ssh_mesh and book.guests.ssh_mesh.enabled
         foreign = [note for note in plan.notes if note.step == FOREIGN]  # never acted on: no apply removes it
         if cluster is None or not mesh or (chosen is not None and not set(cluster.of_role("guest")) <= chosen):
-            return Verified(foreign=foreign)
+            return Verified(foreign=foreign, targeted=selection is not None)
         check_mesh(cluster)  # every ordered pair of guests logs in with the mesh key
-        return Verified(mesh_guests=len(cluster.of_role("guest")), foreign=foreign)
+        return Verified(mesh_guests=len(cluster.of_role("guest")), foreign=foreign, targeted=selection is not None)

@@ -238,7 +238,7 @@ def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, st
         out.print(f"warning: {note.target}: {note.message}", markup=False, highlight=False)
     if verified.mesh_guests is not None:
         out.print(f"SSH mesh: all {verified.mesh_guests} guests reach each other.")
-    out.print("No drift: infrastructure matches the runbook.")
+    out.print(verified.message)
 
 
 @app.command("launch-files")
