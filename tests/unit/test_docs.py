@@ -144,3 +144,12 @@ def test_the_guides_synopsis_of_a_command_lists_its_every_flag(path, command):
              if opt.startswith("--") and opt != "--help" and opt not in COMMON_OPTIONS]
     missing = [flag for flag in flags if not re.search(rf"{re.escape(flag)}(?![\w-])", synopsis)]
     assert not missing, f"gpuvm {' '.join(path)}: flags not in its synopsis in docs/guide.md's Commands: {missing}"
+
+
+def test_gpuvm_help_lists_the_commands_in_the_guides_order():
+    from typer.testing import CliRunner
+
+    shown = CliRunner().invoke(app, ["--help"]).stdout.split("Commands:")[1]
+    listed_commands = re.findall(r"^\s+([a-z-]+)\s", shown, re.M)
+    in_guide = list(dict.fromkeys(command.split()[0] for command in _synopses()))
+    assert listed_commands == in_guide

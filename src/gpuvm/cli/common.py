@@ -152,10 +152,18 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+# the order `gpuvm --help` lists the commands in: a run's (docs/guide.md's "Commands" too)
+ORDER = ("init", "validate", "inventory", "plan", "show", "apply", "verify", "bench", "locks", "launch-files", "size",
+         "schema")
+
+
 class _Commands(TyperGroup):
-    """gpuvm's commands: a usage error (a flag or value typer refuses) of a command given --json is a
-    gpuvm.error/1 document on stdout too, as the command's own errors are (`fail`); typer still
-    prints the usage on stderr and exits 2."""
+    """gpuvm's commands, listed in a run's order (ORDER). A usage error (a flag or value typer refuses)
+    of a command given --json is a gpuvm.error/1 document on stdout too, as the command's own errors
+    are (`fail`); typer still prints the usage on stderr and exits 2."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return sorted(super().list_commands(ctx), key=lambda name: (ORDER + (name,)).index(name))
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         ctx.meta["gpuvm.json"] = "--json" in args
