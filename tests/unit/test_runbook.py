@@ -43,6 +43,11 @@ CASES = [
     ("  - name: esx-01\n", "  - name: esx-01\n    graphics: direct\n", r":7: hosts\[0\]\.graphics: Input should be 'shared' or 'shared_direct'"),
     ("vms:\n", "vms:\n  - {host: esx-01}\n", r":9: vms\[0\]\.name: required field is missing"),
     ("vms:\n", "vms:\n  - {name: vm1, host: esx-01}\n", r":10: vms\[1\]\.name: VM 'vm1' is declared twice"),
+    # a misspelt field: the runbook's field of that place spelt closest, when one is close
+    ("    host: esx-01\n", "    host: esx-01\n    cpu: 8\n", r":11: vms\[0\]\.cpu: unknown field \(did you mean cpus\?"),
+    ("count: 2", "count: 2, adresses: []", r"vms\[0\]\.gpus\.adresses: unknown field \(did you mean addresses\?"),
+    ("  password_env", "  pasword_env", r":4: vcenter\.pasword_env: unknown field \(did you mean password_env\?"),
+    ("    host: esx-01\n", "    host: esx-01\n    zzz: 8\n", r":11: vms\[0\]\.zzz: unknown field \(check the spelling"),
 ]
 
 

@@ -114,10 +114,16 @@ class Locator:
         return InputError(f"{self.where(tuple(loc))}: {message}")
 
 
-def validation_message(error: dict[str, Any]) -> str:
+def validation_message(error: dict[str, Any], path: Path_ = ()) -> str:
+    """pydantic's error in the runbook's words; `path`: where it is in the document (an unknown field's
+    place, for the field spelt closest)."""
     kind = error["type"]
     if kind == "extra_forbidden":
-        return "unknown field (check the spelling; every field: docs/runbook.md, or `gpuvm schema runbook`)"
+        from gpuvm.runbook.spelling import closest_field
+
+        meant = closest_field(path)
+        hint = f"did you mean {meant}? " if meant else "check the spelling; "
+        return f"unknown field ({hint}every field: docs/runbook.md, or `gpuvm schema runbook`)"
     if kind == "missing":
         return "required field is missing"
     message = error["msg"]

@@ -45,7 +45,7 @@ def load_runbook(path: str | Path) -> Runbook:
     try:
         runbook = Runbook.model_validate(data)
     except ValidationError as e:
-        messages = [f"{locator.where(path)}: {validation_message(err)}" for path, err in problems(e.errors(), data)]
+        messages = [f"{locator.where(path)}: {validation_message(err, path)}" for path, err in problems(e.errors(), data)]
         raise InputError("\n".join(dict.fromkeys(messages))) from None
     runbook.attach(file, locator, text)
     runbook.check_references()
