@@ -146,7 +146,8 @@ def print_plan(console: Console, plan: Plan, form: str = "text") -> None:
         _write(console, redact("\n".join(left_out_lines(plan))))
     for note in plan.notes:
         about = "" if note.target == WHOLE_RUN else f"{escape(note.target)}: "
-        console.print(f"[yellow]{note.level}[/]: {about}{escape(redact(note.message))}", highlight=False, markup=True)
+        console.print(f"[yellow]{note.level}[/]: {about}{escape(redact(note.message))}", highlight=False, markup=True,
+                      soft_wrap=True)  # one line, as the changes: the terminal wraps it, a pipe keeps it whole
     console.print(plan_summary(plan), highlight=False, soft_wrap=True)
 
 

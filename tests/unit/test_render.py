@@ -133,3 +133,9 @@ def test_no_changes_on_the_targets_does_not_say_the_infrastructure_matches_when_
     narrowed = Plan(notes=[Note(WHOLE_RUN, NOT_TARGETED, "not targeted: 13 change(s) on esx-01, vm1", level="info")])
     assert plan_summary(narrowed) == "No changes on the targets (other targets have changes, not targeted)."
     assert plan_summary(Plan(notes=[Note("vm1", "resolve", "a warning")])) == NO_CHANGES
+
+
+def test_a_note_longer_than_the_console_stays_on_one_line_for_the_terminal_to_wrap():
+    message = "which GPUs are NVLink-bridged is not known " * 6
+    text = rendered(Plan(notes=[Note("vm1", "resolve", message)]), "text", width=100)
+    assert f"warning: vm1: {message}".rstrip() in [line.rstrip() for line in text.splitlines()]
