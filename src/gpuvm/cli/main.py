@@ -235,7 +235,7 @@ def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, st
         print(verify_json(verified=verified))
         return
     for note in verified.foreign:  # gpuvm acts on none of them: warned of, not drift
-        out.print(f"warning: {note.target}: {note.message}", markup=False, highlight=False)
+        out.print(f"warning: {note.target}: {note.message}", markup=False, highlight=False, soft_wrap=True)
     if verified.mesh_guests is not None:
         out.print(f"SSH mesh: all {verified.mesh_guests} guests reach each other.")
     out.print(verified.message)
