@@ -214,3 +214,14 @@ def test_show_takes_the_formats_plan_takes_and_its_help_names_them():
 
     helps = [CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout for command in ("show", "plan")]
     assert all("--format [text|table]" in h or "--format <text|table>" in h for h in helps), helps
+
+
+def test_apply_of_a_saved_plan_whose_runbook_is_not_there_names_the_plan_and_where_to_run_it(tmp_path, monkeypatch):
+    from gpuvm.apply_options import ApplyOptions
+    from gpuvm.saved_plan import apply_saved
+
+    monkeypatch.chdir(tmp_path)
+    saved = made(BOOK, "lab.yaml", None, [], a_plan(), inventory(), FACTS)
+    with pytest.raises(InputError, match=r"elsewhere/lab.plan: its runbook lab.yaml is not in .*: run apply in the "
+                                         r"directory plan --out ran in"):
+        apply_saved(tmp_path / "elsewhere" / "lab.plan", saved, None, ApplyOptions())
