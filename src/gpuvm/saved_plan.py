@@ -94,8 +94,10 @@ def apply_saved(file: Path, saved: SavedPlan, access: Access, options: ApplyOpti
     connecting), or when the plan made again under the locks differs (StalePlan). `shown`:
     apply_loaded's show_plan, confirm and progress."""
     if not Path(saved.runbook).exists():
-        raise InputError(f"{file}: its runbook {saved.runbook} is not in {Path.cwd()}: run apply in the directory "
-                         "plan --out ran in (a saved plan names its runbook as plan was given it)")
+        where = "there any more" if Path(saved.runbook).is_absolute() else (
+            f"in {Path.cwd()}: run apply in the directory plan --out ran in (a saved plan names its runbook as plan "
+            "was given it)")
+        raise InputError(f"{file}: its runbook {saved.runbook} is not {where}")
     book = select_setup(load_runbook(saved.runbook), saved.setup)
     check_runbook(saved, book, file)
     given = [flag for flag, on in {"--allow-destroy": options.allow_destroy, "--allow-power-off": options.allow_power_off,
