@@ -147,7 +147,7 @@ def print_plan(console: Console, plan: Plan, form: str = "text") -> None:
     for note in plan.notes:
         about = "" if note.target == WHOLE_RUN else f"{escape(note.target)}: "
         console.print(f"[yellow]{note.level}[/]: {about}{escape(redact(note.message))}", highlight=False, markup=True,
-                      soft_wrap=True)  # one line, as the changes: the terminal wraps it, a pipe keeps it whole
+                      soft_wrap=not console.is_terminal)  # wrapped to a terminal; whole in a pipe or a log
     console.print(plan_summary(plan), highlight=False, soft_wrap=True)
 
 

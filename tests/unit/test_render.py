@@ -135,7 +135,7 @@ def test_no_changes_on_the_targets_does_not_say_the_infrastructure_matches_when_
     assert plan_summary(Plan(notes=[Note("vm1", "resolve", "a warning")])) == NO_CHANGES
 
 
-def test_a_note_longer_than_the_console_stays_on_one_line_for_the_terminal_to_wrap():
+def test_a_note_longer_than_the_console_stays_on_one_line_in_a_pipe_or_a_log():
     message = "which GPUs are NVLink-bridged is not known " * 6
     text = rendered(Plan(notes=[Note("vm1", "resolve", message)]), "text", width=100)
     assert f"warning: vm1: {message}".rstrip() in [line.rstrip() for line in text.splitlines()]
