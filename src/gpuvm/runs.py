@@ -9,6 +9,7 @@ place that drives the engine (`make_plan`, `apply_plan`, ...).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -158,6 +159,8 @@ def remote(runbook: Runbook, access: Access, parallel: int | None = None,
 
 def discover(access: Access) -> tuple[Inventory, Target]:
     """What `gpuvm init` starts from: the inventory of the vCenter govc's variables name, and it."""
+    if missing := [name for name in ("GOVC_URL", "GOVC_USERNAME", "GOVC_PASSWORD") if not os.environ.get(name)]:
+        raise InputError(f"gpuvm init reads the vCenter govc's variables name: set {', '.join(missing)}")
     book = Runbook()
     with connect(book, access) as session:
         return read_inventory(session), resolve_target(book.vcenter, access.insecure)
