@@ -16,6 +16,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpuvm import collector, fleet_plan
 from gpuvm.apply_options import ApplyOptions
@@ -157,9 +158,18 @@ def remote(runbook: Runbook, access: Access, parallel: int | None = None,
         cluster.close()
 
 
+def _govc_missing() -> list[str]:
+    """govc's variables `init` lacks (a user and password in GOVC_URL stand for their own)."""
+    url = os.environ.get("GOVC_URL", "")
+    parts = urlsplit(url if "://" in url else f"https://{url}")
+    given = {"GOVC_URL": url, "GOVC_USERNAME": parts.username or os.environ.get("GOVC_USERNAME"),
+             "GOVC_PASSWORD": parts.password or os.environ.get("GOVC_PASSWORD")}
+    return [name for name, value in given.items() if not value]
+
+
 def discover(access: Access) -> tuple[Inventory, Target]:
     """What `gpuvm init` starts from: the inventory of the vCenter govc's variables name, and it."""
-    if missing := [name for name in ("GOVC_URL", "GOVC_USERNAME", "GOVC_PASSWORD") if not os.environ.get(name)]:
+    if missing := _govc_missing():
         raise InputError(f"gpuvm init reads the vCenter govc's variables name: set {', '.join(missing)}")
     book = Runbook()
     with connect(book, access) as session:

@@ -24,3 +24,13 @@ def test_init_without_govcs_variables_names_the_ones_to_set(missing, monkeypatch
     assert "<runbook>" not in result.stderr
     connect.assert_not_called()
     assert not (tmp_path / "lab.yaml").exists()
+
+
+def test_init_takes_the_user_and_password_govc_url_carries(monkeypatch, tmp_path, mocker):
+    connect = mocker.patch("gpuvm.runs.connect", side_effect=RuntimeError("connecting"))
+    for name in GOVC:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GOVC_URL", "administrator@vsphere.local:a-secret-pass@vc.example.com")
+    with pytest.raises(RuntimeError, match="connecting"):
+        CliRunner().invoke(app, ["init", str(tmp_path / "lab.yaml")], catch_exceptions=False)
+    connect.assert_called_once()
