@@ -111,3 +111,13 @@ def test_a_field_of_several_shapes_reports_the_problems_of_the_shape_written_onl
         load_runbook(path)
     lines = str(caught.value).splitlines()
     assert len(lines) == len(expected) and all(want in line for want, line in zip(expected, lines)), lines
+
+
+@pytest.mark.parametrize("schema, hint", [("gpuvm.saved-plan/1", "a saved plan: gpuvm show it, gpuvm apply it"),
+                                          ("gpuvm.plan/1", "not a runbook")])
+def test_a_gpuvm_document_given_as_a_runbook_says_what_it_is(tmp_path, schema, hint):
+    path = tmp_path / "lab.plan"
+    path.write_text(f'{{"schema": "{schema}", "changes": []}}\n')
+    with pytest.raises(InputError, match=rf"^{path}:1: a {schema} document, not a runbook.*") as caught:
+        load_runbook(path)
+    assert hint in str(caught.value) and "unknown field" not in str(caught.value)

@@ -39,6 +39,9 @@ def load_runbook(path: str | Path) -> Runbook:
     data, locator = parse_document(file, text)
     if not isinstance(data, dict):
         raise InputError(f"{file}:1: (top level): a runbook is a mapping with vcenter, hosts and vms")
+    if (kind := str(data.get("schema", ""))).startswith("gpuvm."):  # a document gpuvm printed or saved
+        hint = " (a saved plan: gpuvm show it, gpuvm apply it)" if kind.startswith("gpuvm.saved-plan/") else ""
+        raise InputError(f"{file}:1: a {kind[:40]} document, not a runbook{hint}")
     # a VM group becomes its VMs, which keep the group's lines (runbook/groups.py)
     locator = Locator(file, *expand_vm_groups(data, locator._lines, locator.error))
     resolve_mig_files(data, file, locator.error)  # a guest's mig-parted config file → its entries
