@@ -225,3 +225,12 @@ def test_apply_of_a_saved_plan_whose_runbook_is_not_there_names_the_plan_and_whe
     with pytest.raises(InputError, match=r"elsewhere/lab.plan: its runbook lab.yaml is not in .*: run apply in the "
                                          r"directory plan --out ran in"):
         apply_saved(tmp_path / "elsewhere" / "lab.plan", saved, None, ApplyOptions())
+
+
+def test_applys_help_says_its_argument_may_be_a_saved_plan():
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+
+    shown = CliRunner().invoke(app, ["apply", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "RUNBOOK|FILE" in shown and "The runbook (YAML), or a plan saved by `plan --out`" in shown

@@ -163,7 +163,8 @@ def plan_exit_code(plan: Any, detailed: bool) -> int:
 
 @app.command()
 @handle_errors
-def apply(runbook: Path = RUNBOOK,
+def apply(runbook: Path = typer.Argument(..., metavar="RUNBOOK|FILE", show_default=False,
+                                         help="The runbook (YAML), or a plan saved by `plan --out`"),
           yes: bool = typer.Option(False, "--yes", "-y", help="Apply without asking"),
           allow_power_off: bool = typer.Option(False, help="Allow powering VMs off (guest shutdown first)"),
           allow_host_reboot: bool = typer.Option(False, help="Allow maintenance mode and host reboots"),
@@ -181,8 +182,8 @@ def apply(runbook: Path = RUNBOOK,
           json_: bool = typer.Option(False, "--json", help="One JSON document per line: the plan, each progress "
                                                            "event, a summary (schema gpuvm.apply/1)"),
           form: Form = FORMAT, target: list[str] = TARGET) -> None:
-    """Show the plan, ask (or --yes), apply it in parallel, journal every change. RUNBOOK may be a
-    plan saved by `plan --out`: exactly it is carried out, or refused (exit 2) if it is stale."""
+    """Show the plan, ask (or --yes), apply it in parallel, journal every change. FILE, a plan saved
+    by `plan --out`: exactly it is carried out, or refused (exit 2) if it is stale."""
     from gpuvm.apply_options import ApplyOptions
     from gpuvm.cli.apply_output import ApplyOutput
     from gpuvm.runs import apply_runbook
