@@ -83,3 +83,9 @@ def test_a_wrong_flag_or_value_under_json_is_one_document_too_and_the_usage_erro
         assert error["code"] == "input" and named in error["message"] and named in result.stderr
     plain = gpuvm("plan", "lab.yaml", "--bogus")
     assert plain.exit_code == 2 and plain.stdout == "" and "--bogus" in plain.stderr
+
+
+def test_a_wrong_flag_with_detailed_exitcode_exits_1_not_2_which_would_read_as_changes():
+    result = gpuvm("plan", "lab.yaml", "--detailed-exitcode", "--taget", "esx-01", "--json")
+    [error] = documents(result.stdout)
+    assert result.exit_code == error["exit"] == 1 and "--taget" in error["message"]

@@ -160,19 +160,22 @@ ORDER = ("init", "validate", "inventory", "plan", "show", "apply", "verify", "be
 class _Commands(TyperGroup):
     """gpuvm's commands, listed in a run's order (ORDER). A usage error (a flag or value typer refuses)
     of a command given --json is a gpuvm.error/1 document on stdout too, as the command's own errors
-    are (`fail`); typer still prints the usage on stderr and exits 2."""
+    are (`fail`); typer still prints the usage on stderr and exits 2 (1 with --detailed-exitcode)."""
 
     def list_commands(self, ctx: Any) -> list[str]:
         return sorted(super().list_commands(ctx), key=lambda name: (ORDER + (name,)).index(name))
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         ctx.meta["gpuvm.json"] = "--json" in args
+        ctx.meta["gpuvm.detailed"] = "--detailed-exitcode" in args
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except typer.BadParameter.__base__ as error:  # click's UsageError: a wrong flag, a value refused
+            if ctx.meta.get("gpuvm.detailed"):
+                error.exit_code = 1  # plan --detailed-exitcode: 2 says "changes", an error is 1
             if ctx.meta.get("gpuvm.json"):
                 from gpuvm.documents import dumps
 
