@@ -105,7 +105,7 @@ def verify_json(verified: Any = None, drift: Any = None) -> str:
     if drift is None:
         notes = [{"target": n.target, "step": n.step, "message": n.message, "level": n.level} for n in verified.foreign]
         return dumps(document("verify", drift=False, changes=[], notes=notes, unreachable={},
-                              mesh_guests=verified.mesh_guests, message="No drift: infrastructure matches the runbook."))
+                              mesh_guests=verified.mesh_guests, message=verified.message))
     plan = getattr(drift, "plan", None) or Plan()
     return dumps(document("verify", drift=True, changes=[c.to_dict() for c in plan.changes],
                           notes=plan.to_dict()["notes"], unreachable=getattr(drift, "down", {}), mesh_guests=None,

@@ -542,7 +542,8 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, journal: Journal,
     refused = _refuse_unallowed(again, ctx.options, journal, outcome, progress)
     plan.changes.extend(c for c in again if c not in refused)
     if progress:
-        progress("guest.*", "all guests", f"observed again after VM changes: "
+        why = "after VM changes" if rebooted else "as some did not answer when planned"
+        progress("guest.*", "all guests", f"observed again {why}: "
                                           f"{sum(1 for c in plan.changes if c.step in late)} change(s)")
     return {c.target for c in refused}
 

@@ -56,6 +56,7 @@ class Change:
 
 
 WHOLE_RUN = "-"  # the target of a Note about the whole run (a snapshot plan, targets not given)
+NOT_TARGETED = "target"  # the step of the Note on changes of targets --target left out of scope
 
 
 @dataclass(frozen=True)

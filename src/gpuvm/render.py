@@ -11,7 +11,7 @@ from rich.table import Table
 
 from gpuvm.errors import listed
 from gpuvm.long_table import LongTable
-from gpuvm.plan import WHOLE_RUN, Change, Disruption, Plan
+from gpuvm.plan import NOT_TARGETED, WHOLE_RUN, Change, Disruption, Plan
 from gpuvm.secrets import redact
 from gpuvm.untrusted import printable
 
@@ -104,7 +104,8 @@ def plan_summary(plan: Plan) -> str:
     missing = _incomplete(plan)
     if plan.empty:
         if not missing:
-            return NO_CHANGES
+            others = any(note.step == NOT_TARGETED for note in plan.notes)
+            return "No changes on the targets (other targets have changes, not targeted)." if others else NO_CHANGES
         nothing = "No changes to carry out" if plan.left_out else "No changes planned on the targets observed"
         return f"{nothing}; {missing}. The plan is incomplete."
     power = len(plan.disruptive(Disruption.VM_POWER_OFF))
@@ -145,7 +146,8 @@ def print_plan(console: Console, plan: Plan, form: str = "text") -> None:
         _write(console, redact("\n".join(left_out_lines(plan))))
     for note in plan.notes:
         about = "" if note.target == WHOLE_RUN else f"{escape(note.target)}: "
-        console.print(f"[yellow]{note.level}[/]: {about}{escape(redact(note.message))}", highlight=False, markup=True)
+        console.print(f"[yellow]{note.level}[/]: {about}{escape(redact(note.message))}", highlight=False, markup=True,
+                      soft_wrap=not console.is_terminal)  # wrapped to a terminal; whole in a pipe or a log
     console.print(plan_summary(plan), highlight=False, soft_wrap=True)
 
 

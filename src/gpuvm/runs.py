@@ -9,12 +9,14 @@ place that drives the engine (`make_plan`, `apply_plan`, ...).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpuvm import collector, fleet_plan
 from gpuvm.apply_options import ApplyOptions
@@ -156,8 +158,19 @@ def remote(runbook: Runbook, access: Access, parallel: int | None = None,
         cluster.close()
 
 
+def _govc_missing() -> list[str]:
+    """govc's variables `init` lacks (a user and password in GOVC_URL stand for their own)."""
+    url = os.environ.get("GOVC_URL", "")
+    parts = urlsplit(url if "://" in url else f"https://{url}")
+    given = {"GOVC_URL": url, "GOVC_USERNAME": parts.username or os.environ.get("GOVC_USERNAME"),
+             "GOVC_PASSWORD": parts.password or os.environ.get("GOVC_PASSWORD")}
+    return [name for name, value in given.items() if not value]
+
+
 def discover(access: Access) -> tuple[Inventory, Target]:
     """What `gpuvm init` starts from: the inventory of the vCenter govc's variables name, and it."""
+    if missing := _govc_missing():
+        raise InputError(f"gpuvm init reads the vCenter govc's variables name: set {', '.join(missing)}")
     book = Runbook()
     with connect(book, access) as session:
         return read_inventory(session), resolve_target(book.vcenter, access.insecure)
@@ -404,6 +417,12 @@ class Verified:
 
     mesh_guests: int | None = None  # guests whose SSH mesh was checked pair by pair; None: no mesh
     foreign: list[Note] = field(default_factory=list)  # values gpuvm did not write in its attributes: warned of, not drift
+    targeted: bool = False  # only --target's hosts, VMs and guests were checked
+
+    @property
+    def message(self) -> str:
+        return ("No drift on the targets: they match the runbook." if self.targeted
+                else "No drift: infrastructure matches the runbook.")
 
 
 def _drift_message(plan: Plan, held: list[Note], runbook: Path) -> str:
@@ -437,6 +456,6 @@ def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targ
         mesh = book.guests and book.guests.ssh_mesh and book.guests.ssh_mesh.enabled
         foreign = [note for note in plan.notes if note.step == FOREIGN]  # never acted on: no apply removes it
         if cluster is None or not mesh or (chosen is not None and not set(cluster.of_role("guest")) <= chosen):
-            return Verified(foreign=foreign)
+            return Verified(foreign=foreign, targeted=selection is not None)
         check_mesh(cluster)  # every ordered pair of guests logs in with the mesh key
-        return Verified(mesh_guests=len(cluster.of_role("guest")), foreign=foreign)
+        return Verified(mesh_guests=len(cluster.of_role("guest")), foreign=foreign, targeted=selection is not None)

@@ -73,7 +73,9 @@ def made(book: Runbook, runbook: Path, setup: str | None, targets: Sequence[str]
 def plan_to_file(runbook: Path, out: Path, access: Access, setup: str | None = None,
                  targets: Sequence[str] = ()) -> SavedPlan:
     """`plan RUNBOOK --out FILE`: plan the runbook live (on `targets` only when given) and write the
-    saved plan to `out`."""
+    saved plan to `out`. `out` the runbook itself is refused before anything is read."""
+    if out.exists() and runbook.exists() and out.samefile(runbook):
+        raise InputError(f"--out {out}: the runbook itself; save the plan to another file ({runbook.stem}.plan)")
     book = select_setup(load_runbook(runbook), setup)
     select(book, targets)  # unknown names refused before anything is read
     with collector.paused():  # inventories and plans: objects made in bulk
@@ -91,6 +93,11 @@ def apply_saved(file: Path, saved: SavedPlan, access: Access, options: ApplyOpti
     when the runbook's text changed, when the plan needs an --allow-* flag `options` lacks (before
     connecting), or when the plan made again under the locks differs (StalePlan). `shown`:
     apply_loaded's show_plan, confirm and progress."""
+    if not Path(saved.runbook).exists():
+        where = "there any more" if Path(saved.runbook).is_absolute() else (
+            f"in {Path.cwd()}: run apply in the directory plan --out ran in (a saved plan names its runbook as plan "
+            "was given it)")
+        raise InputError(f"{file}: its runbook {saved.runbook} is not {where}")
     book = select_setup(load_runbook(saved.runbook), saved.setup)
     check_runbook(saved, book, file)
     given = [flag for flag, on in {"--allow-destroy": options.allow_destroy, "--allow-power-off": options.allow_power_off,
@@ -260,6 +267,9 @@ def read(path: Path) -> SavedPlan | None:
         data = json.loads(text) if text.lstrip()[:1] == b"{" else None
     except ValueError:
         return None
+    if isinstance(data, dict) and str(data.get("schema", "")).startswith("gpuvm.plan/"):
+        raise InputError(f"{path}: a {str(data['schema'])[:40]} document (plan --json), not a saved plan: "
+                         "save one with gpuvm plan RUNBOOK --out FILE")
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith(f"gpuvm.{KIND}/"):
         return None
     if data["schema"] != schema_id(KIND):

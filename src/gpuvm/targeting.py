@@ -32,14 +32,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuvm.errors import InputError, listed
-from gpuvm.plan import Change, Disruption, LeftOut, Note, Plan
+from gpuvm.plan import NOT_TARGETED, WHOLE_RUN, Change, Disruption, LeftOut, Note, Plan
 from gpuvm.runbook.model import Runbook
 from gpuvm.names import split
 from gpuvm.steps.host_reboot import StopForReboot
 from gpuvm.steps.vm_power import SetPower, set_power
 from gpuvm.vsphere.facts import Inventory
-
-NOTE_STEP = "target"
 
 
 @dataclass(frozen=True)
@@ -264,7 +262,7 @@ class Scope:
         outside = sorted(t for t in by_target if t not in inside and t not in whole and t not in targets)
         if outside:
             count = sum(len(by_target[t]) for t in outside)
-            notes.append(Note("-", NOTE_STEP, f"not targeted: {count} change(s) on {listed(outside)}",
+            notes.append(Note(WHOLE_RUN, NOT_TARGETED, f"not targeted: {count} change(s) on {listed(outside)}",
                               level="info"))
         return kept, notes, left
 

@@ -142,3 +142,6 @@ def test_decode_only_measures_one_cores_rate_on_photograph_shaped_files(tmp_path
     assert per_core >= wall * 0.95 > 0
     refused = subprocess.run([*workload, "--decode-only"], capture_output=True, text=True)
     assert refused.returncode == 2 and "--decode-only times the files of --data-dir" in refused.stderr
+    too_few = subprocess.run([*workload, "--data-dir", files, "--decode-only"], capture_output=True, text=True)
+    assert too_few.returncode == 2 and "fewer than one batch (32)" in too_few.stderr  # 16 files: one line, no traceback
+    assert "Traceback" not in too_few.stderr

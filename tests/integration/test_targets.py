@@ -55,7 +55,11 @@ def test_targets_narrow_plan_apply_and_verify(monkeypatch, tmp_path):
 
         applied = gpuvm("apply", lab, "--target", "esx-01", "--yes", "--allow-host-reboot")
         assert applied.exit_code == 0, applied.stderr
-        assert gpuvm("verify", lab, "--target", "esx-01").exit_code == 0  # no drift there
+        checked = gpuvm("verify", lab, "--target", "esx-01")  # no drift there, which is all it says
+        assert checked.exit_code == 0 and "No drift on the targets" in checked.stdout, checked.stdout
+        assert "infrastructure matches" not in checked.stdout
+        replanned = gpuvm("plan", lab, "--target", "esx-01")
+        assert "No changes on the targets (other targets have changes, not targeted)." in replanned.stdout
         rest = gpuvm("plan", lab, "--json")
         assert targets(rest) == {"esx-02", "esx-02-vm1", "esx-02-vm2"}  # the other host untouched
         assert gpuvm("verify", lab, "--target", "esx-02-vm2").exit_code == 5

@@ -71,3 +71,21 @@ def test_apply_ends_its_stream_with_the_error_that_stopped_it(mocker, tmp_path):
     events = documents(result.stdout)
     assert [check(e) for e in events] == ["apply", "error"] and result.exit_code == events[-1]["exit"] == 7
     assert events[-1]["code"] == "locked"
+
+
+def test_a_wrong_flag_or_value_under_json_is_one_document_too_and_the_usage_error_stays_on_stderr():
+    for args, named in ((["plan", "lab.yaml", "--json", "--bogus"], "--bogus"),
+                        (["plan", "lab.yaml", "--format", "json", "--json"], "--format"),
+                        (["bench", "compare", "r", "--json", "--max-overhead"], "--max-overhead")):
+        result = gpuvm(*args)
+        [error] = documents(result.stdout)
+        assert check(error) == "error" and result.exit_code == error["exit"] == 2, result.output
+        assert error["code"] == "input" and named in error["message"] and named in result.stderr
+    plain = gpuvm("plan", "lab.yaml", "--bogus")
+    assert plain.exit_code == 2 and plain.stdout == "" and "--bogus" in plain.stderr
+
+
+def test_a_wrong_flag_with_detailed_exitcode_exits_1_not_2_which_would_read_as_changes():
+    result = gpuvm("plan", "lab.yaml", "--detailed-exitcode", "--taget", "esx-01", "--json")
+    [error] = documents(result.stdout)
+    assert result.exit_code == error["exit"] == 1 and "--taget" in error["message"]

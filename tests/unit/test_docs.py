@@ -1,10 +1,11 @@
 """The README is a door, docs/ the house (issue 23): the README stays short and keeps the two commands
 CI runs; every command and flag is documented under docs/; every link leads somewhere; and every
-runbook the docs show is one the schema accepts."""
+runbook the docs show is one the schema accepts and `validate` passes (unless marked a part of one)."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from pathlib import Path
@@ -99,3 +100,56 @@ def _runbooks_shown() -> list[tuple[str, str]]:
 def test_every_runbook_the_docs_show_is_one_the_schema_accepts(doc: str, block: str):
     errors = [f"{list(e.absolute_path)}: {e.message}" for e in _validator().iter_errors(YAML(typ="safe").load(block))]
     assert not errors, errors
+
+
+def _whole_runbooks_shown() -> list[tuple[str, str]]:
+    """The runbooks shown that are not marked as a part of one (`# part of a runbook` on their first line)."""
+    return [(doc, block) for doc, block in _runbooks_shown() if not block.startswith("# part of a runbook")]
+
+
+@pytest.mark.parametrize("doc, block", _whole_runbooks_shown(), ids=lambda v: v if v.endswith(".md") else "")
+def test_every_whole_runbook_the_docs_show_passes_validate(doc: str, block: str, tmp_path):
+    from gpuvm.runbook.loader import load_runbook
+
+    runbook = tmp_path / "shown.yaml"  # its placeholders filled in: a digest is the reader's to give
+    runbook.write_text(block.replace("<64 hex digits>", "a" * 64), encoding="utf-8")
+    load_runbook(runbook)  # an InputError names the block's line and field
+
+
+COMMON_OPTIONS = {"--insecure", "--accept-new-host-keys", "--state-dir"}  # the guide's "Common options"
+
+
+def _synopses() -> dict[str, str]:
+    """The guide's Commands block: each command's synopsis (its line and the indented lines after it)."""
+    guide = (REPO / "docs" / "guide.md").read_text(encoding="utf-8")
+    block = re.search(r"## Commands\n\n```\n(.*?)```", guide, re.S).group(1)
+    synopses: dict[str, str] = {}
+    for line in block.splitlines():
+        if line.startswith("gpuvm "):
+            words = line.split("#")[0].split()[1:]
+            command = " ".join(itertools.takewhile(lambda word: re.fullmatch(r"[a-z][a-z-]*", word), words))
+            synopses[command] = line.split("#")[0]
+        else:
+            synopses[command] += line.split("#")[0]
+    return synopses
+
+
+@pytest.mark.parametrize("path, command", COMMANDS, ids=[" ".join(p) for p, _ in COMMANDS])
+def test_the_guides_synopsis_of_a_command_lists_its_every_flag(path, command):
+    synopsis = _synopses().get(" ".join(path))
+    assert synopsis is not None, f"gpuvm {' '.join(path)}: no synopsis in docs/guide.md's Commands"
+    if synopsis.rstrip().endswith(" ..."):
+        return  # a synopsis that says there is more (size): its flags are in the benchmark guide
+    flags = [opt for param in command.params for opt in param.opts
+             if opt.startswith("--") and opt != "--help" and opt not in COMMON_OPTIONS]
+    missing = [flag for flag in flags if not re.search(rf"{re.escape(flag)}(?![\w-])", synopsis)]
+    assert not missing, f"gpuvm {' '.join(path)}: flags not in its synopsis in docs/guide.md's Commands: {missing}"
+
+
+def test_gpuvm_help_lists_the_commands_in_the_guides_order():
+    from typer.testing import CliRunner
+
+    shown = CliRunner().invoke(app, ["--help"]).stdout.split("Commands:")[1]
+    listed_commands = re.findall(r"^\s+([a-z-]+)\s", shown, re.M)
+    in_guide = list(dict.fromkeys(command.split()[0] for command in _synopses()))
+    assert listed_commands == in_guide

@@ -101,6 +101,15 @@ def test_intents_on_the_runbooks_hosts_their_vms_and_templates_only():
         ("tpl", "clone vm3", LIVE, "under way")}
 
 
+def test_a_hosts_reboot_memo_is_a_memo_not_an_act_waiting_for_the_next_apply():
+    memo = Intent(run=DEAD, why="rebooted for 1 change(s): passthrough on esx-01", since=stamp(-30),
+                  data={"changes": [], "boot_time": stamp(-20)})
+    inventory = Inventory(hosts={"esx-01": HostFacts(name="esx-01", moid="host-1", intents={"rebooted": memo})})
+    [row] = lock_report.object_rows("default", inventory, Objects({"esx-01"}, set(), set()), seen())
+    assert (row.kind, row.act, row.state) == ("intent", "rebooted", "memo")
+    assert check({"schema": "gpuvm.locks/1", "rows": [row.to_dict()], "not_reached": {}}) == "locks"
+
+
 def test_a_run_is_broken_by_its_lease_and_the_locks_naming_it_only():
     assert lock_report.held_by(LIVE, seen()) == {f"lease gpuvm.lease.{LIVE}": 1, "the lock of host esx-01": 2,
                                                  "the lock of host other": 8}

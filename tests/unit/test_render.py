@@ -125,3 +125,17 @@ def test_a_change_known_after_apply_says_so_in_text_table_and_json():
     assert "as the runbook asks (known after apply)" in row
     assert plan_summary(later) == "Plan: 1 change(s) on 1 target(s) (1 known after apply)."
     assert json.loads(plan_json(later))["changes"][0]["known_after_apply"] is True
+
+
+def test_no_changes_on_the_targets_does_not_say_the_infrastructure_matches_when_others_have_changes():
+    from gpuvm.plan import NOT_TARGETED
+
+    narrowed = Plan(notes=[Note(WHOLE_RUN, NOT_TARGETED, "not targeted: 13 change(s) on esx-01, vm1", level="info")])
+    assert plan_summary(narrowed) == "No changes on the targets (other targets have changes, not targeted)."
+    assert plan_summary(Plan(notes=[Note("vm1", "resolve", "a warning")])) == NO_CHANGES
+
+
+def test_a_note_longer_than_the_console_stays_on_one_line_in_a_pipe_or_a_log():
+    message = "which GPUs are NVLink-bridged is not known " * 6
+    text = rendered(Plan(notes=[Note("vm1", "resolve", message)]), "text", width=100)
+    assert f"warning: vm1: {message}".rstrip() in [line.rstrip() for line in text.splitlines()]

@@ -13,7 +13,7 @@ from tests.unit.demo_plan import demo_plan
 
 
 def rendered(width: int, form: str = "text") -> list[str]:
-    console = Console(width=width, record=True, file=io.StringIO())
+    console = Console(width=width, record=True, file=io.StringIO(), force_terminal=True)  # a terminal that wide
     print_plan(console, demo_plan(), form)
     return console.export_text().splitlines()
 

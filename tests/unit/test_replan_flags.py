@@ -89,3 +89,13 @@ def test_with_the_flag_both_guests_get_the_driver(world):
     outcome = _apply(world, allow_power_off=True)
     assert sorted(call.args[1].name for call in installed.call_args_list) == ["gpu-vm-01", "gpu-vm-02"]
     assert not outcome.failed
+
+
+def test_a_guest_that_did_not_answer_when_planned_is_observed_again_and_progress_says_why(world):
+    _, desired, cluster, _, state = world
+    ctx = Context(options=Options(allow_power_off=True, guest_boot_timeout=1), cluster=cluster,
+                  unreachable={"gpu-vm-02": ConnectionError("did not answer")})
+    said = []
+    engine.apply_plan(Plan(), desired, ctx, Journal(state), parallel=2, progress=lambda *a: said.append(a))
+    [(step, target, status)] = [line for line in said if line[0] == "guest.*"]
+    assert status.startswith("observed again as some did not answer when planned: ") and "VM changes" not in status

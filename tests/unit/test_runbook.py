@@ -43,6 +43,11 @@ CASES = [
     ("  - name: esx-01\n", "  - name: esx-01\n    graphics: direct\n", r":7: hosts\[0\]\.graphics: Input should be 'shared' or 'shared_direct'"),
     ("vms:\n", "vms:\n  - {host: esx-01}\n", r":9: vms\[0\]\.name: required field is missing"),
     ("vms:\n", "vms:\n  - {name: vm1, host: esx-01}\n", r":10: vms\[1\]\.name: VM 'vm1' is declared twice"),
+    # a misspelt field: the runbook's field of that place spelt closest, when one is close
+    ("    host: esx-01\n", "    host: esx-01\n    cpu: 8\n", r":11: vms\[0\]\.cpu: unknown field \(did you mean cpus\?"),
+    ("count: 2", "count: 2, adresses: []", r"vms\[0\]\.gpus\.adresses: unknown field \(did you mean addresses\?"),
+    ("  password_env", "  pasword_env", r":4: vcenter\.pasword_env: unknown field \(did you mean password_env\?"),
+    ("    host: esx-01\n", "    host: esx-01\n    zzz: 8\n", r":11: vms\[0\]\.zzz: unknown field \(check the spelling"),
 ]
 
 
@@ -92,3 +97,27 @@ def test_valid_runbook_loads_with_defaults(tmp_path):
     assert book.vms[0].firmware == "efi" and book.vms[0].power == "on" and book.vms[0].mmio == "auto"
     assert len(book.digest) == 64
     assert textwrap  # keep import used
+
+
+@pytest.mark.parametrize("driver, expected", [
+    ('{version: "535.183.01", sha256: nothex}', ["guests.driver.sha256: 'nothex' is not a sha256 digest"]),
+    ('{version: "535.183.01", sha256: "' + "a" * 64 + '", kidn: vgpu}', ["guests.driver.kidn: unknown field"]),
+    ("5", ["guests.driver: Input should be a valid dictionary", "guests.driver: Input should be a valid list"]),
+])
+def test_a_field_of_several_shapes_reports_the_problems_of_the_shape_written_only(tmp_path, driver, expected):
+    path = tmp_path / "driver.yaml"
+    path.write_text(BASE + f"guests:\n  driver: {driver}\n  hosts: []\n")
+    with pytest.raises(InputError) as caught:
+        load_runbook(path)
+    lines = str(caught.value).splitlines()
+    assert len(lines) == len(expected) and all(want in line for want, line in zip(expected, lines)), lines
+
+
+@pytest.mark.parametrize("schema, hint", [("gpuvm.saved-plan/1", "a saved plan: gpuvm show it, gpuvm apply it"),
+                                          ("gpuvm.plan/1", "not a runbook")])
+def test_a_gpuvm_document_given_as_a_runbook_says_what_it_is(tmp_path, schema, hint):
+    path = tmp_path / "lab.plan"
+    path.write_text(f'{{"schema": "{schema}", "changes": []}}\n')
+    with pytest.raises(InputError, match=rf"^{path}:1: a {schema} document, not a runbook.*") as caught:
+        load_runbook(path)
+    assert hint in str(caught.value) and "unknown field" not in str(caught.value)

@@ -170,3 +170,67 @@ def test_show_prints_a_saved_plan_as_plan_does_and_refuses_a_runbook(tmp_path):
     (book := tmp_path / "rb.yaml").write_text("hosts: []\n")
     refused = CliRunner().invoke(app, ["show", str(book)])
     assert refused.exit_code == 2 and "not a saved plan" in refused.output
+
+
+def test_plan_out_onto_its_own_runbook_is_refused_before_anything_is_read_and_show_hints_another_file(tmp_path, mocker):
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+
+    book = tmp_path / "rb.yaml"
+    book.write_text("hosts: []\nvms: []\n")
+    observed = mocker.patch("gpuvm.saved_plan.plan_observed")
+    for out in (book, tmp_path / "." / "rb.yaml"):
+        refused = CliRunner().invoke(app, ["plan", str(book), "--out", str(out)])
+        assert refused.exit_code == 2 and f"--out {out}: the runbook itself" in refused.stderr, refused.output
+    observed.assert_not_called()
+    assert book.read_text() == "hosts: []\nvms: []\n"
+    hint = CliRunner().invoke(app, ["show", str(book)])
+    assert hint.exit_code == 2 and f"gpuvm plan RUNBOOK --out {book}" not in hint.stderr
+    assert "gpuvm plan RUNBOOK --out FILE" in hint.stderr
+
+
+def test_a_plan_printed_with_json_is_told_from_a_saved_plan_by_apply_and_show(tmp_path):
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+    from gpuvm.documents import plan_json
+
+    printed = tmp_path / "lab.plan"
+    printed.write_text(plan_json(a_plan()))
+    with pytest.raises(InputError, match=rf"{printed}: a gpuvm.plan/1 document \(plan --json\), not a saved plan: "
+                                         r"save one with gpuvm plan RUNBOOK --out FILE"):
+        read(printed)
+    for command in (["apply", str(printed), "--yes"], ["show", str(printed)]):
+        refused = CliRunner().invoke(app, command)
+        assert refused.exit_code == 2 and "(plan --json), not a saved plan" in refused.stderr, refused.output
+        assert "unknown field" not in refused.stderr
+
+
+def test_show_takes_the_formats_plan_takes_and_its_help_names_them():
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+
+    helps = [CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout for command in ("show", "plan")]
+    assert all("--format [text|table]" in h or "--format <text|table>" in h for h in helps), helps
+
+
+def test_apply_of_a_saved_plan_whose_runbook_is_not_there_names_the_plan_and_where_to_run_it(tmp_path, monkeypatch):
+    from gpuvm.apply_options import ApplyOptions
+    from gpuvm.saved_plan import apply_saved
+
+    monkeypatch.chdir(tmp_path)
+    saved = made(BOOK, "lab.yaml", None, [], a_plan(), inventory(), FACTS)
+    with pytest.raises(InputError, match=r"elsewhere/lab.plan: its runbook lab.yaml is not in .*: run apply in the "
+                                         r"directory plan --out ran in"):
+        apply_saved(tmp_path / "elsewhere" / "lab.plan", saved, None, ApplyOptions())
+
+
+def test_applys_help_says_its_argument_may_be_a_saved_plan():
+    from typer.testing import CliRunner
+
+    from gpuvm.cli.main import app
+
+    shown = CliRunner().invoke(app, ["apply", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "RUNBOOK|FILE" in shown and "The runbook (YAML), or a plan saved by `plan --out`" in shown

@@ -29,7 +29,7 @@ class ApplyOutput:
         if self.as_json:
             self._emit("progress", step=step, target=target, state=progress_state(status), status=status)
         else:
-            err.print(progress_line(step, target, status), highlight=False, markup=True)
+            err.print(progress_line(step, target, status), highlight=False, markup=True, soft_wrap=True)
 
     def summary(self, applied: Any) -> None:
         if self.as_json:
@@ -43,6 +43,6 @@ class ApplyOutput:
             return
         out.print(f"Applied {applied.changes_done} of {len(applied.plan.changes)} change(s) in {applied.seconds:.1f} s; "
                   f"{len(applied.failed)} target(s) failed, {len(applied.skipped)} skipped, "
-                  f"{len(applied.unobserved)} not observed. Journal: {applied.journal}")
+                  f"{len(applied.unobserved)} not observed. Journal: {applied.journal}", soft_wrap=True)
         for target, reason in applied.skipped.items():
-            err.print(f"skipped {target}: {reason}", highlight=False)
+            err.print(f"skipped {target}: {reason}", highlight=False, soft_wrap=True)

@@ -8,13 +8,15 @@ import os
 import signal
 import sys
 import threading
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, NoReturn, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from gpuvm import collector
-from gpuvm.errors import GpuvmError
+from gpuvm.errors import GpuvmError, error_document
 from gpuvm.secrets import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -75,6 +77,16 @@ class _Command:
 
     as_json = False
     stopped_by = signal.SIGINT  # a KeyboardInterrupt no handler of ours raised: Ctrl-C
+
+
+class Form(str, Enum):
+    """How a plan's changes are printed: grouped by target, or as one table."""
+
+    text = "text"
+    table = "table"
+
+
+FORMAT = typer.Option(Form.text, "--format", help="Changes as text (grouped by target) or as one table")
 
 
 def fail(message: str, code: int, kind: str | None = None) -> typer.Exit:
@@ -140,12 +152,47 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+# the order `gpuvm --help` lists the commands in: a run's (docs/guide.md's "Commands" too)
+ORDER = ("init", "validate", "inventory", "plan", "show", "apply", "verify", "bench", "locks", "launch-files", "size",
+         "schema")
+
+
+class _Commands(TyperGroup):
+    """gpuvm's commands, listed in a run's order (ORDER). A usage error (a flag or value typer refuses)
+    of a command given --json is a gpuvm.error/1 document on stdout too, as the command's own errors
+    are (`fail`); typer still prints the usage on stderr and exits 2 (1 with --detailed-exitcode)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return sorted(super().list_commands(ctx), key=lambda name: (ORDER + (name,)).index(name))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta["gpuvm.json"] = "--json" in args
+        ctx.meta["gpuvm.detailed"] = "--detailed-exitcode" in args
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.BadParameter.__base__ as error:  # click's UsageError: a wrong flag, a value refused
+            if ctx.meta.get("gpuvm.detailed"):
+                error.exit_code = 1  # plan --detailed-exitcode: 2 says "changes", an error is 1
+            if ctx.meta.get("gpuvm.json"):
+                from gpuvm.documents import dumps
+
+                print(dumps(error_document(redact(error.format_message()), error.exit_code, "input"), indent=None),
+                      flush=True)
+            raise
+
+
 class Gpuvm(typer.Typer):
     """gpuvm's command line. Called (the console script, `python -m gpuvm.cli.main`), it is the
     process, which a command may then end without the interpreter's teardown (`ends_process`);
     tests run its commands through typer's CliRunner, which does not call it."""
 
     as_process = False
+
+    def __init__(self, **options: Any):
+        super().__init__(cls=_Commands, **options)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         Gpuvm.as_process = True

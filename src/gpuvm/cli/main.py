@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from gpuvm.cli import bench_report, bench_run, init, locks, schema, show, size
-from gpuvm.cli.common import (DRAIN_TIMEOUT, Gpuvm, access, ends_process, err, fail, finish, handle_errors,
-                              interactive, load, out, warn)
+from gpuvm.cli.common import (DRAIN_TIMEOUT, FORMAT, Form, Gpuvm, access, ends_process, err, fail, finish,
+                              handle_errors, interactive, load, out, warn)
 
 app = Gpuvm(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
             help="Turn vSphere hosts with NVIDIA GPUs into a deep-learning cluster, and prove it performs.")
@@ -59,12 +58,6 @@ TARGET = typer.Option([], "--target", metavar="NAME",
 JSON = typer.Option(False, "--json", help="Print JSON (schema in gpuvm/schemas/, id in its \"schema\" field)")
 
 
-class Form(str, Enum):
-    text = "text"
-    table = "table"
-
-
-FORMAT = typer.Option(Form.text, "--format", help="Changes as text (grouped by target) or as one table")
 
 
 @app.command()
@@ -170,7 +163,8 @@ def plan_exit_code(plan: Any, detailed: bool) -> int:
 
 @app.command()
 @handle_errors
-def apply(runbook: Path = RUNBOOK,
+def apply(runbook: Path = typer.Argument(..., metavar="RUNBOOK|FILE", show_default=False,
+                                         help="The runbook (YAML), or a plan saved by `plan --out`"),
           yes: bool = typer.Option(False, "--yes", "-y", help="Apply without asking"),
           allow_power_off: bool = typer.Option(False, help="Allow powering VMs off (guest shutdown first)"),
           allow_host_reboot: bool = typer.Option(False, help="Allow maintenance mode and host reboots"),
@@ -186,8 +180,8 @@ def apply(runbook: Path = RUNBOOK,
           json_: bool = typer.Option(False, "--json", help="One JSON document per line: the plan, each progress "
                                                            "event, a summary (schema gpuvm.apply/1)"),
           form: Form = FORMAT, target: list[str] = TARGET) -> None:
-    """Show the plan, ask (or --yes), apply it in parallel, journal every change. RUNBOOK may be a
-    plan saved by `plan --out`: exactly it is carried out, or refused (exit 2) if it is stale."""
+    """Show the plan, ask (or --yes), apply it in parallel, journal every change. FILE, a plan saved
+    by `plan --out`: exactly it is carried out, or refused (exit 2) if it is stale."""
     from gpuvm.apply_options import ApplyOptions
     from gpuvm.cli.apply_output import ApplyOutput
     from gpuvm.runs import apply_runbook
@@ -240,10 +234,10 @@ def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, st
         print(verify_json(verified=verified))
         return
     for note in verified.foreign:  # gpuvm acts on none of them: warned of, not drift
-        out.print(f"warning: {note.target}: {note.message}", markup=False, highlight=False)
+        out.print(f"warning: {note.target}: {note.message}", markup=False, highlight=False, soft_wrap=True)
     if verified.mesh_guests is not None:
         out.print(f"SSH mesh: all {verified.mesh_guests} guests reach each other.")
-    out.print("No drift: infrastructure matches the runbook.")
+    out.print(verified.message)
 
 
 @app.command("launch-files")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuvm.cli.common import fail, handle_errors, out
+from gpuvm.cli.common import FORMAT, Form, fail, handle_errors, out
 
 
 def register(app: typer.Typer) -> None:
@@ -17,19 +17,16 @@ def register(app: typer.Typer) -> None:
 def show_command(file: Path = typer.Argument(..., metavar="FILE", help="A plan saved by `plan --out`",
                                              show_default=False),
                  json_: bool = typer.Option(False, "--json", help="Print JSON (gpuvm.plan/1, as `plan --json`)"),
-                 form: str = typer.Option("text", "--format", help="Changes as text (grouped by target) or as "
-                                                                  "one table: text, table")) -> None:
+                 form: Form = FORMAT) -> None:
     """Print a saved plan: its changes as `plan` prints them, the runbook it was made from and the
     --allow-* flags `apply FILE` needs."""
     from gpuvm.documents import plan_json
     from gpuvm.render import print_plan
     from gpuvm.saved_plan import read
 
-    if form not in ("text", "table"):
-        raise fail(f"--format {form!r}: text or table", 2)
     saved = read(file)
     if saved is None:
-        raise fail(f"{file}: not a saved plan (make one with: gpuvm plan RUNBOOK --out {file})", 2)
+        raise fail(f"{file}: not a saved plan (make one with: gpuvm plan RUNBOOK --out FILE)", 2)
     if json_:
         print(plan_json(saved.plan))
         return
@@ -38,4 +35,4 @@ def show_command(file: Path = typer.Argument(..., metavar="FILE", help="A plan s
     needs = f"; apply needs {' '.join(saved.needs)}" if saved.needs else ""
     out.print(f"saved plan of {saved.runbook}{scope} (sha256 {saved.sha256[:12]}…){needs}",
               markup=False, highlight=False, soft_wrap=True)
-    print_plan(out, saved.plan, form)
+    print_plan(out, saved.plan, form.value)

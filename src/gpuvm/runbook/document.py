@@ -114,14 +114,39 @@ class Locator:
         return InputError(f"{self.where(tuple(loc))}: {message}")
 
 
-def validation_message(error: dict[str, Any]) -> str:
+def validation_message(error: dict[str, Any], path: Path_ = ()) -> str:
+    """pydantic's error in the runbook's words; `path`: where it is in the document (an unknown field's
+    place, for the field spelt closest)."""
     kind = error["type"]
     if kind == "extra_forbidden":
-        return "unknown field (check the spelling; every field: docs/runbook.md, or `gpuvm schema runbook`)"
+        from gpuvm.runbook.spelling import closest_field
+
+        meant = closest_field(path)
+        hint = f"did you mean {meant}? " if meant else "check the spelling; "
+        return f"unknown field ({hint}every field: docs/runbook.md, or `gpuvm schema runbook`)"
     if kind == "missing":
         return "required field is missing"
     message = error["msg"]
     return message.removeprefix("Value error, ")
+
+
+# pydantic's "the value is not of this shape" errors: in a union, the shapes the user did not write
+_OTHER_SHAPE = frozenset({"dict_type", "list_type", "model_type", "model_attributes_type", "literal_error",
+                          "none_required", "string_type", "int_type", "bool_type", "float_type"})
+
+
+def problems(errors: list[dict[str, Any]], data: Any) -> list[tuple[Path_, dict[str, Any]]]:
+    """pydantic's errors with their paths in the document, less a union's other shapes: a field that
+    may be a mapping or a list (guests.driver) and was written as a mapping with a bad key reports
+    that key only, not also "Input should be a valid list". A value of no shape keeps them all."""
+    placed = [(document_path(e["loc"], data, e["type"]), e) for e in errors]
+
+    def of_the_shape_written(path: Path_, error: dict[str, Any]) -> bool:
+        return any(other is not error and other_path[:len(path)] == path
+                   and (len(other_path) > len(path) or other["type"] not in _OTHER_SHAPE)
+                   for other_path, other in placed)
+
+    return [(path, e) for path, e in placed if e["type"] not in _OTHER_SHAPE or not of_the_shape_written(path, e)]
 
 
 def document_path(loc: tuple[Any, ...], data: Any, kind: str = "") -> Path_:

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from gpuvm.errors import InputError
 from gpuvm.files import RUNBOOK_BYTES, read_capped
-from gpuvm.runbook.document import Locator, Path_, document_path, parse_document, validation_message
+from gpuvm.runbook.document import Locator, Path_, parse_document, problems, validation_message
 from gpuvm.runbook.groups import expand_vm_groups
 from gpuvm.runbook.mig_parted import resolve_mig_files
 from gpuvm.runbook.model import Runbook
@@ -39,13 +39,16 @@ def load_runbook(path: str | Path) -> Runbook:
     data, locator = parse_document(file, text)
     if not isinstance(data, dict):
         raise InputError(f"{file}:1: (top level): a runbook is a mapping with vcenter, hosts and vms")
+    if (kind := str(data.get("schema", ""))).startswith("gpuvm."):  # a document gpuvm printed or saved
+        hint = " (a saved plan: gpuvm show it, gpuvm apply it)" if kind.startswith("gpuvm.saved-plan/") else ""
+        raise InputError(f"{file}:1: a {kind[:40]} document, not a runbook{hint}")
     # a VM group becomes its VMs, which keep the group's lines (runbook/groups.py)
     locator = Locator(file, *expand_vm_groups(data, locator._lines, locator.error))
     resolve_mig_files(data, file, locator.error)  # a guest's mig-parted config file → its entries
     try:
         runbook = Runbook.model_validate(data)
     except ValidationError as e:
-        messages = [f"{locator.where(document_path(err['loc'], data, err['type']))}: {validation_message(err)}" for err in e.errors()]
+        messages = [f"{locator.where(path)}: {validation_message(err, path)}" for path, err in problems(e.errors(), data)]
         raise InputError("\n".join(dict.fromkeys(messages))) from None
     runbook.attach(file, locator, text)
     runbook.check_references()

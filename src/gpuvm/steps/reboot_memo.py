@@ -30,11 +30,11 @@ from gpuvm.names import vsphere_name
 from gpuvm.plan import Change, Disruption, Note, Plan
 from gpuvm.vsphere.facts import HostFacts, Inventory
 from gpuvm.vsphere.intent import Intent
-from gpuvm.vsphere.records import DIGEST, MAX_REMEMBERED
+from gpuvm.vsphere.records import DIGEST, MAX_REMEMBERED, REBOOTED
 from gpuvm.vsphere.inventory import boot_time
 from gpuvm.vsphere.tasks import call
 
-ACT = "rebooted"
+ACT = REBOOTED
 REBOOT_STEP = "host.reboot"
 FLAG = "--allow-repeat-reboot"
 # DIGEST: hex characters of each key, 48 bits, no two settings of one host alike; MAX_REMEMBERED: changes

@@ -21,7 +21,7 @@ from gpuvm.runbook.model import Runbook
 from gpuvm.vsphere import lock
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.fleet import read_all
-from gpuvm.vsphere.records import ROOT, RUN_ID, Foreign, Held, Holder, Lease, Unreadable, shown
+from gpuvm.vsphere.records import REBOOTED, ROOT, RUN_ID, Foreign, Held, Holder, Lease, Unreadable, shown
 
 KINDS = ("lease", "lock", "intent", "foreign")
 
@@ -146,9 +146,17 @@ def object_rows(vcenter: str, inventory: Inventory, objects: Objects, seen: lock
             continue
         for act, intent in sorted(facts.intents.items()):
             rows.append(Row(vcenter, "intent", name, intent.run, since=intent.since, act=act, why=intent.why,
-                            state="under way" if intent.run in alive else "waiting for the next apply"))
+                            state=_intent_state(act, intent.run in alive)))
         rows += [_foreign_row(vcenter, name, foreign) for foreign in facts.foreign]
     return rows
+
+
+def _intent_state(act: str, alive: bool) -> str:
+    """An act's record is under way while its run lives, else waits for the next apply to finish or
+    undo it; the `rebooted` memo records a reboot done (what it was for), nothing left to do."""
+    if act == REBOOTED:
+        return "memo"
+    return "under way" if alive else "waiting for the next apply"
 
 
 def _holders(seen: lock.Seen) -> dict[str, tuple[int, Holder]]:

@@ -170,8 +170,9 @@ class DrainData(Record):
     nodes: Annotated[list[Name], Field(max_length=MAX_NODES)]  # the nodes' names: their VMs'
 
 
+REBOOTED = "rebooted"  # the reboot memo (steps/reboot_memo.py): a record of a reboot done, not of an act to come
 ACTS: dict[str, tuple[str, type[Record]]] = {  # act → the kind of object it is on, its data
-    "maintenance": ("host", NoData), "rebooted": ("host", RebootedData), "power-off": ("vm", PowerOffData),
+    "maintenance": ("host", NoData), REBOOTED: ("host", RebootedData), "power-off": ("vm", PowerOffData),
     "drain": ("host", DrainData)}
 CLONE = "clone "  # "clone <VM>", on the template (or VM) the VM is cloned from
 

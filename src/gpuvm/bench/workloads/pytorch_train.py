@@ -210,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_dataset:
         return write_dataset(args.write_dataset, args.files, args.file_kb, args.pixels)
     if args.decode_only:
-        return decode_only(args)
+        try:
+            return decode_only(args)
+        except ValueError as e:  # files too few for a batch: one line, as the training's
+            return fail(str(e))
     if args.compile and not hasattr(torch, "compile"):
         return fail(f"--compile needs torch.compile (PyTorch 2.0 or later); this is PyTorch {torch.__version__}")
     rank, size, local_rank = world()
