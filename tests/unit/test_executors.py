@@ -217,6 +217,27 @@ def test_run_group_waits_for_a_worker_whose_start_was_interrupted(mocker):
     assert len(stopped) == 1 and "b" not in stopped[0]  # called once, while "b" was still under way
 
 
+def test_run_group_waits_for_a_worker_not_yet_reported_started(mocker):
+    """The interrupt can land before the worker it interrupted reports itself started: join refuses
+    such a thread ("cannot join thread before it is started"); run_group waits for it instead of
+    failing every target of the step with that RuntimeError (seen: vm.power under SIGTERM)."""
+    joins = []
+
+    class Starting:
+        name = "gpuvm-7_1"
+
+        def join(self):
+            joins.append(1)
+            if len(joins) < 3:
+                raise RuntimeError("cannot join thread before it is started")
+
+    mocker.patch("gpuvm.executors.group.threading.enumerate", return_value=[Starting()])
+    from gpuvm.executors.group import _join_untracked
+
+    _join_untracked("gpuvm-7")
+    assert len(joins) == 3
+
+
 def test_run_group_empty():
     assert run_group({}, lambda x: x) == GroupResult()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping, Sized
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -88,7 +89,13 @@ def run_group(items: Mapping[K, T], fn: Callable[[T], R], max_workers: int = 8, 
 
 def _join_untracked(prefix: str) -> None:
     """An interrupt that lands while `submit` starts a worker leaves that thread out of the pool's
-    own list, so `shutdown` does not wait for it; it may still run a target. Wait for it by name."""
+    own list, so `shutdown` does not wait for it; it may still run a target. Wait for it by name.
+    Such a thread may not have reported itself started yet (join refuses it then): wait for that."""
     for thread in threading.enumerate():
         if thread.name.startswith(prefix + "_") and thread is not threading.current_thread():
-            thread.join()
+            while True:
+                try:
+                    thread.join()
+                    break
+                except RuntimeError:  # "cannot join thread before it is started": it is about to be
+                    time.sleep(0.001)
