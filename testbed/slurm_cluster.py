@@ -63,6 +63,7 @@ def in_guest(bed, name: str, script: str, check: bool = True) -> subprocess.Comp
 
 def start(bed, guests: Sequence[str], timeout: float = 60) -> None:
     """munged everywhere, slurmctld on the first guest, slurmd on all; waits until every node is idle."""
+    stop(bed, guests)  # daemons a run before left (they would write into the state removed below)
     cpus = os.cpu_count() or 1
     key = secrets.token_bytes(1024)
     conf = slurm_conf(bed, guests, cpus)
@@ -94,10 +95,14 @@ def start(bed, guests: Sequence[str], timeout: float = 60) -> None:
 
 
 def stop(bed, guests: Sequence[str]) -> None:
-    """Every daemon `start` started, by its pid file."""
+    """Every daemon `start` started, by its pid file; returns once they have exited (slurmctld saves
+    its state on SIGTERM: a `start` right after must not remove that directory under it), SIGKILL
+    after 10 s."""
     for name in guests:
-        in_guest(bed, name, f"for d in slurmd slurmctld munged; do f={STATE}/$d.pid; "
-                            f"[ -f $f ] && kill $(cat $f) 2>/dev/null; done; true", check=False)
+        in_guest(bed, name, f"for d in slurmd slurmctld munged; do f={STATE}/$d.pid; [ -f $f ] || continue; "
+                            f"p=$(cat $f); kill $p 2>/dev/null || continue; i=0; "
+                            f"while kill -0 $p 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; "
+                            f"kill -9 $p 2>/dev/null; done; true", check=False)
 
 
 def squeue(bed, controller: str) -> list[str]:
