@@ -13,8 +13,9 @@ a fault in `missingSet`) raises `Unsupported`: the page is then decoded by soap_
 tests/integration/test_soap_xml.py compares the facts of both paths.
 
 A large answer (a 4,096-VM vCenter's: 32 MB) is parsed in pieces of whole `objects`, each with the
-answer's envelope around it: a thread parses the next piece (lxml, in C, without the GIL) while this
-one reads the piece before, so that the parse and the reading take the two cores. A piece that is
+answer's envelope around it: the caller's thread parses the next piece (lxml, in C, without the GIL)
+while a second thread reads the piece before, so that the parse and the reading take two cores (the
+parse stays in the caller's thread: its memory is malloc's main arena, reused). A piece that is
 not a whole XML document (a cut that was not between two `objects`) is `Unsupported`: the answer is
 then read whole, as any other.
 """
