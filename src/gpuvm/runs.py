@@ -1,4 +1,5 @@
-"""Whole runs over a runbook: plan it, apply it, verify it, read its inventory.
+"""Whole runs over a runbook: plan it, apply it, verify it, read its inventory
+(reaching the vCenters and reading their inventories: gpuvm.connecting).
 
 What the CLI's commands do, as library calls that return data and raise `GpuvmError`s: the
 commands parse options, call one of these and render the result. Printing is the caller's: the
@@ -8,9 +9,6 @@ place that drives the engine (`make_plan`, `apply_plan`, ...).
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -20,8 +18,9 @@ from urllib.parse import urlsplit
 
 from gpuvm import collector, fleet_plan
 from gpuvm.apply_options import ApplyOptions
+from gpuvm.connecting import Access, connect_all, observe_fleet
 from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_reachable, raise_failures
-from gpuvm.errors import ConnectError, DriftError, InputError, TargetFailures, listed
+from gpuvm.errors import ConnectError, DriftError, TargetFailures
 from gpuvm.journal import Journal, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.outstanding import FOREIGN, STEP as OUTSTANDING
@@ -33,110 +32,17 @@ from gpuvm.resolve_ssh import resolve_ssh
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.names import vsphere_name
 from gpuvm.runbook.model import Runbook
-from gpuvm.runbook.vcenters import DEFAULT_VCENTER
 from gpuvm.runbook.setups import select_setup
 from gpuvm.steps import reboot_memo
 from gpuvm.steps.base import Context, Options
 from gpuvm.targeting import Scope, select
 from gpuvm.vsphere.facts import Inventory
-from gpuvm.vsphere.fleet import Fleet, each, read_all
+from gpuvm.vsphere.fleet import Fleet, read_all
 from gpuvm.vsphere.intent import IntentStore
-from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.lock import HostLocks
-from gpuvm.vsphere.session import Session, Target, resolve_target
-from gpuvm.vsphere.shown import Shown, shown
 
 Progress = Callable[[str, str, str], None]  # (step, target, status), as the engine reports them
 RemoteFacts = dict[tuple[str, str], Any]  # (step, target) → observed fact
-
-_log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Access:
-    """How a run reaches its peers: vCenter's TLS, SSH host keys and the state directory."""
-
-    insecure: bool = False  # TLS certificate verification off
-    accept_new_host_keys: bool = False  # trust (and record) SSH host keys seen for the first time
-    state_dir: Path | None = None  # journal and keys; None: $GPUVM_STATE_DIR or .gpuvm
-    warn: Callable[[str], None] | None = None  # told about insecure TLS; None: logged as a warning
-
-
-@contextmanager
-def connect(runbook: Runbook, access: Access) -> Iterator[Session]:
-    """The runbook's vCenter session, logged in (out on exit). A bad setting, or a login or TLS
-    failure, names the runbook's file:line of the vcenter field responsible."""
-    with ExitStack() as stack:
-        yield _login(runbook, DEFAULT_VCENTER, _target(runbook, DEFAULT_VCENTER, access), stack)
-
-
-def _target(runbook: Runbook, name: str, access: Access) -> Target:
-    """Where and as whom to log in to vCenter `name` (its settings checked: file:line of a bad one)."""
-    loc = runbook.vcenter_loc(name)
-    target = resolve_target(runbook.all_vcenters[name], access.insecure,
-                            lambda field: runbook.where(loc + tuple(field.split(".")[1:])))
-    if target.insecure:
-        (access.warn or _log.warning)(f"TLS certificate verification is OFF for {target.url}: "
-                                      "anyone on the network path can impersonate vCenter and read the password")
-    return target
-
-
-def _login(runbook: Runbook, name: str, target: Target, stack: ExitStack) -> Session:
-    """A session to vCenter `name`, logged out when `stack` closes; a failure names the field responsible."""
-    config = runbook.all_vcenters[name]
-    try:
-        return stack.enter_context(Session(target))
-    except ConnectError as e:
-        if e.field is None or getattr(config, e.field) is None:  # from govc's variables
-            raise
-        raise ConnectError(f"{runbook.where(runbook.vcenter_loc(name) + (e.field,))}: {e}", e.field) from None
-
-
-@contextmanager
-def connect_all(runbook: Runbook, access: Access) -> Iterator[tuple[dict[str, Session], dict[str, ConnectError]]]:
-    """A session to every vCenter of the runbook, logged in at once: (sessions by vCenter name, those
-    not reached → why). Every vCenter's settings are checked first. One vCenter: `connect`."""
-    if not runbook.vcenters:
-        with connect(runbook, access) as session:
-            yield {DEFAULT_VCENTER: session}, {}
-        return
-    targets = {name: _target(runbook, name, access) for name in runbook.all_vcenters}
-    with ExitStack() as stack:
-        guard = threading.Lock()  # logins run in threads; the stack is shared
-
-        def login(name: str) -> Session:
-            with ExitStack() as own:
-                session = _login(runbook, name, targets[name], own)
-                with guard:
-                    stack.push(own.pop_all())
-                return session
-
-        sessions, down = each({name: name for name in targets}, login)
-        _refuse_one_vcenter_twice(runbook, sessions, targets)
-        yield sessions, down
-
-
-def _refuse_one_vcenter_twice(runbook: Runbook, sessions: dict[str, Session], targets: dict[str, Target]) -> None:
-    """Two entries that reached one vCenter (by two names or addresses: its instance UUID seen twice)
-    are refused before anything is locked or written: each would take the same locks and leases."""
-    seen: dict[str, str] = {}
-    for name in (n for n in runbook.all_vcenters if n in sessions):
-        uuid = sessions[name].content.about.instanceUuid
-        if uuid and (first := seen.setdefault(uuid, name)) != name:
-            raise InputError(f"{runbook.where(runbook.vcenter_loc(name))}: vCenter '{name}' ({targets[name].url}) is "
-                             f"vCenter '{first}' ({runbook.where(runbook.vcenter_loc(first))}, {targets[first].url}) "
-                             f"again: the same instance ({uuid}); declare each vCenter once")
-
-
-def observe_fleet(runbook: Runbook, access: Access, snapshot: Path | None = None) -> Fleet:
-    """Every vCenter's inventory, read live at once (or one vCenter's from a snapshot)."""
-    if snapshot is not None:
-        if len(runbook.vcenters) > 1:
-            raise InputError(f"--snapshot: a snapshot holds one vCenter's inventory; {runbook.file} names "
-                             f"{len(runbook.vcenters)} ({listed(runbook.all_vcenters)})")
-        return Fleet({DEFAULT_VCENTER: Inventory.load(snapshot)})
-    with connect_all(runbook, access) as (sessions, down):
-        return Fleet.read(runbook, sessions, down)
 
 
 @contextmanager
@@ -156,30 +62,6 @@ def remote(runbook: Runbook, access: Access, parallel: int | None = None,
         yield (cluster, *observe_reachable(cluster, parallel))
     finally:
         cluster.close()
-
-
-def _govc_missing() -> list[str]:
-    """govc's variables `init` lacks (a user and password in GOVC_URL stand for their own)."""
-    url = os.environ.get("GOVC_URL", "")
-    parts = urlsplit(url if "://" in url else f"https://{url}")
-    given = {"GOVC_URL": url, "GOVC_USERNAME": parts.username or os.environ.get("GOVC_USERNAME"),
-             "GOVC_PASSWORD": parts.password or os.environ.get("GOVC_PASSWORD")}
-    return [name for name, value in given.items() if not value]
-
-
-def discover(access: Access) -> tuple[Inventory, Target]:
-    """What `gpuvm init` starts from: the inventory of the vCenter govc's variables name, and it."""
-    if missing := _govc_missing():
-        raise InputError(f"gpuvm init reads the vCenter govc's variables name: set {', '.join(missing)}")
-    book = Runbook()
-    with connect(book, access) as session:
-        return read_inventory(session), resolve_target(book.vcenter, access.insecure)
-
-
-def inventory_of(runbook: Path, access: Access) -> tuple[Shown, Runbook]:
-    """What `inventory` shows of the runbook's vCenters, read live (vsphere/shown.py), and the runbook."""
-    book = load_runbook(runbook)
-    return shown(book, observe_fleet(book, access)), book
 
 
 def narrowed(plan: Plan, book: Runbook, targets: Sequence[str], inventory: Inventory) -> tuple[Plan, Scope | None]:

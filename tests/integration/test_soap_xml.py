@@ -132,15 +132,21 @@ def pyvmomi_inventory(session: Session) -> Any:
         session.call = call  # type: ignore[method-assign]
 
 
-def test_the_facts_of_inventory_xmls_reading_are_those_of_pyvmomis_decoding(lab, mocker):
+@pytest.mark.parametrize("piece_bytes", [None, 3000])
+def test_the_facts_of_inventory_xmls_reading_are_those_of_pyvmomis_decoding(lab, mocker, piece_bytes):
     """read_inventory reads the answer with inventory_xml (the properties it asks for, only the VM
-    devices it reads): the facts are those it makes of pyVmomi's decoding of the whole answer."""
+    devices it reads): the facts are those it makes of pyVmomi's decoding of the whole answer. And
+    so when the answer is parsed in pieces (small here: a 4,096-VM answer's are 2 MB)."""
     from gpuvm.vsphere import inventory_xml
 
+    if piece_bytes:
+        mocker.patch.object(inventory_xml, "PIECE_BYTES", piece_bytes)
+    trees = mocker.spy(inventory_xml, "xml_tree")  # one per piece
     pages = mocker.spy(inventory_xml, "parse_page")
     with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
         fast = inventory.read_inventory(session)
         assert pages.call_count == 1 and pages.spy_exception is None and len(pages.spy_return.objects) == 22
+        assert (trees.call_count > 2) if piece_bytes else (trees.call_count == 1)
         slow = pyvmomi_inventory(session)
     assert fast.model_dump(exclude={"taken"}) == slow.model_dump(exclude={"taken"})
     vm = fast.vms["esx-01-vm1"]  # a GPU and a NIC read among the devices left unread

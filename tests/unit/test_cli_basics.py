@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gpuvm.cli.main import app
@@ -44,3 +47,28 @@ def guide_step_table() -> list[str]:
 
 def test_the_guide_step_table_lists_every_step_in_the_order_they_run():
     assert guide_step_table() == [step.name for step in STEPS]
+
+
+INVENTORY_ALONE = """
+import sys
+from unittest import mock
+import pytest
+from typer.testing import CliRunner
+from gpuvm.cli.main import app
+from gpuvm.runbook.model import Runbook
+from gpuvm.vsphere.facts import Inventory
+from gpuvm.vsphere.shown import Shown
+with mock.patch("gpuvm.connecting.inventory_of", return_value=(Shown(Inventory(source="vc")), Runbook())):
+    result = CliRunner().invoke(app, ["inventory", "rb.yaml", *sys.argv[1:]])
+assert result.exit_code == 0, result.output
+print(sorted(m for m in sys.modules if m in ("gpuvm.engine", "gpuvm.runs", "gpuvm.steps.base")))
+"""
+
+
+@pytest.mark.parametrize("options", [[], ["--json"]])
+def test_inventory_loads_none_of_the_engine(options):
+    """`gpuvm inventory` reads and prints; the plan engine's modules (a third of its start-up, issue 34)
+    stay unloaded."""
+    done = subprocess.run([sys.executable, "-c", INVENTORY_ALONE, *options], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -8,7 +8,7 @@ import json
 
 from typer.testing import CliRunner
 
-from gpuvm import runs
+from gpuvm import connecting, runs
 from gpuvm.cli.main import app
 from gpuvm.errors import ConnectError, DriftError, LockedError
 from gpuvm.plan import Change, Plan
@@ -34,7 +34,7 @@ def test_an_input_error_is_one_document_naming_its_file_and_line(tmp_path):
 
 
 def test_a_connection_error_is_one_document_and_without_json_none(mocker):
-    mocker.patch.object(runs, "inventory_of", side_effect=ConnectError("https://vc/sdk: cannot connect: refused"))
+    mocker.patch.object(connecting, "inventory_of", side_effect=ConnectError("https://vc/sdk: cannot connect: refused"))
     result = gpuvm("inventory", "lab.yaml", "--json")
     [error] = documents(result.stdout)
     assert check(error) == "error" and result.exit_code == error["exit"] == 3

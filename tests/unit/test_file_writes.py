@@ -49,7 +49,7 @@ def a_file(tmp_path) -> Path:
 
 
 def test_inventory_save_into_a_missing_directory_is_refused_before_vcenter_is_asked(tmp_path, mocker):
-    read = mocker.patch("gpuvm.runs.inventory_of")
+    read = mocker.patch("gpuvm.connecting.inventory_of")
     runbook = tmp_path / "rb.yaml"
     runbook.write_text(GUESTS)
     result = gpuvm("inventory", runbook, "--save", "/nonexistent/dir/x")
@@ -58,7 +58,7 @@ def test_inventory_save_into_a_missing_directory_is_refused_before_vcenter_is_as
 
 
 def test_inventory_save_writes_the_snapshot_it_can_read_back(tmp_path, mocker):
-    mocker.patch("gpuvm.runs.inventory_of", return_value=(Shown(Inventory.load(SNAPSHOT)), Runbook()))
+    mocker.patch("gpuvm.connecting.inventory_of", return_value=(Shown(Inventory.load(SNAPSHOT)), Runbook()))
     runbook, saved = tmp_path / "rb.yaml", tmp_path / "snap.json"
     runbook.write_text(GUESTS)
     assert gpuvm("inventory", runbook, "--save", saved, "--json").exit_code == 0
@@ -66,7 +66,7 @@ def test_inventory_save_writes_the_snapshot_it_can_read_back(tmp_path, mocker):
 
 
 def test_init_below_a_file_is_refused_before_vcenter_is_asked(a_file, mocker):
-    discover = mocker.patch("gpuvm.runs.discover")
+    discover = mocker.patch("gpuvm.connecting.discover")
     result = gpuvm("init", a_file / "lab.yaml")
     one_error_line(result, f"{a_file / 'lab.yaml'}: cannot write runbook: Not a directory")
     discover.assert_not_called()

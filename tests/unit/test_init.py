@@ -14,7 +14,7 @@ GOVC = {"GOVC_URL": "https://vc.example.com/sdk", "GOVC_USERNAME": "administrato
 
 @pytest.mark.parametrize("missing", [["GOVC_URL"], ["GOVC_USERNAME", "GOVC_PASSWORD"]])
 def test_init_without_govcs_variables_names_the_ones_to_set(missing, monkeypatch, tmp_path, mocker):
-    connect = mocker.patch("gpuvm.runs.connect")
+    connect = mocker.patch("gpuvm.connecting.connect")
     for name, value in GOVC.items():
         monkeypatch.setenv(name, value)
     for name in missing:
@@ -27,7 +27,7 @@ def test_init_without_govcs_variables_names_the_ones_to_set(missing, monkeypatch
 
 
 def test_init_takes_the_user_and_password_govc_url_carries(monkeypatch, tmp_path, mocker):
-    connect = mocker.patch("gpuvm.runs.connect", side_effect=RuntimeError("connecting"))
+    connect = mocker.patch("gpuvm.connecting.connect", side_effect=RuntimeError("connecting"))
     for name in GOVC:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("GOVC_URL", "administrator@vsphere.local:a-secret-pass@vc.example.com")

@@ -97,3 +97,39 @@ def test_a_hosts_devices_passthrough_and_numa_read_make_the_facts_pyvmomis_decod
     intel, gpu = fast.pci
     assert (intel.vendor_id, intel.numa_node, intel.passthru_active, intel.passthru_enabled) == (0x8086, 5, True, False)
     assert (gpu.vendor_id, gpu.device_id, gpu.numa_node, gpu.passthru_state) == (0x10DE, 0x20B5, 7, "enabled (reboot pending)")
+
+
+def hosts(count: int) -> bytes:
+    """An answer of `count` hosts (host-1 …, esx-01 …) and the next page's token after them."""
+    objects = "".join(HOST.format("").replace("host-1<", f"host-{n}<").replace(">esx-01<", f">esx-{n:02d}<")
+                      for n in range(1, count + 1))
+    return answer(f"<returnval>{objects}<token>page-2</token></returnval>")
+
+
+@pytest.mark.parametrize("piece_bytes", [1, 700, 1500])
+def test_a_large_answer_read_in_pieces_gives_every_object_in_order_once(stub, monkeypatch, piece_bytes):
+    """A 4,096-VM vCenter's answer (32 MB) is parsed in pieces by a thread while the pieces before are
+    read (issue 34): the objects and the token are the whole answer's."""
+    from gpuvm.vsphere import inventory_xml
+
+    body = hosts(40)
+    whole = parse_page(body, object, stub)
+    monkeypatch.setattr(inventory_xml, "PIECE_BYTES", piece_bytes)
+    pieces = list(inventory_xml.pieces(body))
+    assert 1 < len(pieces) <= inventory_xml.MAX_PIECES
+    assert sum(piece.count(b"<objects>") for piece in pieces) == 40
+    page = parse_page(body, object, stub)
+    assert page.token == whole.token == "page-2"
+    assert [(obj._moId, props["name"]) for obj, props in page.objects] == [
+        (obj._moId, props["name"]) for obj, props in whole.objects] == [(f"host-{n}", f"esx-{n:02d}") for n in range(1, 41)]
+
+
+def test_a_piece_that_is_not_a_whole_document_leaves_the_answer_to_soap_xml(stub, monkeypatch):
+    """Cut elsewhere than between two objects (inside one), a piece does not parse: Unsupported, and
+    soap_xml.decode then reads the answer whole."""
+    from gpuvm.vsphere import inventory_xml
+
+    monkeypatch.setattr(inventory_xml, "PIECE_BYTES", 700)
+    monkeypatch.setattr(inventory_xml, "BETWEEN", b"</propSet><propSet")
+    with pytest.raises(Unsupported, match="a piece of the answer"):
+        parse_page(hosts(40), object, stub)

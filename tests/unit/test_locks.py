@@ -134,7 +134,7 @@ def command(tmp_path, mocker):
     def connected(book, access):
         yield {"default": object()}, {}
 
-    mocker.patch("gpuvm.runs.connect_all", connected)
+    mocker.patch("gpuvm.connecting.connect_all", connected)
     mocker.patch("gpuvm.vsphere.lock_report.read_all", return_value=({"default": Inventory()}, {}))
     mocker.patch("gpuvm.vsphere.lock.look", return_value=seen())
     removed = mocker.patch("gpuvm.vsphere.lock.remove")
@@ -211,7 +211,7 @@ def test_a_vcenter_not_reached_is_warned_of_and_exits_3_after_the_others_rows(co
     def one_down(book, access):
         yield {"default": object()}, {"west": ConnectError("connection refused")}
 
-    mocker.patch("gpuvm.runs.connect_all", one_down)
+    mocker.patch("gpuvm.connecting.connect_all", one_down)
     shown = run()
     assert shown.exit_code == 3, shown.output
     assert "vCenter west not reached" in shown.output and "connection refused" in shown.output

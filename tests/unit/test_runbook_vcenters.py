@@ -102,7 +102,7 @@ def test_a_named_vcenter_in_a_one_vcenter_runbook_is_refused(tmp_path):
 
 
 def test_a_vcenters_missing_password_is_named_at_its_own_entry_before_any_login(tmp_path, monkeypatch, mocker):
-    from gpuvm import runs
+    from gpuvm import connecting, runs
 
     for key in ("GOVC_URL", "GOVC_USERNAME", "GOVC_PASSWORD", "GOVC_TLS_CA_CERTS", "GOVC_INSECURE"):
         monkeypatch.delenv(key, raising=False)
@@ -110,7 +110,7 @@ def test_a_vcenters_missing_password_is_named_at_its_own_entry_before_any_login(
     monkeypatch.delenv("WEST_PASSWORD", raising=False)
     book = _load(tmp_path, TWO.replace("password_env: EAST_PASSWORD}", "password_env: EAST_PASSWORD, user: u}")
                  .replace("password_env: WEST_PASSWORD}", "password_env: WEST_PASSWORD, user: u}"))
-    session = mocker.patch.object(runs, "Session")
+    session = mocker.patch.object(connecting, "Session")
     with pytest.raises(InputError, match=r"fleet\.yaml:3: vcenters\[1\]\.password_env: .*WEST_PASSWORD"):
         with runs.connect_all(book, runs.Access()):
             pass
@@ -131,7 +131,7 @@ def test_validate_leaves_govc_url_alone_when_every_vcenter_names_its_url(tmp_pat
 
 def _logged_in(tmp_path, monkeypatch, mocker, uuids):
     """connect_all over TWO with each vCenter's session answering its instance UUID (`uuids`, by host)."""
-    from gpuvm import runs
+    from gpuvm import connecting, runs
 
     monkeypatch.setenv("EAST_PASSWORD", "east-secret")
     monkeypatch.setenv("WEST_PASSWORD", "west-secret")
@@ -145,7 +145,7 @@ def _logged_in(tmp_path, monkeypatch, mocker, uuids):
         made.__exit__.side_effect = lambda *exc: logged_out.append(target.host)
         return made
 
-    mocker.patch.object(runs, "Session", side_effect=session)
+    mocker.patch.object(connecting, "Session", side_effect=session)
     return runs.connect_all(book, runs.Access()), logged_out
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuvm import runs
+from gpuvm import connecting, runs
 from gpuvm.apply_options import ApplyOptions
 from gpuvm.runbook.model import Runbook
 from gpuvm.runbook.vcenters import DEFAULT_VCENTER
@@ -49,7 +49,7 @@ def world(mocker, monkeypatch, tmp_path):
 
     mocker.patch.object(runs, "load_runbook", side_effect=lambda path: state.book)
     mocker.patch.object(runs, "observe_fleet", side_effect=lambda book, access, snapshot=None: state.fleet)
-    mocker.patch.object(runs, "connect", side_effect=lambda book, access: nullcontext(state.session))
+    mocker.patch.object(connecting, "connect", side_effect=lambda book, access: nullcontext(state.session))
     mocker.patch.object(fleet_module, "read_all", side_effect=lambda sessions: ({name: state.inventory for name in sessions}, {}))
     mocker.patch.object(runs, "remote", side_effect=remote)
     mocker.patch.object(runs, "HostLocks", side_effect=locks)
@@ -178,10 +178,10 @@ def test_apply_carries_out_the_plan_and_reports(world, mocker, tmp_path):
 @pytest.mark.parametrize("insecure", [True, False])
 def test_connect_warns_through_the_callers_callback_when_tls_is_off(mocker, insecure):
     target = SimpleNamespace(insecure=insecure, url="https://vc.example/sdk")
-    mocker.patch.object(runs, "resolve_target", return_value=target)
-    session = mocker.patch.object(runs, "Session")
+    mocker.patch.object(connecting, "resolve_target", return_value=target)
+    session = mocker.patch.object(connecting, "Session")
     warnings: list[str] = []
-    with runs.connect(Runbook(), runs.Access(insecure=insecure, warn=warnings.append)):
+    with connecting.connect(Runbook(), connecting.Access(insecure=insecure, warn=warnings.append)):
         session.assert_called_once_with(target)
     assert warnings == ([
         "TLS certificate verification is OFF for https://vc.example/sdk: anyone on the network path can "

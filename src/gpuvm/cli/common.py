@@ -234,8 +234,8 @@ DRAIN_TIMEOUT = typer.Option("--drain-timeout", min=0, help="Seconds a host rebo
 
 
 def access(insecure: bool = False, accept_new_host_keys: bool = False, state_dir: Path | None = None) -> Any:
-    """How a run reaches its peers (gpuvm.runs.Access), its TLS warning printed on stderr."""
-    from gpuvm.runs import Access
+    """How a run reaches its peers (gpuvm.connecting.Access), its TLS warning printed on stderr."""
+    from gpuvm.connecting import Access
 
     return Access(insecure, accept_new_host_keys, state_dir, warn=warn)
 

@@ -20,7 +20,7 @@ def init_command(runbook: Path = typer.Argument(..., help="The runbook file to w
     """Write a starter runbook (hosts, their GPUs and NICs, the VMs) from vCenter: GOVC_URL,
     GOVC_USERNAME, GOVC_PASSWORD (and GOVC_TLS_CA_CERTS / GOVC_INSECURE) say which."""
     from gpuvm.files import check_writable, write_text
-    from gpuvm.runs import discover
+    from gpuvm.connecting import discover
     from gpuvm.starter import starter_runbook
 
     if runbook.exists() and not force:  # refused before vCenter is asked anything

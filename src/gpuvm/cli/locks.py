@@ -37,7 +37,7 @@ def locks_command(
     """Every gpuvm lease, lock and intent on the runbook's objects (holder, run, since, expiry, act);
     --break RUN_ID ends a run's lease and locks (after a `kill -9`: the next apply need not wait)."""
     from gpuvm.errors import ConnectError
-    from gpuvm.runs import connect_all
+    from gpuvm.connecting import connect_all
     from gpuvm.vsphere import lock_report
 
     book = load(runbook)

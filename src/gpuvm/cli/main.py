@@ -88,7 +88,7 @@ def inventory(runbook: Path = RUNBOOK, save: Optional[Path] = typer.Option(None,
     from gpuvm.documents import inventory_json
     from gpuvm.files import check_writable
     from gpuvm.render import print_inventory
-    from gpuvm.runs import inventory_of
+    from gpuvm.connecting import inventory_of
 
     if save:
         check_writable(save, "snapshot")  # before vCenter is asked anything

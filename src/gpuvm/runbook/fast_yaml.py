@@ -39,10 +39,18 @@ def load(text: str) -> tuple[Any, Lines] | None:
 class _Builder:
     def __init__(self) -> None:
         from ruamel.yaml import YAML
+        from yaml import events
 
         ruamel = YAML(typ="rt")
         self._resolver, self._constructor = ruamel.resolver, ruamel.constructor
         self._plain: dict[str, Any] = {}  # plain scalar text → its value (runbooks repeat values a lot)
+        # the first characters ruamel's resolver tries a type for (bool, null, number, date…): a plain
+        # scalar starting otherwise is a string, as ruamel resolves it, without asking it (most names)
+        resolved = self._resolver.versioned_resolver
+        self._typed = set(resolved) if None not in resolved and not self._resolver.yaml_path_resolvers else None
+        self._scalar_event, self._sequence_start, self._sequence_end = (
+            events.ScalarEvent, events.SequenceStartEvent, events.SequenceEndEvent)
+        self._mapping_start, self._mapping_end = events.MappingStartEvent, events.MappingEndEvent
         self.lines: Lines = {}
 
     def build(self, events: Any) -> tuple[Any, Lines]:
@@ -58,35 +66,45 @@ class _Builder:
         return data, self.lines
 
     def _node(self, event: Any, events: Any, path: Path_) -> Any:
-        kind = type(event).__name__
-        if kind == "AliasEvent" or event.anchor is not None or getattr(event, "tag", None) is not None:
-            raise _Unusual
-        if kind == "ScalarEvent":
+        kind = type(event)
+        if kind is self._scalar_event:
+            if event.anchor is not None or event.tag is not None:
+                raise _Unusual
             return self._scalar(event)
-        if kind == "SequenceStartEvent":
+        if event.anchor is not None or getattr(event, "tag", None) is not None:  # an alias has no tag: its anchor is set
+            raise _Unusual
+        lines = self.lines
+        if kind is self._sequence_start:
             items: list[Any] = []
+            end = self._sequence_end
             for event in events:
-                if type(event).__name__ == "SequenceEndEvent":
+                if type(event) is end:
                     return items
-                self.lines[path + (len(items),)] = event.start_mark.line + 1
-                items.append(self._node(event, events, path + (len(items),)))
-        if kind == "MappingStartEvent":
+                item = path + (len(items),)
+                lines[item] = event.start_mark.line + 1
+                items.append(self._node(event, events, item))
+        if kind is self._mapping_start:
             mapping: dict[str, Any] = {}
+            end, scalar = self._mapping_end, self._scalar_event
             for event in events:
-                if type(event).__name__ == "MappingEndEvent":
+                if type(event) is end:
                     return mapping
-                key = self._node(event, events, path) if type(event).__name__ == "ScalarEvent" else None
+                key = self._node(event, events, path) if type(event) is scalar else None
                 if not isinstance(key, str) or key in mapping or key == "<<":
                     raise _Unusual  # a complex, non-string, repeated or merge key
-                self.lines[path + (key,)] = event.start_mark.line + 1
-                mapping[key] = self._node(next(events), events, path + (key,))
+                item = path + (key,)
+                lines[item] = event.start_mark.line + 1
+                mapping[key] = self._node(next(events), events, item)
         raise _Unusual  # a document start inside a node cannot happen; the end of the events can
 
     def _scalar(self, event: Any) -> Any:
         if not event.implicit[0]:
             return event.value  # quoted or block: a string
+        value = event.value
+        if self._typed is not None and value and value[0] not in self._typed:
+            return value
         try:
-            return self._plain[event.value]
+            return self._plain[value]
         except KeyError:
             from ruamel.yaml.nodes import ScalarNode
 

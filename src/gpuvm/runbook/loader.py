@@ -51,8 +51,7 @@ def load_runbook(path: str | Path) -> Runbook:
         messages = [f"{locator.where(path)}: {validation_message(err, path)}" for path, err in problems(e.errors(), data)]
         raise InputError("\n".join(dict.fromkeys(messages))) from None
     runbook.attach(file, locator, text)
-    runbook.check_references()
-    runbook = runbook.qualified()  # a name used in several vCenters: <vcenter>/<name> from here on
+    runbook = runbook.check_references()  # qualified: a name used in several vCenters is <vcenter>/<name> from here on
     check_slurm(runbook)
     setup_runbooks(runbook)  # each setup of the campaign checked as a runbook of its own
     try:

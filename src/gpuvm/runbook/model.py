@@ -130,9 +130,9 @@ class Runbook(Strict):
     def strict_topology(self, vm: Vm) -> bool:
         return (vm.topology or self.topology) == "strict"
 
-    def check_references(self) -> None:
+    def check_references(self) -> "Runbook":
         """Checks that need only the runbook: names unique per vCenter, references that name one host
-        or VM, VMs on declared hosts, devices given once."""
+        or VM, VMs on declared hosts, devices given once. Returns the runbook `qualified` (made here)."""
         self._check_vcenters()
         book = self.qualified()
         vms = {vm.name: i for i, vm in enumerate(book.vms)}
@@ -151,6 +151,7 @@ class Runbook(Strict):
         book._check_guests(vms)
         if book.benchmarks is not None:
             check_benchmarks(book, local=not (book.guests and book.guests.hosts))
+        return book
 
     def qualified(self) -> "Runbook":
         """This runbook with each host and VM named as gpuvm shows and targets it: a name used in more

@@ -61,7 +61,7 @@ def read_all(reached: Mapping[str, Session],
 
     def read_first() -> None:
         try:
-            inventory = read_inventory(reached[first])
+            inventory = read_inventory(reached[first], alone=not others)
         except ConnectError as e:
             lost[first] = e
         else:
@@ -142,7 +142,7 @@ def _read_alone(name: str, target: Target, work: Callable[[str, Inventory], Any]
         signal.signal(signum, signal.SIG_DFL)
     try:
         with Session(target) as session:
-            inventory = read_inventory(session)
+            inventory = read_inventory(session, alone=False)
     except ConnectError as e:
         sent = pickle.dumps(("connect", str(e)))
     except Exception as e:  # one line for the user, never a traceback from a child

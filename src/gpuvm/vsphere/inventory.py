@@ -8,7 +8,7 @@ pyVmomi's decoding; a page it cannot read is decoded by soap_xml.py, or pyVmomi,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from gpuvm import collector
 from gpuvm.pci import pci_id, unsigned16
@@ -243,15 +243,17 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
     )
 
 
-def read_inventory(session: Session) -> Inventory:
+def read_inventory(session: Session, alone: bool = True) -> Inventory:
+    """The vCenter's inventory. `alone`: no other process reads meanwhile (vsphere/fleet.py's children
+    do), so that a large answer's pieces are parsed by a second thread, on the core left free."""
     with collector.paused():  # the read's objects made in bulk
-        return _read_inventory(session)
+        return _read_inventory(session, inventory_xml.parse_page if alone else inventory_xml.parse_whole)
 
 
-def _read_inventory(session: Session) -> Inventory:
+def _read_inventory(session: Session, parse: Callable[[bytes, type, Any], Any]) -> Inventory:
     from pyVmomi import vim
 
-    objects = retrieve(session, parse=inventory_xml.parse_page)
+    objects = retrieve(session, parse=parse)
     fields = call("read custom attributes", lambda: session.content.customFieldsManager.field)
     intent_key, owned_key = field_key(fields), field_key(fields, owned.FIELD)
     hosts: dict[str, HostFacts] = {}
