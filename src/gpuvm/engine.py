@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from gpuvm import after_apply
 from gpuvm.apply_options import ApplyOptions
-from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, ObserveError, RemoteCommandError, listed
+from gpuvm.errors import ConnectError, GpuvmError, HostKeyError, InputError, NOT_OBSERVED, ObserveError, RemoteCommandError, listed
 from gpuvm.executors.group import GroupResult, at_once, run_group
 from gpuvm.journal import Journal, JournalError
 from gpuvm.outstanding import outstanding
@@ -533,7 +533,7 @@ def _replan_guests(plan: Plan, desired: Desired, ctx: Context, journal: Journal,
     observed = observe_remote(cluster, "guest", parallel)
     for name, error in observed.failed.items():
         if keep is None or keep.covers(name):
-            outcome.failed[f"{name} (observe)"] = error
+            outcome.failed[name + NOT_OBSERVED] = error
     facts = _facts_of(observed.ok)
     outcome.observed |= {target for _, target in facts}
     again = [c for step in guest_steps for c in plan_step(step, ctx, desired, facts)

@@ -115,6 +115,22 @@ class LeaseLostError(GpuvmError):
 
 
 MAX_LINES = 20  # failed targets a TargetFailures names one per line
+NOT_OBSERVED = " (observe)"  # a failure's key ("target (step)") when apply could not observe the target
+
+
+def counted(failed: Iterable[str], not_observed: int, skipped: int | None = None, every: bool = False) -> str:
+    """How a run's targets ended, as `plan` counts them: a target apply could not observe (`NOT_OBSERVED`)
+    is "not observed" as in the plan, and failed ("1 other target(s) failed, 2 not observed (1 failed)").
+    `every`: zero counts too."""
+    keys = list(failed)
+    unseen = sum(1 for key in keys if key.endswith(NOT_OBSERVED))
+    parts = [f"{len(keys) - unseen:,} {'other ' if unseen else ''}target(s) failed"] if len(keys) > unseen or every else []
+    if skipped is not None:
+        parts.append(f"{skipped:,} skipped")
+    if unseen + not_observed or every:
+        why = "" if not unseen else " (failed)" if not not_observed else f" ({unseen:,} failed)"
+        parts.append(f"{unseen + not_observed:,} {'' if parts else 'target(s) '}not observed{why}")
+    return ", ".join(parts)
 
 
 class TargetFailures(GpuvmError):
@@ -133,11 +149,9 @@ class TargetFailures(GpuvmError):
         lines = entries[:MAX_LINES]
         if len(entries) > MAX_LINES:
             lines.append(f"… and {len(entries) - MAX_LINES:,} more (the journal has every one)")
-        counts = [f"{len(failures):,} target(s) failed"] if failures else []
         if self.not_observed:
-            counts.append(f"{len(self.not_observed):,} {'' if failures else 'target(s) '}not observed")
             self.code = "targets-failed" if failures else "not-observed"
-        super().__init__(", ".join(counts) + ":\n  " + "\n  ".join(lines))
+        super().__init__(counted(failures, len(self.not_observed)) + ":\n  " + "\n  ".join(lines))
 
     @property
     def exit_code(self) -> int:  # type: ignore[override]

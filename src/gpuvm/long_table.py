@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterator
-from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment

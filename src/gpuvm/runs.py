@@ -14,13 +14,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from gpuvm import collector, fleet_plan
 from gpuvm.apply_options import ApplyOptions
 from gpuvm.connecting import Access, connect_all, observe_fleet
 from gpuvm.engine import Outcome, apply_plan, check_allowed, make_plan, observe_reachable, raise_failures
-from gpuvm.errors import ConnectError, DriftError, TargetFailures
+from gpuvm.errors import NOT_OBSERVED, ConnectError, DriftError, TargetFailures
 from gpuvm.journal import Journal, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.outstanding import FOREIGN, STEP as OUTSTANDING
@@ -157,7 +156,7 @@ class Applied:
         observed = self.outcome.observed if self.outcome else set()
         failed = self.failed
         return {name: why for name, why in self.plan.unobserved.items()
-                if name not in observed and f"{name} (observe)" not in failed}
+                if name not in observed and name + NOT_OBSERVED not in failed}
 
     def raise_for_outcome(self) -> None:
         """`apply`'s verdict, the worst outcome first: targets failed or not observed (TargetFailures:

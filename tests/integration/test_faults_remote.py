@@ -187,6 +187,8 @@ def test_first_deployment_with_a_guest_not_up_yet(testbed, tmp_path):
             started = time.monotonic()  # the silent guest delays nothing: its VM runs, untouched
             rest = gpuvm(env, "apply", str(runbook), "--yes")
             assert rest.returncode == 3 and "esx-02-vm2 (observe)" in rest.stderr, rest.stdout + rest.stderr
+            assert "1 not observed (failed)" in rest.stdout and "1 target(s) not observed (failed)" in rest.stderr, \
+                rest.stdout + rest.stderr  # counted as plan counted it
             assert time.monotonic() - started < 60 and "waiting up to" not in rest.stderr
             down = gpuvm(env, "verify", str(runbook))
             assert down.returncode == 3 and "1 target(s) not observed" in down.stderr, down.stdout + down.stderr

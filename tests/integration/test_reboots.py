@@ -5,6 +5,7 @@ and hosts rebooted one batch at a time."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -102,6 +103,11 @@ def test_running_vms_refused_up_front_then_shut_down_and_hosts_rebooted_one_at_a
         first, second = sorted(state[h]["booted"] for h in ("esx-01", "esx-02"))
         assert (second - first).total_seconds() >= 1.4, "hosts rebooted at the same time (--max-unavailable 1)"
         assert gpuvm("plan", str(lab), "--detailed-exitcode").exit_code == 0
+        memos = [row["why"] for row in json.loads(gpuvm("locks", str(lab), "--json").output)["rows"]
+                 if row["act"] == "rebooted"]
+        devices = [re.findall(r"pci [0-9a-f:.]+", memo) for memo in memos]  # the memo `gpuvm locks` shows
+        assert len(memos) == 2 and all(": passthrough of pci 0000:" in memo for memo in memos), memos
+        assert all(named and len(named) == len(set(named)) for named in devices), memos  # each device once
     finally:
         sim.stop()
 

@@ -184,3 +184,25 @@ def test_dry_run_shows_the_srun_line(tmp_path):
     text = "\n".join(describe(plan_campaign(runbook), ".gpuvm-bench"))
     assert "  on vm1 (through Slurm on vm1, vm2)\n" in text and "hostfile" not in text
     assert "srun --mpi=pmix --nodes=2 --nodelist=vm1,vm2" in text
+
+
+def test_a_submit_guest_not_reached_is_told_once_as_the_slurm_submit_guest(tmp_path, mocker):
+    """Every other guest is reached through the submit guest: when it does not answer, the campaign says
+    so once (exit 3), not once per guest under another guest's name."""
+    from gpuvm.bench.guest_lock import GuestLocks
+    from gpuvm.errors import ConnectError
+
+    down = mocker.MagicMock(spec=FakeExecutor("vm2"))
+    down.name = "vm2"
+    down.run_script.side_effect = ConnectError("vm2: cannot connect to 10.0.0.2:22: timed out")
+    mocker.patch("gpuvm.remote.ssh_executor", return_value=down)
+    runbook = book(tmp_path, "launcher: vm2\n" + one_run(kind="pytorch_train", launch="srun", nodes=[4]), infra=NO_GPUS)
+    executors = executors_for(runbook, plan_campaign(runbook), False, tmp_path)
+    with pytest.raises(ConnectError) as refused:
+        with GuestLocks(executors, "campaign"):
+            pass
+    text = str(refused.value)
+    assert refused.value.exit_code == 3
+    assert text.count("cannot connect to 10.0.0.2:22: timed out") == 1, text
+    assert text.count("the Slurm submit guest vm2") == 1 and "vm1: vm2" not in text, text
+    assert all(guest in text for guest in ("vm1", "vm3", "vm4")), text  # the guests it stands between

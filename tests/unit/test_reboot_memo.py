@@ -70,8 +70,24 @@ def test_the_memo_records_what_waited_and_the_new_boot_time(mocker):
     ctx = Context(session=session, inventory=facts, planned=[SET_ATS, MIG_PENDING, REBOOT], intents=store)
     reboot_memo.remember(ctx, "esx-01")
     store.record.assert_called_once_with(
-        session.ref.return_value, "rebooted", "rebooted for 2 change(s): mig.mode on esx-01, ATS_ENABLED on esx-01-vm1",
+        session.ref.return_value, "rebooted", "rebooted for 2 change(s): mig.mode of GPU 0 on esx-01; ATS_ENABLED of ConnectX ca:00.0 on esx-01-vm1",
         booted=BOOTED, changes=[reboot_memo.identity(MIG_PENDING), reboot_memo.identity(SET_ATS)])  # the host's first
+
+
+def test_the_memo_names_each_device_once_grouped_by_setting_and_target(mocker):
+    """Two GPUs set to passthrough and a MIG mode on the host, a card's ATS in a guest: one reboot for all,
+    the memo (shown by `gpuvm locks`) naming the devices, each setting and target once."""
+    from gpuvm.steps.host_passthrough import resource
+
+    gpus = [Change("host.passthrough", "esx-01", resource(address, "GH100 [H100 SXM5 80GB]"), "passthrough", "off",
+                   "enabled", Disruption.HOST_REBOOT, object()) for address in ("0000:3b:00.0", "0000:5e:00.0")]
+    store, session = mocker.MagicMock(), mocker.MagicMock()
+    session.ref.return_value.runtime.bootTime.isoformat.return_value = BOOTED
+    ctx = Context(session=session, inventory=inventory(None), planned=[*gpus, MIG_PENDING, SET_ATS, REBOOT], intents=store)
+    reboot_memo.remember(ctx, "esx-01")
+    assert store.record.call_args.args[2] == (
+        "rebooted for 4 change(s): passthrough of pci 0000:3b:00.0, pci 0000:5e:00.0 on esx-01; "
+        "mig.mode of GPU 0 on esx-01; ATS_ENABLED of ConnectX ca:00.0 on esx-01-vm1")
 
 
 def test_the_memo_is_cleared_once_nothing_waits_on_the_host(mocker):

@@ -30,9 +30,10 @@ import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
+from gpuvm.bench.slurm import SubmitUnreachable, one_per_submit
 from gpuvm.errors import GpuvmError, LeaseLostError, LockedError
 from gpuvm.executors.base import Executor
-from gpuvm.executors.group import at_once, run_group
+from gpuvm.executors.group import GroupResult, at_once, run_group
 from gpuvm.runbook.strict import shown
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,10 @@ class GuestLocks:
         refused = {t: why for t, why in outcome.ok.items() if why is not None}
         if outcome.failed or refused:
             self.release()
-        outcome.raise_failures()  # a guest that does not answer: its own error (and exit code)
+        failed = one_per_submit(outcome.failed)  # a Slurm submit guest that does not answer: told once
+        if len(failed) == 1 and isinstance(only := next(iter(failed.values())), SubmitUnreachable):
+            raise only
+        GroupResult(outcome.ok, failed).raise_failures()  # a guest that does not answer: its own error (and exit code)
         if refused:
             raise LockedError("; ".join(f"guest {t}: {why}" for t, why in refused.items()))
         self._renewer = threading.Thread(target=self._renew_every, name="gpuvm-guest-lease", daemon=True)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from typing import BinaryIO
 
+from gpuvm.errors import ConnectError, listed
 from gpuvm.executors.base import CommandResult, Executor, check_result
 from gpuvm.runbook.model import Guest, Runbook
 
@@ -96,6 +98,36 @@ class SlurmRelay(Executor):
                  stdout_to: BinaryIO | None) -> CommandResult:
         relayed = (f"srun --nodes=1 --ntasks=1 --nodelist={shlex.quote(self.node)} --immediate={RELAY_QUEUE} "
                    f"--job-name=gpuvm-relay sh -c {shlex.quote(command)}")
-        result = self.submit.run_script(relayed, timeout=timeout, check=False, stdin=stdin, stdout_to=stdout_to)
+        try:
+            result = self.submit.run_script(relayed, timeout=timeout, check=False, stdin=stdin, stdout_to=stdout_to)
+        except ConnectError as e:
+            raise SubmitUnreachable(self.submit.name, e, [self.name]) from None
         result = CommandResult(command, result.exit_code, result.stdout, result.stderr)
         return check_result(self.name, result) if check else result
+
+
+class SubmitUnreachable(ConnectError):
+    """The Slurm submit guest did not answer: neither it nor any guest relayed through it was reached."""
+
+    def __init__(self, submit: str, cause: ConnectError, relayed: list[str]):
+        self.submit, self.cause, self.relayed = submit, cause, relayed
+        self.code = cause.code  # host-key stays host-key
+        why = str(cause).removeprefix(f"{submit}: ")
+        super().__init__(f"the Slurm submit guest {submit} cannot be reached ({why}); srun reaches "
+                         f"{listed(relayed)} through it: not reached either")
+
+
+def one_per_submit(failed: Mapping[str, Exception]) -> dict[str, Exception]:
+    """Failures of many guests, those of the guests relayed through a submit guest that was not reached
+    folded into one failure of that submit guest (its own connection error its cause)."""
+    relayed: dict[str, list[str]] = {}
+    causes: dict[str, ConnectError] = {}
+    for error in failed.values():
+        if isinstance(error, SubmitUnreachable):
+            relayed.setdefault(error.submit, []).extend(error.relayed)
+            causes.setdefault(error.submit, error.cause)
+    kept = {t: e for t, e in failed.items() if t not in relayed and not isinstance(e, SubmitUnreachable)}
+    for submit, guests in relayed.items():
+        own = failed.get(submit)
+        kept[submit] = SubmitUnreachable(submit, own if isinstance(own, ConnectError) else causes[submit], guests)
+    return kept

@@ -6,6 +6,7 @@ from typing import Any
 
 from gpuvm.cli.common import err, out
 from gpuvm.documents import document, dumps, plan_fields
+from gpuvm.errors import counted
 from gpuvm.render import print_plan, progress_line, progress_state
 
 
@@ -42,7 +43,7 @@ class ApplyOutput:
         if not applied.ran:
             return
         out.print(f"Applied {applied.changes_done} of {len(applied.plan.changes)} change(s) in {applied.seconds:.1f} s; "
-                  f"{len(applied.failed)} target(s) failed, {len(applied.skipped)} skipped, "
-                  f"{len(applied.unobserved)} not observed. Journal: {applied.journal}", soft_wrap=True)
+                  f"{counted(applied.failed, len(applied.unobserved), len(applied.skipped), every=True)}. "
+                  f"Journal: {applied.journal}", soft_wrap=True)
         for target, reason in applied.skipped.items():
             err.print(f"skipped {target}: {reason}", highlight=False, soft_wrap=True)

@@ -23,7 +23,7 @@ from gpuvm.sizing.tables import (
     WEIGHT_BYTES,
     find_gpu,
 )
-from gpuvm.sizing.throughput import Throughput, throughput
+from gpuvm.sizing.throughput import throughput
 
 GIB = 2**30
 

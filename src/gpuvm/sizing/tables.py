@@ -45,6 +45,7 @@ class GpuSpec:
     memory_gb_per_s: float  # memory bandwidth, the convnets' other roof
     tf32: bool  # fp32 training runs on TF32 tensor cores (Ampere and later)
     source: str
+    architecture: str  # NVIDIA's name of the generation (hopper): parts of one differ in peaks and bandwidth only
     family: str = ""  # the product's name, compacted, that vSphere's and nvidia-smi's names contain
 
     @property
@@ -62,35 +63,35 @@ H200 = "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200, Technical Spec
 H100 = "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100, Technical Specifications)"
 GPUS: dict[str, GpuSpec] = {g.name: g for g in (
     GpuSpec("a100-80gb", 80, {"fp32": 156, "fp16": 312, "bf16": 312}, 2039, True,
-            "NVIDIA A100 datasheet nvidia-a100-datasheet-us-nvidia-1758950-r4 (SXM4; PCIe: 1,935 GB/s)"),
+            "NVIDIA A100 datasheet nvidia-a100-datasheet-us-nvidia-1758950-r4 (SXM4; PCIe: 1,935 GB/s)", architecture="ampere"),
     GpuSpec("a100-40gb", 40, {"fp32": 156, "fp16": 312, "bf16": 312}, 1555, True,
-            "NVIDIA A100 datasheet nvidia-a100-datasheet-us-nvidia-1758950-r4 (PCIe and SXM4)"),
+            "NVIDIA A100 datasheet nvidia-a100-datasheet-us-nvidia-1758950-r4 (PCIe and SXM4)", architecture="ampere"),
     GpuSpec("h100-sxm", 80, {"fp32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9}, 3350, True,
-            f"{H100}, H100 SXM column: TF32 989, BF16 1,979, FP8 3,958 TFLOPS with sparsity; 80 GB, 3.35 TB/s"),
+            f"{H100}, H100 SXM column: TF32 989, BF16 1,979, FP8 3,958 TFLOPS with sparsity; 80 GB, 3.35 TB/s", architecture="hopper"),
     GpuSpec("h100-pcie", 80, {"fp32": 378, "fp16": 756, "bf16": 756, "fp8": 1513}, 2000, True,
             "NVIDIA H100 PCIe product brief PB-11133-001: TF32 756, BF16 1,513, FP8 3,026 TFLOPS with "
-            "sparsity; 80 GB, 2 TB/s"),
+            "sparsity; 80 GB, 2 TB/s", architecture="hopper"),
     GpuSpec("h100-nvl", 94, {"fp32": 417.5, "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5}, 3900, True,
-            f"{H100}, H100 NVL column: TF32 835, BF16 1,671, FP8 3,341 TFLOPS with sparsity; 94 GB, 3.9 TB/s"),
+            f"{H100}, H100 NVL column: TF32 835, BF16 1,671, FP8 3,341 TFLOPS with sparsity; 94 GB, 3.9 TB/s", architecture="hopper"),
     GpuSpec("h200", 141, {"fp32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9}, 4800, True,
-            f"{H200}, H200 SXM column: TF32 989, BF16 1,979, FP8 3,958 TFLOPS with sparsity; 141 GB, 4.8 TB/s"),
+            f"{H200}, H200 SXM column: TF32 989, BF16 1,979, FP8 3,958 TFLOPS with sparsity; 141 GB, 4.8 TB/s", architecture="hopper"),
     GpuSpec("h200-nvl", 141, {"fp32": 417.5, "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5}, 4800, True,
-            f"{H200}, H200 NVL column: TF32 835, BF16 1,671, FP8 3,341 TFLOPS with sparsity; 141 GB, 4.8 TB/s"),
+            f"{H200}, H200 NVL column: TF32 835, BF16 1,671, FP8 3,341 TFLOPS with sparsity; 141 GB, 4.8 TB/s", architecture="hopper"),
     GpuSpec("b200", 180, {"fp32": 1100, "fp16": 2250, "bf16": 2250, "fp8": 4500}, 7700, True,
             "NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx, per GPU): TF32 2.2, FP16/BF16 4.5, "
-            "FP8 9 PFLOPS with sparsity; 180 GB HBM3E, 7.7 TB/s"),
+            "FP8 9 PFLOPS with sparsity; 180 GB HBM3E, 7.7 TB/s", architecture="blackwell"),
     GpuSpec("l40s", 48, {"fp32": 183, "fp16": 362, "bf16": 362, "fp8": 733}, 864, True,
             "NVIDIA L40S datasheet: TF32 183 | 366*, BF16 362.05 | 733*, FP8 733 | 1,466* TFLOPS (* with "
-            "sparsity); 48 GB GDDR6, 864 GB/s"),
+            "sparsity); 48 GB GDDR6, 864 GB/s", architecture="ada"),
     GpuSpec("rtx-pro-6000", 96, {"fp32": 250, "fp16": 500, "bf16": 500, "fp8": 1000}, 1597, True,
             "NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (nvidia.com/en-us/data-center/"
             "rtx-pro-6000-blackwell-server-edition): 96 GB GDDR7, 1,597 GB/s, FP4 4 PFLOPS with sparsity; "
             "dense FP8, BF16, TF32 by Blackwell's halving per step (FP4 2 → FP8 1 → BF16 0.5 → TF32 0.25 PFLOPS, "
-            "the ratios of the HGX B200 row); no TF32/BF16 line of its own", family="rtxpro6000"),
-    GpuSpec("a30", 24, {"fp32": 82, "fp16": 165, "bf16": 165}, 933, True, "NVIDIA A30 datasheet"),
-    GpuSpec("v100-32gb", 32, {"fp32": 15.7, "fp16": 125}, 900, False, "NVIDIA V100 datasheet (SXM2)"),
-    GpuSpec("v100-16gb", 16, {"fp32": 15.7, "fp16": 125}, 900, False, "NVIDIA V100 datasheet (SXM2)"),
-    GpuSpec("t4", 16, {"fp32": 8.1, "fp16": 65}, 320, False, "NVIDIA T4 datasheet"),
+            "the ratios of the HGX B200 row); no TF32/BF16 line of its own", architecture="blackwell", family="rtxpro6000"),
+    GpuSpec("a30", 24, {"fp32": 82, "fp16": 165, "bf16": 165}, 933, True, "NVIDIA A30 datasheet", architecture="ampere"),
+    GpuSpec("v100-32gb", 32, {"fp32": 15.7, "fp16": 125}, 900, False, "NVIDIA V100 datasheet (SXM2)", architecture="volta"),
+    GpuSpec("v100-16gb", 16, {"fp32": 15.7, "fp16": 125}, 900, False, "NVIDIA V100 datasheet (SXM2)", architecture="volta"),
+    GpuSpec("t4", 16, {"fp32": 8.1, "fp16": 65}, 320, False, "NVIDIA T4 datasheet", architecture="turing"),
 )}
 
 

@@ -17,6 +17,7 @@ was found for the H100 NVL, H200 NVL, L40S or RTX PRO 6000 Blackwell: they are s
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from gpuvm.sizing.tables import GpuSpec, ModelSpec
@@ -136,26 +137,30 @@ def nearest_all(rates: list[float]) -> float:
 @dataclass(frozen=True)
 class Calibration:
     """A tensor-core training step's time per sample, fitted to every row of a precision:
-    seconds_per_flop x the model's training FLOPs (the time no GPU's bandwidth removed: kernels,
-    launches, the rate reached on the math) + bytes_per_activation_byte x its fp32 activations / the
-    GPU's memory bandwidth (the traffic); `worst`: the largest relative miss over the `rows`."""
+    seconds_per_flop x the model's training FLOPs (the time no GPU removes: kernel launches, the
+    framework) + the same FLOPs at `peak_fraction` of the GPU's dense peak for the precision (the
+    math) + bytes_per_activation_byte x its fp32 activations / the GPU's memory bandwidth (the
+    traffic); `worst`: the largest relative miss over the `rows`."""
 
     seconds_per_flop: float
+    peak_fraction: float  # 0: no math term
     bytes_per_activation_byte: float
     worst: float
     rows: int
 
-
-def _step_seconds(gpu: GpuSpec, flops: float, activation_bytes: float | None, seconds_per_flop: float,
-                  bytes_per_activation_byte: float) -> float:
-    traffic = bytes_per_activation_byte * activation_bytes / (gpu.memory_gb_per_s * 1e9) if activation_bytes else 0.0
-    return seconds_per_flop * flops + traffic
+    def parts(self, gpu: GpuSpec, precision: str, flops: float,
+              activation_bytes: float | None) -> tuple[float, float, float]:
+        """One sample's seconds on `gpu`: (fixed, math, traffic)."""
+        math = flops / (self.peak_fraction * _peak(gpu, precision)) if self.peak_fraction else 0.0
+        traffic = (self.bytes_per_activation_byte * activation_bytes / (gpu.memory_gb_per_s * 1e9)
+                   if activation_bytes else 0.0)
+        return self.seconds_per_flop * flops, math, traffic
 
 
 def calibration(precision: str, gpu_of: dict[str, GpuSpec], model_of: dict[str, ModelSpec]) -> Calibration:
-    """The two constants that keep the largest relative miss over this precision's tensor-core rows
-    smallest (a grid, refined twice around the best point: deterministic, a few thousand tries; kept
-    per table, which are constants)."""
+    """The three constants that keep the largest relative miss over this precision's tensor-core rows
+    smallest (a grid, refined around the best point: deterministic, some ten thousand tries; kept per
+    table, which are constants)."""
     key = (precision, id(gpu_of), id(model_of))
     if key not in _CALIBRATED:
         _CALIBRATED[key] = _calibrate(precision, gpu_of, model_of)
@@ -169,18 +174,24 @@ def _calibrate(precision: str, gpu_of: dict[str, GpuSpec], model_of: dict[str, M
     rows = [(gpu_of[m.gpu], _flops(model_of[m.model]), model_of[m.model].activation_bytes_per_sample, m.samples_per_s)
             for m in MEASURED if m.precision == precision and (precision == "mixed" or gpu_of[m.gpu].tf32)]
 
-    def worst(a: float, k: float) -> float:
-        return max(abs(1 / (_step_seconds(g, f, b, a, k) * rate) - 1) for g, f, b, rate in rows)
+    def fit(point: tuple[float, float, float], worst: float = 0.0) -> Calibration:
+        fixed, per_peak_flop, traffic = point  # per_peak_flop: 1 / the fraction of peak reached
+        return Calibration(fixed, 1 / per_peak_flop if per_peak_flop else 0.0, traffic, worst, len(rows))
 
-    a_top = max(1 / (rate * f) for _, f, _, rate in rows)
-    k_top = max(g.memory_gb_per_s * 1e9 / (rate * b) for g, _, b, rate in rows)
-    best, span = (a_top / 2, k_top / 2), (a_top / 2, k_top / 2)
-    for _ in range(3):
-        grid = [(max(best[0] + span[0] * i / 20, 0), max(best[1] + span[1] * j / 20, 1e-9))
-                for i in range(-20, 21) for j in range(-20, 21)]
-        best = min(grid, key=lambda ak: worst(*ak))
-        span = (span[0] / 10, span[1] / 10)
-    return Calibration(best[0], best[1], worst(*best), len(rows))
+    def worst(point: tuple[float, float, float]) -> float:
+        calibrated = fit(point)
+        return max(abs(1 / (max(sum(calibrated.parts(g, precision, f, b)), 1e-15) * rate) - 1)
+                   for g, f, b, rate in rows)
+
+    tops = (max(1 / (rate * f) for _, f, _, rate in rows),  # each term alone at the slowest row's pace
+            max(_peak(g, precision) / (rate * f) for g, f, _, rate in rows),
+            max(g.memory_gb_per_s * 1e9 / (rate * b) for g, _, b, rate in rows))
+    best = span = tuple(top / 2 for top in tops)
+    for _ in range(4):
+        axes = [[max(centre + reach * i / 10, 0.0) for i in range(-10, 11)] for centre, reach in zip(best, span)]
+        best = min(itertools.product(*axes), key=worst)
+        span = tuple(reach / 5 for reach in span)
+    return fit(best, worst(best))
 
 
 def roofline(gpu: GpuSpec, precision: str, flops: float, activation_bytes: float | None,
@@ -190,14 +201,15 @@ def roofline(gpu: GpuSpec, precision: str, flops: float, activation_bytes: float
     the best fraction of peak any reference row of plain FP32 sustained."""
     if precision == "mixed" or gpu.tf32:
         fit = calibration(precision, gpus, models)
-        seconds = _step_seconds(gpu, flops, activation_bytes, fit.seconds_per_flop, fit.bytes_per_activation_byte)
+        fixed, math, traffic = fit.parts(gpu, precision, flops, activation_bytes)
         moved = fit.bytes_per_activation_byte * (activation_bytes or 0)
-        note = (f"roofline: {fit.seconds_per_flop * flops * 1e3:.3f} ms per sample fixed ({flops / 1e9:.1f} GFLOP) + "
-                f"{moved / 1e9:.2f} GB moved at {gpu.memory_gb_per_s:g} GB/s = {1 / seconds:,.0f}/s; fitted to the "
-                f"{fit.rows} {precision} tensor-core rows, every one within {fit.worst:.0%} of it")
+        note = (f"roofline: {fixed * 1e3:.3f} ms per sample fixed + {flops / 1e9:.1f} GFLOP at {fit.peak_fraction:.0%} "
+                f"of {_peak(gpu, precision) / 1e12:g} TFLOPS ({math * 1e3:.3f} ms) + {moved / 1e9:.2f} GB moved at "
+                f"{gpu.memory_gb_per_s:g} GB/s ({traffic * 1e3:.3f} ms) = {1 / (fixed + math + traffic):,.0f}/s; "
+                f"fitted to the {fit.rows} {precision} tensor-core rows, every one within {fit.worst:.0%} of it")
         if not activation_bytes:
             note += "; no activations given (--activation-mb): no traffic counted, so this is the fastest it can be"
-        return 1 / seconds, [note], fit.worst
+        return 1 / (fixed + math + traffic), [note], fit.worst
     plain = [m for m in MEASURED if m.reference and m.precision == "fp32" and not gpus[m.gpu].tf32]
     utilization = max(m.samples_per_s * _flops(models[m.model]) / _peak(gpus[m.gpu], "fp32") for m in plain)
     compute = utilization * _peak(gpu, "fp32") / flops

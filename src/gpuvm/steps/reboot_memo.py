@@ -146,9 +146,21 @@ def remember(ctx: Any, host: str) -> None:
     index = by_target(c for name in [host] + [vm.name for vm in ctx.inventory.vms_on(host)]
                       for c in ctx.planned_on(name))  # the plan's own index: hosts reboot in parallel
     waiting = waiting_on(host, index, ctx.inventory)
-    shown = ", ".join(f"{c.field} on {c.target}" for c in waiting[:3]) + (", …" if len(waiting) > 3 else "")
-    ctx.intents.record(ref, ACT, f"rebooted for {len(waiting)} change(s): {shown}"[:200], booted=booted,
+    ctx.intents.record(ref, ACT, _shown(f"rebooted for {len(waiting)} change(s): ", waiting), booted=booted,
                        changes=[identity(c) for c in waiting[:MAX_REMEMBERED]])
+
+
+def _shown(lead: str, changes: list[Change], limit: int = 200) -> str:
+    """What a reboot was for, for people reading the memo: each setting on each target once, with the
+    devices it is wanted on ("passthrough of pci 0000:3b:00.0, pci 0000:5e:00.0 on esx-01; mig.mode of GPU 0
+    on esx-01"), cut at `limit` characters."""
+    devices: dict[tuple[str, str], list[str]] = {}
+    for change in changes:
+        named = devices.setdefault((change.field, change.target), [])
+        if (device := change.resource.split(" (")[0]) not in named:  # the device, not its long name
+            named.append(device)
+    text = lead + "; ".join(f"{field} of {', '.join(named)} on {target}" for (field, target), named in devices.items())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def settle(store: Any, session: Any, changes: list[Change], inventory: Inventory, hosts: Iterable[str]) -> None:

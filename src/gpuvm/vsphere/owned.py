@@ -20,7 +20,6 @@ apart from `gpuvm.intent`: ownership is lasting state, an intent is an act under
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +27,7 @@ from pydantic import BaseModel
 
 from gpuvm.errors import TaskError
 from gpuvm.vsphere import records
-from gpuvm.vsphere.intent import IntentStore, value_of
+from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.records import Foreign, OwnedRecord, Unreadable, shown
 
 FIELD = "gpuvm.owned"

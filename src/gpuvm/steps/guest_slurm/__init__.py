@@ -128,16 +128,13 @@ def _plan_controller(target: DesiredGuest, fact: SlurmFact) -> list[Change]:
 
     if fact.problem:
         raise target.error(NAME, ("mig",), f"slurm.conf's GRES: {fact.problem}")
-    written = False
     for path, content in fact.files.items():
         before = f"sha256:{own.configs[path][:12]}" if path in own.configs else None
         if path == GRES_CONF and fact.awaiting_mig:  # its MIG devices are known once guest.mig made them
             change(path, "content", before, f"rendered after guest.mig ({', '.join(fact.awaiting_mig)}'s MIG devices)",
                    WriteFile(path, content, after_mig=True))
-            written = True
         elif own.configs.get(path) != _sha(content):
             change(path, "content", before, f"sha256:{_sha(content)[:12]}", WriteFile(path, content))
-            written = True
     if "slurmctld" not in own.active:
         change("service slurmctld", "running", "stopped", "running", StartService("slurmctld"))
         return changes
