@@ -32,6 +32,13 @@ class LongTable(Table):
         else:
             yield from shown
 
+    def add_plain_rows(self, rows: list[tuple[str, ...]]) -> None:
+        """Rows of one string per column, unstyled: what `add_row` makes of each, without its checks
+        per cell (thousands of rows: `gpuvm inventory`'s VMs)."""
+        for column, cells in zip(self.columns, zip(*rows)):
+            column._cells.extend(cells)
+        self.rows.extend(Row() for _ in rows)
+
     def _plain_rows(self, console: Console, options: ConsoleOptions) -> list[Segment] | None:
         """The table's segments with its rows written here, or None where rich must render them."""
         if not self.rows or not self.box or any(row.style or row.end_section for row in self.rows):

@@ -33,12 +33,15 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
         figure = numbers_from is not None and i >= numbers_from
         out.add_column(column, overflow="fold", justify="right" if figure else "left",
                        no_wrap=numbers_from is not None and i > 0)
+    cells = [tuple(redact("" if cell is None else str(cell)) for cell in row) for row in rows]
+    if not styles and not sections and all(len(row) == len(columns) for row in cells):
+        out.add_plain_rows(cells)
+        return out
     starts = set(sections)  # looked up per row: a set, not the caller's list
-    for i, row in enumerate(rows):
+    for i, row in enumerate(cells):
         if i in starts and i:
             out.add_section()
-        out.add_row(*(redact("" if cell is None else str(cell)) for cell in row),
-                    style=styles[i] if i < len(styles) else None)
+        out.add_row(*row, style=styles[i] if i < len(styles) else None)
     return out
 
 

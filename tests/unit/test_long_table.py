@@ -75,3 +75,21 @@ def test_plain_rows_are_not_rendered_cell_by_cell(mocker):
     assert lines[4] == "│ esx-0000-vm0 │ esx-0000 │ poweredOn │ 0000:3b:00.0 │"
     assert len(lines) == 2000 + 5  # title, top border, header, its rule, the rows, the bottom border
     assert cells.call_count < 50  # the header and two rows for the widths (rich alone: 8,000 cells)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rows_added_in_bulk_print_as_rows_added_one_by_one(case):
+    """`render.table` adds unstyled rows in one go (LongTable.add_plain_rows): rich's own add_row of
+    each row must print the same table."""
+    title, columns, rows, options = CASES[case]
+    made = table(title, columns, rows, **options)
+    one_by_one = table(title, columns, [], **{k: v for k, v in options.items() if k == "numbers_from"},
+                       caption=options.get("caption"))
+    styles, starts = options.get("styles", ()), set(options.get("sections", ()))
+    for i, row in enumerate(rows):
+        if i in starts and i:
+            one_by_one.add_section()
+        Table.add_row(one_by_one, *("" if cell is None else str(cell) for cell in row),
+                      style=styles[i] if i < len(styles) else None)
+    for width, terminal in ((160, False), (24, True)):
+        assert printed(made, width, terminal, terminal) == printed(one_by_one, width, terminal, terminal)
