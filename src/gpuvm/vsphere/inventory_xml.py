@@ -128,8 +128,8 @@ READERS: dict[str, Callable[["_Reader", Any], Any]] = {
 DECODED = {"config.graphicsConfig", "config.graphicsInfo", "runtime.bootTime", "config.extraConfig", "customValue"}
 
 
-PIECE_BYTES = 2 << 20  # an answer parsed in pieces of about this size (one piece: parsed here, no thread)
-MAX_PIECES = 32
+PIECE_BYTES = 1 << 20  # an answer parsed in pieces of about this size (one piece: parsed here, no thread)
+MAX_PIECES = 64
 BETWEEN = b"</objects><objects"  # where a piece may end: between two objects of the answer
 
 
