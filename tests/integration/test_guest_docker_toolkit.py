@@ -57,6 +57,8 @@ def signed_repository(mirror: Path, keys: Path) -> None:
     (pool / "Release").write_text(f"Origin: gpuvm test\nLabel: gpuvm test\nDate: {formatdate(usegmt=True)}\nSHA256:\n"
                                   f" {hashlib.sha256(packages).hexdigest()} {len(packages)} Packages\n")
     gpg(keys / "signer", "--clearsign", "--output", str(pool / "InRelease"), str(pool / "Release"))
+    for name in ("signer", "other"):  # the agents gpg started for these keys: none left running
+        subprocess.run(["gpgconf", "--homedir", str(keys / name), "--kill", "gpg-agent"], check=True)
     for path in [mirror, *mirror.rglob("*")]:  # apt reads file:// as its _apt user
         path.chmod(0o755 if path.is_dir() else 0o644)
 
