@@ -238,6 +238,26 @@ def test_run_group_waits_for_a_worker_not_yet_reported_started(mocker):
     assert len(joins) == 3
 
 
+def test_run_group_gives_up_on_a_worker_that_never_starts(mocker):
+    """The wait for a worker to report itself started is bounded (START_WAIT_S in 1 ms steps)."""
+    refusals = []
+
+    class Never:
+        name = "gpuvm-8_0"
+
+        def join(self):
+            refusals.append(1)
+            raise RuntimeError("cannot join thread before it is started")
+
+    mocker.patch("gpuvm.executors.group.threading.enumerate", return_value=[Never()])
+    mocker.patch("gpuvm.executors.group.START_WAIT_S", 0.005)
+    sleep = mocker.patch("gpuvm.executors.group.time.sleep")
+    from gpuvm.executors.group import _join_untracked
+
+    _join_untracked("gpuvm-8")
+    assert len(refusals) == 5 and sleep.call_count == 5
+
+
 def test_run_group_empty():
     assert run_group({}, lambda x: x) == GroupResult()
 

@@ -18,6 +18,7 @@ K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 R = TypeVar("R")
 _pools = itertools.count()
+START_WAIT_S = 10.0  # how long a worker thread may take to report itself started
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,11 @@ def run_group(items: Mapping[K, T], fn: Callable[[T], R], max_workers: int = 8, 
 def _join_untracked(prefix: str) -> None:
     """An interrupt that lands while `submit` starts a worker leaves that thread out of the pool's
     own list, so `shutdown` does not wait for it; it may still run a target. Wait for it by name.
-    Such a thread may not have reported itself started yet (join refuses it then): wait for that."""
+    Such a thread may not have reported itself started yet (join refuses it then): wait for that,
+    up to `START_WAIT_S`; one that has not started by then never runs a target."""
     for thread in threading.enumerate():
         if thread.name.startswith(prefix + "_") and thread is not threading.current_thread():
-            while True:
+            for _ in range(round(START_WAIT_S / 0.001)):
                 try:
                     thread.join()
                     break
