@@ -2,7 +2,7 @@
 
 The wire floor is a minimal Python process (stdlib http.client and ssl only) that logs in, creates
 the ContainerView, sends the very RetrievePropertiesEx gpuvm's inventory read sends (its bytes
-serialized here by pyVmomi from `inventory.filter_spec`, the view's moid filled in by the child),
+serialized here by pyVmomi from `retrieve.filter_spec`, the view's moid filled in by the child),
 follows ContinueRetrievePropertiesEx pages, reads the answers' bytes without decoding them, destroys
 the view and logs out. Next to it `gpuvm plan` of a runbook naming every host and VM of the same
 simulator (bench/plan_scaling.py's). Runs alternate; each figure is the median of `--runs`.
@@ -32,7 +32,7 @@ from gpusim import Simulator  # noqa: E402
 from plan_scaling import write_runbook  # noqa: E402
 
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
-from gpuvm.vsphere import inventory  # noqa: E402
+from gpuvm.vsphere import retrieve as inventory  # noqa: E402
 from gpuvm.vsphere.session import Session, resolve_target  # noqa: E402
 
 GPUVM = str(Path(sys.executable).parent / "gpuvm")

@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from gpuvm.errors import ConnectError, InputError, listed
+from gpuvm.read_ahead import ReadAhead
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.model import Runbook
 from gpuvm.runbook.vcenters import DEFAULT_VCENTER
@@ -57,13 +58,17 @@ def _target(runbook: Runbook, name: str, access: Access) -> Target:
 
 def _login(runbook: Runbook, name: str, target: Target, stack: ExitStack) -> Session:
     """A session to vCenter `name`, logged out when `stack` closes; a failure names the field responsible."""
-    config = runbook.all_vcenters[name]
     try:
         return stack.enter_context(Session(target))
     except ConnectError as e:
-        if e.field is None or getattr(config, e.field) is None:  # from govc's variables
-            raise
-        raise ConnectError(f"{runbook.where(runbook.vcenter_loc(name) + (e.field,))}: {e}", e.field) from None
+        raise _named(runbook, name, e) from None
+
+
+def _named(runbook: Runbook, name: str, error: ConnectError) -> ConnectError:
+    """A login's failure with the file:line of the field responsible (none: from govc's variables)."""
+    if error.field is None or getattr(runbook.all_vcenters[name], error.field) is None:
+        return error
+    return ConnectError(f"{runbook.where(runbook.vcenter_loc(name) + (error.field,))}: {error}", error.field)
 
 
 @contextmanager
@@ -131,7 +136,20 @@ def discover(access: Access) -> tuple[Inventory, Target]:
         return read_inventory(session), resolve_target(book.vcenter, access.insecure)
 
 
-def inventory_of(runbook: Path, access: Access) -> tuple[Shown, Runbook]:
-    """What `inventory` shows of the runbook's vCenters, read live (vsphere/shown.py), and the runbook."""
-    book = load_runbook(runbook)
-    return shown(book, observe_fleet(book, access)), book
+def inventory_of(runbook: Path, access: Access, ahead: ReadAhead | None = None) -> tuple[Shown, Runbook]:
+    """What `inventory` shows of the runbook's vCenters, read live (vsphere/shown.py), and the runbook;
+    `ahead`: the read sent before the runbook was validated (gpuvm/read_ahead.py), used if it fits."""
+    book = load_runbook(runbook, ahead.text if ahead else None)
+    fleet = _read_ahead(book, access, ahead) if ahead else None
+    return shown(book, fleet or observe_fleet(book, access)), book
+
+
+def _read_ahead(book: Runbook, access: Access, ahead: ReadAhead) -> Fleet | None:
+    """The fleet of the read sent ahead, if it went to the runbook's own vCenter (else None)."""
+    if book.vcenters or ahead.target is None or _target(book, DEFAULT_VCENTER, access) != ahead.target:
+        return None
+    if ahead.refused is not None:
+        raise _named(book, DEFAULT_VCENTER, ahead.refused)
+    if ahead.session is None or ahead.sent is None:
+        return None
+    return Fleet.of(book, {DEFAULT_VCENTER: read_inventory(ahead.session, sent=ahead.sent)}, {})

@@ -4,6 +4,8 @@ read, field by field, on a simulated vCenter whose VMs hold every kind of PCI de
 from __future__ import annotations
 
 import collections
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ from pyVmomi import VmomiSupport, vim, vmodl
 
 from gpusim import Simulator
 from gpuvm.runbook.vcenters import VCenter
-from gpuvm.vsphere import inventory
+from gpuvm.vsphere import inventory, retrieve
 from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.session import Session, resolve_target
 
@@ -74,14 +76,22 @@ def lab():
             yield sim
 
 
-def pyvmomi_retrieve(session: Session) -> list[Any]:
-    """inventory.retrieve, decoded by pyVmomi (the stub's own call)."""
-    call = session.call
+@contextlib.contextmanager
+def decoded_by_pyvmomi(session: Session) -> Iterator[None]:
+    """Every call of `session` (sent ahead or not) made and decoded by pyVmomi (the stub's own call)."""
+    call, send = session.call, session.send
     session.call = lambda mo, method, *args, **_: getattr(mo, method)(*args)  # type: ignore[method-assign]
+    session.send = lambda mo, method, *args: lambda parse=None: getattr(mo, method)(*args)  # type: ignore[method-assign]
     try:
-        return inventory.retrieve(session)
+        yield
     finally:
-        session.call = call  # type: ignore[method-assign]
+        session.call, session.send = call, send  # type: ignore[method-assign]
+
+
+def pyvmomi_retrieve(session: Session) -> list[Any]:
+    """retrieve.retrieve, decoded by pyVmomi."""
+    with decoded_by_pyvmomi(session):
+        return retrieve.retrieve(session)
 
 
 def same(a: Any, b: Any, where: str = "") -> None:
@@ -102,7 +112,7 @@ def same(a: Any, b: Any, where: str = "") -> None:
 
 def test_lxml_decodes_the_inventory_read_as_pyvmomi_does(lab):
     with Session(resolve_target(VCenter(password_env="GPUVM_VCENTER_PASSWORD"))) as session:
-        fast = inventory.retrieve(session)
+        fast = retrieve.retrieve(session)
         slow = pyvmomi_retrieve(session)
         kinds = collections.Counter(type(o.obj).__name__ for o in fast)
         assert len(fast) == len(slow) and kinds == {"vim.HostSystem": 2, "vim.VirtualMachine": 7, "vim.Datastore": 1,
@@ -124,12 +134,8 @@ def test_lxml_decodes_the_inventory_read_as_pyvmomi_does(lab):
 
 def pyvmomi_inventory(session: Session) -> Any:
     """read_inventory of pyVmomi's own decoding of every answer."""
-    call = session.call
-    session.call = lambda mo, method, *args, **_: getattr(mo, method)(*args)  # type: ignore[method-assign]
-    try:
+    with decoded_by_pyvmomi(session):
         return inventory.read_inventory(session)
-    finally:
-        session.call = call  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("piece_bytes", [None, 3000])

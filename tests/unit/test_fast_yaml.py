@@ -100,3 +100,15 @@ def test_plain_scalars_of_every_first_character_read_as_ruamel_reads_them():
                    if value not in ("-", "="))  # "-": an item; "=": a TaggedScalar, equal to none
     fast = fast_yaml.load(text)
     assert fast is not None and fast == ruamel_read(text)
+
+
+def test_a_top_level_value_is_read_from_the_events_up_to_it_only():
+    """What gpuvm/read_ahead.py reads before the runbook: the `vcenter:` entry, as `load` reads it."""
+    text = "vcenter:\n  user: admin\n  call_timeout: 017\nhosts:\n" + "".join(f"  - {{name: esx-{i}}}\n" for i in range(100))
+    assert fast_yaml.top_value(text, "vcenter") == ({"user": "admin", "call_timeout": 17},)
+    assert fast_yaml.top_value(text, "hosts")[0][99] == {"name": "esx-99"}
+    assert fast_yaml.top_value(text, "vms") is None  # not in the document
+    assert fast_yaml.top_value(text, "hosts", within=100) is None  # not within the events read
+    assert fast_yaml.top_value("hosts: []\nvcenter: {url: 'https://vc'}\n", "vcenter") == ({"url": "https://vc"},)
+    assert fast_yaml.top_value("vcenter: &v {user: a}\n", "vcenter") is None  # an anchor: ruamel's to read
+    assert fast_yaml.top_value("- a\n- b\n", "vcenter") is None

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuvm.errors import InputError
-from gpuvm.runbook import document, loader
+from gpuvm.runbook import document
 from gpuvm.runbook.loader import load_runbook
 
 LAB = Path(__file__).parents[2] / "playbooks" / "lab.yaml"
@@ -40,7 +40,7 @@ def test_utf16_and_utf8_with_bom_are_read(tmp_path):
 
 
 def test_a_file_over_the_size_cap_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(loader, "MAX_BYTES", 1024)
+    monkeypatch.setattr(document, "MAX_BYTES", 1024)
     shutil.copy(LAB, tmp_path / "big.yaml")
     with pytest.raises(InputError, match="larger than 1 KB"):
         load_runbook(tmp_path / "big.yaml")

@@ -85,16 +85,19 @@ def inventory(runbook: Path = RUNBOOK, save: Optional[Path] = typer.Option(None,
     """Hosts, their GPUs and NICs (model, PCI address, NUMA, passthrough state), and VMs: of every
     vCenter, a name two of them hold as <vcenter>/<name>; exit 3 if a vCenter was not reached."""
     from gpuvm import collector
-    from gpuvm.documents import inventory_json
     from gpuvm.files import check_writable
-    from gpuvm.render import print_inventory
-    from gpuvm.connecting import inventory_of
+    from gpuvm.read_ahead import read_ahead
 
     if save:
         check_writable(save, "snapshot")  # before vCenter is asked anything
     ends_process()  # as `plan`: the inventory's objects are left to the OS, not freed one by one
     with collector.paused():  # thousands of objects read and printed, no cycles
-        seen, book = inventory_of(runbook, access(insecure))
+        with read_ahead(runbook, insecure) as ahead:  # what follows happens while vCenter prepares its answer
+            from gpuvm.connecting import inventory_of
+            from gpuvm.documents import inventory_json
+            from gpuvm.render import print_inventory
+
+            seen, book = inventory_of(runbook, access(insecure), ahead)
         warnings = seen.warnings(book)
         for line in warnings:  # a vCenter not reached: its objects not shown, none shown in their place
             warn(line)

@@ -7,6 +7,7 @@ The runbook, the mig-parted config files it names and benchmark results are read
 
 from __future__ import annotations
 
+import codecs
 import re
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
 from gpuvm.errors import InputError
+from gpuvm.files import RUNBOOK_BYTES, read_capped
 from gpuvm.runbook import fast_yaml
 
 Path_ = tuple[str | int, ...]
@@ -169,6 +171,21 @@ def _without_values(problem: str | None) -> str:
     """A YAML error without the values it quotes (a duplicate key's: maybe a secret file's lines)."""
     problem = re.sub(r' with value ".*', "", problem or "", flags=re.S)
     return re.sub(r'key "([^"]*)"', lambda m: f'key "{field_name(m.group(1))}"', problem)
+
+
+MAX_BYTES = RUNBOOK_BYTES
+
+
+def read_text(file: Path) -> str:
+    """The runbook's text: a regular file of at most MAX_BYTES, in UTF-8 (or UTF-16 with its BOM)."""
+    raw = read_capped(file, MAX_BYTES, "runbook")
+    encoding = "utf-16" if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8-sig"
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise InputError(f"{file}:{line}: not {encoding.upper().removesuffix('-SIG')} text (byte "
+                         f"0x{raw[e.start]:02x}); save the runbook as UTF-8") from None
 
 
 def parse_document(file: Path, text: str) -> tuple[Any, Locator]:

@@ -12,6 +12,7 @@ with ruamel, whose data and messages stand.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 Path_ = tuple[str | int, ...]
@@ -34,6 +35,33 @@ def load(text: str) -> tuple[Any, Lines] | None:
         return _Builder().build(yaml.parse(text, Loader=yaml.CSafeLoader))
     except (_Unusual, yaml.YAMLError, RecursionError):
         return None
+
+
+def top_value(text: str, key: str, within: int = 2_000) -> tuple[Any] | None:
+    """(value,) of the document's top-level `key`, as `load` reads it, from the document's first
+    `within` events only; None when the key is not among them (or the document is not as `load` reads)."""
+    try:
+        import yaml
+    except ImportError:
+        return None
+    if not getattr(yaml, "__with_libyaml__", False):
+        return None
+    builder = _Builder()
+    events = itertools.islice(yaml.parse(text, Loader=yaml.CSafeLoader), within)
+    try:
+        if [type(e).__name__ for e in _take(events, 3)] != ["StreamStartEvent", "DocumentStartEvent",
+                                                            "MappingStartEvent"]:
+            return None
+        for event in events:
+            if type(event) is not builder._scalar_event:
+                return None  # the mapping's end, or a key that is not a string
+            name = builder._node(event, events, ())
+            value = builder._node(next(events), events, (name,))
+            if name == key:
+                return (value,)
+    except (_Unusual, yaml.YAMLError, RecursionError, StopIteration):
+        return None
+    return None
 
 
 class _Builder:

@@ -3,14 +3,12 @@ InputError naming `file:line: field.path`."""
 
 from __future__ import annotations
 
-import codecs
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from gpuvm.errors import InputError
-from gpuvm.files import RUNBOOK_BYTES, read_capped
-from gpuvm.runbook.document import Locator, Path_, parse_document, problems, validation_message
+from gpuvm.runbook.document import Locator, Path_, parse_document, problems, read_text, validation_message
 from gpuvm.runbook.groups import expand_vm_groups
 from gpuvm.runbook.mig_parted import resolve_mig_files
 from gpuvm.runbook.model import Runbook
@@ -18,24 +16,10 @@ from gpuvm.runbook.setups import setup_runbooks
 from gpuvm.runbook.slurm import check_slurm
 from gpuvm.secrets import remember_runbook_secrets
 
-MAX_BYTES = RUNBOOK_BYTES
-
-
-def _read_text(file: Path) -> str:
-    """The runbook's text: a regular file of at most MAX_BYTES, in UTF-8 (or UTF-16 with its BOM)."""
-    raw = read_capped(file, MAX_BYTES, "runbook")
-    encoding = "utf-16" if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8-sig"
-    try:
-        return raw.decode(encoding)
-    except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        raise InputError(f"{file}:{line}: not {encoding.upper().removesuffix('-SIG')} text (byte "
-                         f"0x{raw[e.start]:02x}); save the runbook as UTF-8") from None
-
-
-def load_runbook(path: str | Path) -> Runbook:
+def load_runbook(path: str | Path, text: str | None = None) -> Runbook:
+    """The runbook at `path`; `text`: its `read_text`, when already read (gpuvm/read_ahead.py)."""
     file = Path(path)
-    text = _read_text(file)
+    text = read_text(file) if text is None else text
     data, locator = parse_document(file, text)
     if not isinstance(data, dict):
         raise InputError(f"{file}:1: (top level): a runbook is a mapping with vcenter, hosts and vms")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -309,10 +308,3 @@ class Runbook(Strict):
         image = self.guests.image
         if image and image.builder and image.builder not in seen:
             raise self.error(("guests", "image", "builder"), f"'{image.builder}' is not a guest (guests: {listed(seen)})")
-
-
-def env_flag(name: str) -> bool | None:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return None
-    return value.strip().lower() in ("1", "true", "yes", "on")

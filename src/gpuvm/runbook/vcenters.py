@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from urllib.parse import urlsplit
 from pathlib import Path
 
@@ -36,6 +37,14 @@ class NamedVCenter(VCenter):
 
 
 DEFAULT_VCENTER = "default"  # the name of the one vCenter of a runbook that gives `vcenter:` (or neither)
+
+
+def env_flag(name: str) -> bool | None:
+    """A govc-style boolean variable (GOVC_INSECURE): None when unset or empty."""
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    return value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def url_problem(url: str) -> str | None:

@@ -1,9 +1,8 @@
-"""Read every host and VM in one PropertyCollector request (ContainerView + RetrievePropertiesEx).
+"""Every host and VM of a vCenter as facts, from the one request of retrieve.py.
 
-Explicit property paths, the paging token followed, the view destroyed in `finally`. Never walk
-managed-object attributes in a loop: each would be a network round trip. The answers are read by
-lxml straight into the property values converted here (inventory_xml.py), several times faster than
-pyVmomi's decoding; a page it cannot read is decoded by soap_xml.py, or pyVmomi, as any answer.
+The answers are read by lxml straight into the property values converted here (inventory_xml.py),
+several times faster than pyVmomi's decoding; a page it cannot read is decoded by soap_xml.py, or
+pyVmomi, as any answer.
 """
 
 from __future__ import annotations
@@ -16,106 +15,9 @@ from gpuvm.vsphere.facts import (DatastoreFacts, Graphics, HostFacts, Inventory,
                                   VmPciDevice)
 from gpuvm.vsphere import intent, inventory_xml, lock, owned
 from gpuvm.vsphere.intent import field_key, value_of
+from gpuvm.vsphere.retrieve import send_retrieve
 from gpuvm.vsphere.session import Session
 from gpuvm.vsphere.tasks import call
-
-HOST_PROPERTIES = [
-    "name",
-    "parent",
-    "network",
-    "vm",
-    "hardware.pciDevice",
-    "hardware.numaInfo",
-    "hardware.systemInfo.uuid",
-    "hardware.memorySize",
-    "hardware.cpuInfo.numCpuThreads",
-    "config.pciPassthruInfo",
-    "config.graphicsConfig",
-    "config.graphicsInfo",
-    "config.sharedPassthruGpuTypes",
-    "capability.deviceRebindWithoutRebootSupported",
-    "runtime.connectionState",
-    "runtime.inMaintenanceMode",
-    "runtime.powerState",
-    "runtime.bootTime",
-    "configManager.pciPassthruSystem",
-    "configManager.graphicsManager",
-    "customValue",
-]
-
-VM_PROPERTIES = [
-    "name",
-    "runtime.host",
-    "runtime.powerState",
-    "config.template",
-    "config.firmware",
-    "config.version",
-    "config.hardware.numCPU",
-    "config.hardware.memoryMB",
-    "config.hardware.device",
-    "config.extraConfig",
-    "config.memoryReservationLockedToMax",
-    "datastore",
-    "summary.storage.committed",
-    "customValue",
-]
-
-DATASTORE_PROPERTIES = ["name", "summary.freeSpace"]
-FOLDER_PROPERTIES = ["name", "childType"]
-POOL_PROPERTIES = ["name", "owner"]
-NETWORK_PROPERTIES = ["name"]  # standard port groups (and opaque networks); distributed port groups add:
-PORTGROUP_PROPERTIES = ["name", "key", "config.distributedVirtualSwitch"]
-SWITCH_PROPERTIES = ["uuid", "config.uplinkPortgroup"]  # its uuid goes into a NIC's port backing; no NIC joins an uplink
-
-PAGE_SIZE = 5000  # objects per page; vCenter may return fewer
-
-
-def filter_spec(view: Any) -> Any:
-    """The PropertyCollector's filter: every object under `view`, with the property paths above."""
-    from pyVmomi import vim, vmodl
-
-    collector = vmodl.query.PropertyCollector
-    traverse = collector.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)
-    return collector.FilterSpec(
-        objectSet=[collector.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
-        propSet=[
-            collector.PropertySpec(type=vim.HostSystem, pathSet=HOST_PROPERTIES),
-            collector.PropertySpec(type=vim.VirtualMachine, pathSet=VM_PROPERTIES),
-            collector.PropertySpec(type=vim.Datastore, pathSet=DATASTORE_PROPERTIES),
-            collector.PropertySpec(type=vim.Folder, pathSet=FOLDER_PROPERTIES),
-            collector.PropertySpec(type=vim.ResourcePool, pathSet=POOL_PROPERTIES),
-            collector.PropertySpec(type=vim.Network, pathSet=NETWORK_PROPERTIES),
-            collector.PropertySpec(type=vim.dvs.DistributedVirtualPortgroup, pathSet=PORTGROUP_PROPERTIES),
-            collector.PropertySpec(type=vim.DistributedVirtualSwitch, pathSet=SWITCH_PROPERTIES),
-        ],
-    )
-
-
-VIEW_TYPES = ["HostSystem", "VirtualMachine", "Datastore", "Folder", "ResourcePool", "Network",
-              "DistributedVirtualSwitch"]
-
-
-def retrieve(session: Session, **decoding: Any) -> list[Any]:
-    """All host and VM objects with the properties above, in one request (plus paging).
-    `decoding` goes to `session.call` (read_inventory leaves out the devices it never reads)."""
-    from pyVmomi import vim, vmodl
-
-    content = session.content
-    view = content.viewManager.CreateContainerView(content.rootFolder, [getattr(vim, t) for t in VIEW_TYPES], True)
-    try:
-        collector = content.propertyCollector
-        options = vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=PAGE_SIZE)
-        result = session.call(collector, "RetrievePropertiesEx", [filter_spec(view)], options, **decoding)
-        objects: list[Any] = []
-        while result is not None:
-            objects.extend(result.objects)
-            if not result.token:
-                break
-            result = session.call(collector, "ContinueRetrievePropertiesEx", result.token, **decoding)
-        return objects
-    finally:
-        view.DestroyView()
-
 
 def _props(obj: Any) -> dict[str, Any]:
     return {p.name: p.val for p in (obj.propSet or [])}
@@ -243,17 +145,18 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
     )
 
 
-def read_inventory(session: Session, alone: bool = True) -> Inventory:
+def read_inventory(session: Session, alone: bool = True, sent: Callable[..., list[Any]] | None = None) -> Inventory:
     """The vCenter's inventory. `alone`: no other process reads meanwhile (vsphere/fleet.py's children
-    do), so that a large answer's pieces are parsed by a second thread, on the core left free."""
+    do), so that a large answer's pieces are parsed by a second thread, on the core left free.
+    `sent`: the read already sent (`send_retrieve`), its answer read here."""
     with collector.paused():  # the read's objects made in bulk
-        return _read_inventory(session, inventory_xml.parse_page if alone else inventory_xml.parse_whole)
+        parse = inventory_xml.parse_page if alone else inventory_xml.parse_whole
+        return _read_inventory(session, (sent or send_retrieve(session))(parse=parse))
 
 
-def _read_inventory(session: Session, parse: Callable[[bytes, type, Any], Any]) -> Inventory:
+def _read_inventory(session: Session, objects: list[Any]) -> Inventory:
     from pyVmomi import vim
 
-    objects = retrieve(session, parse=parse)
     fields = call("read custom attributes", lambda: session.content.customFieldsManager.field)
     intent_key, owned_key = field_key(fields), field_key(fields, owned.FIELD)
     hosts: dict[str, HostFacts] = {}

@@ -3,7 +3,7 @@
 soap_xml.py decodes any answer into the objects pyVmomi builds (an ObjectContent per object, a
 DynamicProperty per property, a data object per device): for a 512-host vCenter that is most of a
 plan's time. This reads a RetrievePropertiesEx (or ContinueRetrievePropertiesEx) page knowing what
-gpuvm asks for (inventory.py's property lists): the scalar and reference properties straight from
+gpuvm asks for (retrieve.py's property lists): the scalar and reference properties straight from
 their text, only the VM devices read_inventory reads (PCI passthrough devices and NICs, decoded by
 soap_xml as pyVmomi would), and the other structured properties by soap_xml. Each object comes out as
 (reference, {property path: value}), the values of the types pyVmomi gives (a host's PCI devices,

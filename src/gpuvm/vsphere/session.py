@@ -23,8 +23,7 @@ from urllib.parse import urlsplit
 
 from gpuvm.errors import ConnectError, InputError
 from gpuvm.executors.base import UNDER_WAY
-from gpuvm.runbook.model import env_flag
-from gpuvm.runbook.vcenters import VCenter, url_problem
+from gpuvm.runbook.vcenters import VCenter, env_flag, url_problem
 from gpuvm.runbook.strict import shown
 from gpuvm.secrets import redact, remember, secret_from_env, without_password
 from gpuvm.vsphere.bounded import Line, Timeouts, api_version
@@ -283,16 +282,15 @@ class Session:
 
         generation = self._relogin.generation
         try:
-            return self._post(mo, method, args, parse)
+            return self.send(mo, method, *args)(parse)
         except vim.fault.NotAuthenticated:
             self._relogin(generation)
-            return self._post(mo, method, args, parse)
+            return self.send(mo, method, *args)(parse)
 
-    def _post(self, mo: Any, method: str, args: tuple[Any, ...], parse: Callable[[bytes, type, Any], Any] | None) -> Any:
-        """One SOAP request made as pyVmomi's stub makes it, the answer decoded by soap_xml."""
+    def send(self, mo: Any, method: str, *args: Any) -> Callable[[Callable[[bytes, type, Any], Any] | None], Any]:
+        """One SOAP request, made as pyVmomi's stub makes it and sent now; its answer read and decoded
+        (by soap_xml, `parse` first) when the function returned is called: vCenter prepares it meanwhile."""
         from http.client import HTTPException
-
-        from gpuvm.vsphere.soap_xml import decode
 
         stub = self.si._stub
         info = mo._GetMethodInfo(method)
@@ -300,24 +298,39 @@ class Session:
         request = stub.SerializeRequest(mo, info, list(args))
         headers = {"Cookie": stub.cookie, "SOAPAction": stub.versionId, "Accept-Encoding": "gzip",
                    "Content-Type": "text/xml; charset=UTF-8"}
+
+        def failed(connection: Any) -> None:
+            connection.close()
+            stub.DropConnections()  # as pyVmomi does: the server may be sick
+
         with self.line.calling(method):
             connection = stub.GetConnection()
             try:
                 connection.request("POST", stub.path, request, headers)
-                response = connection.getresponse()
-                body = response.read()
             except (OSError, HTTPException):
-                connection.close()
-                stub.DropConnections()  # as pyVmomi does: the server may be sick
+                failed(connection)
                 raise
-        stub.ReturnConnection(connection)
-        if response.getheader("Content-Encoding", "").lower() == "gzip":
-            body = gzip.decompress(body)
-        if response.status not in (200, 500):
-            raise HTTPException(f"{response.status} {response.reason}")
-        answer = decode(body, info.result, stub, fault=response.status == 500, parse=parse)
-        if response.status == 500:
-            raise answer
+
+        def answer(parse: Callable[[bytes, type, Any], Any] | None = None) -> Any:
+            from gpuvm.vsphere.soap_xml import decode
+
+            with self.line.calling(method):
+                try:
+                    response = connection.getresponse()
+                    body = response.read()
+                except (OSError, HTTPException):
+                    failed(connection)
+                    raise
+            stub.ReturnConnection(connection)
+            if response.getheader("Content-Encoding", "").lower() == "gzip":
+                body = gzip.decompress(body)
+            if response.status not in (200, 500):
+                raise HTTPException(f"{response.status} {response.reason}")
+            decoded = decode(body, info.result, stub, fault=response.status == 500, parse=parse)
+            if response.status == 500:
+                raise decoded
+            return decoded
+
         return answer
 
     def ref(self, kind: str, moid: str) -> Any:
