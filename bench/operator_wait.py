@@ -11,7 +11,8 @@ plan of the runbook of all V. Commands alternate within each run; each figure is
 `.venv/bin/python bench/operator_wait.py [--hosts 512] [--vcenters 4] [--vms-per-host 8] [--runs 3]
 [--baseline-src DIR]` (DIR: an older gpuvm's src/, timed in the same alternation: before and after);
 the last line is `inventory_x_wire_floor=R inventory_json_x_wire_floor=R plan_x_wire_floor=R
-multi_vcenter_x_single=R`.
+multi_vcenter_x_single=R multi_vcenter_wire_floor_x_single=R` (the last: the V floors started at once,
+against one: what the simulators, which share this machine's cores, take to answer V reads at once).
 """
 
 from __future__ import annotations
@@ -66,11 +67,17 @@ def main() -> int:
         env |= {"PYTHONPATH": str(REPO / "src"), "FLOOR_PASSWORD": sims[names[0]].password}
         many, one = write_runbooks(work, sims, args.hosts, args.vms_per_host)
         os.environ.update(env)
-        requests = templates(sims[names[0]], resolve_target(load_runbook(one).vcenter), work)
         floor = work / "floor.py"
         floor.write_text(FLOOR)
+        floors = []  # each vCenter's floor process, with its password: all started at once for the fleet's floor
+        for name, vcenter in zip(names, load_runbook(many).vcenters):
+            (work / name).mkdir()
+            requests = templates(sims[name], resolve_target(vcenter), work / name)
+            floors.append(f"FLOOR_PASSWORD={sims[name].password} {sys.executable} -I -S {floor} {requests} >/dev/null &")
+        fleet_floor = f"wire floor of {args.vcenters} at once"
         commands = {
-            "wire floor": [sys.executable, "-I", "-S", str(floor), str(requests)],
+            "wire floor": [sys.executable, "-I", "-S", str(floor), str(work / names[0] / "floor-requests.json")],
+            fleet_floor: ["bash", "-c", " ".join(floors) + " wait"],
             "inventory": [GPUVM, "inventory", str(one)],
             "inventory --json": [GPUVM, "inventory", "--json", str(one)],
             "plan": [GPUVM, "plan", str(one)],
@@ -80,7 +87,7 @@ def main() -> int:
         if args.baseline_src:  # each command next to its baseline
             older = {**env, "PYTHONPATH": str(args.baseline_src)}
             commands = {name: command for mine, command in commands.items()
-                        for name in ([mine] if mine == "wire floor" else [mine, f"{mine} (baseline)"])}
+                        for name in ([mine] if mine.startswith("wire floor") else [mine, f"{mine} (baseline)"])}
             envs = {name: older if name.endswith("(baseline)") else env for name in commands}
         samples: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.runs):
@@ -102,7 +109,8 @@ def main() -> int:
     print(f"inventory_x_wire_floor={median['inventory'] / floor_s:.2f} "
           f"inventory_json_x_wire_floor={median['inventory --json'] / floor_s:.2f} "
           f"plan_x_wire_floor={one_s / floor_s:.2f} "
-          f"multi_vcenter_x_single={median[f'plan of {args.vcenters} vCenters'] / one_s:.2f}")
+          f"multi_vcenter_x_single={median[f'plan of {args.vcenters} vCenters'] / one_s:.2f} "
+          f"multi_vcenter_wire_floor_x_single={median[fleet_floor] / floor_s:.2f}")
     return 0
 
 
