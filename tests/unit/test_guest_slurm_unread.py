@@ -18,6 +18,7 @@ from gpuvm.executors.fake import FakeExecutor
 from gpuvm.remote import RemoteOptions, build_cluster
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.steps import guest_slurm
+from gpuvm.steps.guest_slurm.wanted import WantedFiles
 from gpuvm.targeting import select
 from gpuvm.vsphere.facts import DatastoreFacts
 from tests.unit.factories import inventory, r750xa, vm
@@ -82,7 +83,7 @@ def test_a_compute_guest_that_does_not_answer_holds_the_controllers_files_and_sa
     cluster = _cluster(tmp_path, {"gpu-vm-03"})
     observed, down = engine.observe_reachable(cluster)
     assert list(down) == ["gpu-vm-03"]
-    assert observed[(guest_slurm.NAME, "gpu-vm-01")].unread == {"gpu-vm-03": SILENT}
+    assert observed[(guest_slurm.NAME, "gpu-vm-01")].wanted.unread == {"gpu-vm-03": SILENT}
     plan, _ = engine.make_plan(book, facts, cluster, observed, down)
     on_controller = [(c.resource, c.field) for c in plan.changes if c.target == "gpu-vm-01" and c.step == guest_slurm.NAME]
     assert not [r for r, _ in on_controller if r.startswith("/etc/slurm/")]  # slurm.conf keeps gpu-vm-03's line
@@ -101,9 +102,9 @@ def test_a_compute_guest_the_controller_alone_could_not_read_is_not_observed(lab
     book, facts, tmp_path = lab
     cluster = _cluster(tmp_path, set())
     observed, down = engine.observe_reachable(cluster)
-    assert down == {} and observed[(guest_slurm.NAME, "gpu-vm-01")].files  # all read: the files are planned
+    assert down == {} and observed[(guest_slurm.NAME, "gpu-vm-01")].wanted.files  # all read: the files are planned
     key = (guest_slurm.NAME, "gpu-vm-01")
-    observed[key] = dataclasses.replace(observed[key], files={}, gres={}, unread={"gpu-vm-02": "timed out"})
+    observed[key] = dataclasses.replace(observed[key], wanted=WantedFiles(unread={"gpu-vm-02": "timed out"}))
     plan, _ = engine.make_plan(book, facts, cluster, observed, down)
     [note] = _note(plan)
     assert note.target == "gpu-vm-01" and note.message.startswith("compute guest gpu-vm-02 not read (timed out)")

@@ -19,19 +19,18 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from gpuvm.desired.ssh import DesiredGuest
 from gpuvm.parsers.scontrol import slurms_reason
 from gpuvm.plan import Change, Note
-from gpuvm.remote import Cluster
 from gpuvm.steps.base import Context, Step
 from gpuvm.steps.guest_slurm.actions import (DEFAULTS, GRES_CONF, NAME, InstallPackages, Reconfigure, ResumeNode,
                                              StartService, WriteFile, WriteMungeKey, slurm_node)
 from gpuvm.steps.guest_slurm.apply import apply, apply_all
 from gpuvm.steps.guest_slurm.munge_key import digest_shown, load_munge_key
 from gpuvm.steps.guest_slurm.observe import MUNGE_KEY, GuestSlurm
-from gpuvm.steps.guest_slurm.wanted import read, wanted_files
+from gpuvm.steps.guest_slurm.wanted import WantedFiles, read, wanted_files
 
 __all__ = ["NAME", "DEFAULTS", "InstallPackages", "Reconfigure", "ResumeNode", "StartService", "WriteFile",
            "WriteMungeKey", "STEP", "apply", "apply_all"]
@@ -42,11 +41,7 @@ class SlurmFact:
     own: GuestSlurm
     key_sha256: str | None  # the cluster's munge key; None: not made yet (apply makes it)
     controller_address: str
-    files: dict[str, str] = field(default_factory=dict)  # controller: path → wanted content
-    gres: dict[str, str] = field(default_factory=dict)  # controller: node (host name) → wanted Gres=
-    unread: dict[str, str] = field(default_factory=dict)  # controller: compute guests not read → why (no files planned)
-    problem: str | None = None  # controller: why the files cannot be rendered (a MIG layout that does not fit)
-    awaiting_mig: tuple[str, ...] = ()  # controller: nodes whose MIG devices guest.mig is yet to make
+    wanted: WantedFiles = field(default_factory=WantedFiles)  # controller: its files as the cluster needs (else empty)
 
 
 def wanted(target: DesiredGuest) -> bool:
@@ -68,17 +63,8 @@ def observe(ctx: Context, target: DesiredGuest) -> SlurmFact:
     key = load_munge_key(cluster.state_dir)
     known = {**(cluster.all_guests or {}), **cluster.targets}  # the controller, even where it is not a target now
     address = known[node.cluster.controller].login.address if node.cluster.controller in known else ""
-    fact = SlurmFact(own, key.sha256 if key else None, address)
-    if not controller:
-        return fact
-    return _with_wanted_files(cluster, target, fact)
-
-
-def _with_wanted_files(cluster: Cluster, target: DesiredGuest, fact: SlurmFact) -> SlurmFact:
-    """The controller's fact with its files as the cluster needs them (`wanted.wanted_files`)."""
-    wanted_ = wanted_files(cluster, target, fact.own.hardware)
-    return replace(fact, files=wanted_.files, gres=wanted_.gres, unread=wanted_.unread, problem=wanted_.problem,
-                   awaiting_mig=wanted_.awaiting_mig)
+    return SlurmFact(own, key.sha256 if key else None, address,
+                     wanted_files(cluster, target, own.hardware) if controller else WantedFiles())
 
 
 # -- plan (pure) --------------------------------------------------------------------------------
@@ -121,17 +107,17 @@ def plan(target: DesiredGuest, fact: SlurmFact) -> list[Change]:
 
 
 def _plan_controller(target: DesiredGuest, fact: SlurmFact) -> list[Change]:
-    own, changes = fact.own, []
+    own, wanted_, changes = fact.own, fact.wanted, []
 
     def change(resource: str, field_: str, before: object, after: object, action: object) -> None:
         changes.append(Change(NAME, target.name, resource, field_, before, after, action=action))
 
-    if fact.problem:
-        raise target.error(NAME, ("mig",), f"slurm.conf's GRES: {fact.problem}")
-    for path, content in fact.files.items():
+    if wanted_.problem:
+        raise target.error(NAME, ("mig",), f"slurm.conf's GRES: {wanted_.problem}")
+    for path, content in wanted_.files.items():
         before = f"sha256:{own.configs[path][:12]}" if path in own.configs else None
-        if path == GRES_CONF and fact.awaiting_mig:  # its MIG devices are known once guest.mig made them
-            change(path, "content", before, f"rendered after guest.mig ({', '.join(fact.awaiting_mig)}'s MIG devices)",
+        if path == GRES_CONF and wanted_.awaiting_mig:  # its MIG devices are known once guest.mig made them
+            change(path, "content", before, f"rendered after guest.mig ({', '.join(wanted_.awaiting_mig)}'s MIG devices)",
                    WriteFile(path, content, after_mig=True))
         elif own.configs.get(path) != _sha(content):
             change(path, "content", before, f"sha256:{_sha(content)[:12]}", WriteFile(path, content))
@@ -139,7 +125,7 @@ def _plan_controller(target: DesiredGuest, fact: SlurmFact) -> list[Change]:
         change("service slurmctld", "running", "stopped", "running", StartService("slurmctld"))
         return changes
     seen = {n.name: n for n in own.nodes or ()}
-    for name, gres in fact.gres.items():
+    for name, gres in wanted_.gres.items():
         state = seen.get(name)
         if state is None:
             continue  # not in slurmctld's files yet: the files' change adds it
@@ -156,7 +142,7 @@ def unread(target: DesiredGuest, fact: SlurmFact) -> dict[str, Note]:
     """The compute guests the controller could not read, each → a note on the controller: its files wait."""
     return {name: Note(target.name, NAME, f"compute guest {name} not read ({why}): slurm.conf, gres.conf and cgroup.conf "
                                           f"are not planned ({name}'s node line stays as it is) until it is read")
-            for name, why in fact.unread.items()}
+            for name, why in fact.wanted.unread.items()}
 
 
 def _gres(slurm_gres: str) -> str:
