@@ -36,9 +36,11 @@ from gpuvm.steps import reboot_memo
 from gpuvm.steps.base import Context, Options
 from gpuvm.targeting import Scope, select
 from gpuvm.vsphere.facts import Inventory
-from gpuvm.vsphere.fleet import Fleet, read_all
+from gpuvm.vsphere.fleet import Fleet, each, read_all
+from gpuvm.vsphere.in_flight import await_on_vms
 from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.lock import HostLocks
+from gpuvm.vsphere.session import Session
 
 Progress = Callable[[str, str, str], None]  # (step, target, status), as the engine reports them
 RemoteFacts = dict[tuple[str, str], Any]  # (step, target) → observed fact
@@ -198,6 +200,10 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
         locks = [stack.enter_context(HostLocks(session, _hosts(book.part(name) if book.vcenters else book),
                                                journal.run_id, journal=journal))
                  for name, session in sessions.items()]
+        steps = Options(allow_power_off=options.allow_power_off, allow_host_reboot=options.allow_host_reboot,
+                        shutdown_timeout=options.shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
+                        max_unavailable=options.max_unavailable, drain_timeout=options.drain_timeout)
+        _await_tasks_in_flight(book, sessions, steps.task_timeout, progress)
         fleet = Fleet.read(book, sessions, lost)  # read under the locks: what no other run is changing now
         sessions = {name: sessions[name] for name in fleet.inventories}  # a vCenter silent meanwhile: not observed
         live = reached(book, fleet)
@@ -229,9 +235,6 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
         if confirm is not None:
             confirm(plan)
         settle_memos()
-        steps = Options(allow_power_off=options.allow_power_off, allow_host_reboot=options.allow_host_reboot,
-                        shutdown_timeout=options.shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
-                        max_unavailable=options.max_unavailable, drain_timeout=options.drain_timeout)
         slurm = slurm_nodes(live)
         contexts = {name: Context(session, fleet.inventories[name], steps, cluster, down, planned=plan.changes,
                                   journal=journal, intents=intents[name], slurm=slurm)
@@ -246,6 +249,19 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
         for each_lock in locks:
             each_lock.check("the end of the run")  # a lease lost during the last step: exit 8, not a list of refusals
     return Applied(plan, outcome, journal.path)
+
+
+def _await_tasks_in_flight(book: Runbook, sessions: dict[str, Session], timeout: float,
+                           progress: Progress | None) -> None:
+    """Before observing: the vCenter tasks in flight on the runbook's VMs (one a stopped run left)
+    end first, every vCenter's at once (vsphere/in_flight.py): the plan is made on what they leave."""
+    def await_one(name: str) -> None:
+        session = sessions[name]
+        say = None if progress is None else (lambda line: progress("vcenter", session.target.url, line))
+        await_on_vms(session, {vsphere_name(vm.name) for vm in (book.part(name) if book.vcenters else book).vms},
+                     timeout, say)
+
+    each({name: name for name in sessions}, await_one)  # a vCenter not answering: Fleet.read tells
 
 
 def _hosts(book: Runbook) -> set[str]:
