@@ -18,6 +18,7 @@ from gpuvm.vsphere.fleet import Fleet
 from gpuvm.errors import DriftError, InputError, TargetFailures
 from gpuvm.plan import Change, Plan
 from gpuvm.steps.base import Options
+from gpuvm.vsphere.tasks import Busy
 from gpuvm.vsphere.facts import Inventory
 
 RUNBOOK = Path("lab.yaml")
@@ -55,6 +56,7 @@ def world(mocker, monkeypatch, tmp_path):
     mocker.patch.object(runs, "remote", side_effect=remote)
     mocker.patch.object(runs, "HostLocks", side_effect=locks)
     state.awaited = mocker.patch.object(runs, "await_on_vms")  # no vCenter task in flight
+    state.in_flight = mocker.patch.object(runs, "on_vms", return_value=[])
     return state
 
 
@@ -177,7 +179,7 @@ def test_apply_carries_out_the_plan_and_reports(world, mocker, tmp_path):
         applied.raise_for_failures()
 
 
-def test_apply_awaits_the_tasks_in_flight_on_its_vms_before_it_observes_and_plan_does_not(world, mocker, tmp_path):
+def test_apply_awaits_the_tasks_in_flight_on_its_vms_before_it_observes_and_plan_notes_them(world, mocker, tmp_path):
     order = []
     world.awaited.side_effect = lambda session, vms, timeout, say: (order.append("await"), say("waiting for 1 ..."))
     mocker.patch.object(fleet_module, "read_all", side_effect=lambda sessions: (order.append("read"), ({
@@ -188,11 +190,15 @@ def test_apply_awaits_the_tasks_in_flight_on_its_vms_before_it_observes_and_plan
     runs.apply_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), progress=progress)
     assert order == ["await", "read"]
     session, vms, timeout, _ = world.awaited.call_args.args
-    assert (session, vms, timeout) == (world.session, {"train-01"}, Options().task_timeout)
+    assert (session, set(vms), timeout) == (world.session, {"train-01"}, Options().task_timeout)
     progress.assert_called_once_with("vcenter", "https://vc/sdk", "waiting for 1 ...")
     world.awaited.reset_mock()
-    runs.plan_runbook(RUNBOOK, runs.Access(state_dir=tmp_path))  # read-only: it neither waits nor holds up
+    world.in_flight.return_value = [("train-01", Busy("task-9", "VirtualMachine.reconfigure", None))]
+    planned = runs.plan_runbook(RUNBOOK, runs.Access(state_dir=tmp_path))  # read-only: it notes, never waits
     world.awaited.assert_not_called()
+    assert [(n.target, n.level, n.message) for n in planned.notes] == [(
+        "train-01", "info", "vCenter task VirtualMachine.reconfigure (task-9) in flight: planned on the VM as it is "
+                            "before the task ends; apply awaits it, then plans")]
 
 
 @pytest.mark.parametrize("insecure", [True, False])
@@ -237,7 +243,8 @@ def test_apply_over_two_vcenters_locks_and_acts_in_each_through_its_own_session(
     awaited = mocker.patch.object(runs, "await_on_vms")
     runs.apply_runbook(path, runs.Access(state_dir=tmp_path))
     assert locked == [("east", ["esx-e1"]), ("west", ["esx-w1"])]
-    assert sorted((c.args[0].name, c.args[1]) for c in awaited.call_args_list) == [("east", {"vm-e1"}), ("west", {"vm-w1"})]
+    assert sorted((c.args[0].name, set(c.args[1])) for c in awaited.call_args_list) == [("east", {"vm-e1"}),
+                                                                                       ("west", {"vm-w1"})]
     context, regions = apply_plan.call_args.args[2], apply_plan.call_args.kwargs["regions"]
     assert context.session is None  # guests: no vCenter
     assert {t: (c.session.name, c.inventory.source, c.intents.session.name) for t, c in regions.items()} == {
