@@ -36,9 +36,11 @@ from gpuvm.steps import reboot_memo
 from gpuvm.steps.base import Context, Options
 from gpuvm.targeting import Scope, select
 from gpuvm.vsphere.facts import Inventory
-from gpuvm.vsphere.fleet import Fleet, read_all
+from gpuvm.vsphere.fleet import Fleet, each, read_all
+from gpuvm.vsphere.in_flight import await_on_vms, on_vms
 from gpuvm.vsphere.intent import IntentStore
 from gpuvm.vsphere.lock import HostLocks
+from gpuvm.vsphere.session import Session
 
 Progress = Callable[[str, str, str], None]  # (step, target, status), as the engine reports them
 RemoteFacts = dict[tuple[str, str], Any]  # (step, target) → observed fact
@@ -87,8 +89,11 @@ def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, se
 def _plan_apart(book: Runbook, access: Access) -> Plan:
     """Several vCenters, no SSH target: each vCenter's part planned where its inventory is read."""
     with connect_all(book, access) as (sessions, down):
+        in_flight = _in_flight_notes(book, sessions)
         parts, lost = read_all(sessions, lambda name, inventory: fleet_plan.plan_part(book.part(name), inventory))
-    return fleet_plan.merged(list(parts.values()), Fleet.of(book, {}, {**down, **lost}).unobserved)
+    plan = fleet_plan.merged(list(parts.values()), Fleet.of(book, {}, {**down, **lost}).unobserved)
+    plan.notes += in_flight
+    return plan
 
 
 def _plan(book: Runbook, access: Access, snapshot: Path | None, targets: Sequence[str]) -> Plan:
@@ -102,9 +107,12 @@ def _plan(book: Runbook, access: Access, snapshot: Path | None, targets: Sequenc
 def plan_observed(book: Runbook, access: Access, targets: Sequence[str] = ()) -> tuple[Plan, Inventory, RemoteFacts]:
     """The live plan of a loaded runbook (on `targets` only when given), with what it was made from:
     the inventory and the SSH targets' facts (a saved plan digests them: gpuvm.saved_plan)."""
-    fleet = observe_fleet(book, access)
+    with connect_all(book, access) as (sessions, lost):
+        in_flight = _in_flight_notes(book, sessions)
+        fleet = Fleet.read(book, sessions, lost)
     with remote(reached(book, fleet), access, whole=book) as (cluster, facts, down):
         plan, _ = make_plan(reached(book, fleet), fleet, cluster, facts, down)
+    plan.notes += in_flight
     inventory = fleet.merged(book)
     return narrowed(plan, book, targets, inventory)[0], inventory, facts
 
@@ -198,6 +206,10 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
         locks = [stack.enter_context(HostLocks(session, _hosts(book.part(name) if book.vcenters else book),
                                                journal.run_id, journal=journal))
                  for name, session in sessions.items()]
+        steps = Options(allow_power_off=options.allow_power_off, allow_host_reboot=options.allow_host_reboot,
+                        shutdown_timeout=options.shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
+                        max_unavailable=options.max_unavailable, drain_timeout=options.drain_timeout)
+        _await_tasks_in_flight(book, sessions, steps.task_timeout, progress)
         fleet = Fleet.read(book, sessions, lost)  # read under the locks: what no other run is changing now
         sessions = {name: sessions[name] for name in fleet.inventories}  # a vCenter silent meanwhile: not observed
         live = reached(book, fleet)
@@ -229,9 +241,6 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
         if confirm is not None:
             confirm(plan)
         settle_memos()
-        steps = Options(allow_power_off=options.allow_power_off, allow_host_reboot=options.allow_host_reboot,
-                        shutdown_timeout=options.shutdown_timeout, guest_boot_timeout=book.ssh.boot_timeout,
-                        max_unavailable=options.max_unavailable, drain_timeout=options.drain_timeout)
         slurm = slurm_nodes(live)
         contexts = {name: Context(session, fleet.inventories[name], steps, cluster, down, planned=plan.changes,
                                   journal=journal, intents=intents[name], slurm=slurm)
@@ -246,6 +255,36 @@ def apply_loaded(book: Runbook, access: Access, options: ApplyOptions = ApplyOpt
         for each_lock in locks:
             each_lock.check("the end of the run")  # a lease lost during the last step: exit 8, not a list of refusals
     return Applied(plan, outcome, journal.path)
+
+
+def _vms_in(book: Runbook, vcenter: str) -> dict[str, str]:
+    """The runbook's VMs in `vcenter`: their names there → their names in gpuvm."""
+    return {vsphere_name(vm.name): vm.name for vm in (book.part(vcenter) if book.vcenters else book).vms}
+
+
+def _await_tasks_in_flight(book: Runbook, sessions: dict[str, Session], timeout: float,
+                           progress: Progress | None) -> None:
+    """Before observing: the vCenter tasks in flight on the runbook's VMs (one a stopped run left)
+    end first, every vCenter's at once (vsphere/in_flight.py): the plan is made on what they leave."""
+    def await_one(name: str) -> None:
+        session = sessions[name]
+        say = None if progress is None else (lambda line: progress("vcenter", session.target.url, line))
+        await_on_vms(session, _vms_in(book, name), timeout, say)
+
+    each({name: name for name in sessions}, await_one)  # a vCenter not answering: Fleet.read tells
+
+
+def _in_flight_notes(book: Runbook, sessions: dict[str, Session]) -> list[Note]:
+    """`plan`'s word on the vCenter tasks in flight on the runbook's VMs: read-only, it does not wait
+    (apply does, before it plans), so it plans on each such VM as it is before its task ends."""
+    def notes(name: str) -> list[Note]:
+        vms = _vms_in(book, name)
+        return [Note(vms[vm], "observe", f"vCenter task {busy} in flight: planned on the VM as it is before the "
+                                         "task ends; apply awaits it, then plans", level="info")
+                for vm, busy in on_vms(sessions[name], vms)]
+
+    found, _ = each({name: name for name in sessions}, notes)
+    return [note for name in sessions if name in found for note in found[name]]
 
 
 def _hosts(book: Runbook) -> set[str]:

@@ -51,16 +51,6 @@ def entries(journal) -> list[dict]:
     return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
 
 
-def tasks_ended(sim: Simulator, timeout: float = 10) -> None:
-    """Until no task of the simulator is queued or running (the slowed calls take 150 ms)."""
-    deadline = time.monotonic() + timeout
-    with pyvmomi(sim) as si:
-        busy = (vim.TaskInfo.State.queued, vim.TaskInfo.State.running)
-        while any(task.info.state in busy for task in si.content.taskManager.recentTask):
-            assert time.monotonic() < deadline, "vCenter tasks still running"
-            time.sleep(0.05)
-
-
 def reached(entry: dict, step: str, status: str) -> bool:
     if status == "maintenance":
         return entry["status"] == "maintenance" and entry["state"] == "entered"
@@ -111,8 +101,7 @@ def test_apply_stopped_at_a_step_boundary_converges_on_one_rerun(lab, tmp_path, 
             assert any(c["target"] == "esx-01" and c["step"] == "host.reboot" for c in planned)
             assert gpuvm("verify", str(lab)).exit_code == 5
 
-        tasks_ended(sim)  # a task the signal left in flight is vSphere's to finish (a re-run planned before it ends
-        # refuses its changed VM, by design: "run apply again to re-plan"); the operator re-runs after it
+        # at once: a task the signal left in flight is vSphere's to finish, and the re-run awaits it before it plans
         again = once_unlocked(lambda: gpuvm("apply", str(lab), "--yes", "--allow-host-reboot"), lambda r: r.exit_code)
         assert again.exit_code == 0, output + "\n--- re-run:\n" + again.output
         state = raw_state(sim)

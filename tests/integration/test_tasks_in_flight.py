@@ -154,3 +154,38 @@ def test_a_clone_intent_left_after_the_clone_is_drift_and_cleared(tmp_path, monk
         assert gpuvm("apply", str(book), "--yes").exit_code == 0
         assert vms_named(sim, "train-1") == 1
         assert gpuvm("verify", str(book)).exit_code == 0
+
+
+PASSTHROUGH = ("vcenter: {user: administrator@vsphere.local, password_env: GPUVM_VCENTER_PASSWORD}\n"
+               "hosts: [{name: esx-01, passthrough: [{model: A100}], allow_maintenance: true, allow_reboot: true}]\n"
+               "vms: [{name: esx-01-vm1, host: esx-01, memory_gb: 16, gpus: {mode: passthrough, count: 1}}]\n")
+
+
+def test_a_reconfigure_a_stopped_run_left_in_flight_is_awaited_before_the_rerun_plans(tmp_path, monkeypatch):
+    """Stopped (SIGTERM) while vSphere adds a GPU to a VM, the run leaves that ReconfigVM running; the
+    operator re-runs at once. `plan` notes the task; the re-run waits for it before observing, so its
+    plan sees the GPU added and one run converges (planned first, vm.hardware refused the VM whose devices changed
+    since the plan: 'run apply again')."""
+    book = tmp_path / "rb.yaml"
+    book.write_text(PASSTHROUGH)
+    state = tmp_path / "state"
+    with Simulator(hosts=1, vms_per_host=1, latency={"ReconfigVM_Task": "4s"}) as sim:
+        use_simulator(monkeypatch, sim, state)
+        run = subprocess.Popen([sys.executable, "-m", "gpuvm.cli.main", "apply", str(book), "--yes",
+                                "--allow-host-reboot"], env=dict(os.environ, GPUVM_STATE_DIR=str(state)),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while not running_tasks(sim, "VirtualMachine.reconfigVm"):
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0]
+            time.sleep(0.05)
+        run.send_signal(signal.SIGTERM)
+        stopped = run.communicate(timeout=30)[0]
+        assert run.returncode == 128 + signal.SIGTERM, stopped
+        planned = gpuvm("plan", str(book))  # read-only: it notes the task, and does not wait
+        assert "esx-01-vm1: vCenter task VirtualMachine.reconfigVm (task-" in planned.output, planned.output
+        assert running_tasks(sim, "VirtualMachine.reconfigVm"), "the task ended before the re-run: the test proves nothing"
+        again = gpuvm("apply", str(book), "--yes", "--allow-host-reboot")
+        assert again.exit_code == 0, stopped + "\n--- re-run:\n" + again.output
+        assert "waiting for 1 vCenter task(s) in flight: esx-01-vm1 VirtualMachine.reconfigVm" in again.output
+        assert len(raw_state(sim)["esx-01-vm1"]["pci"]) == 1
+        assert gpuvm("plan", str(book), "--detailed-exitcode").exit_code == 0

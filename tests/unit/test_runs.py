@@ -17,6 +17,8 @@ from gpuvm.vsphere import fleet as fleet_module
 from gpuvm.vsphere.fleet import Fleet
 from gpuvm.errors import DriftError, InputError, TargetFailures
 from gpuvm.plan import Change, Plan
+from gpuvm.steps.base import Options
+from gpuvm.vsphere.tasks import Busy
 from gpuvm.vsphere.facts import Inventory
 
 RUNBOOK = Path("lab.yaml")
@@ -25,7 +27,7 @@ CHANGE = Change("vm.hardware", "train-01", "vm", "cpus", 4, 8)
 
 def _book(mesh: bool = False):
     guests = SimpleNamespace(ssh_mesh=SimpleNamespace(enabled=mesh)) if mesh else None
-    return SimpleNamespace(guests=guests, hosts=[SimpleNamespace(name="esx-02")], vms=[SimpleNamespace(host="esx-01")],
+    return SimpleNamespace(guests=guests, hosts=[SimpleNamespace(name="esx-02")], vms=[SimpleNamespace(name="train-01", host="esx-01")],
                            ssh=SimpleNamespace(boot_timeout=42.0), vcenter=None, vcenters=[], slurm=None)
 
 
@@ -53,6 +55,8 @@ def world(mocker, monkeypatch, tmp_path):
     mocker.patch.object(fleet_module, "read_all", side_effect=lambda sessions: ({name: state.inventory for name in sessions}, {}))
     mocker.patch.object(runs, "remote", side_effect=remote)
     mocker.patch.object(runs, "HostLocks", side_effect=locks)
+    state.awaited = mocker.patch.object(runs, "await_on_vms")  # no vCenter task in flight
+    state.in_flight = mocker.patch.object(runs, "on_vms", return_value=[])
     return state
 
 
@@ -175,6 +179,28 @@ def test_apply_carries_out_the_plan_and_reports(world, mocker, tmp_path):
         applied.raise_for_failures()
 
 
+def test_apply_awaits_the_tasks_in_flight_on_its_vms_before_it_observes_and_plan_notes_them(world, mocker, tmp_path):
+    order = []
+    world.awaited.side_effect = lambda session, vms, timeout, say: (order.append("await"), say("waiting for 1 ..."))
+    mocker.patch.object(fleet_module, "read_all", side_effect=lambda sessions: (order.append("read"), ({
+        name: world.inventory for name in sessions}, {}))[1])
+    mocker.patch.object(runs, "make_plan", return_value=(Plan(), None))
+    world.session = SimpleNamespace(target=SimpleNamespace(url="https://vc/sdk"))
+    progress = mocker.Mock()
+    runs.apply_runbook(RUNBOOK, runs.Access(state_dir=tmp_path), progress=progress)
+    assert order == ["await", "read"]
+    session, vms, timeout, _ = world.awaited.call_args.args
+    assert (session, set(vms), timeout) == (world.session, {"train-01"}, Options().task_timeout)
+    progress.assert_called_once_with("vcenter", "https://vc/sdk", "waiting for 1 ...")
+    world.awaited.reset_mock()
+    world.in_flight.return_value = [("train-01", Busy("task-9", "VirtualMachine.reconfigure", None))]
+    planned = runs.plan_runbook(RUNBOOK, runs.Access(state_dir=tmp_path))  # read-only: it notes, never waits
+    world.awaited.assert_not_called()
+    assert [(n.target, n.level, n.message) for n in planned.notes] == [(
+        "train-01", "info", "vCenter task VirtualMachine.reconfigure (task-9) in flight: planned on the VM as it is "
+                            "before the task ends; apply awaits it, then plans")]
+
+
 @pytest.mark.parametrize("insecure", [True, False])
 def test_connect_warns_through_the_callers_callback_when_tls_is_off(mocker, insecure):
     target = SimpleNamespace(insecure=insecure, url="https://vc.example/sdk")
@@ -214,8 +240,11 @@ def test_apply_over_two_vcenters_locks_and_acts_in_each_through_its_own_session(
     mocker.patch.object(runs, "check_allowed")
     outcome = SimpleNamespace(done={}, failed={}, skipped={}, seconds=0.1)
     apply_plan = mocker.patch.object(runs, "apply_plan", return_value=outcome)
+    awaited = mocker.patch.object(runs, "await_on_vms")
     runs.apply_runbook(path, runs.Access(state_dir=tmp_path))
     assert locked == [("east", ["esx-e1"]), ("west", ["esx-w1"])]
+    assert sorted((c.args[0].name, set(c.args[1])) for c in awaited.call_args_list) == [("east", {"vm-e1"}),
+                                                                                       ("west", {"vm-w1"})]
     context, regions = apply_plan.call_args.args[2], apply_plan.call_args.kwargs["regions"]
     assert context.session is None  # guests: no vCenter
     assert {t: (c.session.name, c.inventory.source, c.intents.session.name) for t, c in regions.items()} == {

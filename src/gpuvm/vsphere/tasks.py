@@ -6,6 +6,7 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from gpuvm.errors import TaskError
@@ -178,28 +179,42 @@ def wait_for_other_tasks(session: Any, entity: Any, timeout: float = 1800) -> in
         running = call("read running tasks", lambda: _running_tasks(session)).get(entity._moId, [])
         if not running:
             return len(waited)
-        waited.update(running)
+        waited.update(busy.task for busy in running)
         if time.monotonic() > deadline:
-            raise TaskError(f"task(s) {', '.join(running)} still running on the target after {timeout:.0f} s")
+            raise TaskError(f"task(s) {', '.join(map(str, running))} still running on the target after {timeout:.0f} s")
         time.sleep(POLL_MAX)
+
+
+@dataclass(frozen=True)
+class Busy:
+    """A task queued or running in vCenter."""
+
+    task: str  # its moid
+    kind: str  # its descriptionId, e.g. VirtualMachine.reconfigure
+    entity: Any  # the managed object it runs on
+
+    def __str__(self) -> str:
+        return f"{self.kind} ({self.task})"
 
 
 _reads: "weakref.WeakKeyDictionary[Any, _SharedRead]" = weakref.WeakKeyDictionary()
 _reads_lock = threading.Lock()
 
 
-def _running_tasks(session: Any) -> dict[str, list[str]]:
+def _running_tasks(session: Any) -> dict[str, list[Busy]]:
     """The queued or running tasks among vCenter's recent ones (up to 200), by the moid of the
     entity they run on. 64 VMs reconfigured at once asked for them 64 times over 1.7 s; now the
     targets that ask while a read is under way share it."""
     with _reads_lock:
         if session not in _reads:
-            _reads[session] = _SharedRead(lambda: _read_running_tasks(session))
+            _reads[session] = _SharedRead(lambda: read_running_tasks(session))
         read = _reads[session]
     return read()
 
 
-def _read_running_tasks(session: Any) -> dict[str, list[str]]:
+def read_running_tasks(session: Any) -> dict[str, list[Busy]]:
+    """One request: the traversal from the TaskManager's `recentTask` and the tasks' states, kinds and
+    entities, read together."""
     from pyVmomi import vim, vmodl
 
     traverse = vmodl.query.PropertyCollector.TraversalSpec(name="recent", path="recentTask", skip=False,
@@ -207,14 +222,15 @@ def _read_running_tasks(session: Any) -> dict[str, list[str]]:
     spec = vmodl.query.PropertyCollector.FilterSpec(
         objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=session.content.taskManager, skip=True,
                                                             selectSet=[traverse])],
-        propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.Task, pathSet=["info.entity", "info.state"])])
+        propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.Task, pathSet=["info.entity", "info.state", "info.descriptionId"])])
     busy = {vim.TaskInfo.State.queued, vim.TaskInfo.State.running}
-    running: dict[str, list[str]] = {}
+    running: dict[str, list[Busy]] = {}
     for obj in session.call(session.content.propertyCollector, "RetrieveContents", [spec]) or []:  # lxml
         props = {p.name: p.val for p in obj.propSet or []}
         owner = props.get("info.entity")
         if owner is not None and props.get("info.state") in busy:
-            running.setdefault(owner._moId, []).append(obj.obj._moId)
+            kind = str(props.get("info.descriptionId") or "a task")
+            running.setdefault(owner._moId, []).append(Busy(obj.obj._moId, kind, owner))
     return running
 
 
