@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "simulator"))
 from gpusim import Simulator  # noqa: E402
 
 from gpuvm.runbook.loader import load_runbook  # noqa: E402
-from gpuvm.vsphere import inventory, inventory_xml  # noqa: E402
+from gpuvm.vsphere import inventory_xml, retrieve  # noqa: E402
 from gpuvm.vsphere.session import Session, resolve_target  # noqa: E402
 
 GPUVM = str(Path(sys.executable).parent / "gpuvm")
@@ -69,12 +69,13 @@ def naive_walk(session: Session) -> int:
 def pyvmomi_read(session: Session) -> list:
     """The floor: gpuvm's one inventory read, decoded by pyVmomi (the stub's own call)."""
     session.call = lambda mo, method, *args: getattr(mo, method)(*args)  # type: ignore[method-assign]
-    return inventory.retrieve(session)
+    session.send = lambda mo, method, *args: lambda parse=None: getattr(mo, method)(*args)  # type: ignore[method-assign]
+    return retrieve.retrieve(session)
 
 
 def gpuvm_read(session: Session) -> list:
     """gpuvm's read as read_inventory makes it: the pages read by inventory_xml."""
-    return inventory.retrieve(session, parse=inventory_xml.parse_page)
+    return retrieve.retrieve(session, parse=inventory_xml.parse_page)
 
 
 def timed_in_process(sim: Simulator, target, read) -> tuple[float, int]:
