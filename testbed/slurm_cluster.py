@@ -14,6 +14,7 @@ import secrets
 import subprocess
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 STATE = "/tmp/gpuvm-slurm"  # in each guest: its /tmp
 SOCKET = f"{STATE}/munge.socket"
@@ -95,14 +96,16 @@ def start(bed, guests: Sequence[str], timeout: float = 60) -> None:
 
 
 def stop(bed, guests: Sequence[str]) -> None:
-    """Every daemon `start` started, by its pid file; returns once they have exited (slurmctld saves
-    its state on SIGTERM: a `start` right after must not remove that directory under it), SIGKILL
-    after 10 s."""
-    for name in guests:
-        in_guest(bed, name, f"for d in slurmd slurmctld munged; do f={STATE}/$d.pid; [ -f $f ] || continue; "
-                            f"p=$(cat $f); kill $p 2>/dev/null || continue; i=0; "
-                            f"while kill -0 $p 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; "
-                            f"kill -9 $p 2>/dev/null; done; true", check=False)
+    """Every daemon `start` started, by its pid file, every guest at once; returns once they have
+    exited (slurmctld saves its state on SIGTERM: a `start` right after must not remove that
+    directory under it), SIGKILL after 10 s."""
+    script = (f"pids=; for d in slurmd slurmctld munged; do f={STATE}/$d.pid; [ -f $f ] || continue; "
+              f"p=$(cat $f); kill $p 2>/dev/null && pids=\"$pids $p\"; done; i=0; "
+              f"while [ $i -lt 100 ]; do alive=; for p in $pids; do kill -0 $p 2>/dev/null && alive=1; done; "
+              f"[ -z \"$alive\" ] && break; sleep 0.1; i=$((i+1)); done; "
+              f"for p in $pids; do kill -9 $p 2>/dev/null; done; true")
+    with ThreadPoolExecutor(max(1, len(guests))) as pool:
+        list(pool.map(lambda name: in_guest(bed, name, script, check=False), guests))
 
 
 def squeue(bed, controller: str) -> list[str]:
