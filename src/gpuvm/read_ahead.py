@@ -49,9 +49,10 @@ def read_ahead(path: Path, insecure: bool) -> Iterator[ReadAhead]:
         return
     entry = fast_yaml.top_value(ahead.text, "vcenter")  # a runbook with `vcenters:`, or none, is read as always
     try:
-        ahead.target = resolve_target(VCenter.model_validate(entry[0]), insecure) if entry else None
+        target = resolve_target(VCenter.model_validate(entry[0]), insecure) if entry else None
     except Exception:  # a setting the runbook's validation will name (file:line)
-        ahead.target = None
+        target = None
+    ahead.target = target if target is not None and not target.insecure else None  # TLS off: only once said
     with ExitStack() as stack:
         if ahead.target is not None:
             try:

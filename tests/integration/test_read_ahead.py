@@ -74,3 +74,16 @@ def test_a_refused_login_names_the_runbooks_field_as_without_the_read_ahead(lab,
     plain = gpuvm("inventory", str(lab))
     assert ahead.exit_code == plain.exit_code != 0
     assert ahead.output == plain.output and "login refused" in ahead.output and f"{lab}:7:" in ahead.output, ahead.output
+
+
+def test_no_read_ahead_with_tls_verification_off(lab, sim, mocker):
+    """Turned off, it is said (a warning) before vCenter is reached: so the runbook is validated first."""
+    events: list[str] = []
+    send = Session.send
+    mocker.patch.object(Session, "send", lambda self, mo, method, *args: events.append(method) or send(self, mo, method, *args))
+    validate = Runbook.model_validate
+    mocker.patch.object(Runbook, "model_validate", side_effect=lambda data: events.append("validated") or validate(data))
+    shown = gpuvm("inventory", str(lab), "--insecure")
+    assert shown.exit_code == 0, shown.output
+    assert "TLS certificate verification is OFF" in shown.output
+    assert events.index("validated") < events.index("RetrievePropertiesEx"), events
