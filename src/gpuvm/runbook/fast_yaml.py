@@ -25,11 +25,7 @@ class _Unusual(Exception):
 
 def load(text: str) -> tuple[Any, Lines] | None:
     """(data, line of every key and item path) as ruamel's round-trip loader reads them, or None."""
-    try:
-        import yaml
-    except ImportError:
-        return None
-    if not getattr(yaml, "__with_libyaml__", False):
+    if (yaml := _libyaml()) is None:
         return None
     try:
         return _Builder().build(yaml.parse(text, Loader=yaml.CSafeLoader))
@@ -40,11 +36,7 @@ def load(text: str) -> tuple[Any, Lines] | None:
 def top_value(text: str, key: str, within: int = 2_000) -> tuple[Any] | None:
     """(value,) of the document's top-level `key`, as `load` reads it, from the document's first
     `within` events only; None when the key is not among them (or the document is not as `load` reads)."""
-    try:
-        import yaml
-    except ImportError:
-        return None
-    if not getattr(yaml, "__with_libyaml__", False):
+    if (yaml := _libyaml()) is None:
         return None
     builder = _Builder()
     events = itertools.islice(yaml.parse(text, Loader=yaml.CSafeLoader), within)
@@ -62,6 +54,15 @@ def top_value(text: str, key: str, within: int = 2_000) -> tuple[Any] | None:
     except (_Unusual, yaml.YAMLError, RecursionError, StopIteration):
         return None
     return None
+
+
+def _libyaml() -> Any:
+    """PyYAML, when it has libyaml's C parser (None: the documents go to ruamel)."""
+    try:
+        import yaml
+    except ImportError:
+        return None
+    return yaml if getattr(yaml, "__with_libyaml__", False) else None
 
 
 class _Builder:

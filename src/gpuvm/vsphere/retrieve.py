@@ -109,7 +109,7 @@ def send_retrieve(session: Session) -> Callable[..., list[Any]]:
 
     def objects(**decoding: Any) -> list[Any]:
         try:
-            result = _first_page(session, first, collector, filter_spec(view), options, decoding.get("parse"))
+            result = first(decoding.get("parse"))
             objects: list[Any] = []
             while result is not None:
                 objects.extend(result.objects)
@@ -121,14 +121,3 @@ def send_retrieve(session: Session) -> Callable[..., list[Any]]:
             view.DestroyView()
 
     return objects
-
-
-def _first_page(session: Session, sent: Callable[..., Any], collector: Any, spec: Any, options: Any,
-                parse: Callable[[bytes, type, Any], Any] | None) -> Any:
-    """The answer to the request sent; asked again (as `Session.call` does) if the session was lost."""
-    from pyVmomi import vim
-
-    try:
-        return sent(parse)
-    except vim.fault.NotAuthenticated:
-        return session.call(collector, "RetrievePropertiesEx", [spec], options, parse=parse)

@@ -278,18 +278,28 @@ class Session:
         faster than pyVmomi's decoder for a large answer (the inventory read). Counted like every
         call; a fault is raised as pyVmomi raises it; a lost session is logged in again once. `parse`
         is the caller's own reading of the answer, tried first (soap_xml.decode)."""
+        return self.send(mo, method, *args)(parse)
+
+    def send(self, mo: Any, method: str, *args: Any) -> Callable[[Callable[[bytes, type, Any], Any] | None], Any]:
+        """`call`'s request sent now; its answer read and decoded (by soap_xml, `parse` first) when the
+        function returned is called: vCenter prepares it meanwhile. A lost session: logged in again
+        once, and the request made again."""
         from pyVmomi import vim
 
         generation = self._relogin.generation
-        try:
-            return self.send(mo, method, *args)(parse)
-        except vim.fault.NotAuthenticated:
-            self._relogin(generation)
-            return self.send(mo, method, *args)(parse)
+        sent = self._send(mo, method, args)
 
-    def send(self, mo: Any, method: str, *args: Any) -> Callable[[Callable[[bytes, type, Any], Any] | None], Any]:
-        """One SOAP request, made as pyVmomi's stub makes it and sent now; its answer read and decoded
-        (by soap_xml, `parse` first) when the function returned is called: vCenter prepares it meanwhile."""
+        def answer(parse: Callable[[bytes, type, Any], Any] | None = None) -> Any:
+            try:
+                return sent(parse)
+            except vim.fault.NotAuthenticated:
+                self._relogin(generation)
+                return self._send(mo, method, args)(parse)
+
+        return answer
+
+    def _send(self, mo: Any, method: str, args: tuple[Any, ...]) -> Callable[[Callable[[bytes, type, Any], Any] | None], Any]:
+        """One SOAP request made as pyVmomi's stub makes it, sent now; the function returned reads its answer."""
         from http.client import HTTPException
 
         stub = self.si._stub
