@@ -38,11 +38,11 @@ class Access:
 
 
 @contextmanager
-def connect(runbook: Runbook, access: Access) -> Iterator[Session]:
+def connect(runbook: Runbook, access: Access, ahead: ReadAhead | None = None) -> Iterator[Session]:
     """The runbook's vCenter session, logged in (out on exit). A bad setting, or a login or TLS
-    failure, names the runbook's file:line of the vcenter field responsible."""
+    failure, names the runbook's file:line of the vcenter field responsible. `ahead`: connect_all's."""
     with ExitStack() as stack:
-        yield _login(runbook, DEFAULT_VCENTER, _target(runbook, DEFAULT_VCENTER, access), stack)
+        yield _reach(runbook, DEFAULT_VCENTER, _target(runbook, DEFAULT_VCENTER, access), stack, ahead)
 
 
 def _target(runbook: Runbook, name: str, access: Access) -> Target:
@@ -64,6 +64,17 @@ def _login(runbook: Runbook, name: str, target: Target, stack: ExitStack) -> Ses
         raise _named(runbook, name, e) from None
 
 
+def _reach(runbook: Runbook, name: str, target: Target, stack: ExitStack, ahead: ReadAhead | None) -> Session:
+    """`_login`, or the session opened for the same target before the runbook was validated (its
+    login refused then: that error, named here; logged out by read_ahead's exit)."""
+    early = ahead.reached().get(name) if ahead else None
+    if early is None or early.target != target:
+        return _login(runbook, name, target, stack)
+    if early.refused is not None:
+        raise _named(runbook, name, early.refused)
+    return early.session or _login(runbook, name, target, stack)
+
+
 def _named(runbook: Runbook, name: str, error: ConnectError) -> ConnectError:
     """A login's failure with the file:line of the field responsible (none: from govc's variables)."""
     if error.field is None or getattr(runbook.all_vcenters[name], error.field) is None:
@@ -72,11 +83,13 @@ def _named(runbook: Runbook, name: str, error: ConnectError) -> ConnectError:
 
 
 @contextmanager
-def connect_all(runbook: Runbook, access: Access) -> Iterator[tuple[dict[str, Session], dict[str, ConnectError]]]:
+def connect_all(runbook: Runbook, access: Access,
+                ahead: ReadAhead | None = None) -> Iterator[tuple[dict[str, Session], dict[str, ConnectError]]]:
     """A session to every vCenter of the runbook, logged in at once: (sessions by vCenter name, those
-    not reached → why). Every vCenter's settings are checked first. One vCenter: `connect`."""
+    not reached → why). Every vCenter's settings are checked first. One vCenter: `connect`. `ahead`:
+    the sessions opened before the runbook was validated (gpuvm/read_ahead.py), taken where they fit."""
     if not runbook.vcenters:
-        with connect(runbook, access) as session:
+        with connect(runbook, access, ahead) as session:
             yield {DEFAULT_VCENTER: session}, {}
         return
     targets = {name: _target(runbook, name, access) for name in runbook.all_vcenters}
@@ -85,7 +98,7 @@ def connect_all(runbook: Runbook, access: Access) -> Iterator[tuple[dict[str, Se
 
         def login(name: str) -> Session:
             with ExitStack() as own:
-                session = _login(runbook, name, targets[name], own)
+                session = _reach(runbook, name, targets[name], own, ahead)
                 with guard:
                     stack.push(own.pop_all())
                 return session
@@ -107,15 +120,17 @@ def _refuse_one_vcenter_twice(runbook: Runbook, sessions: dict[str, Session], ta
                              f"again: the same instance ({uuid}); declare each vCenter once")
 
 
-def observe_fleet(runbook: Runbook, access: Access, snapshot: Path | None = None) -> Fleet:
-    """Every vCenter's inventory, read live at once (or one vCenter's from a snapshot)."""
+def observe_fleet(runbook: Runbook, access: Access, snapshot: Path | None = None,
+                  ahead: ReadAhead | None = None) -> Fleet:
+    """Every vCenter's inventory, read live at once (or one vCenter's from a snapshot); `ahead`: the
+    reads sent before the runbook was validated, taken where they fit (gpuvm/read_ahead.py)."""
     if snapshot is not None:
         if len(runbook.vcenters) > 1:
             raise InputError(f"--snapshot: a snapshot holds one vCenter's inventory; {runbook.file} names "
                              f"{len(runbook.vcenters)} ({listed(runbook.all_vcenters)})")
         return Fleet({DEFAULT_VCENTER: Inventory.load(snapshot)})
-    with connect_all(runbook, access) as (sessions, down):
-        return Fleet.read(runbook, sessions, down)
+    with connect_all(runbook, access, ahead) as (sessions, down):
+        return Fleet.read(runbook, sessions, down, ahead.sent_on(sessions) if ahead else {})
 
 
 def _govc_missing() -> list[str]:
@@ -138,18 +153,6 @@ def discover(access: Access) -> tuple[Inventory, Target]:
 
 def inventory_of(runbook: Path, access: Access, ahead: ReadAhead | None = None) -> tuple[Shown, Runbook]:
     """What `inventory` shows of the runbook's vCenters, read live (vsphere/shown.py), and the runbook;
-    `ahead`: the read sent before the runbook was validated (gpuvm/read_ahead.py), used if it fits."""
+    `ahead`: the reads sent before the runbook was validated (gpuvm/read_ahead.py), used where they fit."""
     book = load_runbook(runbook, ahead.text if ahead else None)
-    fleet = _read_ahead(book, access, ahead) if ahead else None
-    return shown(book, fleet or observe_fleet(book, access)), book
-
-
-def _read_ahead(book: Runbook, access: Access, ahead: ReadAhead) -> Fleet | None:
-    """The fleet of the read sent ahead, if it went to the runbook's own vCenter (else None)."""
-    if book.vcenters or ahead.target is None or _target(book, DEFAULT_VCENTER, access) != ahead.target:
-        return None
-    if ahead.refused is not None:
-        raise _named(book, DEFAULT_VCENTER, ahead.refused)
-    if ahead.session is None or ahead.sent is None:
-        return None
-    return Fleet.of(book, {DEFAULT_VCENTER: read_inventory(ahead.session, sent=ahead.sent)}, {})
+    return shown(book, observe_fleet(book, access, ahead=ahead)), book

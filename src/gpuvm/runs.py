@@ -24,6 +24,7 @@ from gpuvm.journal import Journal, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.outstanding import FOREIGN, STEP as OUTSTANDING
 from gpuvm.plan import Note, Plan
+from gpuvm.read_ahead import ReadAhead
 from gpuvm.desired import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
 from gpuvm.resolve_slurm import slurm_nodes
@@ -75,41 +76,40 @@ def narrowed(plan: Plan, book: Runbook, targets: Sequence[str], inventory: Inven
 
 
 def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, setup: str | None = None,
-                 targets: Sequence[str] = ()) -> Plan:
+                 targets: Sequence[str] = (), ahead: ReadAhead | None = None) -> Plan:
     """Every change the runbook (with `setup`'s layout) needs, on `targets` only when given. From a
-    snapshot, vSphere only; else live, SSH steps too."""
-    book = select_setup(load_runbook(runbook), setup)
-    select(book, targets)  # unknown names refused before anything is read
+    snapshot, vSphere only; else live, SSH steps too. `ahead`: the reads sent before the runbook was
+    validated (gpuvm/read_ahead.py), taken where they fit."""
+    book = select_setup(load_runbook(runbook, ahead.text if ahead else None), setup)
+    select(book, targets)  # unknown names refused before vCenter is read
     with collector.paused():  # inventories and plans: objects made in bulk
         if snapshot is None and not targets and fleet_plan.apart(book):
-            return _plan_apart(book, access)
-        return _plan(book, access, snapshot, targets)
+            return _plan_apart(book, access, ahead)
+        if snapshot is None:
+            return plan_observed(book, access, targets, ahead)[0]
+        fleet = observe_fleet(book, access, snapshot)
+        plan, _ = make_plan(book, fleet)
+        return narrowed(plan, book, targets, fleet.merged(book))[0]
 
 
-def _plan_apart(book: Runbook, access: Access) -> Plan:
+def _plan_apart(book: Runbook, access: Access, ahead: ReadAhead | None) -> Plan:
     """Several vCenters, no SSH target: each vCenter's part planned where its inventory is read."""
-    with connect_all(book, access) as (sessions, down):
+    with connect_all(book, access, ahead) as (sessions, down):
         in_flight = _in_flight_notes(book, sessions)
-        parts, lost = read_all(sessions, lambda name, inventory: fleet_plan.plan_part(book.part(name), inventory))
+        parts, lost = read_all(sessions, lambda name, inventory: fleet_plan.plan_part(book.part(name), inventory),
+                               ahead.sent_on(sessions) if ahead else {})
     plan = fleet_plan.merged(list(parts.values()), Fleet.of(book, {}, {**down, **lost}).unobserved)
     plan.notes += in_flight
     return plan
 
 
-def _plan(book: Runbook, access: Access, snapshot: Path | None, targets: Sequence[str]) -> Plan:
-    if snapshot is None:
-        return plan_observed(book, access, targets)[0]
-    fleet = observe_fleet(book, access, snapshot)
-    plan, _ = make_plan(book, fleet)
-    return narrowed(plan, book, targets, fleet.merged(book))[0]
-
-
-def plan_observed(book: Runbook, access: Access, targets: Sequence[str] = ()) -> tuple[Plan, Inventory, RemoteFacts]:
+def plan_observed(book: Runbook, access: Access, targets: Sequence[str] = (),
+                  ahead: ReadAhead | None = None) -> tuple[Plan, Inventory, RemoteFacts]:
     """The live plan of a loaded runbook (on `targets` only when given), with what it was made from:
     the inventory and the SSH targets' facts (a saved plan digests them: gpuvm.saved_plan)."""
-    with connect_all(book, access) as (sessions, lost):
+    with connect_all(book, access, ahead) as (sessions, lost):
         in_flight = _in_flight_notes(book, sessions)
-        fleet = Fleet.read(book, sessions, lost)
+        fleet = Fleet.read(book, sessions, lost, ahead.sent_on(sessions) if ahead else {})
     with remote(reached(book, fleet), access, whole=book) as (cluster, facts, down):
         plan, _ = make_plan(reached(book, fleet), fleet, cluster, facts, down)
     plan.notes += in_flight

@@ -103,12 +103,15 @@ def test_plain_scalars_of_every_first_character_read_as_ruamel_reads_them():
 
 
 def test_a_top_level_value_is_read_from_the_events_up_to_it_only():
-    """What gpuvm/read_ahead.py reads before the runbook: the `vcenter:` entry, as `load` reads it."""
+    """What gpuvm/read_ahead.py reads before the runbook: the `vcenter:` or `vcenters:` entry, as `load` reads it."""
     text = "vcenter:\n  user: admin\n  call_timeout: 017\nhosts:\n" + "".join(f"  - {{name: esx-{i}}}\n" for i in range(100))
-    assert fast_yaml.top_value(text, "vcenter") == ({"user": "admin", "call_timeout": 17},)
-    assert fast_yaml.top_value(text, "hosts")[0][99] == {"name": "esx-99"}
+    assert fast_yaml.top_value(text, "vcenter") == ("vcenter", {"user": "admin", "call_timeout": 17})
+    assert fast_yaml.top_value(text, "vcenters", "vcenter") == ("vcenter", {"user": "admin", "call_timeout": 17})
+    assert fast_yaml.top_value(text, "hosts")[1][99] == {"name": "esx-99"}
+    assert fast_yaml.top_value("vcenters:\n  - {name: west}\n  - {name: east}\n", "vcenter", "vcenters") == (
+        "vcenters", [{"name": "west"}, {"name": "east"}])
     assert fast_yaml.top_value(text, "vms") is None  # not in the document
     assert fast_yaml.top_value(text, "hosts", within=100) is None  # not within the events read
-    assert fast_yaml.top_value("hosts: []\nvcenter: {url: 'https://vc'}\n", "vcenter") == ({"url": "https://vc"},)
+    assert fast_yaml.top_value("hosts: []\nvcenter: {url: 'https://vc'}\n", "vcenter") == ("vcenter", {"url": "https://vc"})
     assert fast_yaml.top_value("vcenter: &v {user: a}\n", "vcenter") is None  # an anchor: ruamel's to read
     assert fast_yaml.top_value("- a\n- b\n", "vcenter") is None

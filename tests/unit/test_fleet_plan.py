@@ -88,7 +88,7 @@ class _Session:
 @pytest.fixture
 def sessions(mocker):
     mocker.patch.object(fleet_module, "Session", _Session)
-    mocker.patch.object(fleet_module, "read_inventory", lambda session, alone: Inventory(source=session.target.url))
+    mocker.patch.object(fleet_module, "read_inventory", lambda session, alone, sent=None: Inventory(source=session.target.url))
     return {name: _Session(SimpleNamespace(url=f"https://vc-{name}/sdk")) for name in ("east", "west", "north")}
 
 
@@ -123,7 +123,7 @@ def test_a_childs_work_failing_raises_its_error_in_the_parent(sessions):
 def test_vcenters_that_stop_answering_while_read_come_back_lost_not_raised(sessions, mocker):
     """Issue 33: a read that times out (a ConnectError, vsphere/bounded.py) leaves its vCenter not
     observed, whether read here (east) or in a child (north); the others' results come back."""
-    def read(session, alone):
+    def read(session, alone, sent=None):
         if session.target.url != "https://vc-west/sdk":
             raise ConnectError(f"{session.target.url}: did not answer RetrievePropertiesEx within 3 s")
         return Inventory(source=session.target.url)

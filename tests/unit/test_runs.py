@@ -49,10 +49,10 @@ def world(mocker, monkeypatch, tmp_path):
         state.remote_parallel = parallel
         yield state.cluster, state.facts, state.down
 
-    mocker.patch.object(runs, "load_runbook", side_effect=lambda path: state.book)
+    mocker.patch.object(runs, "load_runbook", side_effect=lambda path, text=None: state.book)
     mocker.patch.object(runs, "observe_fleet", side_effect=lambda book, access, snapshot=None: state.fleet)
-    mocker.patch.object(connecting, "connect", side_effect=lambda book, access: nullcontext(state.session))
-    mocker.patch.object(fleet_module, "read_all", side_effect=lambda sessions: ({name: state.inventory for name in sessions}, {}))
+    mocker.patch.object(connecting, "connect", side_effect=lambda book, access, ahead=None: nullcontext(state.session))
+    mocker.patch.object(fleet_module, "read_all", side_effect=lambda sessions, sent=None: ({name: state.inventory for name in sessions}, {}))
     mocker.patch.object(runs, "remote", side_effect=remote)
     mocker.patch.object(runs, "HostLocks", side_effect=locks)
     state.awaited = mocker.patch.object(runs, "await_on_vms")  # no vCenter task in flight
@@ -182,7 +182,7 @@ def test_apply_carries_out_the_plan_and_reports(world, mocker, tmp_path):
 def test_apply_awaits_the_tasks_in_flight_on_its_vms_before_it_observes_and_plan_notes_them(world, mocker, tmp_path):
     order = []
     world.awaited.side_effect = lambda session, vms, timeout, say: (order.append("await"), say("waiting for 1 ..."))
-    mocker.patch.object(fleet_module, "read_all", side_effect=lambda sessions: (order.append("read"), ({
+    mocker.patch.object(fleet_module, "read_all", side_effect=lambda sessions, sent=None: (order.append("read"), ({
         name: world.inventory for name in sessions}, {}))[1])
     mocker.patch.object(runs, "make_plan", return_value=(Plan(), None))
     world.session = SimpleNamespace(target=SimpleNamespace(url="https://vc/sdk"))
@@ -223,7 +223,7 @@ def test_apply_over_two_vcenters_locks_and_acts_in_each_through_its_own_session(
     path.write_text(TWO.split("guests:")[0])
     sessions = {"east": SimpleNamespace(name="east"), "west": SimpleNamespace(name="west")}
     mocker.patch.object(runs, "connect_all", return_value=nullcontext((sessions, {})))
-    mocker.patch.object(fleet_module, "read_all", side_effect=lambda reached: ({n: Inventory(source=n) for n in reached}, {}))
+    mocker.patch.object(fleet_module, "read_all", side_effect=lambda reached, sent=None: ({n: Inventory(source=n) for n in reached}, {}))
     locked = []
 
     def locks(session, hosts, run, journal=None):

@@ -126,26 +126,33 @@ def plan(runbook: Path = RUNBOOK,
                                              help="Also write the plan to FILE, for `apply FILE` to carry out "
                                                   "exactly it (refused if anything it plans changed since)")) -> None:
     """Dry run: every change on every host and VM, disruptive ones marked. Changes nothing (but --out's file)."""
+    from contextlib import nullcontext
+
     from gpuvm import collector
-    from gpuvm.documents import plan_json
     from gpuvm.errors import GpuvmError
-    from gpuvm.render import print_plan
-    from gpuvm.runs import plan_runbook
+    from gpuvm.read_ahead import read_ahead
 
     ends_process()  # the inventory's tree and the plan are left to the OS, not freed one by one
     with collector.paused():  # the plan and its lines: many objects, no cycles (runs.plan_runbook pauses too)
         try:
             if save is not None and snapshot is not None:
                 raise fail("--out saves a live plan: not with --snapshot", 2)
-            if save is not None:
-                from gpuvm.saved_plan import plan_to_file
+            live = snapshot is None and save is None and not target  # --target's names checked before vCenter is read
+            with read_ahead(runbook, insecure) if live else nullcontext() as ahead:  # vCenter prepares its answer meanwhile
+                from gpuvm.documents import plan_json
+                from gpuvm.render import print_plan
+                from gpuvm.runs import plan_runbook
 
-                the_plan = plan_to_file(runbook, save, access(insecure, accept_new_host_keys, state_dir), setup,
-                                        target).plan
-                err.print(f"plan saved to {save}; carry it out with: gpuvm apply {save}", markup=False, highlight=False)
-            else:
-                the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot, setup,
-                                        target)
+                if save is not None:
+                    from gpuvm.saved_plan import plan_to_file
+
+                    the_plan = plan_to_file(runbook, save, access(insecure, accept_new_host_keys, state_dir), setup,
+                                            target).plan
+                    err.print(f"plan saved to {save}; carry it out with: gpuvm apply {save}", markup=False,
+                              highlight=False)
+                else:
+                    the_plan = plan_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), snapshot,
+                                            setup, target, ahead)
         except GpuvmError as e:
             raise fail(str(e), 1 if detailed_exitcode else e.exit_code, e.code) from None
         if json_:

@@ -33,9 +33,10 @@ def load(text: str) -> tuple[Any, Lines] | None:
         return None
 
 
-def top_value(text: str, key: str, within: int = 2_000) -> tuple[Any] | None:
-    """(value,) of the document's top-level `key`, as `load` reads it, from the document's first
-    `within` events only; None when the key is not among them (or the document is not as `load` reads)."""
+def top_value(text: str, *keys: str, within: int = 2_000) -> tuple[str, Any] | None:
+    """(key, value) of the first of the document's top-level `keys`, as `load` reads it, from the
+    document's first `within` events only; None when none is among them (or the document is not as
+    `load` reads)."""
     if (yaml := _libyaml()) is None:
         return None
     builder = _Builder()
@@ -49,8 +50,8 @@ def top_value(text: str, key: str, within: int = 2_000) -> tuple[Any] | None:
                 return None  # the mapping's end, or a key that is not a string
             name = builder._node(event, events, ())
             value = builder._node(next(events), events, (name,))
-            if name == key:
-                return (value,)
+            if name in keys:
+                return name, value
     except (_Unusual, yaml.YAMLError, RecursionError, StopIteration):
         return None
     return None

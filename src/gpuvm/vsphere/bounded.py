@@ -116,6 +116,17 @@ class Line:
         self._grace_ends = time.monotonic() + GRACE
         self._cut_all()
 
+    def let_go(self) -> None:
+        """Every connection's socket closed in this process only (Session.let_go): the process that
+        shares them goes on using them."""
+        with self._lock:
+            connections = list(self._open)
+            self._open = weakref.WeakSet()
+        for connection in connections:
+            if connection.sock is not None:
+                connection.sock.close()  # this process's descriptor; an SSL socket's close sends nothing
+                connection.sock = None
+
     def _cut_all(self) -> None:
         with self._lock:
             connections = list(self._open)

@@ -14,6 +14,7 @@ import multiprocessing.connection
 import pickle
 import signal
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,6 +26,7 @@ from gpuvm.secrets import redact
 from gpuvm.vsphere.facts import Inventory
 from gpuvm.vsphere.inventory import read_inventory
 from gpuvm.vsphere.named import named_for
+from gpuvm.vsphere.retrieve import Sent
 from gpuvm.vsphere.session import Session, Target
 
 T = TypeVar("T")
@@ -45,23 +47,25 @@ def each(items: Mapping[str, T], work: Callable[[T], R]) -> tuple[dict[str, R], 
     return dict(outcome.ok), failed
 
 
-def read_all(reached: Mapping[str, Session],
-             then: Callable[[str, Inventory], Any] | None = None) -> tuple[dict[str, Any], dict[str, ConnectError]]:
+def read_all(reached: Mapping[str, Session], then: Callable[[str, Inventory], Any] | None = None,
+             sent: Mapping[str, Sent] | None = None) -> tuple[dict[str, Any], dict[str, ConnectError]]:
     """Every vCenter's inventory, read at once (one request each, plus paging), and the vCenters whose
     read failed to connect or went unanswered (→ why). With several, the first is read here and the
     others in child processes, one each: decoding an answer is Python work, which threads would take
     in turns. `then(name, inventory)`, when given, runs where the inventory was read (a child: its
-    vCenter's plan, `fleet_plan.py`) and its result comes back instead of the inventory."""
+    vCenter's plan, `fleet_plan.py`) and its result comes back instead of the inventory. `sent`: the
+    reads already sent on some of these sessions (gpuvm/read_ahead.py), by vCenter; a child takes
+    such a session over (its connections, its logout) instead of logging in again."""
     if not reached:  # every vCenter down: nothing to read, every target not observed
         return {}, {}
-    work = then or _inventory
+    work, sent = then or _inventory, sent or {}
     first, *others = reached
     results: dict[str, Any] = {}
     lost: dict[str, ConnectError] = {}
 
     def read_first() -> None:
         try:
-            inventory = read_inventory(reached[first], alone=not others)
+            inventory = read_inventory(reached[first], alone=not others, sent=sent.get(first))
         except ConnectError as e:
             lost[first] = e
         else:
@@ -75,9 +79,13 @@ def read_all(reached: Mapping[str, Session],
     try:
         for name in others:
             answer, child_end = fork.Pipe(duplex=False)
-            child = fork.Process(target=_read_alone, args=(name, reached[name].target, work, child_end), daemon=True)
+            taken = (reached[name], sent[name]) if name in sent else None
+            child = fork.Process(target=_read_alone, args=(name, reached[name].target, work, child_end, taken),
+                                 daemon=True)
             child.start()
             child_end.close()
+            if taken is not None:
+                reached[name].let_go()  # the child's now
             children[name] = (child, answer)
         read_first()  # while the children read theirs
         answers = _in_order(children, answered, lambda name, pipe: _answer_of(reached[name].target, pipe))
@@ -132,17 +140,20 @@ def _answer_of(target: Target, answer: Any) -> tuple[str, Any]:
         return pickle.loads(data)
 
 
-def _read_alone(name: str, target: Target, work: Callable[[str, Inventory], Any], answer: Any) -> None:
+def _read_alone(name: str, target: Target, work: Callable[[str, Inventory], Any], answer: Any,
+                taken: tuple[Session, Sent] | None = None) -> None:
     """In a child process: log in (its own session: the parent's connections are not shared), read,
-    log out, `work` on the inventory. Sends back its result, or the error: a read's as its kind and
-    message (an exception's own pickling may not carry it over), `work`'s as raised where it pickles
-    whole (so that the parent raises what the first vCenter's `work` would raise), else its message.
+    log out, `work` on the inventory; `taken`: the session the parent let go (Session.let_go) with
+    the read it sent there, whose answer is read here. Sends back its result, or the error: a read's
+    as its kind and message (an exception's own pickling may not carry it over), `work`'s as raised
+    where it pickles whole (so that the parent raises what the first vCenter's `work` would raise),
+    else its message.
     SIGTERM and SIGINT end it at once (the parent, interrupted, terminates it)."""
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_DFL)
     try:
-        with Session(target) as session:
-            inventory = read_inventory(session, alone=False)
+        with _session(target, taken) as session:
+            inventory = read_inventory(session, alone=False, sent=taken[1] if taken else None)
     except ConnectError as e:
         sent = pickle.dumps(("connect", str(e)))
     except Exception as e:  # one line for the user, never a traceback from a child
@@ -155,6 +166,19 @@ def _read_alone(name: str, target: Target, work: Callable[[str, Inventory], Any]
             sent = _raised(e) or pickle.dumps(("error", f"{target.url}: {redact(str(e) or type(e).__name__)}"))
     answer.send_bytes(sent)
     answer.close()
+
+
+@contextmanager
+def _session(target: Target, taken: tuple[Session, Sent] | None) -> Iterator[Session]:
+    """A session of its own to `target`, or the one `taken`, logged out on exit either way."""
+    if taken is None:
+        with Session(target) as session:
+            yield session
+        return
+    try:
+        yield taken[0]
+    finally:
+        taken[0].__exit__(None, None, None)
 
 
 def _raised(error: Exception) -> bytes | None:
@@ -176,10 +200,12 @@ class Fleet:
     down: dict[str, Exception] = field(default_factory=dict)  # the vCenters not reached → why
 
     @classmethod
-    def read(cls, book: Runbook, reached: Mapping[str, Session], down: Mapping[str, Exception]) -> "Fleet":
-        """The inventories of the vCenters `reached`; those `down` and those that stop answering while
-        read are not observed (one vCenter, `vcenter:`: its error is the run's)."""
-        inventories, lost = read_all(reached)
+    def read(cls, book: Runbook, reached: Mapping[str, Session], down: Mapping[str, Exception],
+             sent: Mapping[str, Sent] | None = None) -> "Fleet":
+        """The inventories of the vCenters `reached` (`sent`: the reads already sent, read_all); those
+        `down` and those that stop answering while read are not observed (one vCenter, `vcenter:`: its
+        error is the run's)."""
+        inventories, lost = read_all(reached, sent=sent)
         if lost and not book.vcenters:
             raise next(iter(lost.values()))
         return cls.of(book, inventories, {**down, **lost})

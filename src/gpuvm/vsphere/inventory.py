@@ -7,7 +7,7 @@ pyVmomi, as any answer.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from gpuvm import collector
 from gpuvm.pci import pci_id, unsigned16
@@ -15,7 +15,7 @@ from gpuvm.vsphere.facts import (DatastoreFacts, Graphics, HostFacts, Inventory,
                                   VmPciDevice)
 from gpuvm.vsphere import intent, inventory_xml, lock, owned
 from gpuvm.vsphere.intent import field_key, value_of
-from gpuvm.vsphere.retrieve import send_retrieve
+from gpuvm.vsphere.retrieve import Sent, send_retrieve
 from gpuvm.vsphere.session import Session
 from gpuvm.vsphere.tasks import call
 
@@ -145,7 +145,7 @@ def vm_facts(moid: str, props: dict[str, Any], host_names: dict[str, str],
     )
 
 
-def read_inventory(session: Session, alone: bool = True, sent: Callable[..., list[Any]] | None = None) -> Inventory:
+def read_inventory(session: Session, alone: bool = True, sent: Sent | None = None) -> Inventory:
     """The vCenter's inventory. `alone`: no other process reads meanwhile (vsphere/fleet.py's children
     do), so that a large answer's pieces are parsed by a second thread, on the core left free.
     `sent`: the read already sent (`send_retrieve`), its answer read here."""

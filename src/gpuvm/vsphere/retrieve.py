@@ -58,6 +58,8 @@ NETWORK_PROPERTIES = ["name"]  # standard port groups (and opaque networks); dis
 PORTGROUP_PROPERTIES = ["name", "key", "config.distributedVirtualSwitch"]
 SWITCH_PROPERTIES = ["uuid", "config.uplinkPortgroup"]  # its uuid goes into a NIC's port backing; no NIC joins an uplink
 
+Sent = Callable[..., list[Any]]  # send_retrieve's answer, not yet read: takes `retrieve`'s decoding
+
 PAGE_SIZE = 5000  # objects per page; vCenter may return fewer
 
 
@@ -92,7 +94,7 @@ def retrieve(session: Session, **decoding: Any) -> list[Any]:
     return send_retrieve(session)(**decoding)
 
 
-def send_retrieve(session: Session) -> Callable[..., list[Any]]:
+def send_retrieve(session: Session) -> Sent:
     """`retrieve`'s request sent now; its answer read (and the rest paged) by the function returned,
     which takes `retrieve`'s `decoding`: vCenter prepares the answer in between."""
     from pyVmomi import vim, vmodl

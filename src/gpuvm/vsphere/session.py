@@ -269,6 +269,14 @@ class Session:
             self.si = None
         UNDER_WAY.remove(self._interrupt)
 
+    def let_go(self) -> None:
+        """This process is done with the session: a forked child took it over (vsphere/fleet.py), with
+        a read under way on it. Its connections are closed here without a word on them (no TLS
+        shutdown, no logout: the child's), and an interrupt here no longer cuts them."""
+        UNDER_WAY.remove(self._interrupt)
+        self.line.let_go()
+        self.si = None
+
     @property
     def content(self) -> Any:
         return self._content
