@@ -30,6 +30,9 @@ from gpuvm.vsphere.bounded import GRACE
 from gpuvm.vsphere.retrieve import Sent, send_retrieve
 from gpuvm.vsphere.session import Session, Target, resolve_target
 
+LOGIN_WAIT_S = 1.0  # the logins and requests awaited before the runbook's validation (a vCenter that answers
+# takes a tenth of that); one that takes longer goes on in its thread, the runbook validated meanwhile
+
 
 @dataclass
 class Ahead:
@@ -45,7 +48,7 @@ class Ahead:
 @dataclass
 class ReadAhead:
     """The runbook's text (not yet validated) and the vCenters reached before its validation, by the
-    runbook's name for them (`default` for `vcenter:`): their logins run while it is validated."""
+    runbook's name for them (`default` for `vcenter:`), once their logins' threads are done."""
 
     text: str | None = None  # the loader takes it from here
     _vcenters: dict[str, Ahead] = field(default_factory=dict)
@@ -66,8 +69,9 @@ class ReadAhead:
 @contextmanager
 def read_ahead(path: Path, insecure: bool) -> Iterator[ReadAhead]:
     """The runbook read and its vCenters' inventory reads sent (when it names them first), logged out
-    on exit. A run that ends before taking them (the runbook not valid) waits for logins still under
-    way no longer than GRACE: a vCenter that does not answer never holds its error back."""
+    on exit. The logins run in threads, awaited LOGIN_WAIT_S at most before the runbook's validation
+    and, when the run ends before taking them (the runbook not valid), GRACE at most: a vCenter that
+    does not answer holds the runbook's error back by those bounds, not by its connect bound."""
     ahead = ReadAhead()
     try:
         ahead.text = read_text(Path(path))
@@ -101,13 +105,19 @@ def read_ahead(path: Path, insecure: bool) -> Iterator[ReadAhead]:
         for login in ahead._logins:
             login.start()
         try:
+            _join(ahead._logins, LOGIN_WAIT_S)  # the runbook's modules and validation then run alone on the GIL
             yield ahead
         finally:
             with guard:
                 ended = True
-            deadline = time.monotonic() + GRACE
-            for login in ahead._logins:
-                login.join(max(0.0, deadline - time.monotonic()))
+            _join(ahead._logins, GRACE)
+
+
+def _join(threads: list[threading.Thread], seconds: float) -> None:
+    """Wait for the threads, `seconds` at most in all."""
+    deadline = time.monotonic() + seconds
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _targets(text: str, insecure: bool) -> dict[str, Target]:

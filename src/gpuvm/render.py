@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Sequence
 
 from rich.console import Console
@@ -49,45 +50,46 @@ def _value(value: Any) -> str:
     return "(none)" if value is None else str(value)
 
 
-def mark(change: Change) -> str:
-    """`!` needs a reboot or power-off, else `+` added, `-` removed, `~` changed."""
-    if change.disruption != Disruption.NONE:
-        return "!"
-    return "+" if change.before is None else "-" if change.after is None else "~"
-
-
 _SHORT = {Disruption.VM_POWER_OFF: "VM power-off", Disruption.HOST_REBOOT: "host reboot",
           Disruption.VM_DESTROY: "DESTROYS THE VM"}
 
 
 def change_line(change: Change) -> str:
     """One change as `mark resource field: before → after (disruption)`, without its target and step
-    (a field that the resource's name ends with is said once: `~/.ssh/config: ...`)."""
-    if change.before is None:
-        values = _value(change.after)
-    elif change.after is None:
-        values = f"{change.before} (removed)"
+    (a field that the resource's name ends with is said once: `~/.ssh/config: ...`). The mark: `!`
+    needs a reboot or power-off, else `+` added, `-` removed, `~` changed."""
+    before, after, disruption = change.before, change.after, change.disruption
+    if before is None:
+        values, sign = _value(after), "+"
+    elif after is None:
+        values, sign = f"{before} (removed)", "-"
     else:
-        values = f"{change.before} → {change.after}"
-    what = change.resource if change.resource.endswith(change.field) else f"{change.resource} {change.field}"
+        values, sign = f"{before} → {after}", "~"
+    resource = change.resource
+    what = resource if resource.endswith(change.field) else f"{resource} {change.field}"
     label = f" {KNOWN_AFTER_APPLY}" if change.known_after_apply else ""
-    if change.disruption != Disruption.NONE:
-        label += f" ({'pending: ' if change.pending else ''}{_SHORT[change.disruption]})"
-    return f"{mark(change)} {what}: {values}{label}"
+    if disruption is not Disruption.NONE:
+        label += f" ({'pending: ' if change.pending else ''}{_SHORT[disruption]})"
+        sign = "!"
+    return f"{sign} {what}: {values}{label}"
 
 
 def grouped_lines(changes: Sequence[Change]) -> list[str]:
     """Changes grouped by target (in plan order), then by step: one line per change."""
-    by_target: dict[str, dict[str, list[Change]]] = {}
+    by_target: dict[str, dict[str, list[str]]] = {}
     for change in changes:
-        by_target.setdefault(change.target, {}).setdefault(change.step, []).append(change)
-    lines = []
-    for target, by_step in by_target.items():
-        lines.append(target)
-        for step, step_changes in by_step.items():
-            lines.append(f"  {step}")
-            lines.extend(f"    {change_line(c)}" for c in step_changes)
-    return lines
+        if (steps := by_target.get(change.target)) is None:
+            steps = by_target[change.target] = {}
+        if (lines := steps.get(change.step)) is None:
+            lines = steps[change.step] = []
+        lines.append(f"    {change_line(change)}")
+    grouped = []
+    for target, steps in by_target.items():
+        grouped.append(target)
+        for step, lines in steps.items():
+            grouped.append(f"  {step}")
+            grouped += lines
+    return grouped
 
 
 def _incomplete(plan: Plan) -> str:
@@ -111,10 +113,10 @@ def plan_summary(plan: Plan) -> str:
             return "No changes on the targets (other targets have changes, not targeted)." if others else NO_CHANGES
         nothing = "No changes to carry out" if plan.left_out else "No changes planned on the targets observed"
         return f"{nothing}; {missing}. The plan is incomplete."
-    power = len(plan.disruptive(Disruption.VM_POWER_OFF))
-    reboot = len(plan.disruptive(Disruption.HOST_REBOOT))
-    pending = sum(1 for c in plan.changes if c.pending)
-    destroy = len(plan.disruptive(Disruption.VM_DESTROY))
+    counts = Counter(c.disruption for c in plan.changes)
+    power, reboot, destroy = (counts[kind] for kind in (Disruption.VM_POWER_OFF, Disruption.HOST_REBOOT,
+                                                         Disruption.VM_DESTROY))
+    pending = sum(1 for c in plan.changes if c.pending) if reboot else 0
     later = sum(1 for c in plan.changes if c.known_after_apply)
     marks = [f"{destroy} DESTROY a VM" if destroy else "", f"{power} need VM power-off" if power else "",
              f"{reboot} need host reboot" + (f" of which {pending} pending" if pending else "") if reboot else "",
