@@ -21,6 +21,7 @@ from gpuvm.files import RUNBOOK_BYTES, read_capped
 from gpuvm.runbook import fast_yaml
 
 Path_ = tuple[str | int, ...]
+MAX_BYTES = RUNBOOK_BYTES  # a runbook's text, at most (read_text)
 
 
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
@@ -171,9 +172,6 @@ def _without_values(problem: str | None) -> str:
     """A YAML error without the values it quotes (a duplicate key's: maybe a secret file's lines)."""
     problem = re.sub(r' with value ".*', "", problem or "", flags=re.S)
     return re.sub(r'key "([^"]*)"', lambda m: f'key "{field_name(m.group(1))}"', problem)
-
-
-MAX_BYTES = RUNBOOK_BYTES
 
 
 def read_text(file: Path) -> str:
