@@ -1,4 +1,4 @@
-"""The inventory reads of `gpuvm inventory` and `gpuvm plan`, sent before the runbook is validated:
+"""The inventory reads of `gpuvm inventory`, `plan` and `verify`, sent before the runbook is validated:
 a vCenter takes a while to prepare a large answer (a 4,096-VM vCenter's: a third of a second before
 its first byte), and the runbook's validation, with the modules it and the output need (a fifth of
 a second for one vCenter's runbook, more than half a second for four), fits in that wait.
@@ -67,12 +67,15 @@ class ReadAhead:
 
 
 @contextmanager
-def read_ahead(path: Path, insecure: bool) -> Iterator[ReadAhead]:
+def read_ahead(path: Path, insecure: bool, reads: bool = True) -> Iterator[ReadAhead]:
     """The runbook read and its vCenters' inventory reads sent (when it names them first), logged out
-    on exit. The logins run in threads, awaited LOGIN_WAIT_S at most before the runbook's validation
+    on exit (`reads` False: nothing read ahead, the run reads as always). The logins run in threads, awaited LOGIN_WAIT_S at most before the runbook's validation
     and, when the run ends before taking them (the runbook not valid), GRACE at most: a vCenter that
     does not answer holds the runbook's error back by those bounds, not by its connect bound."""
     ahead = ReadAhead()
+    if not reads:
+        yield ahead
+        return
     try:
         ahead.text = read_text(Path(path))
     except GpuvmError:

@@ -353,15 +353,17 @@ def _drift_message(plan: Plan, held: list[Note], runbook: Path) -> str:
     return "\n".join(lines)
 
 
-def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targets: Sequence[str] = ()) -> Verified:
+def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targets: Sequence[str] = (),
+                   ahead: ReadAhead | None = None) -> Verified:
     """Raise when the world differs from the runbook, or cannot be told: NotObserved (exit 3) when an
     SSH target in scope did not answer (with the drift found on the others), else PlanDrift (exit 5,
     with the plan) when there are changes to make. With an SSH mesh, every ordered pair of guests
     must log in with the mesh key (else RemoteCommandError naming the pairs). `targets`: only those
-    hosts, VMs and guests (the mesh's pairs are checked when every guest is targeted)."""
-    book = select_setup(load_runbook(runbook), setup)
+    hosts, VMs and guests (the mesh's pairs are checked when every guest is targeted). `ahead`: as
+    `plan_runbook`'s."""
+    book = select_setup(load_runbook(runbook, ahead.text if ahead else None), setup)
     selection = select(book, targets)  # unknown names refused before anything is read
-    fleet = observe_fleet(book, access)
+    fleet = observe_fleet(book, access, ahead=ahead)
     inventory = fleet.merged(book)
     chosen = selection.targets(inventory) if selection else None
     with remote(reached(book, fleet), access, whole=book) as (cluster, facts, down):

@@ -1,4 +1,4 @@
-"""`gpuvm inventory` and `gpuvm plan` send their reads before the runbook is validated
+"""`gpuvm inventory`, `plan` and `verify` send their reads before the runbook is validated
 (gpuvm/read_ahead.py), against the simulator: the read goes out first, and what the user sees (a
 plan, a bad runbook, a refused login) is what the run without the read ahead says, with every
 session ended. A fleet's read sent ahead is read by the child process that plans its vCenter, on
@@ -107,15 +107,16 @@ def without_read_ahead(mocker) -> None:
     mocker.patch("gpuvm.read_ahead.resolve_target", side_effect=ValueError("no read ahead"))
 
 
-def test_plan_sends_its_read_while_the_runbook_is_validated(lab, sim, mocker):
+@pytest.mark.parametrize("command, code", [("plan", 2), ("verify", 5)])
+def test_plan_and_verify_send_their_read_while_the_runbook_is_validated(lab, sim, mocker, command, code):
     during = read_during_validation(mocker)
-    ahead = gpuvm("plan", str(lab), "--detailed-exitcode")
-    assert ahead.exit_code == 2, ahead.output
+    ahead = gpuvm(command, str(lab), *(["--detailed-exitcode"] if command == "plan" else []))
+    assert ahead.exit_code == code, ahead.output
     assert during.is_set()
     assert sessions(sim) == 0
     mocker.stopall()
     without_read_ahead(mocker)
-    assert gpuvm("plan", str(lab), "--detailed-exitcode").output == ahead.output
+    assert gpuvm(command, str(lab), *(["--detailed-exitcode"] if command == "plan" else [])).output == ahead.output
 
 
 def test_a_fleets_reads_are_sent_ahead_and_read_on_the_parents_sessions(fleet, mocker, tmp_path):

@@ -50,7 +50,7 @@ def world(mocker, monkeypatch, tmp_path):
         yield state.cluster, state.facts, state.down
 
     mocker.patch.object(runs, "load_runbook", side_effect=lambda path, text=None: state.book)
-    mocker.patch.object(runs, "observe_fleet", side_effect=lambda book, access, snapshot=None: state.fleet)
+    mocker.patch.object(runs, "observe_fleet", side_effect=lambda book, access, snapshot=None, ahead=None: state.fleet)
     mocker.patch.object(connecting, "connect", side_effect=lambda book, access, ahead=None: nullcontext(state.session))
     mocker.patch.object(fleet_module, "read_all", side_effect=lambda sessions, sent=None: ({name: state.inventory for name in sessions}, {}))
     mocker.patch.object(runs, "remote", side_effect=remote)

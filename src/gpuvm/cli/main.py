@@ -126,8 +126,6 @@ def plan(runbook: Path = RUNBOOK,
                                              help="Also write the plan to FILE, for `apply FILE` to carry out "
                                                   "exactly it (refused if anything it plans changed since)")) -> None:
     """Dry run: every change on every host and VM, disruptive ones marked. Changes nothing (but --out's file)."""
-    from contextlib import nullcontext
-
     from gpuvm import collector
     from gpuvm.errors import GpuvmError
     from gpuvm.read_ahead import read_ahead
@@ -138,7 +136,7 @@ def plan(runbook: Path = RUNBOOK,
             if save is not None and snapshot is not None:
                 raise fail("--out saves a live plan: not with --snapshot", 2)
             live = snapshot is None and save is None and not target  # --target's names checked before vCenter is read
-            with read_ahead(runbook, insecure) if live else nullcontext() as ahead:  # vCenter prepares its answer meanwhile
+            with read_ahead(runbook, insecure, reads=live) as ahead:  # vCenter prepares its answer meanwhile
                 from gpuvm.documents import plan_json
                 from gpuvm.render import print_plan
                 from gpuvm.runs import plan_runbook
@@ -227,19 +225,22 @@ def verify(runbook: Path = RUNBOOK, accept_new_host_keys: bool = ACCEPT_KEYS, st
            target: list[str] = TARGET) -> None:
     """Exit 5 if the world drifted from the runbook, listing the drift; 3 if a target could not be
     observed (the drift found on the others listed too)."""
-    from gpuvm.documents import verify_json
-    from gpuvm.errors import DriftError
-    from gpuvm.render import print_plan
-    from gpuvm.runs import NotObserved, PlanDrift, verify_runbook
+    from gpuvm.read_ahead import read_ahead
 
-    try:
-        verified = verify_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), setup, target)
-    except (DriftError, NotObserved) as drift:
-        if json_:
-            print(verify_json(drift=drift))
-        elif isinstance(drift, (PlanDrift, NotObserved)):
-            print_plan(out, drift.plan, form.value)
-        raise
+    with read_ahead(runbook, insecure, reads=not target) as ahead:  # as `plan`'s
+        from gpuvm.documents import verify_json
+        from gpuvm.errors import DriftError
+        from gpuvm.render import print_plan
+        from gpuvm.runs import NotObserved, PlanDrift, verify_runbook
+
+        try:
+            verified = verify_runbook(runbook, access(insecure, accept_new_host_keys, state_dir), setup, target, ahead)
+        except (DriftError, NotObserved) as drift:
+            if json_:
+                print(verify_json(drift=drift))
+            elif isinstance(drift, (PlanDrift, NotObserved)):
+                print_plan(out, drift.plan, form.value)
+            raise
     if json_:
         print(verify_json(verified=verified))
         return
