@@ -5,6 +5,7 @@ peer in tests/integration/test_vcenter_silent.py."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from http.client import HTTPSConnection
@@ -187,4 +188,23 @@ def test_the_first_call_unanswered_cuts_the_others_waiting_on_the_same_vcenter(m
     reset = ConnectionResetError(104, "Connection reset by peer")  # what the waiting call's read then meets
     with pytest.raises(ConnectError, match="did not answer RetrievePropertiesEx within 3 s"):
         waiting_call.__exit__(type(reset), reset, None)
+    peer.close()
+
+
+def test_a_line_let_go_closes_its_sockets_here_only_and_an_interrupt_no_longer_cuts_them():
+    """A fleet's child took the session over (Session.let_go): the child's copy of each socket (here a
+    dup) goes on working, and the parent's interrupt does not shut the shared socket down."""
+    bounded_line = line()
+    ours, peer = socket.socketpair()
+    connection = bounded_line.connection("vc-east", 443)
+    connection.sock = ours
+    childs = socket.socket(fileno=os.dup(ours.fileno()))  # what fork gives the child
+    bounded_line.let_go()
+    assert ours.fileno() == -1 and connection.sock is None
+    bounded_line.cut()  # an interrupt in the parent, afterwards
+    childs.sendall(b"still the child's")
+    assert peer.recv(64) == b"still the child's"
+    peer.sendall(b"and back")
+    assert childs.recv(64) == b"and back"
+    childs.close()
     peer.close()
