@@ -23,9 +23,11 @@ def test_version_prints_the_package_version_and_exits_0():
     assert result.output == f"gpuvm {version('gpuvm')}\n"
 
 
-def test_shell_completion_is_offered_installable_and_completes_commands():
+def test_shell_completion_is_offered_installable_and_completes_commands(monkeypatch):
     help_text = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
     assert "--install-completion" in help_text and "--show-completion" in help_text
+    # the shell named, not detected: the tests' parent process need not be a shell (under `timeout`, say)
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
     script = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="gpuvm")
     assert script.exit_code == 0 and "complete -o default -F _gpuvm_completion gpuvm" in script.output
     # what the installed script runs on <TAB>: `gpuvm pl` completes to `plan`
