@@ -69,9 +69,10 @@ class ReadAhead:
 @contextmanager
 def read_ahead(path: Path, insecure: bool, reads: bool = True) -> Iterator[ReadAhead]:
     """The runbook read and its vCenters' inventory reads sent (when it names them first), logged out
-    on exit (`reads` False: nothing read ahead, the run reads as always). The logins run in threads, awaited LOGIN_WAIT_S at most before the runbook's validation
-    and, when the run ends before taking them (the runbook not valid), GRACE at most: a vCenter that
-    does not answer holds the runbook's error back by those bounds, not by its connect bound."""
+    on exit (`reads` False: nothing read ahead, the run reads as always). The logins run in threads,
+    awaited LOGIN_WAIT_S at most before the runbook's validation and, when the run ends before
+    taking them (the runbook not valid), GRACE at most: a vCenter that does not answer holds the
+    runbook's error back by those bounds, not by its connect bound."""
     ahead = ReadAhead()
     if not reads:
         yield ahead
