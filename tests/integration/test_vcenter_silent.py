@@ -91,19 +91,19 @@ def test_plan_verify_and_inventory_report_a_silent_vcenter_not_observed_within_i
 
 
 def test_a_runbook_error_is_said_at_once_while_a_silent_vcenter_is_logged_in_to_ahead(fleet, tmp_path):
-    """`plan` and `inventory` log in before they validate the runbook (gpuvm/read_ahead.py): a login
-    under way to a silent vCenter, with a minute's connect bound, holds the runbook's error back
-    no longer than the read ahead's grace (2 s)."""
+    """`plan` (as `inventory` and `verify`: one read_ahead) logs in before it validates the runbook
+    (gpuvm/read_ahead.py): a login under way to a silent vCenter, with a minute's connect bound,
+    holds the runbook's error back by the read ahead's bounds only (1 s before the validation, 2 s
+    after)."""
     sims, lines = fleet
     with SilentProxy(sims["east"].url) as proxy:
         book = runbook(tmp_path, lines, proxy.url)
         book.write_text(book.read_text().replace(f"connect_timeout: {CONNECT}", "connect_timeout: 60")
                         .replace("cpus: 8", "cpus: eight"))
         proxy.silence()
-        for command in ("plan", "inventory"):
-            done, took = gpuvm(command, str(book), timeout=60)
-            assert done.returncode == 2 and "cpus" in done.stderr and "Traceback" not in done.stderr, done.stderr
-            assert took < 2 + LATE, (command, took)
+        done, took = gpuvm("plan", str(book), timeout=60)
+        assert done.returncode == 2 and "cpus" in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert took < 3 + LATE, took
 
 
 @pytest.mark.parametrize("order", [("east", "west"), ("west", "east")], ids=["read-here", "read-in-a-child"])
