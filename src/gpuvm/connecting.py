@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from gpuvm.errors import ConnectError, InputError, listed
-from gpuvm.read_ahead import ReadAhead
+from gpuvm.read_ahead import NOTHING_AHEAD, ReadAhead
 from gpuvm.runbook.loader import load_runbook
 from gpuvm.runbook.model import Runbook
 from gpuvm.runbook.vcenters import DEFAULT_VCENTER
@@ -38,7 +38,7 @@ class Access:
 
 
 @contextmanager
-def connect(runbook: Runbook, access: Access, ahead: ReadAhead | None = None) -> Iterator[Session]:
+def connect(runbook: Runbook, access: Access, ahead: ReadAhead = NOTHING_AHEAD) -> Iterator[Session]:
     """The runbook's vCenter session, logged in (out on exit). A bad setting, or a login or TLS
     failure, names the runbook's file:line of the vcenter field responsible. `ahead`: connect_all's."""
     with ExitStack() as stack:
@@ -64,10 +64,10 @@ def _login(runbook: Runbook, name: str, target: Target, stack: ExitStack) -> Ses
         raise _named(runbook, name, e) from None
 
 
-def _reach(runbook: Runbook, name: str, target: Target, stack: ExitStack, ahead: ReadAhead | None) -> Session:
+def _reach(runbook: Runbook, name: str, target: Target, stack: ExitStack, ahead: ReadAhead) -> Session:
     """`_login`, or the session opened for the same target before the runbook was validated (its
     login refused then: that error, named here; logged out by read_ahead's exit)."""
-    early = ahead.reached().get(name) if ahead else None
+    early = ahead.reached().get(name)
     if early is None or early.target != target:
         return _login(runbook, name, target, stack)
     if early.refused is not None:
@@ -84,7 +84,7 @@ def _named(runbook: Runbook, name: str, error: ConnectError) -> ConnectError:
 
 @contextmanager
 def connect_all(runbook: Runbook, access: Access,
-                ahead: ReadAhead | None = None) -> Iterator[tuple[dict[str, Session], dict[str, ConnectError]]]:
+                ahead: ReadAhead = NOTHING_AHEAD) -> Iterator[tuple[dict[str, Session], dict[str, ConnectError]]]:
     """A session to every vCenter of the runbook, logged in at once: (sessions by vCenter name, those
     not reached → why). Every vCenter's settings are checked first. One vCenter: `connect`. `ahead`:
     the sessions opened before the runbook was validated (gpuvm/read_ahead.py), taken where they fit."""
@@ -121,7 +121,7 @@ def _refuse_one_vcenter_twice(runbook: Runbook, sessions: dict[str, Session], ta
 
 
 def observe_fleet(runbook: Runbook, access: Access, snapshot: Path | None = None,
-                  ahead: ReadAhead | None = None) -> Fleet:
+                  ahead: ReadAhead = NOTHING_AHEAD) -> Fleet:
     """Every vCenter's inventory, read live at once (or one vCenter's from a snapshot); `ahead`: the
     reads sent before the runbook was validated, taken where they fit (gpuvm/read_ahead.py)."""
     if snapshot is not None:
@@ -130,7 +130,7 @@ def observe_fleet(runbook: Runbook, access: Access, snapshot: Path | None = None
                              f"{len(runbook.vcenters)} ({listed(runbook.all_vcenters)})")
         return Fleet({DEFAULT_VCENTER: Inventory.load(snapshot)})
     with connect_all(runbook, access, ahead) as (sessions, down):
-        return Fleet.read(runbook, sessions, down, ahead.sent_on(sessions) if ahead else {})
+        return Fleet.read(runbook, sessions, down, ahead.sent_on(sessions))
 
 
 def _govc_missing() -> list[str]:
@@ -151,8 +151,8 @@ def discover(access: Access) -> tuple[Inventory, Target]:
         return read_inventory(session), resolve_target(book.vcenter, access.insecure)
 
 
-def inventory_of(runbook: Path, access: Access, ahead: ReadAhead | None = None) -> tuple[Shown, Runbook]:
+def inventory_of(runbook: Path, access: Access, ahead: ReadAhead = NOTHING_AHEAD) -> tuple[Shown, Runbook]:
     """What `inventory` shows of the runbook's vCenters, read live (vsphere/shown.py), and the runbook;
     `ahead`: the reads sent before the runbook was validated (gpuvm/read_ahead.py), used where they fit."""
-    book = load_runbook(runbook, ahead.text if ahead else None)
+    book = load_runbook(runbook, ahead.text)
     return shown(book, observe_fleet(book, access, ahead=ahead)), book

@@ -66,6 +66,9 @@ class ReadAhead:
                 if a.sent is not None and a.session is not None and sessions.get(name) is a.session}
 
 
+NOTHING_AHEAD = ReadAhead()  # no read sent ahead (never filled): the run reads as always
+
+
 @contextmanager
 def read_ahead(path: Path, insecure: bool, reads: bool = True) -> Iterator[ReadAhead]:
     """The runbook read and its vCenters' inventory reads sent (when it names them first), logged out
@@ -73,10 +76,10 @@ def read_ahead(path: Path, insecure: bool, reads: bool = True) -> Iterator[ReadA
     awaited LOGIN_WAIT_S at most before the runbook's validation and, when the run ends before
     taking them (the runbook not valid), GRACE at most: a vCenter that does not answer holds the
     runbook's error back by those bounds, not by its connect bound."""
-    ahead = ReadAhead()
     if not reads:
-        yield ahead
+        yield NOTHING_AHEAD
         return
+    ahead = ReadAhead()
     try:
         ahead.text = read_text(Path(path))
     except GpuvmError:

@@ -24,7 +24,7 @@ from gpuvm.journal import Journal, state_dir as make_state_dir
 from gpuvm.steps.guest_ssh_mesh.verify import check_mesh
 from gpuvm.outstanding import FOREIGN, STEP as OUTSTANDING
 from gpuvm.plan import Note, Plan
-from gpuvm.read_ahead import ReadAhead
+from gpuvm.read_ahead import NOTHING_AHEAD, ReadAhead
 from gpuvm.desired import Desired
 from gpuvm.remote import Cluster, RemoteOptions, build_cluster
 from gpuvm.resolve_slurm import slurm_nodes
@@ -76,11 +76,11 @@ def narrowed(plan: Plan, book: Runbook, targets: Sequence[str], inventory: Inven
 
 
 def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, setup: str | None = None,
-                 targets: Sequence[str] = (), ahead: ReadAhead | None = None) -> Plan:
+                 targets: Sequence[str] = (), ahead: ReadAhead = NOTHING_AHEAD) -> Plan:
     """Every change the runbook (with `setup`'s layout) needs, on `targets` only when given. From a
     snapshot, vSphere only; else live, SSH steps too. `ahead`: the reads sent before the runbook was
     validated (gpuvm/read_ahead.py), taken where they fit."""
-    book = select_setup(load_runbook(runbook, ahead.text if ahead else None), setup)
+    book = select_setup(load_runbook(runbook, ahead.text), setup)
     select(book, targets)  # unknown names refused before vCenter is read
     with collector.paused():  # inventories and plans: objects made in bulk
         if snapshot is None and not targets and fleet_plan.apart(book):
@@ -92,24 +92,24 @@ def plan_runbook(runbook: Path, access: Access, snapshot: Path | None = None, se
         return narrowed(plan, book, targets, fleet.merged(book))[0]
 
 
-def _plan_apart(book: Runbook, access: Access, ahead: ReadAhead | None) -> Plan:
+def _plan_apart(book: Runbook, access: Access, ahead: ReadAhead) -> Plan:
     """Several vCenters, no SSH target: each vCenter's part planned where its inventory is read."""
     with connect_all(book, access, ahead) as (sessions, down):
         in_flight = _in_flight_notes(book, sessions)
         parts, lost = read_all(sessions, lambda name, inventory: fleet_plan.plan_part(book.part(name), inventory),
-                               ahead.sent_on(sessions) if ahead else {})
+                               ahead.sent_on(sessions))
     plan = fleet_plan.merged(list(parts.values()), Fleet.of(book, {}, {**down, **lost}).unobserved)
     plan.notes += in_flight
     return plan
 
 
 def plan_observed(book: Runbook, access: Access, targets: Sequence[str] = (),
-                  ahead: ReadAhead | None = None) -> tuple[Plan, Inventory, RemoteFacts]:
+                  ahead: ReadAhead = NOTHING_AHEAD) -> tuple[Plan, Inventory, RemoteFacts]:
     """The live plan of a loaded runbook (on `targets` only when given), with what it was made from:
     the inventory and the SSH targets' facts (a saved plan digests them: gpuvm.saved_plan)."""
     with connect_all(book, access, ahead) as (sessions, lost):
         in_flight = _in_flight_notes(book, sessions)
-        fleet = Fleet.read(book, sessions, lost, ahead.sent_on(sessions) if ahead else {})
+        fleet = Fleet.read(book, sessions, lost, ahead.sent_on(sessions))
     with remote(reached(book, fleet), access, whole=book) as (cluster, facts, down):
         plan, _ = make_plan(reached(book, fleet), fleet, cluster, facts, down)
     plan.notes += in_flight
@@ -354,14 +354,14 @@ def _drift_message(plan: Plan, held: list[Note], runbook: Path) -> str:
 
 
 def verify_runbook(runbook: Path, access: Access, setup: str | None = None, targets: Sequence[str] = (),
-                   ahead: ReadAhead | None = None) -> Verified:
+                   ahead: ReadAhead = NOTHING_AHEAD) -> Verified:
     """Raise when the world differs from the runbook, or cannot be told: NotObserved (exit 3) when an
     SSH target in scope did not answer (with the drift found on the others), else PlanDrift (exit 5,
     with the plan) when there are changes to make. With an SSH mesh, every ordered pair of guests
     must log in with the mesh key (else RemoteCommandError naming the pairs). `targets`: only those
     hosts, VMs and guests (the mesh's pairs are checked when every guest is targeted). `ahead`: as
     `plan_runbook`'s."""
-    book = select_setup(load_runbook(runbook, ahead.text if ahead else None), setup)
+    book = select_setup(load_runbook(runbook, ahead.text), setup)
     selection = select(book, targets)  # unknown names refused before anything is read
     fleet = observe_fleet(book, access, ahead=ahead)
     inventory = fleet.merged(book)
